@@ -1,0 +1,75 @@
+#include "core.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+static int default_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)(n > 1024 ? 1024 : n) : 1;
+}
+
+static ql_status parse_isa(const char *s, ql_isa *out)
+{
+    static const ql_isa all[] = {QL_ISA_AUTO, QL_ISA_GENERIC, QL_ISA_AVX2, QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(s, ql_isa_name(all[i])) == 0) { *out = all[i]; return QL_OK; }
+    return ql_fail(QL_ERR_INVALID_ARGUMENT, "QLINEAR_ISA=%s is not one of auto, generic, avx2, avxvnni, avx512vnni", s);
+}
+
+ql_status ql_context_create(ql_context **out)
+{
+    QL_CHECK_PTR("ql_context_create", out);
+    *out = NULL;
+    ql_context c = {default_threads(), ql_isa_best()};
+    const char *t = getenv("QLINEAR_THREADS");
+    if (t && *t) {
+        char *end;
+        long v = strtol(t, &end, 10);
+        if (*end != '\0' || v < 1 || v > 1024)
+            return ql_fail(QL_ERR_INVALID_ARGUMENT, "QLINEAR_THREADS=%s is not an integer in 1..1024", t);
+        c.threads = (int)v;
+    }
+    const char *isa = getenv("QLINEAR_ISA");
+    if (isa && *isa) {
+        ql_isa want;
+        QL_TRY(parse_isa(isa, &want));
+        if (want != QL_ISA_AUTO) {
+            if (!ql_isa_supported(want))
+                return ql_fail(QL_ERR_UNSUPPORTED, "QLINEAR_ISA=%s: this CPU does not support %s", isa, isa);
+            c.isa = want;
+        }
+    }
+    ql_context *ctx = malloc(sizeof *ctx);
+    if (!ctx) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_context_create: out of memory");
+    *ctx = c;
+    *out = ctx;
+    return QL_OK;
+}
+
+void ql_context_destroy(ql_context *ctx) { free(ctx); }
+
+ql_status ql_context_set_threads(ql_context *ctx, int threads)
+{
+    QL_CHECK_PTR("ql_context_set_threads", ctx);
+    if (threads < 1 || threads > 1024)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "ql_context_set_threads: threads = %d is not in 1..1024", threads);
+    ctx->threads = threads;
+    return QL_OK;
+}
+
+int ql_context_threads(const ql_context *ctx) { return ctx ? ctx->threads : 1; }
+
+ql_status ql_context_set_isa(ql_context *ctx, ql_isa isa)
+{
+    QL_CHECK_PTR("ql_context_set_isa", ctx);
+    if (isa == QL_ISA_AUTO) isa = ql_isa_best();
+    if (isa < QL_ISA_GENERIC || isa > QL_ISA_AVX512VNNI)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "ql_context_set_isa: unknown isa %d", (int)isa);
+    if (!ql_isa_supported(isa))
+        return ql_fail(QL_ERR_UNSUPPORTED, "ql_context_set_isa: this CPU does not support %s", ql_isa_name(isa));
+    ctx->isa = isa;
+    return QL_OK;
+}
+
+ql_isa ql_context_isa(const ql_context *ctx) { return ctx ? ctx->isa : QL_ISA_GENERIC; }

@@ -1,0 +1,99 @@
+/* Run-time CPU feature detection (cpuid + xgetbv), done once. The only global
+ * state of the library besides the thread-local error message. */
+#include "core.h"
+
+#include <stdlib.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+
+static uint64_t xgetbv0(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+static void detect(ql_cpu_features *f)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    bool osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
+    f->fma = (c >> 12) & 1;
+    f->f16c = (c >> 29) & 1;
+    if (!osxsave || !avx) return;
+    uint64_t xcr0 = xgetbv0();
+    bool os_ymm = (xcr0 & 0x6) == 0x6;
+    f->os_avx512 = os_ymm && (xcr0 & 0xe0) == 0xe0;
+    if (!os_ymm) { f->fma = f->f16c = false; return; }
+    if (__get_cpuid_max(0, NULL) < 7) return;
+    __cpuid_count(7, 0, a, b, c, d);
+    f->avx2 = (b >> 5) & 1;
+    f->avx512f = f->os_avx512 && ((b >> 16) & 1);
+    f->avx512bw = f->avx512f && ((b >> 30) & 1);
+    f->avx512vl = f->avx512f && ((b >> 31) & 1);
+    f->avx512vnni = f->avx512f && ((c >> 11) & 1);
+    __cpuid_count(7, 1, a, b, c, d);
+    f->avxvnni = f->avx2 && ((a >> 4) & 1);
+    f->avx512bf16 = f->avx512f && ((a >> 5) & 1);
+}
+#else
+static void detect(ql_cpu_features *f) { (void)f; }
+#endif
+
+static ql_cpu_features features;
+static int detected; /* benign race: every thread computes the same value */
+
+const ql_cpu_features *ql_cpu(void)
+{
+    if (!__atomic_load_n(&detected, __ATOMIC_ACQUIRE)) {
+        ql_cpu_features f = {0};
+        detect(&f);
+        features = f;
+        __atomic_store_n(&detected, 1, __ATOMIC_RELEASE);
+    }
+    return &features;
+}
+
+const char *ql_isa_name(ql_isa isa)
+{
+    switch (isa) {
+    case QL_ISA_AUTO: return "auto";
+    case QL_ISA_GENERIC: return "generic";
+    case QL_ISA_AVX2: return "avx2";
+    case QL_ISA_AVXVNNI: return "avxvnni";
+    case QL_ISA_AVX512VNNI: return "avx512vnni";
+    }
+    return "unknown";
+}
+
+int ql_isa_supported(ql_isa isa)
+{
+    const ql_cpu_features *f = ql_cpu();
+    switch (isa) {
+    case QL_ISA_AUTO: case QL_ISA_GENERIC: return 1;
+    case QL_ISA_AVX2: return f->avx2 && f->fma && f->f16c;
+    case QL_ISA_AVXVNNI: return f->avxvnni && f->fma && f->f16c;
+    case QL_ISA_AVX512VNNI: return f->avx512vnni && f->avx512bw && f->avx512vl && f->fma && f->f16c;
+    }
+    return 0;
+}
+
+ql_isa ql_isa_best(void)
+{
+    if (ql_isa_supported(QL_ISA_AVX512VNNI)) return QL_ISA_AVX512VNNI;
+    if (ql_isa_supported(QL_ISA_AVXVNNI)) return QL_ISA_AVXVNNI;
+    if (ql_isa_supported(QL_ISA_AVX2)) return QL_ISA_AVX2;
+    return QL_ISA_GENERIC;
+}
+
+void *ql_aligned_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (bytes == 0) bytes = 64;
+    bytes = (bytes + 63) & ~(size_t)63;
+    if (posix_memalign(&p, 64, bytes) != 0) return NULL;
+    return p;
+}
+
+void ql_aligned_free(void *p) { free(p); }

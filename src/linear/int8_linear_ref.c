@@ -1,0 +1,87 @@
+/* The eager reference of int8_linear (FORMATS.md §4.4), in plain C. */
+#include "linear.h"
+
+#include <stdlib.h>
+
+ql_status ql_check_int8_weight(const char *fn, const ql_int8_weight *w)
+{
+    QL_CHECK_PTR(fn, w);
+    QL_TRY(ql_check_matrix(fn, "weight", w->q, w->n, w->k, w->ldq));
+    if (w->n_scale != 1 && w->n_scale != w->n)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: weight_scale has %lld elements; expected 1 or N = %lld", fn,
+                       (long long)w->n_scale, (long long)w->n);
+    if (w->scale == NULL) return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: weight_scale is NULL", fn);
+    if (w->k > QL_MAX_K)
+        return ql_fail(QL_ERR_UNSUPPORTED, "%s: K = %lld exceeds %d, where int32 accumulation could overflow", fn,
+                       (long long)w->k, QL_MAX_K);
+    if (w->convrot_group != 0) QL_TRY(ql_check_group(fn, w->convrot_group, w->k));
+    if (w->bias) QL_TRY(ql_check_float_dtype(fn, "bias", w->bias_dtype));
+    return QL_OK;
+}
+
+ql_status ql_check_forward_args(const char *fn, int64_t n, int64_t k, const void *x, ql_dtype x_dtype, int64_t m,
+                                int64_t ldx, const void *y, ql_dtype y_dtype, int64_t ldy, const ql_epilogue *epi)
+{
+    QL_TRY(ql_check_float_dtype(fn, "x", x_dtype));
+    QL_TRY(ql_check_float_dtype(fn, "y", y_dtype));
+    QL_TRY(ql_check_matrix(fn, "x", x, m, k, ldx));
+    QL_TRY(ql_check_matrix(fn, "y", y, m, n, ldy));
+    if (epi && epi->residual) {
+        QL_TRY(ql_check_matrix(fn, "residual", epi->residual, m, n, epi->ld_residual));
+        if (epi->residual_scale == NULL)
+            return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: residual requires residual_scale", fn);
+    }
+    return QL_OK;
+}
+
+ql_status ql_bias_to_f32(const char *fn, const void *bias, ql_dtype bias_dtype, int64_t n, ql_dtype y_dtype,
+                         float **out)
+{
+    *out = NULL;
+    if (!bias) return QL_OK;
+    float *b = ql_aligned_alloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (!b) return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: cannot allocate the bias", fn);
+    for (int64_t i = 0; i < n; i++) b[i] = ql_round_to(y_dtype, ql_load_f(bias_dtype, bias, i));
+    *out = b;
+    return QL_OK;
+}
+
+ql_status ql_int8_linear_ref(const ql_int8_weight *w, const void *x, ql_dtype x_dtype, int64_t m, int64_t ldx,
+                             void *y, ql_dtype y_dtype, int64_t ldy, const ql_epilogue *epi)
+{
+    const char *fn = "ql_int8_linear_ref";
+    QL_TRY(ql_check_int8_weight(fn, w));
+    QL_TRY(ql_check_forward_args(fn, w->n, w->k, x, x_dtype, m, ldx, y, y_dtype, ldy, epi));
+    if (m == 0 || w->n == 0) return QL_OK;
+    const int64_t n = w->n, k = w->k;
+    ql_epi_plan plan = {y_dtype, NULL, epi ? epi->residual : NULL, epi ? epi->ld_residual : 0,
+                        epi ? epi->residual_scale : NULL};
+    float *bias = NULL;
+    QL_TRY(ql_bias_to_f32(fn, w->bias, w->bias_dtype, n, y_dtype, &bias));
+    plan.bias = bias;
+    float *buf = ql_aligned_alloc((size_t)(k > 0 ? k : 1) * sizeof(float));
+    int8_t *xq = ql_aligned_alloc((size_t)(k > 0 ? k : 1));
+    if (!buf || !xq) {
+        ql_aligned_free(buf);
+        ql_aligned_free(xq);
+        ql_aligned_free(bias);
+        return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    for (int64_t r = 0; r < m; r++) {
+        float sx;
+        ql_load_row_rotated(x_dtype, ql_row_cptr(x_dtype, x, r, ldx), k, w->convrot_group, buf);
+        ql_quantize_row_f32(x_dtype, buf, k, xq, &sx); /* non-finite row: sx = NaN -> NaN output row */
+        void *yrow = ql_row_ptr(y_dtype, y, r, ldy);
+        for (int64_t c = 0; c < n; c++) {
+            const int8_t *wr = w->q + c * w->ldq;
+            int32_t acc = 0;
+            for (int64_t p = 0; p < k; p++) acc += (int32_t)xq[p] * (int32_t)wr[p];
+            float sxw = sx * w->scale[w->n_scale == 1 ? 0 : c];
+            ql_store_f(y_dtype, yrow, c, ql_epilogue_scalar(&plan, (float)acc * sxw, r, c));
+        }
+    }
+    ql_aligned_free(buf);
+    ql_aligned_free(xq);
+    ql_aligned_free(bias);
+    return QL_OK;
+}

@@ -1,0 +1,138 @@
+/* Int8 quantizers and dequantizers, following comfy-kitchen's eager backend
+ * (FORMATS.md §4.2–§4.3). */
+#include "quant.h"
+
+#include <math.h>
+
+int8_t ql_quantize_value(ql_dtype dtype, float v, float st)
+{
+    float y = ql_round_to(dtype, v / st);
+    float r = rintf(y); /* default rounding mode: nearest, ties to even */
+    if (r > 127.0f) r = 127.0f;
+    if (r < -128.0f) r = -128.0f;
+    return (int8_t)r;
+}
+
+bool ql_quantize_row_f32(ql_dtype dtype, const float *v, int64_t k, int8_t *q, float *scale)
+{
+    float a = 0.0f;
+    bool finite = true;
+    for (int64_t j = 0; j < k; j++) {
+        float m = fabsf(v[j]);
+        if (!(m <= 3.402823466e38f)) finite = false; /* NaN or Inf */
+        else if (m > a) a = m;
+    }
+    if (!finite) {
+        memset(q, 0, (size_t)k);
+        *scale = NAN;
+        return false;
+    }
+    float s = ql_scale_from_absmax(a);
+    float st = ql_scale_divisor(dtype, s);
+    for (int64_t j = 0; j < k; j++) q[j] = ql_quantize_value(dtype, v[j], st);
+    *scale = s;
+    return true;
+}
+
+static ql_status check_quant_args(const char *fn, ql_dtype dtype, const void *x, int64_t rows, int64_t k, int64_t ldx,
+                                  const int8_t *q, int64_t ldq, const float *scale)
+{
+    QL_TRY(ql_check_float_dtype(fn, "dtype", dtype));
+    QL_TRY(ql_check_matrix(fn, "x", x, rows, k, ldx));
+    QL_TRY(ql_check_matrix(fn, "q", q, rows, k, ldq));
+    if (rows > 0 && scale == NULL) return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: scale is NULL", fn);
+    return QL_OK;
+}
+
+/* Shared by the row-wise and ConvRot quantizers: load (and rotate) each row,
+ * quantize it, and report the first non-finite row. */
+static ql_status quantize_rows(const char *fn, ql_dtype dtype, const void *x, int64_t rows, int64_t k, int64_t ldx,
+                               int64_t group, int8_t *q, int64_t ldq, float *scale)
+{
+    if (rows == 0) return QL_OK;
+    float *buf = ql_aligned_alloc((size_t)k * sizeof(float));
+    if (!buf) return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: cannot allocate a row of %lld floats", fn, (long long)k);
+    int64_t bad = -1;
+    for (int64_t r = 0; r < rows; r++) {
+        ql_load_row_rotated(dtype, ql_row_cptr(dtype, x, r, ldx), k, group, buf);
+        if (!ql_quantize_row_f32(dtype, buf, k, q + r * ldq, &scale[r]) && bad < 0) bad = r;
+    }
+    ql_aligned_free(buf);
+    if (bad >= 0)
+        return ql_fail(QL_ERR_NONFINITE, "%s: row %lld %s NaN or Inf; its codes are 0 and its scale NaN", fn,
+                       (long long)bad, group > 0 ? "holds (or rotates to)" : "holds");
+    return QL_OK;
+}
+
+ql_status ql_quantize_rowwise(ql_dtype dtype, const void *x, int64_t rows, int64_t k, int64_t ldx, int8_t *q,
+                              int64_t ldq, float *scale)
+{
+    QL_TRY(check_quant_args("ql_quantize_rowwise", dtype, x, rows, k, ldx, q, ldq, scale));
+    return quantize_rows("ql_quantize_rowwise", dtype, x, rows, k, ldx, 0, q, ldq, scale);
+}
+
+ql_status ql_quantize_convrot_weight(ql_dtype dtype, const void *w, int64_t n, int64_t k, int64_t ldw, int64_t group,
+                                     int8_t *q, int64_t ldq, float *scale)
+{
+    const char *fn = "ql_quantize_convrot_weight";
+    QL_TRY(check_quant_args(fn, dtype, w, n, k, ldw, q, ldq, scale));
+    QL_TRY(ql_check_group(fn, group, k));
+    return quantize_rows(fn, dtype, w, n, k, ldw, group, q, ldq, scale);
+}
+
+ql_status ql_quantize_tensorwise(ql_dtype dtype, const void *x, int64_t rows, int64_t k, int64_t ldx, int8_t *q,
+                                 int64_t ldq, float *scale)
+{
+    const char *fn = "ql_quantize_tensorwise";
+    QL_TRY(check_quant_args(fn, dtype, x, rows, k, ldx, q, ldq, scale));
+    float a = 0.0f;
+    bool finite = true;
+    for (int64_t r = 0; r < rows; r++) {
+        const void *row = ql_row_cptr(dtype, x, r, ldx);
+        for (int64_t j = 0; j < k; j++) {
+            float m = fabsf(ql_load_f(dtype, row, j));
+            if (!(m <= 3.402823466e38f)) finite = false;
+            else if (m > a) a = m;
+        }
+    }
+    if (!finite) {
+        for (int64_t r = 0; r < rows; r++) memset(q + r * ldq, 0, (size_t)k);
+        *scale = NAN;
+        return ql_fail(QL_ERR_NONFINITE, "%s: the tensor holds NaN or Inf; codes are 0 and the scale NaN", fn);
+    }
+    float s = ql_scale_from_absmax(a);
+    float st = ql_scale_divisor(dtype, s);
+    for (int64_t r = 0; r < rows; r++) {
+        const void *row = ql_row_cptr(dtype, x, r, ldx);
+        for (int64_t j = 0; j < k; j++) q[r * ldq + j] = ql_quantize_value(dtype, ql_load_f(dtype, row, j), st);
+    }
+    *scale = s;
+    return QL_OK;
+}
+
+ql_status ql_dequantize(const int8_t *q, int64_t n, int64_t k, int64_t ldq, const float *scale, int64_t n_scale,
+                        int64_t group, ql_dtype out_dtype, void *out, int64_t ldo)
+{
+    const char *fn = "ql_dequantize";
+    QL_TRY(ql_check_float_dtype(fn, "out_dtype", out_dtype));
+    QL_TRY(ql_check_matrix(fn, "q", q, n, k, ldq));
+    QL_TRY(ql_check_matrix(fn, "out", out, n, k, ldo));
+    if (n_scale != 1 && n_scale != n)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: weight_scale has %lld elements; expected 1 or N = %lld", fn,
+                       (long long)n_scale, (long long)n);
+    if (n > 0) QL_CHECK_PTR(fn, scale);
+    if (group > 0) QL_TRY(ql_check_group(fn, group, k));
+    if (n == 0 || k == 0) return QL_OK;
+    float *buf = ql_aligned_alloc((size_t)k * sizeof(float));
+    if (!buf) return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: cannot allocate a row of %lld floats", fn, (long long)k);
+    for (int64_t r = 0; r < n; r++) {
+        float s = scale[n_scale == 1 ? 0 : r];
+        for (int64_t j = 0; j < k; j++) buf[j] = (float)q[r * ldq + j] * s;
+        if (group > 0)
+            for (int64_t g0 = 0; g0 < k; g0 += group) ql_fwht_f32(buf + g0, group);
+        void *orow = ql_row_ptr(out_dtype, out, r, ldo);
+        for (int64_t j = 0; j < k; j++) ql_store_f(out_dtype, orow, j, buf[j]);
+    }
+    ql_aligned_free(buf);
+    return QL_OK;
+}

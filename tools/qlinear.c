@@ -1,0 +1,43 @@
+/* The qlinear command: inspect, quantize, forward, bench. */
+#include "commands.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "qlinear.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: qlinear <command> [options]\n"
+            "  bench    [--profile anima|qwen3-te|large] [--m N] [--threads N] [--paths LIST] [--reps N] [--json FILE]\n"
+            "  inspect  FILE [--json]\n"
+            "  quantize IN OUT --format int8|int8-convrot [--group 256] [--include REGEX] [--exclude REGEX]\n"
+            "  forward  CKPT LAYER IN.safetensors OUT.safetensors [--input NAME] [--out-dtype fp32|bf16|fp16] [--bias|--no-bias]\n"
+            "  version\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "bench")) return ql_cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "inspect")) return ql_cmd_inspect(argc - 1, argv + 1);
+    if (!strcmp(cmd, "quantize")) return ql_cmd_quantize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "forward")) return ql_cmd_forward(argc - 1, argv + 1);
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        printf("qlinear %d.%d.%d (best ISA: %s)\n", QL_VERSION_MAJOR, QL_VERSION_MINOR, QL_VERSION_PATCH,
+               ql_isa_name(ql_isa_best()));
+        return 0;
+    }
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "qlinear: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}
