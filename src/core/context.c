@@ -32,7 +32,7 @@ ql_status ql_context_create(ql_context **out)
     }
     const char *isa = getenv("QLINEAR_ISA");
     if (isa && *isa) {
-        ql_isa want;
+        ql_isa want = QL_ISA_AUTO;
         QL_TRY(parse_isa(isa, &want));
         if (want != QL_ISA_AUTO) {
             if (!ql_isa_supported(want))

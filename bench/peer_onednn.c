@@ -1,0 +1,1 @@
+int ql_cmd_bench(int argc, char **argv);

@@ -1,0 +1,94 @@
+#include "gemm.h"
+
+#include <omp.h>
+
+const ql_s8_kernel *ql_s8_kernel_for(ql_isa isa)
+{
+    switch (isa) {
+    case QL_ISA_AVX512VNNI: return &ql_s8_gemm_12x32c4__avx512vnni;
+    case QL_ISA_AVXVNNI: return &ql_s8_gemm_6x16c4__avxvnni;
+    case QL_ISA_AVX2: return &ql_s8_gemm_4x8c4__avx2;
+    default: return &ql_s8_gemm_4x8c4__generic;
+    }
+}
+
+ql_status ql_pack_b_s8(const ql_s8_kernel *kern, const int8_t *w, int64_t n, int64_t k, int64_t ldw, ql_packed_b *out)
+{
+    const int nr = kern->nr;
+    ql_packed_b b = {n, k, ql_k4(k), ql_panels(n, nr), nr, kern->b_offset128, NULL};
+    size_t bytes = (size_t)(b.panels * b.k4 * nr * 4);
+    b.data = ql_aligned_alloc(bytes);
+    if (!b.data) return ql_fail(QL_ERR_OUT_OF_MEMORY, "pack weight: cannot allocate %zu bytes", bytes);
+    const uint8_t off = kern->b_offset128 ? 128 : 0;
+    for (int64_t p = 0; p < b.panels; p++) {
+        uint8_t *dst = b.data + (size_t)(p * b.k4 * nr * 4);
+        for (int64_t q = 0; q < b.k4; q++)
+            for (int j = 0; j < nr; j++)
+                for (int t = 0; t < 4; t++) {
+                    int64_t col = p * nr + j, kk = q * 4 + t;
+                    int8_t v = (col < n && kk < k) ? w[col * ldw + kk] : 0;
+                    dst[(q * nr + j) * 4 + t] = (uint8_t)((uint8_t)v + off);
+                }
+    }
+    *out = b;
+    return QL_OK;
+}
+
+void ql_packed_b_free(ql_packed_b *b)
+{
+    if (b) ql_aligned_free(b->data);
+    if (b) b->data = NULL;
+}
+
+void ql_pack_a_s8(const int8_t *a, int64_t m, int64_t k, int64_t lda, int mr, int8_t *packed, int32_t *rowsum)
+{
+    const int64_t k4 = ql_k4(k), panels = ql_panels(m, mr);
+    for (int64_t p = 0; p < panels; p++) {
+        int8_t *dst = packed + (size_t)(p * k4 * mr * 4);
+        for (int r = 0; r < mr; r++) {
+            int64_t row = p * mr + r;
+            int32_t sum = 0;
+            for (int64_t kk = 0; kk < k4 * 4; kk++) {
+                int8_t v = (row < m && kk < k) ? a[row * lda + kk] : 0;
+                dst[((kk / 4) * mr + r) * 4 + kk % 4] = v;
+                sum += v;
+            }
+            if (row < m) rowsum[row] = sum;
+        }
+    }
+}
+
+/* Work is split into blocks of MC rows × NC columns. Blocks are ordered
+ * column-block-major, so a thread's consecutive blocks share weight panels
+ * (kept in L2) while activation panels stream. */
+void ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const int8_t *packed_a, int64_t m, const ql_packed_b *b,
+                    ql_tile_epilogue_fn epi, void *arg)
+{
+    const int mr = kern->mr, nr = kern->nr;
+    const int64_t k4 = b->k4;
+    const int64_t a_panel = k4 * mr * 4, b_panel = k4 * nr * 4;
+    const int64_t mpanels = ql_panels(m, mr), npanels = b->panels;
+    /* ~96 rows and 256 columns per block (in whole panels). */
+    const int64_t mc = (96 + mr - 1) / mr, nc = (256 + nr - 1) / nr;
+    const int64_t mblocks = (mpanels + mc - 1) / mc, nblocks = (npanels + nc - 1) / nc;
+    const int64_t blocks = mblocks * nblocks;
+    if (threads > blocks) threads = (int)(blocks > 0 ? blocks : 1);
+#pragma omp parallel num_threads(threads)
+    {
+        int32_t c[32 * 64] __attribute__((aligned(64)));
+#pragma omp for schedule(static)
+        for (int64_t blk = 0; blk < blocks; blk++) {
+            int64_t nb = blk / mblocks, mb = blk % mblocks;
+            int64_t jp1 = (nb + 1) * nc < npanels ? (nb + 1) * nc : npanels;
+            int64_t ip1 = (mb + 1) * mc < mpanels ? (mb + 1) * mc : mpanels;
+            for (int64_t jp = nb * nc; jp < jp1; jp++)
+                for (int64_t ip = mb * mc; ip < ip1; ip++) {
+                    kern->tile(k4, packed_a + ip * a_panel, b->data + jp * b_panel, c);
+                    int64_t m0 = ip * mr, n0 = jp * nr;
+                    int mr_eff = (int)(m - m0 < mr ? m - m0 : mr);
+                    int nr_eff = (int)(b->n - n0 < nr ? b->n - n0 : nr);
+                    epi(arg, c, nr, m0, n0, mr_eff, nr_eff);
+                }
+        }
+    }
+}

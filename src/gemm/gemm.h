@@ -1,0 +1,62 @@
+/* The packed int8 GEMM: BLIS-style driver around tiny per-ISA micro-kernels.
+ *
+ * Packed layouts (kp = K rounded up to 4, k4 = kp / 4):
+ *   A (activations): panels of MR rows; panel p holds rows p·MR .. p·MR+MR-1
+ *     as [k4][MR][4] int8. Padding rows and columns are 0.
+ *   B (weights): panels of NR columns as [k4][NR][4] bytes; int8 codes, or
+ *     codes + 128 as uint8 for the VNNI kernels (vpdpbusd multiplies u8 by s8),
+ *     whose result then exceeds the true product by 128·Σ_k a[m,k]; the
+ *     epilogue subtracts that row correction (computed in the prologue).
+ * Micro-kernels compute one MR×NR int32 tile over the whole K and write it to
+ * a small buffer (row stride NR) that the tile epilogue consumes at once. */
+#ifndef QL_GEMM_H
+#define QL_GEMM_H
+
+#include "../core/core.h"
+
+typedef void (*ql_s8_tile_fn)(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c);
+
+typedef struct ql_s8_kernel {
+    ql_isa isa;
+    const char *name; /* e.g. "s8_gemm_12x32c4__avx512vnni" */
+    int mr, nr;
+    bool b_offset128; /* B stored as code + 128 (u8) */
+    ql_s8_tile_fn tile;
+} ql_s8_kernel;
+
+/* The kernel for an ISA (never NULL for a supported ISA). */
+const ql_s8_kernel *ql_s8_kernel_for(ql_isa isa);
+
+extern const ql_s8_kernel ql_s8_gemm_4x8c4__generic;
+extern const ql_s8_kernel ql_s8_gemm_4x8c4__avx2;
+extern const ql_s8_kernel ql_s8_gemm_6x16c4__avxvnni;
+extern const ql_s8_kernel ql_s8_gemm_12x32c4__avx512vnni;
+
+typedef struct ql_packed_b {
+    int64_t n, k, k4, panels;
+    int nr;
+    bool offset128;
+    uint8_t *data; /* panels · k4 · nr · 4 bytes, 64-byte aligned */
+} ql_packed_b;
+
+ql_status ql_pack_b_s8(const ql_s8_kernel *kern, const int8_t *w, int64_t n, int64_t k, int64_t ldw, ql_packed_b *out);
+void ql_packed_b_free(ql_packed_b *b);
+
+static inline int64_t ql_k4(int64_t k) { return (k + 3) / 4; }
+static inline int64_t ql_panels(int64_t rows, int mr) { return (rows + mr - 1) / mr; }
+
+/* Pack plain int8 rows into A panels (for the raw GEMM API; the linear's
+ * prologue packs straight from float). rowsum gets Σ_k a[m,k]. */
+void ql_pack_a_s8(const int8_t *a, int64_t m, int64_t k, int64_t lda, int mr, int8_t *packed, int32_t *rowsum);
+
+/* Called once per finished MR×NR tile: rows m0 .. m0+mr_eff-1, columns
+ * n0 .. n0+nr_eff-1; c has row stride nr. */
+typedef void (*ql_tile_epilogue_fn)(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff,
+                                    int nr_eff);
+
+/* Run C = A·Bᵀ tile by tile over `threads` threads. Each tile is computed the
+ * same way whatever the thread count, so results never depend on it. */
+void ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const int8_t *packed_a, int64_t m, const ql_packed_b *b,
+                    ql_tile_epilogue_fn epi, void *arg);
+
+#endif

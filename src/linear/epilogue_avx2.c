@@ -1,0 +1,41 @@
+/* AVX2 W8A8 tile epilogue: 8 columns at a time, the scalar epilogue for a
+ * partial last chunk. Same roundings as ql_epilogue_scalar. */
+#include "kernels.h"
+#include "simd256.h"
+
+void ql_w8a8_epilogue_avx2(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff)
+{
+    const ql_w8a8_epi *e = arg;
+    const ql_dtype dt = e->plan.y_dtype;
+    const int full = nr_eff & ~7;
+    for (int r = 0; r < mr_eff; r++) {
+        const int64_t row = m0 + r;
+        const int32_t corr_s = e->offset128 ? 128 * e->rowsum[row] : 0;
+        const __m256i corr = _mm256_set1_epi32(corr_s);
+        const __m256 sxv = _mm256_set1_ps(e->sx[row]);
+        for (int j = 0; j < full; j += 8) {
+            const int64_t col = n0 + j;
+            __m256i acc = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(c + r * nr + j)), corr);
+            if (e->c_out) {
+                _mm256_storeu_si256((__m256i *)(e->c_out + row * e->ldc + col), acc);
+                continue;
+            }
+            __m256 sw = e->sw_scalar ? _mm256_set1_ps(e->sw[0]) : _mm256_loadu_ps(e->sw + col);
+            __m256 y = ql256_round_to(dt, _mm256_mul_ps(_mm256_cvtepi32_ps(acc), _mm256_mul_ps(sxv, sw)));
+            if (e->plan.bias) y = ql256_round_to(dt, _mm256_add_ps(y, _mm256_loadu_ps(e->plan.bias + col)));
+            if (e->plan.residual) {
+                __m256 res = ql256_load(dt, e->plan.residual, row * e->plan.ld_residual + col);
+                __m256 rs = ql256_load(dt, e->plan.residual_scale, col);
+                y = ql256_round_to(dt, _mm256_add_ps(res, _mm256_mul_ps(rs, y)));
+            }
+            ql256_store(dt, e->y, row * e->ldy + col, y);
+        }
+        for (int j = full; j < nr_eff; j++) {
+            const int64_t col = n0 + j;
+            int32_t acc = c[r * nr + j] - corr_s;
+            if (e->c_out) { e->c_out[row * e->ldc + col] = acc; continue; }
+            float sxw = e->sx[row] * e->sw[e->sw_scalar ? 0 : col];
+            ql_store_f(dt, e->y, row * e->ldy + col, ql_epilogue_scalar(&e->plan, (float)acc * sxw, row, col));
+        }
+    }
+}

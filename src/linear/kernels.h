@@ -1,0 +1,66 @@
+/* Per-ISA prologue (rotate + quantize + pack activations) and epilogue
+ * (scale restore, cast, bias, residual) of the W8A8 linear. Every variant
+ * reproduces the generic (reference) one bit for bit. */
+#ifndef QL_LINEAR_KERNELS_H
+#define QL_LINEAR_KERNELS_H
+
+#include "../gemm/gemm.h"
+#include "linear.h"
+
+/* Quantize rows of panels [p0, p1) of x into packed A (panels of mr rows),
+ * with per-row scale sx and Σq in rowsum. Rows >= m are written as zeros.
+ * scratch holds k floats (64-byte aligned). */
+typedef void (*ql_prologue_fn)(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
+                               int64_t p0, int64_t p1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
+
+void ql_prologue_generic(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
+                         int64_t p0, int64_t p1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
+void ql_prologue_avx2(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
+                      int64_t p0, int64_t p1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
+void ql_prologue_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
+                        int64_t p0, int64_t p1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
+
+/* State of the W8A8 tile epilogue. With c_out set, the raw exact int32
+ * result is stored instead (the bare GEMM). */
+typedef struct ql_w8a8_epi {
+    const float *sx;
+    const int32_t *rowsum;
+    bool offset128;
+    const float *sw;
+    bool sw_scalar;
+    ql_epi_plan plan;
+    void *y;
+    int64_t ldy;
+    int32_t *c_out;
+    int64_t ldc;
+} ql_w8a8_epi;
+
+void ql_w8a8_epilogue_generic(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
+void ql_w8a8_epilogue_avx2(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
+void ql_w8a8_epilogue_avx512(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
+
+/* State of the dense (float GEMM) tile epilogue. */
+typedef struct ql_f32_epi {
+    ql_epi_plan plan;
+    void *y;
+    int64_t ldy;
+} ql_f32_epi;
+void ql_f32_epilogue_avx512(void *arg, const float *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
+
+/* Write one quantized row (k codes) into its place in the packed A panels. */
+static inline void ql_scatter_row(const int8_t *q, int64_t k, int mr, int r, int8_t *panel)
+{
+    int64_t q4 = k / 4;
+    for (int64_t j = 0; j < q4; j++) memcpy(panel + (j * mr + r) * 4, q + 4 * j, 4);
+    if (k % 4) {
+        int8_t tail[4] = {0, 0, 0, 0};
+        memcpy(tail, q + 4 * q4, (size_t)(k % 4));
+        memcpy(panel + (q4 * mr + r) * 4, tail, 4);
+    }
+}
+static inline void ql_zero_row(int64_t k, int mr, int r, int8_t *panel)
+{
+    for (int64_t j = 0; j < ql_k4(k); j++) memset(panel + (j * mr + r) * 4, 0, 4);
+}
+
+#endif

@@ -1,0 +1,295 @@
+/* ql_linear: weights packed once at creation; forward runs the fused
+ * pipeline for the context's ISA with the context's threads. */
+#include "linear.h"
+
+#include <omp.h>
+#include <stdlib.h>
+
+#include "../gemm/f32.h"
+#include "../gemm/gemm.h"
+#include "kernels.h"
+
+/* Rows quantized and multiplied per step: bounds the packed-activation
+ * buffer (rows·K bytes) for very tall inputs. A multiple of every MR. */
+#define QL_M_CHUNK 12288
+
+struct ql_linear {
+    ql_context *ctx;
+    ql_linear_kind kind;
+    int64_t n, k;
+    /* int8 weight (W8A8): packed for the kernel, plus its scales */
+    const ql_s8_kernel *s8;
+    ql_packed_b b8;
+    float *sw;
+    int64_t n_sw;
+    int64_t group;
+    /* float weight (DENSE), or the int8 codes kept for DEQUANT */
+    const ql_f32_kernel *f32;
+    ql_packed_f32 bf;
+    int8_t *codes;
+    /* bias as given */
+    void *bias;
+    ql_dtype bias_dtype;
+};
+
+typedef struct {
+    ql_prologue_fn prologue;
+    ql_tile_epilogue_fn epilogue;
+} isa_ops;
+
+static isa_ops ops_for(ql_isa isa)
+{
+    switch (isa) {
+    case QL_ISA_AVX512VNNI: return (isa_ops){ql_prologue_avx512, ql_w8a8_epilogue_avx512};
+    case QL_ISA_AVXVNNI:
+    case QL_ISA_AVX2: return (isa_ops){ql_prologue_avx2, ql_w8a8_epilogue_avx2};
+    default: return (isa_ops){ql_prologue_generic, ql_w8a8_epilogue_generic};
+    }
+}
+
+void ql_linear_destroy(ql_linear *l)
+{
+    if (!l) return;
+    ql_packed_b_free(&l->b8);
+    ql_packed_f32_free(&l->bf);
+    ql_aligned_free(l->sw);
+    ql_aligned_free(l->codes);
+    ql_aligned_free(l->bias);
+    free(l);
+}
+
+static ql_status copy_bias(ql_linear *l, const void *bias, ql_dtype dt, int64_t n)
+{
+    if (!bias) return QL_OK;
+    QL_TRY(ql_check_float_dtype("ql_linear_create", "bias", dt));
+    size_t bytes = (size_t)n * ql_dtype_size(dt);
+    l->bias = ql_aligned_alloc(bytes);
+    if (!l->bias) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_create: cannot allocate the bias");
+    memcpy(l->bias, bias, bytes);
+    l->bias_dtype = dt;
+    return QL_OK;
+}
+
+static ql_status create_int8(ql_linear *l, const ql_linear_desc *d)
+{
+    const ql_int8_weight *w = &d->int8;
+    QL_TRY(ql_check_int8_weight("ql_linear_create", w));
+    l->n = w->n;
+    l->k = w->k;
+    l->group = w->convrot_group;
+    l->n_sw = w->n_scale;
+    l->sw = ql_aligned_alloc((size_t)w->n_scale * sizeof(float));
+    if (!l->sw) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_create: out of memory");
+    memcpy(l->sw, w->scale, (size_t)w->n_scale * sizeof(float));
+    QL_TRY(copy_bias(l, w->bias, w->bias_dtype, w->n));
+    if (d->kind == QL_LINEAR_W8A8) {
+        l->s8 = ql_s8_kernel_for(l->ctx->isa);
+        return ql_pack_b_s8(l->s8, w->q, w->n, w->k, w->ldq, &l->b8);
+    }
+    /* DEQUANT keeps the int8 codes resident and expands them on every call. */
+    l->f32 = ql_f32_kernel_for(l->ctx->isa);
+    size_t bytes = (size_t)(w->n * w->k);
+    l->codes = ql_aligned_alloc(bytes);
+    if (!l->codes) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_create: cannot allocate %zu bytes", bytes);
+    for (int64_t r = 0; r < w->n; r++) memcpy(l->codes + r * w->k, w->q + r * w->ldq, (size_t)w->k);
+    return QL_OK;
+}
+
+ql_status ql_linear_create(ql_context *ctx, const ql_linear_desc *d, ql_linear **out)
+{
+    const char *fn = "ql_linear_create";
+    QL_CHECK_PTR(fn, ctx);
+    QL_CHECK_PTR(fn, d);
+    QL_CHECK_PTR(fn, out);
+    *out = NULL;
+    ql_linear *l = calloc(1, sizeof *l);
+    if (!l) return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    l->ctx = ctx;
+    l->kind = d->kind;
+    ql_status st;
+    switch (d->kind) {
+    case QL_LINEAR_W8A8:
+    case QL_LINEAR_DEQUANT: st = create_int8(l, d); break;
+    case QL_LINEAR_DENSE:
+        if ((st = ql_check_float_dtype(fn, "weight", d->weight_dtype)) != QL_OK) break;
+        if ((st = ql_check_matrix(fn, "weight", d->weight, d->n, d->k, d->ld_weight)) != QL_OK) break;
+        if (d->compute_dtype != QL_F32) {
+            st = ql_fail(QL_ERR_UNSUPPORTED, "%s: dense compute dtype %s is not supported yet (fp32)", fn,
+                         ql_dtype_name(d->compute_dtype));
+            break;
+        }
+        l->n = d->n;
+        l->k = d->k;
+        l->f32 = ql_f32_kernel_for(ctx->isa);
+        if ((st = copy_bias(l, d->bias, d->bias_dtype, d->n)) != QL_OK) break;
+        st = ql_pack_b_f32(l->f32, d->weight_dtype, d->weight, d->n, d->k, d->ld_weight, &l->bf);
+        break;
+    case QL_LINEAR_WEIGHT_ONLY:
+        st = ql_fail(QL_ERR_UNSUPPORTED, "%s: the weight-only kind is not implemented yet", fn);
+        break;
+    default: st = ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: unknown linear kind %d", fn, (int)d->kind);
+    }
+    if (st != QL_OK) {
+        ql_linear_destroy(l);
+        return st;
+    }
+    *out = l;
+    return QL_OK;
+}
+
+size_t ql_linear_weight_bytes(const ql_linear *l)
+{
+    if (!l) return 0;
+    if (l->kind == QL_LINEAR_W8A8) return (size_t)(l->b8.panels * l->b8.k4 * l->b8.nr * 4) + (size_t)l->n_sw * 4;
+    if (l->kind == QL_LINEAR_DEQUANT) return (size_t)(l->n * l->k) + (size_t)l->n_sw * 4;
+    return (size_t)(l->bf.panels * l->bf.k * l->bf.nr) * sizeof(float);
+}
+
+/* ---- W8A8 */
+
+static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t m, int64_t ldx, void *y,
+                              ql_dtype ydt, int64_t ldy, const ql_epi_plan *plan)
+{
+    const ql_s8_kernel *kern = l->s8;
+    const isa_ops ops = ops_for(kern->isa);
+    const int threads = l->ctx->threads, mr = kern->mr;
+    const int64_t k = l->k, k4 = ql_k4(k), kp = (k + 15) & ~(int64_t)15;
+    const int64_t chunk = m < QL_M_CHUNK ? m : QL_M_CHUNK;
+    const int64_t cpanels = ql_panels(chunk, mr);
+    int8_t *packed = ql_aligned_alloc((size_t)(cpanels * k4 * mr * 4));
+    float *sx = ql_aligned_alloc((size_t)chunk * sizeof(float));
+    int32_t *rowsum = ql_aligned_alloc((size_t)chunk * sizeof(int32_t));
+    const size_t scratch_bytes = ((size_t)kp * 5 + 127) & ~(size_t)63;
+    char *scratch = ql_aligned_alloc(scratch_bytes * (size_t)threads);
+    ql_status st = QL_OK;
+    if (!packed || !sx || !rowsum || !scratch) {
+        st = ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot allocate the activation buffers");
+        goto done;
+    }
+    for (int64_t m0 = 0; m0 < m; m0 += chunk) {
+        const int64_t mc = m - m0 < chunk ? m - m0 : chunk, panels = ql_panels(mc, mr);
+        const void *xc = ql_row_cptr(xdt, x, m0, ldx);
+        int pt = threads < panels ? threads : (int)panels;
+#pragma omp parallel num_threads(pt)
+        {
+            float *scr = (float *)(scratch + scratch_bytes * (size_t)omp_get_thread_num());
+#pragma omp for schedule(static)
+            for (int64_t p = 0; p < panels; p++)
+                ops.prologue(xdt, xc, ldx, mc, k, l->group, mr, p, p + 1, packed, sx, rowsum, scr);
+        }
+        ql_w8a8_epi e = {sx, rowsum, kern->b_offset128, l->sw, l->n_sw == 1, *plan,
+                         ql_row_ptr(ydt, y, m0, ldy), ldy, NULL, 0};
+        if (e.plan.residual) e.plan.residual = ql_row_cptr(ydt, e.plan.residual, m0, e.plan.ld_residual);
+        ql_gemm_s8_run(threads, kern, packed, mc, &l->b8, ops.epilogue, &e);
+    }
+done:
+    ql_aligned_free(packed);
+    ql_aligned_free(sx);
+    ql_aligned_free(rowsum);
+    ql_aligned_free(scratch);
+    return st;
+}
+
+/* ---- float paths (DENSE, DEQUANT) */
+
+static void f32_epilogue_generic(void *arg, const float *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff)
+{
+    const ql_f32_epi *e = arg;
+    for (int r = 0; r < mr_eff; r++)
+        for (int j = 0; j < nr_eff; j++)
+            ql_store_f(e->plan.y_dtype, e->y, (m0 + r) * e->ldy + n0 + j,
+                       ql_epilogue_scalar(&e->plan, c[r * nr + j], m0 + r, n0 + j));
+}
+
+static ql_status forward_f32(ql_linear *l, const ql_packed_f32 *b, const void *x, ql_dtype xdt, int64_t m,
+                             int64_t ldx, void *y, ql_dtype ydt, int64_t ldy, const ql_epi_plan *plan)
+{
+    const float *a = x;
+    float *conv = NULL;
+    if (xdt != QL_F32) { /* the fp32 kernel needs fp32 rows */
+        conv = ql_aligned_alloc((size_t)(m * l->k) * sizeof(float));
+        if (!conv) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot convert x to fp32");
+        for (int64_t r = 0; r < m; r++) ql_convert(ql_row_cptr(xdt, x, r, ldx), xdt, conv + r * l->k, QL_F32, l->k);
+        a = conv;
+        ldx = l->k;
+    }
+    ql_f32_epi e = {*plan, y, ldy};
+    ql_f32_epilogue_fn epi = l->f32 == &ql_f32_gemm_12x32__avx512 ? ql_f32_epilogue_avx512 : f32_epilogue_generic;
+    ql_status st = ql_gemm_f32_run(l->ctx->threads, l->f32, a, ldx, m, b, epi, &e);
+    ql_aligned_free(conv);
+    return st;
+}
+
+static ql_status forward_dequant(ql_linear *l, const void *x, ql_dtype xdt, int64_t m, int64_t ldx, void *y,
+                                 ql_dtype ydt, int64_t ldy, const ql_epi_plan *plan)
+{
+    /* What a stock host does without an int8 GEMM: expand the whole weight
+     * (un-rotating ConvRot weights) on every call, then a dense GEMM. */
+    float *w = ql_aligned_alloc((size_t)(l->n * l->k) * sizeof(float));
+    if (!w) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot allocate the dequantized weight");
+    ql_status st = ql_dequantize(l->codes, l->n, l->k, l->k, l->sw, l->n_sw, l->group, QL_F32, w, l->k);
+    ql_packed_f32 b = {0};
+    if (st == QL_OK) st = ql_pack_b_f32(l->f32, QL_F32, w, l->n, l->k, l->k, &b);
+    ql_aligned_free(w);
+    if (st == QL_OK) st = forward_f32(l, &b, x, xdt, m, ldx, y, ydt, ldy, plan);
+    ql_packed_f32_free(&b);
+    return st;
+}
+
+ql_status ql_linear_forward(ql_linear *l, const void *x, ql_dtype xdt, int64_t m, int64_t ldx, void *y, ql_dtype ydt,
+                            int64_t ldy, const ql_epilogue *epi)
+{
+    const char *fn = "ql_linear_forward";
+    QL_CHECK_PTR(fn, l);
+    QL_TRY(ql_check_forward_args(fn, l->n, l->k, x, xdt, m, ldx, y, ydt, ldy, epi));
+    if (m == 0 || l->n == 0) return QL_OK;
+    ql_epi_plan plan = {ydt, NULL, epi ? epi->residual : NULL, epi ? epi->ld_residual : 0,
+                        epi ? epi->residual_scale : NULL};
+    float *bias = NULL;
+    QL_TRY(ql_bias_to_f32(fn, l->bias, l->bias_dtype, l->n, ydt, &bias));
+    plan.bias = bias;
+    ql_status st;
+    if (l->k == 0) { /* empty contraction: acc = 0 */
+        st = QL_OK;
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t c = 0; c < l->n; c++) ql_store_f(ydt, y, r * ldy + c, ql_epilogue_scalar(&plan, 0.0f, r, c));
+    } else if (l->kind == QL_LINEAR_W8A8) st = forward_w8a8(l, x, xdt, m, ldx, y, ydt, ldy, &plan);
+    else if (l->kind == QL_LINEAR_DEQUANT) st = forward_dequant(l, x, xdt, m, ldx, y, ydt, ldy, &plan);
+    else st = forward_f32(l, &l->bf, x, xdt, m, ldx, y, ydt, ldy, &plan);
+    ql_aligned_free(bias);
+    return st;
+}
+
+/* ---- bare GEMM */
+
+ql_status ql_gemm_s8s8s32(ql_context *ctx, int64_t m, int64_t n, int64_t k, const int8_t *a, int64_t lda,
+                          const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc)
+{
+    const char *fn = "ql_gemm_s8s8s32";
+    QL_CHECK_PTR(fn, ctx);
+    QL_TRY(ql_check_matrix(fn, "a", a, m, k, lda));
+    QL_TRY(ql_check_matrix(fn, "b", b, n, k, ldb));
+    QL_TRY(ql_check_matrix(fn, "c", c, m, n, ldc));
+    if (k > QL_MAX_K)
+        return ql_fail(QL_ERR_UNSUPPORTED, "%s: K = %lld exceeds %d, where int32 accumulation could overflow", fn,
+                       (long long)k, QL_MAX_K);
+    if (m == 0 || n == 0) return QL_OK;
+    const ql_s8_kernel *kern = ql_s8_kernel_for(ctx->isa);
+    ql_packed_b pb;
+    QL_TRY(ql_pack_b_s8(kern, b, n, k, ldb, &pb));
+    int8_t *pa = ql_aligned_alloc((size_t)(ql_panels(m, kern->mr) * ql_k4(k) * kern->mr * 4));
+    int32_t *rowsum = ql_aligned_alloc((size_t)m * sizeof(int32_t));
+    if (!pa || !rowsum) {
+        ql_packed_b_free(&pb);
+        ql_aligned_free(pa);
+        ql_aligned_free(rowsum);
+        return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    ql_pack_a_s8(a, m, k, lda, kern->mr, pa, rowsum);
+    ql_w8a8_epi e = {NULL, rowsum, kern->b_offset128, NULL, false, {0}, NULL, 0, c, ldc};
+    ql_gemm_s8_run(ctx->threads, kern, pa, m, &pb, ops_for(kern->isa).epilogue, &e);
+    ql_packed_b_free(&pb);
+    ql_aligned_free(pa);
+    ql_aligned_free(rowsum);
+    return QL_OK;
+}

@@ -1,0 +1,114 @@
+/* AVX-512 prologue: one pass per activation row — load to fp32, fast
+ * Walsh–Hadamard transform of each group in registers, round to the input
+ * dtype, row absmax, quantize with the reference rounding, scatter into the
+ * packed A panels. Same operations, in the same order, as the generic twin. */
+#include "kernels.h"
+#include "simd512.h"
+
+#include <math.h>
+
+/* One radix-4 stage inside a register: lanes (a,b,c,d) at distance s become
+ * (t0+t3, t0-t3, t1+t2, t1-t2) with t0=a+b, t1=c+d, t2=a-b, t3=c-d. With
+ * p = x swapped at distance s: S = x+p = (t0,t0,t1,t1), D = x-p =
+ * (t2,-t2,t3,-t3), and the result is S + (D swapped at distance 2s). */
+static inline __m512 stage_s1(__m512 x)
+{
+    __m512 p = _mm512_permute_ps(x, _MM_SHUFFLE(2, 3, 0, 1));
+    __m512 s = _mm512_add_ps(x, p), d = _mm512_sub_ps(x, p);
+    return _mm512_add_ps(s, _mm512_permute_ps(d, _MM_SHUFFLE(1, 0, 3, 2)));
+}
+static inline __m512 stage_s4(__m512 x)
+{
+    __m512 p = _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(2, 3, 0, 1));
+    __m512 s = _mm512_add_ps(x, p), d = _mm512_sub_ps(x, p);
+    return _mm512_add_ps(s, _mm512_shuffle_f32x4(d, d, _MM_SHUFFLE(1, 0, 3, 2)));
+}
+
+static void fwht_group(float *v, int64_t g)
+{
+    int p = 0;
+    for (int64_t t = g; t > 1; t /= 4) p++;
+    const __m512 norm = _mm512_set1_ps(ldexpf(1.0f, -p));
+    for (int64_t i = 0; i < g; i += 16) {
+        __m512 x = _mm512_mul_ps(_mm512_load_ps(v + i), norm);
+        x = stage_s1(x);
+        x = stage_s4(x);
+        _mm512_store_ps(v + i, x);
+    }
+    for (int64_t s = 16; s < g; s *= 4)
+        for (int64_t base = 0; base < g; base += 4 * s)
+            for (int64_t j = base; j < base + s; j += 16) {
+                __m512 a = _mm512_load_ps(v + j), b = _mm512_load_ps(v + j + s);
+                __m512 c = _mm512_load_ps(v + j + 2 * s), d = _mm512_load_ps(v + j + 3 * s);
+                __m512 t0 = _mm512_add_ps(a, b), t1 = _mm512_add_ps(c, d);
+                __m512 t2 = _mm512_sub_ps(a, b), t3 = _mm512_sub_ps(c, d);
+                _mm512_store_ps(v + j, _mm512_add_ps(t0, t3));
+                _mm512_store_ps(v + j + s, _mm512_sub_ps(t0, t3));
+                _mm512_store_ps(v + j + 2 * s, _mm512_add_ps(t1, t2));
+                _mm512_store_ps(v + j + 3 * s, _mm512_sub_ps(t1, t2));
+            }
+}
+
+/* Load a row to fp32, rotate, round to dtype; return max|v| (NaN if any
+ * value is NaN or Inf). */
+static float load_rotate_absmax(ql_dtype dt, const void *src, int64_t k, int64_t group, float *v)
+{
+    int64_t kp = (k + 15) & ~(int64_t)15;
+    for (int64_t i = 0; i < kp; i += 16) _mm512_store_ps(v + i, ql512_load(dt, src, i, ql512_mask(k - i)));
+    if (group >= 16) {
+        for (int64_t g0 = 0; g0 < k; g0 += group) fwht_group(v + g0, group);
+    } else if (group == 4) { /* four groups per vector; lanes past k are zeros and stay zeros */
+        const __m512 norm = _mm512_set1_ps(0.5f);
+        for (int64_t i = 0; i < kp; i += 16) _mm512_store_ps(v + i, stage_s1(_mm512_mul_ps(_mm512_load_ps(v + i), norm)));
+    }
+    __m512 amax = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    const __m512 fmax = _mm512_set1_ps(3.402823466e38f);
+    for (int64_t i = 0; i < kp; i += 16) {
+        __m512 x = _mm512_load_ps(v + i);
+        if (group > 0 && dt != QL_F32) {
+            x = ql512_round_to(dt, x);
+            _mm512_store_ps(v + i, x);
+        }
+        __m512 ax = _mm512_abs_ps(x);
+        bad |= _mm512_cmp_ps_mask(ax, fmax, _CMP_NLE_UQ); /* > max, or NaN */
+        amax = _mm512_max_ps(amax, ax);
+    }
+    return bad ? NAN : _mm512_reduce_max_ps(amax);
+}
+
+void ql_prologue_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
+                        int64_t p0, int64_t p1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch)
+{
+    const int64_t k4 = ql_k4(k), kp = (k + 15) & ~(int64_t)15;
+    int8_t *q = (int8_t *)(scratch + kp);
+    for (int64_t p = p0; p < p1; p++) {
+        int8_t *panel = packed + (size_t)(p * k4 * mr * 4);
+        for (int r = 0; r < mr; r++) {
+            int64_t row = p * mr + r;
+            if (row >= m) { ql_zero_row(k, mr, r, panel); continue; }
+            float a = load_rotate_absmax(dt, ql_row_cptr(dt, x, row, ldx), k, group, scratch);
+            if (isnan(a)) { /* non-finite row: codes 0, scale NaN -> NaN output row */
+                sx[row] = NAN;
+                rowsum[row] = 0;
+                ql_zero_row(k, mr, r, panel);
+                continue;
+            }
+            float s = ql_scale_from_absmax(a);
+            const __m512 st = _mm512_set1_ps(ql_scale_divisor(dt, s));
+            const __m512 lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
+            __m512i sum = _mm512_setzero_si512();
+            for (int64_t i = 0; i < kp; i += 16) {
+                __m512 y = ql512_round_to(dt, _mm512_div_ps(_mm512_load_ps(scratch + i), st));
+                y = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                y = _mm512_min_ps(_mm512_max_ps(y, lo), hi);
+                __m512i qi = _mm512_maskz_cvtps_epi32(ql512_mask(k - i), y);
+                sum = _mm512_add_epi32(sum, qi);
+                _mm_store_si128((__m128i *)(q + i), _mm512_cvtepi32_epi8(qi));
+            }
+            sx[row] = s;
+            rowsum[row] = _mm512_reduce_add_epi32(sum);
+            ql_scatter_row(q, k, mr, r, panel);
+        }
+    }
+}

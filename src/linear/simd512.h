@@ -1,0 +1,56 @@
+/* AVX-512 helpers shared by the AVX-512 prologue and epilogue: dtype loads,
+ * stores and the exact round-to-dtype (RNE, subnormals kept: no
+ * vcvtneps2bf16, which flushes subnormals). Include only from files built
+ * with AVX-512 flags. */
+#ifndef QL_SIMD512_H
+#define QL_SIMD512_H
+
+#include <immintrin.h>
+
+#include "../core/core.h"
+
+static inline __mmask16 ql512_mask(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u); }
+
+static inline __m512 ql512_load(ql_dtype dt, const void *p, int64_t i, __mmask16 m)
+{
+    switch (dt) {
+    case QL_F32: return _mm512_maskz_loadu_ps(m, (const float *)p + i);
+    case QL_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i));
+    default:
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i)), 16));
+    }
+}
+
+/* bf16 bit pattern (in the low 16 bits of each lane) of v, RNE, NaN quietened. */
+static inline __m512i ql512_bf16_bits(__m512 v)
+{
+    __m512i u = _mm512_castps_si512(v);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    __m512i qn = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    return _mm512_mask_mov_epi32(r, nan, qn);
+}
+
+static inline __m512 ql512_round_to(ql_dtype dt, __m512 v)
+{
+    switch (dt) {
+    case QL_F32: return v;
+    case QL_F16: return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    default: return _mm512_castsi512_ps(_mm512_slli_epi32(ql512_bf16_bits(v), 16));
+    }
+}
+
+static inline void ql512_store(ql_dtype dt, void *p, int64_t i, __m512 v, __mmask16 m)
+{
+    switch (dt) {
+    case QL_F32: _mm512_mask_storeu_ps((float *)p + i, m, v); break;
+    case QL_F16:
+        _mm256_mask_storeu_epi16((uint16_t *)p + i, m, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        break;
+    default: _mm256_mask_storeu_epi16((uint16_t *)p + i, m, _mm512_cvtepi32_epi16(ql512_bf16_bits(v))); break;
+    }
+}
+
+#endif
