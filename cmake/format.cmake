@@ -1,0 +1,54 @@
+# Checkpoint files: safetensors reader/writer, comfy_quant layers, checkpoint
+# quantization (src/format), their tests and the reader's fuzz target.
+# Included at the end of the top-level CMakeLists.txt.
+
+find_path(QL_JANSSON_INCLUDE jansson.h)
+find_library(QL_JANSSON_LIB jansson REQUIRED)
+
+set(QL_FORMAT_SOURCES
+  src/format/safetensors.c
+  src/format/writer.c
+  src/format/comfy_quant.c
+  src/format/layers.c
+  src/format/quantize_ckpt.c)
+
+target_sources(qlinear_objs PRIVATE ${QL_FORMAT_SOURCES})
+if(QL_JANSSON_INCLUDE)
+  target_include_directories(qlinear_objs PRIVATE ${QL_JANSSON_INCLUDE})
+endif()
+target_link_libraries(qlinear_objs PUBLIC ${QL_JANSSON_LIB})
+target_link_libraries(qlinear_static PUBLIC ${QL_JANSSON_LIB})
+target_link_libraries(qlinear_shared PUBLIC ${QL_JANSSON_LIB})
+
+if(QL_BUILD_TESTS)
+  # Library-level tests: reader rules, hostile files, writer bytes, layers,
+  # quantize round trip (seeded; QL_TEST_SEED overrides the seed).
+  add_executable(test_format tests/test_format.c tests/testutil.c)
+  target_link_libraries(test_format PRIVATE qlinear_static)
+  target_include_directories(test_format PRIVATE src tests)
+  add_test(NAME test_format COMMAND test_format)
+
+  # The qlinear command on the same files: one error line, exit codes.
+  add_executable(test_format_cli tests/test_format_cli.c tests/testutil.c)
+  target_link_libraries(test_format_cli PRIVATE qlinear_static)
+  target_include_directories(test_format_cli PRIVATE src tests)
+  add_test(NAME test_format_cli COMMAND test_format_cli $<TARGET_FILE:qlinear>)
+  add_dependencies(test_format_cli qlinear)
+endif()
+
+if(QL_BUILD_FUZZ)
+  if(NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "QL_BUILD_FUZZ needs clang (configure with CC=clang)")
+  endif()
+  # Coverage instrumentation for the code under test; the fuzzer links it.
+  set_source_files_properties(${QL_FORMAT_SOURCES} PROPERTIES COMPILE_OPTIONS "-fsanitize=fuzzer-no-link")
+  add_executable(fuzz_checkpoint fuzz/fuzz_checkpoint.c)
+  target_compile_options(fuzz_checkpoint PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_options(fuzz_checkpoint PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(fuzz_checkpoint PRIVATE qlinear_static)
+  target_include_directories(fuzz_checkpoint PRIVATE src)
+
+  add_executable(fuzz_make_seeds fuzz/make_seeds.c)
+  target_link_libraries(fuzz_make_seeds PRIVATE qlinear_static)
+  target_include_directories(fuzz_make_seeds PRIVATE src)
+endif()

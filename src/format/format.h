@@ -1,0 +1,113 @@
+/* Internal pieces of the checkpoint module (safetensors reader/writer,
+ * comfy_quant, layer discovery). Not part of the public API. */
+#ifndef QL_FORMAT_H
+#define QL_FORMAT_H
+
+#include "qlinear_checkpoint.h"
+
+#include "../core/core.h"
+
+/* The reference parser's header limit (bytes). */
+#define QL_ST_MAX_HEADER 100000000ull
+
+/* A printable, one-line, bounded rendering of an untrusted string (tensor
+ * name, path) for error messages: control bytes become \xNN, long strings
+ * are cut (at a UTF-8 boundary) and end in "...". */
+typedef struct ql_name_buf {
+    char s[112];
+} ql_name_buf;
+const char *ql_show(ql_name_buf *b, const char *s);
+
+/* UTF-8 validity (RFC 3629: no overlongs, no surrogates, <= U+10FFFF).
+ * Returns the offset of the first bad byte, or len if valid. */
+size_t ql_utf8_check(const unsigned char *s, size_t len);
+
+typedef struct ql_st_tensor {
+    char *name;
+    ql_st_dtype dtype;
+    int ndim;
+    int64_t *shape; /* into ckpt->dims */
+    int64_t numel;
+    uint64_t begin, end; /* relative to the data buffer */
+} ql_st_tensor;
+
+typedef struct ql_layer {
+    ql_layer_info info;
+    char *prefix, *format, *json, *linear_dtype, *reason;
+} ql_layer;
+
+struct ql_checkpoint {
+    char *path;
+    const unsigned char *base; /* the whole file */
+    uint64_t size;
+    int mapped; /* base is an mmap of size bytes */
+    uint64_t header_len;
+    const unsigned char *data; /* base + 8 + header_len */
+    uint64_t data_size;
+
+    int64_t n_tensors;
+    ql_st_tensor *tensors;
+    int64_t *sorted; /* tensor indices sorted by name */
+    int64_t *dims;   /* all shapes */
+
+    int64_t n_meta;
+    char **meta_keys, **meta_values;
+
+    int64_t n_layers;
+    ql_layer *layers;
+    int64_t *layer_sorted; /* layer indices sorted by prefix */
+
+    /* Aligned copies of unaligned data handed out by linear_desc. */
+    void **copies;
+    int64_t n_copies, cap_copies;
+};
+
+/* ql_fail with the checkpoint's path in front: "PATH: message". */
+ql_status ql_fail_file(const ql_checkpoint *c, ql_status st, const char *fmt, ...) QL_PRINTF(3, 4);
+
+/* Parse and validate the container. `label` is used in messages. */
+ql_status ql_st_parse(ql_checkpoint *c);
+/* Discover and validate quantized layers (after ql_st_parse). */
+ql_status ql_layers_discover(ql_checkpoint *c);
+
+/* Parsed comfy_quant configuration. */
+typedef struct ql_cq {
+    const char *format; /* points into a static table of known formats */
+    int known_supported;
+    int convrot;
+    int64_t convrot_group;
+    int64_t group_size;
+    char linear_dtype[32];
+    int full_precision_matrix_mult;
+} ql_cq;
+
+/* Parse one configuration object (JSON text of `len` bytes). `where` says
+ * where it came from, for messages ("tensor 'x.comfy_quant'"). */
+ql_status ql_cq_parse_text(const char *file, const char *where, const char *text, size_t len, ql_cq *out);
+
+/* The same for an already parsed JSON value (a json_t *). */
+ql_status ql_cq_parse_json(const char *file, const char *where, void *json_obj, ql_cq *out);
+
+/* Pointer to tensor data inside the mapping. */
+static inline const void *ql_st_tensor_data(const ql_checkpoint *c, const ql_st_tensor *t)
+{
+    return c->data + t->begin;
+}
+
+/* Keep an aligned copy of `bytes` bytes alive as long as the checkpoint. */
+ql_status ql_checkpoint_keep_copy(ql_checkpoint *c, const void *src, size_t bytes, const void **out);
+
+/* Append text to a growable buffer (used by the JSON header writer). */
+typedef struct ql_sbuf {
+    char *p;
+    size_t len, cap;
+    int oom;
+} ql_sbuf;
+void ql_sbuf_put(ql_sbuf *b, const char *s, size_t n);
+void ql_sbuf_puts(ql_sbuf *b, const char *s);
+void ql_sbuf_printf(ql_sbuf *b, const char *fmt, ...) QL_PRINTF(2, 3);
+/* A JSON string literal escaped as serde_json (and Python's json.dumps with
+ * ensure_ascii=False) does: \" \\ \b \f \n \r \t, other controls \u00xx. */
+void ql_sbuf_json_string(ql_sbuf *b, const char *s);
+
+#endif
