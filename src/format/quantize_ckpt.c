@@ -355,7 +355,8 @@ ql_status ql_checkpoint_quantize(const char *in_path, const char *out_path, cons
     }
     j.prog.layers_total = layers_total;
     j.prog.bytes_total = bytes_total;
-    j.t0 = j.last_report = now_s();
+    j.t0 = now_s();
+    j.last_report = j.t0 - 1.0; /* the first piece of work is reported */
     int64_t *where = calloc((size_t)(c->n_tensors + 1), sizeof *where); /* first output of each input */
     if (!where) {
         st = ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
@@ -381,7 +382,10 @@ ql_status ql_checkpoint_quantize(const char *in_path, const char *out_path, cons
     }
     free(where);
     if (st != QL_OK) goto done;
-    report(&j, NULL, 1);
+    if (report(&j, NULL, 1)) {
+        st = cancelled(&j);
+        goto done;
+    }
     st = ql_st_writer_finish(w);
     w = NULL;
     if (st == QL_OK && result) {
