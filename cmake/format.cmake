@@ -23,13 +23,16 @@ target_link_libraries(qlinear_shared PUBLIC ${QL_JANSSON_LIB})
 if(QL_BUILD_TESTS)
   # Library-level tests: reader rules, hostile files, writer bytes, layers,
   # quantize round trip (seeded; QL_TEST_SEED overrides the seed).
-  add_executable(test_format tests/test_format.c tests/testutil.c)
+  add_executable(test_format tests/test_format.c tests/test_format_cases.c tests/testutil.c)
   target_link_libraries(test_format PRIVATE qlinear_static)
   target_include_directories(test_format PRIVATE src tests)
   add_test(NAME test_format COMMAND test_format)
+  # Rewrites shared/golden/*.safetensors (made by the Python reference
+  # writer) and expects the same bytes; skipped when the folder is absent.
+  set_tests_properties(test_format PROPERTIES ENVIRONMENT "QL_SHARED_DIR=${QL_SHARED_DIR}")
 
   # The qlinear command on the same files: one error line, exit codes.
-  add_executable(test_format_cli tests/test_format_cli.c tests/testutil.c)
+  add_executable(test_format_cli tests/test_format_cli.c tests/test_format_cases.c tests/testutil.c)
   target_link_libraries(test_format_cli PRIVATE qlinear_static)
   target_include_directories(test_format_cli PRIVATE src tests)
   add_test(NAME test_format_cli COMMAND test_format_cli $<TARGET_FILE:qlinear>)
