@@ -298,6 +298,9 @@ static void test_writer_atomic(void)
     CHECK(ql_st_writer_open(tpath("no/such/dir/x.safetensors"), sp, 1, NULL, NULL, 0, NULL, &w) == QL_ERR_IO &&
               strstr(ql_last_error(), "cannot create a temporary file"),
           "missing folder: %s", ql_last_error());
+    CHECK(ql_st_writer_open(tmp, sp, 1, NULL, NULL, 0, NULL, &w) == QL_ERR_INVALID_ARGUMENT &&
+              strstr(ql_last_error(), "is a directory"),
+          "destination is a folder: %s", ql_last_error());
     CHECK(count_entries() == before + 1, "nothing left behind");
     unlink(out);
 }

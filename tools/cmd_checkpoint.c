@@ -506,6 +506,12 @@ int ql_cmd_quantize(int argc, char **argv)
     if (group_given && opt.target != QL_QUANT_INT8_CONVROT)
         return usage_err("quantize", "--group applies to --format int8-convrot only", usage);
 
+    if (opt.threads == 0) { /* the library's default: QLINEAR_THREADS, else every CPU */
+        ql_context *ctx;
+        if (ql_context_create(&ctx) != QL_OK) return fail_lib("quantize");
+        opt.threads = ql_context_threads(ctx);
+        ql_context_destroy(ctx);
+    }
     progress_state ps = {isatty(2), 0.0, 0};
     opt.progress = on_progress;
     opt.user = &ps;

@@ -346,6 +346,11 @@ ql_status ql_st_writer_open(const char *path, const ql_tensor_spec *specs, int64
     w->data_start = 8 + (uint64_t)h.len;
     w->total = w->data_start + off;
 
+    struct stat ds;
+    if (stat(path, &ds) == 0 && S_ISDIR(ds.st_mode)) {
+        st = wfail(path, QL_ERR_INVALID_ARGUMENT, "is a directory");
+        goto fail;
+    }
     /* Never replace the input. */
     if (protect) {
         struct stat a, b;
