@@ -93,7 +93,7 @@ static void fill_row(ql_dtype dt, void *p, int64_t k, int kind, float *out)
         case 2: v = tu_gauss() * (dt == QL_F16 ? 1e-6 : 1e-39); break;         /* subnormal */
         case 3: v = (tu_uniform() * 2 - 1) * (dt == QL_F16 ? 65504.0 : 3.3e38); break; /* near max */
         case 4: v = (double)tu_range(-127, 126) + 0.5; break;                 /* ties: absmax 127 below */
-        default: v = tu_gauss() * pow(10.0, (double)tu_range(-8, 8)); break;
+        default: v = tu_gauss() * pow(10.0, (double)tu_range(-8, dt == QL_F16 ? 3 : 8)); break; /* mixed scales */
         }
         if (kind == 4 && j == 0) v = 127.0;
         ql_store_f(dt, p, j, (float)v);
