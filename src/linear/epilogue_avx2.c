@@ -12,7 +12,7 @@ void ql_w8a8_epilogue_avx2(void *arg, const int32_t *c, int nr, int64_t m0, int6
         const int64_t row = m0 + r;
         const int32_t corr_s = e->offset128 ? 128 * e->rowsum[row] : 0;
         const __m256i corr = _mm256_set1_epi32(corr_s);
-        const __m256 sxv = _mm256_set1_ps(e->sx[row]);
+        const __m256 sxv = _mm256_set1_ps(e->c_out ? 0.0f : e->sx[row]);
         for (int j = 0; j < full; j += 8) {
             const int64_t col = n0 + j;
             __m256i acc = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(c + r * nr + j)), corr);

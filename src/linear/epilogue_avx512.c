@@ -11,7 +11,7 @@ void ql_w8a8_epilogue_avx512(void *arg, const int32_t *c, int nr, int64_t m0, in
     for (int r = 0; r < mr_eff; r++) {
         const int64_t row = m0 + r;
         const __m512i corr = _mm512_set1_epi32(e->offset128 ? 128 * e->rowsum[row] : 0);
-        const __m512 sxv = _mm512_set1_ps(e->sx[row]);
+        const __m512 sxv = _mm512_set1_ps(e->c_out ? 0.0f : e->sx[row]);
         for (int j = 0; j < nr_eff; j += 16) {
             const __mmask16 mk = ql512_mask(nr_eff - j);
             const int64_t col = n0 + j;
