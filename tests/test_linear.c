@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "quant/quant.h" /* ql_load_row_rotated: the rotation, checked against x·H in test_quant */
 #include "testutil.h"
 
 static const ql_isa isas[] = {QL_ISA_GENERIC, QL_ISA_AVX2, QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI};
@@ -148,6 +149,56 @@ static void test_float_paths(ql_context *ctx)
     free(x); free(w); free(y); free(yd); free(q); free(s);
 }
 
+/* Weight-only (int8 codes decoded to fp32, activations rotated but not
+ * quantized) and bf16 dense, against float64 models of exactly what they
+ * compute: |y - model| <= 1 ulp of the output dtype + 2^-20 Σ|terms|. */
+static void test_weight_only_and_bf16(ql_context *ctx)
+{
+    for (int trial = 0; trial < 4; trial++) {
+        const int64_t m = tu_range(1, 30), n = tu_range(1, 70), g = trial % 2 ? 256 : 0, k = g ? 512 : tu_range(1, 300);
+        const ql_dtype xdt = dts[tu_range(0, 2)], ydt = dts[tu_range(0, 2)];
+        void *x = malloc((size_t)(m * k) * 4), *y = malloc((size_t)(m * n) * 4), *yb = malloc((size_t)(m * n) * 4);
+        float *xf = malloc((size_t)(m * k) * 4), *w = malloc((size_t)(n * k) * 4), *s = malloc((size_t)n * 4);
+        int8_t *q = malloc((size_t)(n * k));
+        tu_fill_gauss(xdt, x, m * k, 1.0);
+        tu_fill_gauss(QL_F32, w, n * k, 0.05);
+        random_weight(n, k, q, s, n);
+        for (int64_t r = 0; r < m; r++) ql_load_row_rotated(xdt, ql_row_cptr(xdt, x, r, k), k, g, xf + r * k);
+        ql_linear *lin;
+        ql_linear_desc d = {.kind = QL_LINEAR_WEIGHT_ONLY, .int8 = {n, k, q, k, s, n, g, NULL, QL_F32}};
+        CHECK_OK(ql_linear_create(ctx, &d, &lin));
+        CHECK_OK(ql_linear_forward(lin, x, xdt, m, k, y, ydt, n, NULL));
+        ql_linear_destroy(lin);
+        ql_linear_desc db = {.kind = QL_LINEAR_DENSE, .n = n, .k = k, .weight = w, .ld_weight = k, .weight_dtype = QL_F32,
+                             .compute_dtype = QL_BF16};
+        CHECK_OK(ql_linear_create(ctx, &db, &lin));
+        CHECK_OK(ql_linear_forward(lin, x, xdt, m, k, yb, ydt, n, NULL));
+        ql_linear_destroy(lin);
+        int64_t bad = 0, badb = 0;
+        const float ulp = ydt == QL_F32 ? 0x1p-23f : ydt == QL_F16 ? 0x1p-10f : 0x1p-7f;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double acc = 0, mag = 0, accb = 0, magb = 0;
+                for (int64_t p = 0; p < k; p++) {
+                    acc += (double)xf[i * k + p] * q[j * k + p];
+                    mag += fabs((double)xf[i * k + p] * q[j * k + p]);
+                    double xb = ql_round_to(QL_BF16, ql_load_f(xdt, x, i * k + p)), wb = ql_round_to(QL_BF16, w[j * k + p]);
+                    accb += xb * wb;
+                    magb += fabs(xb * wb);
+                }
+                double v = acc * s[j], got = ql_load_f(ydt, y, i * n + j);
+                bad += fabs(got - v) > ulp * fabs(v) + 0x1p-20 * mag * s[j] + 1e-30;
+                double gotb = ql_load_f(ydt, yb, i * n + j);
+                badb += fabs(gotb - accb) > ulp * fabs(accb) + 0x1p-20 * magb + 1e-30;
+            }
+        CHECK(bad == 0, "%s weight-only G=%lld x=%s y=%s: %lld of %lld outputs off the float64 model",
+              ql_isa_name(ql_context_isa(ctx)), (long long)g, ql_dtype_name(xdt), ql_dtype_name(ydt), (long long)bad, (long long)(m * n));
+        CHECK(badb == 0, "%s bf16 dense x=%s y=%s: %lld of %lld outputs off the float64 model", ql_isa_name(ql_context_isa(ctx)),
+              ql_dtype_name(xdt), ql_dtype_name(ydt), (long long)badb, (long long)(m * n));
+        free(x); free(y); free(yb); free(xf); free(w); free(s); free(q);
+    }
+}
+
 static void test_bad_input(ql_context *ctx)
 {
     int8_t q[64 * 4];
@@ -200,6 +251,7 @@ int main(void)
             case_vs_ref(ctx, 200, 300, 512, 256, QL_BF16, QL_BF16, 1, 0, 1); /* many tiles */
         }
         test_float_paths(ctx);
+        test_weight_only_and_bf16(ctx);
         test_bad_input(ctx);
     }
     test_accuracy();

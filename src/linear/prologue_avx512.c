@@ -112,3 +112,18 @@ void ql_prologue_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int6
         }
     }
 }
+
+/* Float paths: rows of x -> fp32 (rotated and rounded to dt when group > 0;
+ * rounded to bf16 when round_bf16). out rows have stride ldo >= k rounded up
+ * to 16 and are 64-byte aligned. */
+void ql_rows_to_f32_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t r0, int64_t r1, int64_t k, int64_t group,
+                           int round_bf16, float *out, int64_t ldo)
+{
+    const int64_t kp = (k + 15) & ~(int64_t)15;
+    for (int64_t r = r0; r < r1; r++) {
+        float *o = out + r * ldo;
+        (void)load_rotate_absmax(dt, ql_row_cptr(dt, x, r, ldx), k, group, o);
+        if (round_bf16)
+            for (int64_t i = 0; i < kp; i += 16) _mm512_store_ps(o + i, ql512_round_to(QL_BF16, _mm512_load_ps(o + i)));
+    }
+}
