@@ -14,6 +14,7 @@
 static const ql_isa isas[] = {QL_ISA_GENERIC, QL_ISA_AVX2, QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI};
 static const ql_dtype dts[] = {QL_F32, QL_BF16, QL_F16};
 static const int64_t groups[] = {0, 4, 16, 64, 256};
+static double x_sigma = 1.0; /* scale of the random activations */
 
 static int same_bits(ql_dtype dt, const void *a, const void *b, int64_t m, int64_t n, int64_t lda, int64_t ldb,
                      int64_t *first)
@@ -43,7 +44,7 @@ static void case_vs_ref(ql_context *ctx, int64_t m, int64_t n, int64_t k, int64_
     float *scale = malloc((size_t)nscale * 4);
     random_weight(n, k, q, scale, nscale);
     void *x = malloc((size_t)(m * ldx + 1) * 4), *bias = malloc((size_t)n * 4);
-    tu_fill_gauss(xdt, x, m * ldx, 1.0);
+    tu_fill_gauss(xdt, x, m * ldx, x_sigma);
     for (int64_t c = 0; c < 3 && c < k; c++) /* a few outlier channels */
         for (int64_t r = 0; r < m; r++) ql_store_f(xdt, x, r * ldx + c * 7 % k, ql_load_f(xdt, x, r * ldx + c * 7 % k) * 40.0f);
     if (nan_row && m > 2) ql_store_f(xdt, x, 2 * ldx + k / 2, NAN);
@@ -248,6 +249,14 @@ int main(void)
                                     (int)tu_range(0, 1), (int)tu_range(0, 1));
                     }
             case_vs_ref(ctx, 1, 1, 256, 256, QL_BF16, QL_BF16, 1, 1, 0);   /* one row, one column */
+            for (int di = 0; di < 3; di++) { /* tiny rows: subnormal rotated values and quotients */
+                x_sigma = dts[di] == QL_F16 ? 1e-6 : 1e-38;
+                case_vs_ref(ctx, 13, 33, 512, 256, dts[di], QL_F32, 0, 0, 0);
+                case_vs_ref(ctx, 13, 33, 96, 16, dts[di], QL_F32, 0, 0, 0);
+                x_sigma = dts[di] == QL_F16 ? 3e3 : 1e36; /* near the top of the range */
+                case_vs_ref(ctx, 13, 33, 512, 256, dts[di], dts[di], 0, 0, 0);
+                x_sigma = 1.0;
+            }
             case_vs_ref(ctx, 200, 300, 512, 256, QL_BF16, QL_BF16, 1, 0, 1); /* many tiles */
         }
         test_float_paths(ctx);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "core/core.h"
@@ -33,13 +34,15 @@ static const profile profiles[] = {
 };
 
 enum {
-    P_FP32, P_DEQUANT, P_W8A8, P_GEMM, P_OPENBLAS, P_ONEDNN_F32, P_ONEDNN_BF16, P_ONEDNN_INT8, NPATHS
+    P_FP32, P_BF16, P_DEQUANT, P_WONLY, P_W8A8, P_GEMM, P_OPENBLAS, P_ONEDNN_F32, P_ONEDNN_BF16, P_ONEDNN_INT8, NPATHS
 };
-static const char *path_names[NPATHS] = {"fp32", "dequant", "w8a8-convrot", "int8-gemm",
+static const char *path_names[NPATHS] = {"fp32", "bf16", "dequant", "weight-only", "w8a8-convrot", "int8-gemm",
                                          "openblas-fp32", "onednn-fp32", "onednn-bf16", "onednn-int8"};
 static const char *path_notes[NPATHS] = {
     "ours, dense fp32 (x fp32 -> y fp32, + bias)",
+    "ours, dense with bf16 weights (x bf16 -> y bf16, + bias; products summed in fp32)",
     "ours, dequantize the ConvRot weight every call, un-rotate, dense fp32",
+    "ours, int8 ConvRot codes resident, decoded in the GEMM; x bf16 rotated, not quantized -> y bf16",
     "ours, full pipeline: rotate + quantize x (bf16) + int8 GEMM + scale restore + bias -> y bf16",
     "ours, the int8 GEMM alone (prepacked A and B, int32 out)",
     "peer: OpenBLAS cblas_sgemm (fp32)",
@@ -210,17 +213,19 @@ static void bench_shape(ql_context *ctx, const layer_data *d, const int *want, i
         memset(y, 0, (size_t)(m * n) * 4);
         int ok = 0;
         double ms = 0;
-        if (p == P_FP32 || p == P_DEQUANT || p == P_W8A8) {
+        if (p == P_FP32 || p == P_BF16 || p == P_DEQUANT || p == P_WONLY || p == P_W8A8) {
             ql_linear_desc desc = {0};
             ql_dtype xdt = QL_F32, ydt = QL_F32;
             const void *x = d->x;
-            if (p == P_FP32)
+            if (p == P_FP32 || p == P_BF16) {
                 desc = (ql_linear_desc){.kind = QL_LINEAR_DENSE, .n = n, .k = k, .weight = d->w, .ld_weight = k,
-                                        .weight_dtype = QL_F32, .compute_dtype = QL_F32, .bias = d->bias, .bias_dtype = QL_F32};
-            else {
-                desc.kind = p == P_W8A8 ? QL_LINEAR_W8A8 : QL_LINEAR_DEQUANT;
+                                        .weight_dtype = QL_F32, .compute_dtype = p == P_BF16 ? QL_BF16 : QL_F32,
+                                        .bias = d->bias, .bias_dtype = QL_F32};
+                if (p == P_BF16) { xdt = ydt = QL_BF16; x = d->xb; }
+            } else {
+                desc.kind = p == P_W8A8 ? QL_LINEAR_W8A8 : p == P_WONLY ? QL_LINEAR_WEIGHT_ONLY : QL_LINEAR_DEQUANT;
                 desc.int8 = (ql_int8_weight){n, k, d->q, k, d->sw, n, 256, d->biasb, QL_BF16};
-                if (p == P_W8A8) { xdt = ydt = QL_BF16; x = d->xb; }
+                if (p != P_DEQUANT) { xdt = ydt = QL_BF16; x = d->xb; }
             }
             ql_linear *lin = NULL;
             if (ql_linear_create(ctx, &desc, &lin) == QL_OK) {
@@ -315,8 +320,25 @@ static int parse_int(const char *s, long lo, long hi, long *out)
     return 1;
 }
 
+/* OpenBLAS 0.3.21 (Debian 12) does not recognize newer CPUs and falls back
+ * to its slowest kernels (core "Prescott"); a user would set
+ * OPENBLAS_CORETYPE, so the bench does it for a fair comparison, before the
+ * library initializes: by re-executing itself once with it set. */
+static void openblas_coretype(char **argv)
+{
+    if (getenv("OPENBLAS_CORETYPE") || getenv("QL_BENCH_REEXEC") || !peer_available(PEER_OPENBLAS_F32)) return;
+    if (!strstr(peer_info(PEER_OPENBLAS_F32), "core Prescott")) return;
+    const char *core = ql_isa_supported(QL_ISA_AVX512VNNI) ? "SkylakeX" : ql_isa_supported(QL_ISA_AVX2) ? "Haswell" : NULL;
+    if (!core) return;
+    setenv("OPENBLAS_CORETYPE", core, 1);
+    setenv("QL_BENCH_REEXEC", "1", 1);
+    fflush(NULL);
+    execv("/proc/self/exe", argv - 1); /* argv[-1] is "qlinear" */
+}
+
 int ql_cmd_bench(int argc, char **argv)
 {
+    openblas_coretype(argv);
     const profile *prof = &profiles[0];
     long m_opt = -1, threads = -1, reps = 7;
     const char *json_path = NULL;
@@ -364,6 +386,9 @@ int ql_cmd_bench(int argc, char **argv)
     printf("qlinear bench — profile %s, threads %d, ISA %s, median of %ld runs\n", prof->name, nt,
            ql_isa_name(ql_context_isa(ctx)), reps);
     printf("machine: %s\n", cpu);
+    if (getenv("QL_BENCH_REEXEC"))
+        printf("note: OPENBLAS_CORETYPE=%s set by qlinear bench (this OpenBLAS fell back to core Prescott on this CPU)\n",
+               getenv("OPENBLAS_CORETYPE"));
     printf("peers: %s; %s\n", peer_available(PEER_OPENBLAS_F32) ? peer_info(PEER_OPENBLAS_F32) : "OpenBLAS absent",
            peer_available(PEER_ONEDNN_F32) ? peer_info(PEER_ONEDNN_F32) : "oneDNN absent");
     printf("data: W ~ N(0, 0.02²) fp32 quantized INT8 ConvRot G=256; X ~ N(0,1) with 8 input channels ×30, bf16 values\n");
@@ -374,6 +399,7 @@ int ql_cmd_bench(int argc, char **argv)
            "rel_l2", "weight MB");
 
     result all[8][NPATHS];
+    memset(all, 0, sizeof all);
     double totals[NPATHS] = {0};
     int64_t ms_used[8];
     for (int s = 0; s < prof->nshapes; s++) {
