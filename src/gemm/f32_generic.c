@@ -75,8 +75,16 @@ ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a
     const int mr = kern->mr, nr = kern->nr;
     const int64_t k = b->k;
     const int64_t mpanels = (m + mr - 1) / mr, npanels = b->panels;
-    const int64_t mc = (QL_F_MC + mr - 1) / mr, nc = (QL_F_NC + nr - 1) / nr;
-    const int64_t mblocks = (mpanels + mc - 1) / mc, nblocks = (npanels + nc - 1) / nc, blocks = mblocks * nblocks;
+    int64_t mc = (QL_F_MC + mr - 1) / mr, nc = (QL_F_NC + nr - 1) / nr;
+    int64_t mblocks = (mpanels + mc - 1) / mc, nblocks = (npanels + nc - 1) / nc;
+    /* Small problems: shrink the blocks until every thread has several. */
+    while (mblocks * nblocks < 8 * (int64_t)threads && (mc > 1 || nc > 1)) {
+        if (mc >= nc && mc > 1) mc = (mc + 1) / 2;
+        else nc = (nc + 1) / 2;
+        mblocks = (mpanels + mc - 1) / mc;
+        nblocks = (npanels + nc - 1) / nc;
+    }
+    const int64_t blocks = mblocks * nblocks;
     const size_t es = ql_dtype_size(b->dtype);
     if (threads > blocks) threads = (int)(blocks > 0 ? blocks : 1);
     int failed = 0;
