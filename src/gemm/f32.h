@@ -22,6 +22,7 @@ typedef struct ql_f32_kernel {
 } ql_f32_kernel;
 
 extern const ql_f32_kernel ql_f32_gemm_4x16__generic;
+extern const ql_f32_kernel ql_f32_gemm_6x16__avx2;
 extern const ql_f32_kernel ql_f32_gemm_12x32__avx512;
 const ql_f32_kernel *ql_f32_kernel_for(ql_isa isa);
 

@@ -27,7 +27,12 @@ const ql_f32_kernel ql_f32_gemm_4x16__generic = {"f32_gemm_4x16__generic", 4, 16
 
 const ql_f32_kernel *ql_f32_kernel_for(ql_isa isa)
 {
-    return isa == QL_ISA_AVX512VNNI ? &ql_f32_gemm_12x32__avx512 : &ql_f32_gemm_4x16__generic;
+    switch (isa) {
+    case QL_ISA_AVX512VNNI: return &ql_f32_gemm_12x32__avx512;
+    case QL_ISA_AVXVNNI:
+    case QL_ISA_AVX2: return &ql_f32_gemm_6x16__avx2;
+    default: return &ql_f32_gemm_4x16__generic;
+    }
 }
 
 ql_status ql_pack_b_float(const ql_f32_kernel *kern, ql_dtype src_dt, const void *w, int64_t n, int64_t k,

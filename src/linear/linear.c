@@ -237,7 +237,9 @@ static ql_status forward_float(ql_linear *l, const ql_packed_f32 *b, int64_t gro
     if (!direct && !a) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot allocate the fp32 activations");
     const bool wo = l->kind == QL_LINEAR_WEIGHT_ONLY;
     ql_f32_epi e = {*plan, NULL, ldy, wo ? l->sw : NULL, wo && l->n_sw == 1};
-    ql_f32_epilogue_fn epi = l->f32 == &ql_f32_gemm_12x32__avx512 ? ql_f32_epilogue_avx512 : ql_f32_epilogue_generic;
+    ql_f32_epilogue_fn epi = l->f32 == &ql_f32_gemm_12x32__avx512 ? ql_f32_epilogue_avx512
+                           : l->f32 == &ql_f32_gemm_6x16__avx2  ? ql_f32_epilogue_avx2
+                                                                : ql_f32_epilogue_generic;
     ql_status st = QL_OK;
     for (int64_t m0 = 0; m0 < m && st == QL_OK; m0 += chunk) {
         const int64_t mc = m - m0 < chunk ? m - m0 : chunk;
