@@ -1,2 +1,269 @@
+/* The fused W8A8 pipeline of every ISA equals the eager reference
+ * (ql_int8_linear_ref) bit for bit, for every dtype, group, bias/residual,
+ * stride, thread count and odd shape; the reference itself is checked
+ * against float64; ConvRot helps on outlier activations; bad input fails
+ * with a message. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "quant/quant.h" /* ql_load_row_rotated: the rotation, checked against x·H in test_quant */
 #include "testutil.h"
-int main(void){tu_init("test_linear");CHECK(1,"x");return tu_finish();}
+
+static const ql_isa isas[] = {QL_ISA_GENERIC, QL_ISA_AVX2, QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI};
+static const ql_dtype dts[] = {QL_F32, QL_BF16, QL_F16};
+static const int64_t groups[] = {0, 4, 16, 64, 256};
+static double x_sigma = 1.0; /* scale of the random activations */
+
+static int same_bits(ql_dtype dt, const void *a, const void *b, int64_t m, int64_t n, int64_t lda, int64_t ldb,
+                     int64_t *first)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float x = ql_load_f(dt, a, i * lda + j), y = ql_load_f(dt, b, i * ldb + j);
+            if (!(memcmp(&x, &y, 4) == 0 || (isnan(x) && isnan(y)))) {
+                *first = i * n + j;
+                return 0;
+            }
+        }
+    return 1;
+}
+
+static void random_weight(int64_t n, int64_t k, int8_t *q, float *scale, int64_t nscale)
+{
+    for (int64_t i = 0; i < n * k; i++) q[i] = (int8_t)(tu_next() & 0xff);
+    for (int64_t i = 0; i < nscale; i++) scale[i] = (float)(0.5 + tu_uniform()) * 1e-3f;
+}
+
+static void case_vs_ref(ql_context *ctx, int64_t m, int64_t n, int64_t k, int64_t g, ql_dtype xdt, ql_dtype ydt,
+                        int with_bias, int with_res, int nan_row)
+{
+    const int64_t ldx = k + tu_range(0, 9), ldy = n + tu_range(0, 9), nscale = tu_range(0, 3) == 0 ? 1 : n;
+    int8_t *q = malloc((size_t)(n * k + 1));
+    float *scale = malloc((size_t)nscale * 4);
+    random_weight(n, k, q, scale, nscale);
+    void *x = malloc((size_t)(m * ldx + 1) * 4), *bias = malloc((size_t)n * 4);
+    tu_fill_gauss(xdt, x, m * ldx, x_sigma);
+    for (int64_t c = 0; c < 3 && c < k; c++) /* a few outlier channels */
+        for (int64_t r = 0; r < m; r++) ql_store_f(xdt, x, r * ldx + c * 7 % k, ql_load_f(xdt, x, r * ldx + c * 7 % k) * 40.0f);
+    if (nan_row && m > 2) ql_store_f(xdt, x, 2 * ldx + k / 2, NAN);
+    ql_dtype bdt = dts[tu_range(0, 2)];
+    tu_fill_gauss(bdt, bias, n, 0.5);
+    void *res = malloc((size_t)(m * ldy + 1) * 4), *rs = malloc((size_t)n * 4);
+    tu_fill_gauss(ydt, res, m * ldy, 1.0);
+    tu_fill_gauss(ydt, rs, n, 1.0);
+    ql_epilogue epi = {res, ldy, rs};
+    ql_int8_weight w = {n, k, q, k, scale, nscale, g, with_bias ? bias : NULL, bdt};
+    void *y0 = malloc((size_t)(m * ldy + 1) * 4), *y1 = malloc((size_t)(m * ldy + 1) * 4);
+    memset(y0, 0x33, (size_t)(m * ldy) * 4);
+    memset(y1, 0x33, (size_t)(m * ldy) * 4);
+    CHECK_OK(ql_int8_linear_ref(&w, x, xdt, m, ldx, y0, ydt, ldy, with_res ? &epi : NULL));
+    ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};
+    ql_linear *lin = NULL;
+    CHECK_OK(ql_linear_create(ctx, &d, &lin));
+    if (lin) CHECK_OK(ql_linear_forward(lin, x, xdt, m, ldx, y1, ydt, ldy, with_res ? &epi : NULL));
+    int64_t first = -1;
+    int ok = same_bits(ydt, y0, y1, m, n, ldy, ldy, &first);
+    /* the gaps between rows of y are not written */
+    for (int64_t i = 0; ok && i + 1 < m; i++)
+        for (int64_t j = n * 4; j < ldy * 4; j++) ok &= ((unsigned char *)y1)[i * ldy * 4 + j] == 0x33 || ydt != QL_F32;
+    CHECK(ok, "%s t%d M=%lld N=%lld K=%lld G=%lld x=%s y=%s bias=%d res=%d nscale=%lld: differs from the reference at %lld",
+          ql_isa_name(ql_context_isa(ctx)), ql_context_threads(ctx), (long long)m, (long long)n, (long long)k,
+          (long long)g, ql_dtype_name(xdt), ql_dtype_name(ydt), with_bias, with_res, (long long)nscale, (long long)first);
+    if (nan_row && m > 2) {
+        int all_nan = 1;
+        for (int64_t j = 0; j < n; j++) all_nan &= isnan(ql_load_f(ydt, y1, 2 * ldy + j));
+        CHECK(all_nan, "a NaN input row did not give a NaN output row");
+    }
+    ql_linear_destroy(lin);
+    free(q); free(scale); free(x); free(bias); free(res); free(rs); free(y0); free(y1);
+}
+
+/* The reference against float64 on the unquantized layer. */
+static double rel_l2_vs_f64(int64_t m, int64_t n, int64_t k, int64_t g, double outlier)
+{
+    float *x = malloc((size_t)(m * k) * 4), *w = malloc((size_t)(n * k) * 4), *y = malloc((size_t)(m * n) * 4);
+    tu_fill_gauss(QL_F32, x, m * k, 1.0);
+    tu_fill_gauss(QL_F32, w, n * k, 0.02);
+    for (int64_t c = 0; c < 8; c++)
+        for (int64_t r = 0; r < m; r++) x[r * k + (c * 37) % k] *= (float)outlier;
+    int8_t *q = malloc((size_t)(n * k));
+    float *s = malloc((size_t)n * 4);
+    if (g) CHECK_OK(ql_quantize_convrot_weight(QL_F32, w, n, k, k, g, q, k, s));
+    else CHECK_OK(ql_quantize_rowwise(QL_F32, w, n, k, k, q, k, s));
+    ql_int8_weight qw = {n, k, q, k, s, n, g, NULL, QL_F32};
+    CHECK_OK(ql_int8_linear_ref(&qw, x, QL_F32, m, k, y, QL_F32, n, NULL));
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double r = 0;
+            for (int64_t p = 0; p < k; p++) r += (double)x[i * k + p] * w[j * k + p];
+            num += (y[i * n + j] - r) * (y[i * n + j] - r);
+            den += r * r;
+        }
+    free(x); free(w); free(y); free(q); free(s);
+    return sqrt(num / den);
+}
+
+static void test_accuracy(void)
+{
+    double plain = rel_l2_vs_f64(16, 48, 1024, 0, 1.0), rot = rel_l2_vs_f64(16, 48, 1024, 256, 1.0);
+    printf("  gaussian: rel L2 vs float64: plain %.4f, ConvRot %.4f\n", plain, rot);
+    CHECK(plain < 0.03 && rot < 0.03, "int8_linear rel L2 %.4f / %.4f above the 3%% tolerance", plain, rot);
+    double plain_o = rel_l2_vs_f64(16, 48, 1024, 0, 50.0), rot_o = rel_l2_vs_f64(16, 48, 1024, 256, 50.0);
+    printf("  outlier channels x50: plain %.4f, ConvRot %.4f\n", plain_o, rot_o);
+    CHECK(rot_o < 0.5 * plain_o, "ConvRot (%.4f) does not beat no rotation (%.4f) on outlier data", rot_o, plain_o);
+}
+
+/* Dense and dequantize-per-call paths against float64. */
+static void test_float_paths(ql_context *ctx)
+{
+    const int64_t m = 29, n = 45, k = 512;
+    float *x = malloc(m * k * 4), *w = malloc(n * k * 4), *y = malloc(m * n * 4), *yd = malloc(m * n * 4);
+    tu_fill_gauss(QL_F32, x, m * k, 1.0);
+    tu_fill_gauss(QL_F32, w, n * k, 0.02);
+    ql_linear_desc d = {.kind = QL_LINEAR_DENSE, .n = n, .k = k, .weight = w, .ld_weight = k, .weight_dtype = QL_F32,
+                        .compute_dtype = QL_F32};
+    ql_linear *lin;
+    CHECK_OK(ql_linear_create(ctx, &d, &lin));
+    CHECK_OK(ql_linear_forward(lin, x, QL_F32, m, k, y, QL_F32, n, NULL));
+    ql_linear_destroy(lin);
+    int8_t *q = malloc(n * k);
+    float *s = malloc(n * 4);
+    CHECK_OK(ql_quantize_convrot_weight(QL_F32, w, n, k, k, 256, q, k, s));
+    ql_linear_desc dq = {.kind = QL_LINEAR_DEQUANT, .int8 = {n, k, q, k, s, n, 256, NULL, QL_F32}};
+    CHECK_OK(ql_linear_create(ctx, &dq, &lin));
+    CHECK_OK(ql_linear_forward(lin, x, QL_F32, m, k, yd, QL_F32, n, NULL));
+    ql_linear_destroy(lin);
+    double e = 0, ed = 0, den = 0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double r = 0;
+            for (int64_t p = 0; p < k; p++) r += (double)x[i * k + p] * w[j * k + p];
+            e = fmax(e, fabs(y[i * n + j] - r));
+            ed += (yd[i * n + j] - r) * (yd[i * n + j] - r);
+            den += r * r;
+        }
+    CHECK(e < 1e-4, "%s dense fp32 differs from float64 by %g", ql_isa_name(ql_context_isa(ctx)), e);
+    CHECK(sqrt(ed / den) < 0.02, "%s dequant path rel L2 %g", ql_isa_name(ql_context_isa(ctx)), sqrt(ed / den));
+    free(x); free(w); free(y); free(yd); free(q); free(s);
+}
+
+/* Weight-only (int8 codes decoded to fp32, activations rotated but not
+ * quantized) and bf16 dense, against float64 models of exactly what they
+ * compute: |y - model| <= 1 ulp of the output dtype + 2^-20 Σ|terms|. */
+static void test_weight_only_and_bf16(ql_context *ctx)
+{
+    for (int trial = 0; trial < 4; trial++) {
+        const int64_t m = tu_range(1, 30), n = tu_range(1, 70), g = trial % 2 ? 256 : 0, k = g ? 512 : tu_range(1, 300);
+        const ql_dtype xdt = dts[tu_range(0, 2)], ydt = dts[tu_range(0, 2)];
+        void *x = malloc((size_t)(m * k) * 4), *y = malloc((size_t)(m * n) * 4), *yb = malloc((size_t)(m * n) * 4);
+        float *xf = malloc((size_t)(m * k) * 4), *w = malloc((size_t)(n * k) * 4), *s = malloc((size_t)n * 4);
+        int8_t *q = malloc((size_t)(n * k));
+        tu_fill_gauss(xdt, x, m * k, 1.0);
+        tu_fill_gauss(QL_F32, w, n * k, 0.05);
+        random_weight(n, k, q, s, n);
+        for (int64_t r = 0; r < m; r++) ql_load_row_rotated(xdt, ql_row_cptr(xdt, x, r, k), k, g, xf + r * k);
+        ql_linear *lin;
+        ql_linear_desc d = {.kind = QL_LINEAR_WEIGHT_ONLY, .int8 = {n, k, q, k, s, n, g, NULL, QL_F32}};
+        CHECK_OK(ql_linear_create(ctx, &d, &lin));
+        CHECK_OK(ql_linear_forward(lin, x, xdt, m, k, y, ydt, n, NULL));
+        ql_linear_destroy(lin);
+        ql_linear_desc db = {.kind = QL_LINEAR_DENSE, .n = n, .k = k, .weight = w, .ld_weight = k, .weight_dtype = QL_F32,
+                             .compute_dtype = QL_BF16};
+        CHECK_OK(ql_linear_create(ctx, &db, &lin));
+        CHECK_OK(ql_linear_forward(lin, x, xdt, m, k, yb, ydt, n, NULL));
+        ql_linear_destroy(lin);
+        int64_t bad = 0, badb = 0;
+        const float ulp = ydt == QL_F32 ? 0x1p-23f : ydt == QL_F16 ? 0x1p-10f : 0x1p-7f;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double acc = 0, mag = 0, accb = 0, magb = 0;
+                for (int64_t p = 0; p < k; p++) {
+                    acc += (double)xf[i * k + p] * q[j * k + p];
+                    mag += fabs((double)xf[i * k + p] * q[j * k + p]);
+                    double xb = ql_round_to(QL_BF16, ql_load_f(xdt, x, i * k + p)), wb = ql_round_to(QL_BF16, w[j * k + p]);
+                    accb += xb * wb;
+                    magb += fabs(xb * wb);
+                }
+                double v = acc * s[j], got = ql_load_f(ydt, y, i * n + j);
+                bad += fabs(got - v) > ulp * fabs(v) + 0x1p-20 * mag * s[j] + 1e-30;
+                double gotb = ql_load_f(ydt, yb, i * n + j);
+                badb += fabs(gotb - accb) > ulp * fabs(accb) + 0x1p-20 * magb + 1e-30;
+            }
+        CHECK(bad == 0, "%s weight-only G=%lld x=%s y=%s: %lld of %lld outputs off the float64 model",
+              ql_isa_name(ql_context_isa(ctx)), (long long)g, ql_dtype_name(xdt), ql_dtype_name(ydt), (long long)bad, (long long)(m * n));
+        CHECK(badb == 0, "%s bf16 dense x=%s y=%s: %lld of %lld outputs off the float64 model", ql_isa_name(ql_context_isa(ctx)),
+              ql_dtype_name(xdt), ql_dtype_name(ydt), (long long)badb, (long long)(m * n));
+        free(x); free(y); free(yb); free(xf); free(w); free(s); free(q);
+    }
+}
+
+static void test_bad_input(ql_context *ctx)
+{
+    int8_t q[64 * 4];
+    float s[4] = {1, 1, 1, 1}, x[64], y[4];
+    ql_int8_weight w = {4, 64, q, 64, s, 4, 256, NULL, QL_F32};
+    ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};
+    ql_linear *lin = NULL;
+    CHECK(ql_linear_create(ctx, &d, &lin) == QL_ERR_INVALID_ARGUMENT && strstr(ql_last_error(), "multiple"),
+          "K %% G != 0 accepted: %s", ql_last_error());
+    d.int8.convrot_group = 0;
+    d.int8.n_scale = 3;
+    CHECK(ql_linear_create(ctx, &d, &lin) == QL_ERR_INVALID_ARGUMENT && strstr(ql_last_error(), "weight_scale"),
+          "3 scales for N = 4 accepted: %s", ql_last_error());
+    d.int8.n_scale = 1;
+    d.int8.q = NULL;
+    CHECK(ql_linear_create(ctx, &d, &lin) == QL_ERR_INVALID_ARGUMENT && strstr(ql_last_error(), "weight"), "NULL weight");
+    d.int8.q = q;
+    CHECK_OK(ql_linear_create(ctx, &d, &lin));
+    CHECK(ql_linear_forward(lin, x, QL_I8, 1, 64, y, QL_F32, 4, NULL) == QL_ERR_UNSUPPORTED, "int8 x accepted");
+    CHECK(ql_linear_forward(lin, NULL, QL_F32, 1, 64, y, QL_F32, 4, NULL) == QL_ERR_INVALID_ARGUMENT, "NULL x accepted");
+    CHECK(ql_linear_forward(lin, x, QL_F32, 2, 32, y, QL_F32, 4, NULL) == QL_ERR_INVALID_ARGUMENT, "ldx < K accepted");
+    ql_epilogue epi = {y, 4, NULL};
+    CHECK(ql_linear_forward(lin, x, QL_F32, 1, 64, y, QL_F32, 4, &epi) == QL_ERR_INVALID_ARGUMENT &&
+          strstr(ql_last_error(), "residual_scale"), "residual without scale accepted");
+    CHECK_OK(ql_linear_forward(lin, NULL, QL_F32, 0, 64, NULL, QL_F32, 4, NULL)); /* M = 0 */
+    ql_linear_destroy(lin);
+    ql_int8_weight big = {4, 1 << 20, q, 1 << 20, s, 4, 0, NULL, QL_F32};
+    CHECK(ql_int8_linear_ref(&big, x, QL_F32, 1, 1 << 20, y, QL_F32, 4, NULL) == QL_ERR_UNSUPPORTED, "K = 2^20 accepted");
+}
+
+int main(void)
+{
+    tu_init("test_linear");
+    ql_context *ctx;
+    CHECK_OK(ql_context_create(&ctx));
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+        if (!ql_isa_supported(isas[i])) { printf("  skip %s: not supported by this CPU\n", ql_isa_name(isas[i])); continue; }
+        CHECK_OK(ql_context_set_isa(ctx, isas[i]));
+        for (int t = 1; t <= 3; t++) {
+            CHECK_OK(ql_context_set_threads(ctx, t));
+            for (int xi = 0; xi < 3; xi++)
+                for (int yi = 0; yi < 3; yi++)
+                    for (size_t gi = 0; gi < 5; gi++) {
+                        int64_t g = groups[gi];
+                        int64_t k = g ? g * tu_range(1, g >= 256 ? 3 : 8) : tu_range(1, 700);
+                        case_vs_ref(ctx, tu_range(1, 40), tu_range(1, 70), k, g, dts[xi], dts[yi], (int)tu_range(0, 1),
+                                    (int)tu_range(0, 1), (int)tu_range(0, 1));
+                    }
+            case_vs_ref(ctx, 1, 1, 256, 256, QL_BF16, QL_BF16, 1, 1, 0);   /* one row, one column */
+            for (int di = 0; di < 3; di++) { /* tiny rows: subnormal rotated values and quotients */
+                x_sigma = dts[di] == QL_F16 ? 1e-6 : 1e-39;
+                case_vs_ref(ctx, 13, 33, 512, 256, dts[di], QL_F32, 0, 0, 0);
+                case_vs_ref(ctx, 13, 33, 96, 16, dts[di], QL_F32, 0, 0, 0);
+                x_sigma = dts[di] == QL_F16 ? 3e3 : 1e36; /* near the top of the range */
+                case_vs_ref(ctx, 13, 33, 512, 256, dts[di], dts[di], 0, 0, 0);
+                x_sigma = 1.0;
+            }
+            case_vs_ref(ctx, 200, 300, 512, 256, QL_BF16, QL_BF16, 1, 0, 1); /* many tiles */
+        }
+        test_float_paths(ctx);
+        test_weight_only_and_bf16(ctx);
+        test_bad_input(ctx);
+    }
+    test_accuracy();
+    ql_context_destroy(ctx);
+    return tu_finish();
+}

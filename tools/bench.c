@@ -1,1 +1,478 @@
-int ql_cmd_bench(int argc, char **argv) { (void)argc; (void)argv; return 1; }
+/* qlinear bench: every path of every shape of a profile, side by side with
+ * the peers, in one run. Median of repeated runs; ratios to dense fp32; rel
+ * L2 error against a float64 reference of the unquantized layer (on a sample
+ * of rows). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "core/core.h"
+#include "gemm/gemm.h"
+#include "linear/kernels.h"
+#include "peers.h"
+#include "qlinear.h"
+
+typedef struct { int64_t m, n, k, count; } shape;
+
+typedef struct {
+    const char *name;
+    int64_t default_m;
+    shape shapes[8];
+    int nshapes;
+} profile;
+
+static const profile profiles[] = {
+    {"anima", 1024, {{0, 2048, 2048, 168}, {0, 256, 2048, 84}, {0, 6144, 256, 84}, {0, 2048, 1024, 56},
+                     {0, 8192, 2048, 28}, {0, 2048, 8192, 28}}, 6},
+    {"qwen3-te", 256, {{0, 2048, 1024, 28}, {0, 1024, 1024, 56}, {0, 1024, 2048, 28}, {0, 3072, 1024, 56},
+                        {0, 1024, 3072, 28}}, 5},
+    {"large", 0, {{4608, 6144, 6144, 1}, {4608, 16384, 6144, 1}, {4608, 6144, 16384, 1}}, 3},
+};
+
+enum {
+    P_FP32, P_BF16, P_DEQUANT, P_WONLY, P_W8A8, P_GEMM, P_OPENBLAS, P_ONEDNN_F32, P_ONEDNN_BF16, P_ONEDNN_INT8, NPATHS
+};
+static const char *path_names[NPATHS] = {"fp32", "bf16", "dequant", "weight-only", "w8a8-convrot", "int8-gemm",
+                                         "openblas-fp32", "onednn-fp32", "onednn-bf16", "onednn-int8"};
+static const char *path_notes[NPATHS] = {
+    "ours, dense fp32 (x fp32 -> y fp32, + bias)",
+    "ours, dense with bf16 weights (x bf16 -> y bf16, + bias; products summed in fp32)",
+    "ours, dequantize the ConvRot weight every call, un-rotate, dense fp32",
+    "ours, int8 ConvRot codes resident, decoded in the GEMM; x bf16 rotated, not quantized -> y bf16",
+    "ours, full pipeline: rotate + quantize x (bf16) + int8 GEMM + scale restore + bias -> y bf16",
+    "ours, the int8 GEMM alone (prepacked A and B, int32 out)",
+    "peer: OpenBLAS cblas_sgemm (fp32)",
+    "peer: oneDNN matmul f32, prepacked weights",
+    "peer: oneDNN matmul bf16 in/out, prepacked weights",
+    "peer: oneDNN matmul u8 x s8 -> s32, prepacked weights (GEMM alone)"};
+
+typedef struct {
+    double ms, gops, rel_l2;
+    size_t wbytes;
+    int ok;
+} result;
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* splitmix64 + Box-Muller: reproducible synthetic data */
+static uint64_t rng = 0x1234567;
+static double gauss(void)
+{
+    uint64_t z1 = (rng += 0x9e3779b97f4a7c15ull), z2 = (rng += 0x9e3779b97f4a7c15ull);
+    z1 = (z1 ^ (z1 >> 30)) * 0xbf58476d1ce4e5b9ull; z1 = (z1 ^ (z1 >> 27)) * 0x94d049bb133111ebull; z1 ^= z1 >> 31;
+    z2 = (z2 ^ (z2 >> 30)) * 0xbf58476d1ce4e5b9ull; z2 = (z2 ^ (z2 >> 27)) * 0x94d049bb133111ebull; z2 ^= z2 >> 31;
+    double u = ((double)(z1 >> 11) + 0.5) * 0x1.0p-53, v = (double)(z2 >> 11) * 0x1.0p-53;
+    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+typedef struct {
+    int64_t m, n, k;
+    float *w, *x, *bias;
+    uint16_t *xb, *biasb;
+    int8_t *q;
+    float *sw;
+    double *ref; /* float64 reference on the sampled rows */
+    int64_t rows[16];
+    int nrows;
+} layer_data;
+
+static void make_data(layer_data *d, int64_t m, int64_t n, int64_t k)
+{
+    d->m = m; d->n = n; d->k = k;
+    d->w = malloc((size_t)(n * k) * 4);
+    d->x = malloc((size_t)(m * k) * 4);
+    d->xb = malloc((size_t)(m * k) * 2);
+    d->bias = malloc((size_t)n * 4);
+    d->biasb = malloc((size_t)n * 2);
+    d->q = malloc((size_t)(n * k));
+    d->sw = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n * k; i++) d->w[i] = (float)(gauss() * 0.02);
+    for (int64_t i = 0; i < m * k; i++) d->x[i] = (float)gauss();
+    for (int64_t c = 0; c < 8; c++) /* a few large outlier input channels */
+        for (int64_t r = 0; r < m; r++) d->x[r * k + (c * 97 + 13) % k] *= 30.0f;
+    for (int64_t i = 0; i < m * k; i++) {
+        d->xb[i] = ql_fp32_to_bf16(d->x[i]);
+        d->x[i] = ql_bf16_to_fp32(d->xb[i]); /* every path sees the same input values */
+    }
+    for (int64_t i = 0; i < n; i++) {
+        d->biasb[i] = ql_fp32_to_bf16((float)(gauss() * 0.1));
+        d->bias[i] = ql_bf16_to_fp32(d->biasb[i]);
+    }
+    ql_quantize_convrot_weight(QL_F32, d->w, n, k, k, 256, d->q, k, d->sw);
+    d->nrows = m < 16 ? (int)m : 16;
+    d->ref = malloc((size_t)(d->nrows * n) * sizeof(double));
+    for (int i = 0; i < d->nrows; i++) {
+        d->rows[i] = d->nrows == 1 ? 0 : (int64_t)i * (m - 1) / (d->nrows - 1);
+        const float *xr = d->x + d->rows[i] * k;
+        for (int64_t j = 0; j < n; j++) {
+            double s = d->bias[j];
+            const float *wr = d->w + j * k;
+            for (int64_t p = 0; p < k; p++) s += (double)xr[p] * wr[p];
+            d->ref[i * n + j] = s;
+        }
+    }
+}
+
+static void free_data(layer_data *d)
+{
+    free(d->w); free(d->x); free(d->xb); free(d->bias); free(d->biasb); free(d->q); free(d->sw); free(d->ref);
+}
+
+/* rel L2 of an output (fp32 / bf16 values; with_bias says whether y includes it) */
+static double rel_l2(const layer_data *d, ql_dtype dt, const void *y, int with_bias)
+{
+    double num = 0, den = 0;
+    for (int i = 0; i < d->nrows; i++)
+        for (int64_t j = 0; j < d->n; j++) {
+            double r = d->ref[i * d->n + j] - (with_bias ? 0.0 : d->bias[j]);
+            double v = ql_load_f(dt, y, d->rows[i] * d->n + j);
+            num += (v - r) * (v - r);
+            den += r * r;
+        }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+typedef int (*run_fn)(void *ctx);
+
+static double time_median(run_fn fn, void *arg, int reps, int *ok)
+{
+    double t[64];
+    if (reps > 64) reps = 64;
+    *ok = fn(arg) == 0; /* warm-up (and the output the error is measured on) */
+    for (int r = 0; r < reps && *ok; r++) {
+        double t0 = now_ms();
+        *ok = fn(arg) == 0;
+        t[r] = now_ms() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof(double), cmp_double);
+    return reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+}
+
+typedef struct {
+    ql_linear *lin;
+    const void *x;
+    ql_dtype xdt, ydt;
+    int64_t m, n, k;
+    void *y;
+} lin_run;
+static int run_linear(void *a)
+{
+    lin_run *r = a;
+    return ql_linear_forward(r->lin, r->x, r->xdt, r->m, r->k, r->y, r->ydt, r->n, NULL) != QL_OK;
+}
+
+typedef struct {
+    int threads;
+    const ql_s8_kernel *kern;
+    const int8_t *pa;
+    int64_t m;
+    ql_packed_b *pb;
+    ql_w8a8_epi *e;
+} gemm_run;
+static int run_gemm(void *a)
+{
+    gemm_run *g = a;
+    return ql_gemm_s8_run(g->threads, g->kern, g->pa, g->m, g->pb, g->kern->isa == QL_ISA_AVX512VNNI ? ql_w8a8_epilogue_avx512 : g->kern->isa == QL_ISA_GENERIC ? ql_w8a8_epilogue_generic : ql_w8a8_epilogue_avx2, g->e) != QL_OK;
+}
+
+typedef struct {
+    peer *p;
+    const void *x;
+    void *y;
+} peer_run_t;
+static int run_peer(void *a)
+{
+    peer_run_t *r = a;
+    return peer_run(r->p, r->x, r->y);
+}
+
+static void bench_shape(ql_context *ctx, const layer_data *d, const int *want, int reps, result *res)
+{
+    const int64_t m = d->m, n = d->n, k = d->k;
+    const double ops = 2.0 * (double)m * (double)n * (double)k;
+    void *y = malloc((size_t)(m * n) * 4);
+    for (int p = 0; p < NPATHS; p++) {
+        res[p].ok = 0;
+        if (!want[p]) continue;
+        fprintf(stderr, "\r  %-14s N=%-5lld K=%-5lld M=%-5lld ...          ", path_names[p], (long long)n, (long long)k, (long long)m);
+        memset(y, 0, (size_t)(m * n) * 4);
+        int ok = 0;
+        double ms = 0;
+        if (p == P_FP32 || p == P_BF16 || p == P_DEQUANT || p == P_WONLY || p == P_W8A8) {
+            ql_linear_desc desc = {0};
+            ql_dtype xdt = QL_F32, ydt = QL_F32;
+            const void *x = d->x;
+            if (p == P_FP32 || p == P_BF16) {
+                desc = (ql_linear_desc){.kind = QL_LINEAR_DENSE, .n = n, .k = k, .weight = d->w, .ld_weight = k,
+                                        .weight_dtype = QL_F32, .compute_dtype = p == P_BF16 ? QL_BF16 : QL_F32,
+                                        .bias = d->bias, .bias_dtype = QL_F32};
+                if (p == P_BF16) { xdt = ydt = QL_BF16; x = d->xb; }
+            } else {
+                desc.kind = p == P_W8A8 ? QL_LINEAR_W8A8 : p == P_WONLY ? QL_LINEAR_WEIGHT_ONLY : QL_LINEAR_DEQUANT;
+                desc.int8 = (ql_int8_weight){n, k, d->q, k, d->sw, n, 256, d->biasb, QL_BF16};
+                if (p != P_DEQUANT) { xdt = ydt = QL_BF16; x = d->xb; }
+            }
+            ql_linear *lin = NULL;
+            if (ql_linear_create(ctx, &desc, &lin) == QL_OK) {
+                lin_run r = {lin, x, xdt, ydt, m, n, k, y};
+                ms = time_median(run_linear, &r, reps, &ok);
+                res[p].rel_l2 = ok ? rel_l2(d, ydt, y, 1) : NAN;
+                res[p].wbytes = ql_linear_weight_bytes(lin);
+                ql_linear_destroy(lin);
+            } else fprintf(stderr, "\n  %s: %s\n", path_names[p], ql_last_error());
+        } else if (p == P_GEMM) {
+            const ql_s8_kernel *kern = ql_s8_kernel_for(ql_context_isa(ctx));
+            ql_packed_b pb;
+            int8_t *xq = malloc((size_t)(m * k));
+            float *sx = malloc((size_t)m * 4);
+            int8_t *pa = ql_aligned_alloc((size_t)(ql_panels(m, kern->mr) * ql_k4(k) * kern->mr * 4));
+            int32_t *rowsum = malloc((size_t)m * 4);
+            float *xr = malloc((size_t)(m * k) * 4);
+            memcpy(xr, d->x, (size_t)(m * k) * 4);
+            ql_rotate(QL_F32, xr, m, k, k, 256);
+            ql_quantize_rowwise(QL_F32, xr, m, k, k, xq, k, sx);
+            ql_pack_a_s8(xq, m, k, k, kern->mr, pa, rowsum);
+            if (ql_pack_b_s8(kern, d->q, n, k, k, &pb) == QL_OK) {
+                ql_w8a8_epi e = {NULL, rowsum, kern->b_offset128, NULL, false, {0}, NULL, 0, y, n};
+                gemm_run g = {ql_context_threads(ctx), kern, pa, m, &pb, &e};
+                ms = time_median(run_gemm, &g, reps, &ok);
+                res[p].wbytes = (size_t)(pb.panels * pb.k4 * pb.nr * 4);
+                ql_packed_b_free(&pb);
+            }
+            res[p].rel_l2 = NAN;
+            free(xq); free(sx); ql_aligned_free(pa); free(rowsum); free(xr);
+        } else {
+            peer_kind kind = p == P_OPENBLAS ? PEER_OPENBLAS_F32 : p == P_ONEDNN_F32 ? PEER_ONEDNN_F32
+                           : p == P_ONEDNN_BF16 ? PEER_ONEDNN_BF16 : PEER_ONEDNN_INT8;
+            if (!peer_available(kind)) continue;
+            char err[256] = "";
+            /* int8 peer: the same codes, activations as u8 = x_q + 128 */
+            uint8_t *xu = NULL;
+            if (kind == PEER_ONEDNN_INT8) {
+                xu = malloc((size_t)(m * k));
+                for (int64_t i = 0; i < m * k; i++) xu[i] = (uint8_t)(((uint64_t)i * 2654435761u) >> 24); /* timing only */
+            }
+            peer *pp = peer_create(kind, m, n, k, d->w, d->q, err, sizeof err);
+            if (pp) {
+                peer_run_t r = {pp, kind == PEER_ONEDNN_INT8 ? (const void *)xu : kind == PEER_ONEDNN_BF16 ? (const void *)d->xb : (const void *)d->x, y};
+                ms = time_median(run_peer, &r, reps, &ok);
+                res[p].rel_l2 = !ok || kind == PEER_ONEDNN_INT8 ? NAN : rel_l2(d, kind == PEER_ONEDNN_BF16 ? QL_BF16 : QL_F32, y, 0);
+                res[p].wbytes = peer_weight_bytes(pp);
+                peer_destroy(pp);
+            } else fprintf(stderr, "\n  %s: %s\n", path_names[p], err);
+            free(xu);
+        }
+        res[p].ok = ok;
+        res[p].ms = ms;
+        res[p].gops = ops / (ms * 1e6);
+    }
+    fprintf(stderr, "\r%70s\r", "");
+    free(y);
+}
+
+static void cpu_name(char *buf, size_t len)
+{
+    snprintf(buf, len, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10)) {
+            char *c = strchr(line, ':');
+            if (c) {
+                snprintf(buf, len, "%s", c + 2);
+                buf[strcspn(buf, "\n")] = 0;
+            }
+            break;
+        }
+    fclose(f);
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: qlinear bench [--profile anima|qwen3-te|large] [--m N] [--threads N] [--paths LIST] "
+                    "[--reps N] [--json FILE]\n  paths:");
+    for (int p = 0; p < NPATHS; p++) fprintf(stderr, " %s", path_names[p]);
+    fprintf(stderr, "\n");
+}
+
+static int parse_int(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*s == 0 || *end != 0 || v < lo || v > hi) return 0;
+    *out = v;
+    return 1;
+}
+
+/* OpenBLAS 0.3.21 (Debian 12) does not recognize newer CPUs and falls back
+ * to its slowest kernels (core "Prescott"); a user would set
+ * OPENBLAS_CORETYPE, so the bench does it for a fair comparison, before the
+ * library initializes: by re-executing itself once with it set. */
+static void openblas_coretype(char **argv)
+{
+    if (getenv("OPENBLAS_CORETYPE") || getenv("QL_BENCH_REEXEC") || !peer_available(PEER_OPENBLAS_F32)) return;
+    if (!strstr(peer_info(PEER_OPENBLAS_F32), "core Prescott")) return;
+    const char *core = ql_isa_supported(QL_ISA_AVX512VNNI) ? "SkylakeX" : ql_isa_supported(QL_ISA_AVX2) ? "Haswell" : NULL;
+    if (!core) return;
+    setenv("OPENBLAS_CORETYPE", core, 1);
+    setenv("QL_BENCH_REEXEC", "1", 1);
+    fflush(NULL);
+    execv("/proc/self/exe", argv - 1); /* argv[-1] is "qlinear" */
+}
+
+int ql_cmd_bench(int argc, char **argv)
+{
+    openblas_coretype(argv);
+    const profile *prof = &profiles[0];
+    long m_opt = -1, threads = -1, reps = 7;
+    const char *json_path = NULL;
+    int want[NPATHS];
+    for (int p = 0; p < NPATHS; p++) want[p] = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); return 0; }
+        if (!v) { fprintf(stderr, "qlinear bench: %s needs a value\n", a); usage(); return 2; }
+        i++;
+        if (!strcmp(a, "--profile")) {
+            prof = NULL;
+            for (size_t j = 0; j < sizeof profiles / sizeof profiles[0]; j++)
+                if (!strcmp(v, profiles[j].name)) prof = &profiles[j];
+            if (!prof) { fprintf(stderr, "qlinear bench: unknown profile '%s' (anima, qwen3-te, large)\n", v); return 2; }
+        } else if (!strcmp(a, "--m")) {
+            if (!parse_int(v, 1, 1 << 20, &m_opt)) { fprintf(stderr, "qlinear bench: --m %s is not in 1..1048576\n", v); return 2; }
+        } else if (!strcmp(a, "--threads")) {
+            if (!parse_int(v, 1, 1024, &threads)) { fprintf(stderr, "qlinear bench: --threads %s is not in 1..1024\n", v); return 2; }
+        } else if (!strcmp(a, "--reps")) {
+            if (!parse_int(v, 1, 64, &reps)) { fprintf(stderr, "qlinear bench: --reps %s is not in 1..64\n", v); return 2; }
+        } else if (!strcmp(a, "--json")) json_path = v;
+        else if (!strcmp(a, "--paths")) {
+            for (int p = 0; p < NPATHS; p++) want[p] = 0;
+            char *list = strdup(v), *save = NULL;
+            for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                int found = 0;
+                for (int p = 0; p < NPATHS; p++)
+                    if (!strcmp(t, path_names[p])) want[p] = found = 1;
+                if (!found) { fprintf(stderr, "qlinear bench: unknown path '%s'\n", t); usage(); free(list); return 2; }
+            }
+            free(list);
+        } else { fprintf(stderr, "qlinear bench: unknown option '%s'\n", a); usage(); return 2; }
+    }
+    want[P_FP32] = 1; /* the baseline every ratio refers to */
+
+    ql_context *ctx;
+    if (ql_context_create(&ctx) != QL_OK) { fprintf(stderr, "qlinear bench: %s\n", ql_last_error()); return 1; }
+    if (threads > 0) ql_context_set_threads(ctx, (int)threads);
+    const int nt = ql_context_threads(ctx);
+    peer_set_threads(nt);
+
+    char cpu[256];
+    cpu_name(cpu, sizeof cpu);
+    printf("qlinear bench — profile %s, threads %d, ISA %s, median of %ld runs\n", prof->name, nt,
+           ql_isa_name(ql_context_isa(ctx)), reps);
+    printf("machine: %s\n", cpu);
+    if (getenv("QL_BENCH_REEXEC"))
+        printf("note: OPENBLAS_CORETYPE=%s set by qlinear bench (this OpenBLAS fell back to core Prescott on this CPU)\n",
+               getenv("OPENBLAS_CORETYPE"));
+    printf("peers: %s; %s\n", peer_available(PEER_OPENBLAS_F32) ? peer_info(PEER_OPENBLAS_F32) : "OpenBLAS absent",
+           peer_available(PEER_ONEDNN_F32) ? peer_info(PEER_ONEDNN_F32) : "oneDNN absent");
+    printf("data: W ~ N(0, 0.02²) fp32 quantized INT8 ConvRot G=256; X ~ N(0,1) with 8 input channels ×30, bf16 values\n");
+    printf("rel_l2: vs a float64 reference of the unquantized layer (+ bias), on %d sampled rows\n\n", 16);
+    for (int p = 0; p < NPATHS; p++)
+        if (want[p]) printf("  %-14s %s\n", path_names[p], path_notes[p]);
+    printf("\n%-11s %6s %5s  %-14s %10s %9s %8s %9s %10s\n", "N x K", "M", "count", "path", "ms", "GOP/s", "vs fp32",
+           "rel_l2", "weight MB");
+
+    result all[8][NPATHS];
+    memset(all, 0, sizeof all);
+    double totals[NPATHS] = {0};
+    int64_t ms_used[8];
+    for (int s = 0; s < prof->nshapes; s++) {
+        const shape *sh = &prof->shapes[s];
+        int64_t m = m_opt > 0 ? m_opt : sh->m ? sh->m : prof->default_m;
+        ms_used[s] = m;
+        layer_data d;
+        fprintf(stderr, "\r  generating N=%lld K=%lld ...", (long long)sh->n, (long long)sh->k);
+        make_data(&d, m, sh->n, sh->k);
+        bench_shape(ctx, &d, want, (int)reps, all[s]);
+        free_data(&d);
+        char nk[32];
+        snprintf(nk, sizeof nk, "%lldx%lld", (long long)sh->n, (long long)sh->k);
+        for (int p = 0; p < NPATHS; p++) {
+            result *r = &all[s][p];
+            if (!r->ok) continue;
+            totals[p] += r->ms * (double)sh->count;
+            char rel[16] = "-";
+            if (!isnan(r->rel_l2)) snprintf(rel, sizeof rel, "%.5f", r->rel_l2);
+            printf("%-11s %6lld %5lld  %-14s %10.3f %9.1f %7.2fx %9s %10.1f\n", p == 0 ? nk : "", (long long)m,
+                   (long long)sh->count, path_names[p], r->ms, r->gops, all[s][P_FP32].ms / r->ms, rel,
+                   (double)r->wbytes / 1e6);
+        }
+        fflush(stdout);
+    }
+    printf("\nweighted totals (Σ ms × count = one pass through every layer once):\n");
+    for (int p = 0; p < NPATHS; p++) {
+        int complete = 1;
+        for (int s = 0; s < prof->nshapes; s++) complete &= all[s][p].ok;
+        if (!complete) continue;
+        printf("  %-14s %10.1f ms   %6.2fx vs fp32", path_names[p], totals[p], totals[P_FP32] / totals[p]);
+        if (all[0][P_ONEDNN_INT8].ok) printf("   %5.2fx the time of onednn-int8", totals[p] / totals[P_ONEDNN_INT8]);
+        printf("\n");
+    }
+
+    if (json_path) {
+        char tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s.tmp", json_path);
+        FILE *f = fopen(tmp, "w");
+        if (!f) { fprintf(stderr, "qlinear bench: cannot write %s\n", tmp); ql_context_destroy(ctx); return 1; }
+        fprintf(f, "{\n  \"machine\": {\"cpu\": \"%s\", \"isa\": \"%s\"},\n", cpu, ql_isa_name(ql_context_isa(ctx)));
+        fprintf(f, "  \"profile\": \"%s\",\n  \"m\": %lld,\n  \"threads\": %d,\n  \"reps\": %ld,\n  \"records\": [\n",
+                prof->name, (long long)(m_opt > 0 ? m_opt : prof->default_m), nt, reps);
+        int first = 1;
+        for (int s = 0; s < prof->nshapes; s++)
+            for (int p = 0; p < NPATHS; p++) {
+                result *r = &all[s][p];
+                if (!r->ok) continue;
+                fprintf(f, "%s    {\"n\": %lld, \"k\": %lld, \"m\": %lld, \"count\": %lld, \"path\": \"%s\", \"ms\": %.6f, "
+                           "\"gops\": %.3f, \"rel_l2\": ",
+                        first ? "" : ",\n", (long long)prof->shapes[s].n, (long long)prof->shapes[s].k,
+                        (long long)ms_used[s], (long long)prof->shapes[s].count, path_names[p], r->ms, r->gops);
+                if (isnan(r->rel_l2)) fprintf(f, "null}");
+                else fprintf(f, "%.8f}", r->rel_l2);
+                first = 0;
+            }
+        fprintf(f, "\n  ],\n  \"totals\": {");
+        first = 1;
+        for (int p = 0; p < NPATHS; p++) {
+            int complete = 1;
+            for (int s = 0; s < prof->nshapes; s++) complete &= all[s][p].ok;
+            if (!complete) continue;
+            fprintf(f, "%s\"%s\": %.6f", first ? "" : ", ", path_names[p], totals[p]);
+            first = 0;
+        }
+        fprintf(f, "}\n}\n");
+        if (fclose(f) != 0 || rename(tmp, json_path) != 0) {
+            fprintf(stderr, "qlinear bench: cannot write %s\n", json_path);
+            remove(tmp);
+            ql_context_destroy(ctx);
+            return 1;
+        }
+    }
+    ql_context_destroy(ctx);
+    return 0;
+}

@@ -58,37 +58,67 @@ void ql_pack_a_s8(const int8_t *a, int64_t m, int64_t k, int64_t lda, int mr, in
     }
 }
 
-/* Work is split into blocks of MC rows × NC columns. Blocks are ordered
- * column-block-major, so a thread's consecutive blocks share weight panels
- * (kept in L2) while activation panels stream. */
-void ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const int8_t *packed_a, int64_t m, const ql_packed_b *b,
-                    ql_tile_epilogue_fn epi, void *arg)
+/* Work is split into blocks of MC rows × NC columns, ordered
+ * column-block-major so a thread's consecutive blocks share weight panels.
+ * Inside a block, K is walked in slices of KC: the weight micro-panel of a
+ * slice (KC·NR bytes) stays in L1 while the block's activation panels pass
+ * by, and partial int32 tiles wait in a per-thread buffer (MC·NC·4 bytes). */
+#define QL_MC 96
+#define QL_NC 256
+#define QL_KC 256
+
+ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const int8_t *packed_a, int64_t m,
+                         const ql_packed_b *b, ql_tile_epilogue_fn epi, void *arg)
 {
     const int mr = kern->mr, nr = kern->nr;
-    const int64_t k4 = b->k4;
+    const int64_t k4 = b->k4, kc4 = QL_KC / 4;
     const int64_t a_panel = k4 * mr * 4, b_panel = k4 * nr * 4;
     const int64_t mpanels = ql_panels(m, mr), npanels = b->panels;
-    /* ~96 rows and 256 columns per block (in whole panels). */
-    const int64_t mc = (96 + mr - 1) / mr, nc = (256 + nr - 1) / nr;
-    const int64_t mblocks = (mpanels + mc - 1) / mc, nblocks = (npanels + nc - 1) / nc;
+    int64_t mc = (QL_MC + mr - 1) / mr, nc = (QL_NC + nr - 1) / nr;
+    int64_t mblocks = (mpanels + mc - 1) / mc, nblocks = (npanels + nc - 1) / nc;
+    /* Small problems: shrink the blocks until every thread has several. */
+    while (mblocks * nblocks < 8 * (int64_t)threads && (mc > 1 || nc > 1)) {
+        if (mc >= nc && mc > 1) mc = (mc + 1) / 2;
+        else nc = (nc + 1) / 2;
+        mblocks = (mpanels + mc - 1) / mc;
+        nblocks = (npanels + nc - 1) / nc;
+    }
     const int64_t blocks = mblocks * nblocks;
     if (threads > blocks) threads = (int)(blocks > 0 ? blocks : 1);
+    const size_t cbytes = (size_t)(mc * nc * mr * nr) * sizeof(int32_t);
+    int failed = 0;
 #pragma omp parallel num_threads(threads)
     {
-        int32_t c[32 * 64] __attribute__((aligned(64)));
+        int32_t *cbuf = ql_aligned_alloc(cbytes);
+        if (!cbuf) {
+#pragma omp atomic write
+            failed = 1;
+        }
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < blocks; blk++) {
-            int64_t nb = blk / mblocks, mb = blk % mblocks;
-            int64_t jp1 = (nb + 1) * nc < npanels ? (nb + 1) * nc : npanels;
-            int64_t ip1 = (mb + 1) * mc < mpanels ? (mb + 1) * mc : mpanels;
-            for (int64_t jp = nb * nc; jp < jp1; jp++)
-                for (int64_t ip = mb * mc; ip < ip1; ip++) {
-                    kern->tile(k4, packed_a + ip * a_panel, b->data + jp * b_panel, c);
-                    int64_t m0 = ip * mr, n0 = jp * nr;
-                    int mr_eff = (int)(m - m0 < mr ? m - m0 : mr);
-                    int nr_eff = (int)(b->n - n0 < nr ? b->n - n0 : nr);
-                    epi(arg, c, nr, m0, n0, mr_eff, nr_eff);
-                }
+            if (!cbuf) continue;
+            const int64_t nb = blk / mblocks, mb = blk % mblocks;
+            const int64_t jp0 = nb * nc, ip0 = mb * mc;
+            const int64_t jp1 = jp0 + nc < npanels ? jp0 + nc : npanels;
+            const int64_t ip1 = ip0 + mc < mpanels ? ip0 + mc : mpanels;
+            for (int64_t pc = 0; pc < k4; pc += kc4) {
+                const int64_t kc = k4 - pc < kc4 ? k4 - pc : kc4;
+                const int last = pc + kc >= k4;
+                for (int64_t jp = jp0; jp < jp1; jp++)
+                    for (int64_t ip = ip0; ip < ip1; ip++) {
+                        int32_t *c = cbuf + ((jp - jp0) * mc + (ip - ip0)) * mr * nr;
+                        kern->tile(kc, packed_a + ip * a_panel + pc * mr * 4, b->data + jp * b_panel + pc * nr * 4, c,
+                                   pc > 0);
+                        if (!last) continue;
+                        const int64_t m0 = ip * mr, n0 = jp * nr;
+                        const int mr_eff = (int)(m - m0 < mr ? m - m0 : mr);
+                        const int nr_eff = (int)(b->n - n0 < nr ? b->n - n0 : nr);
+                        epi(arg, c, nr, m0, n0, mr_eff, nr_eff);
+                    }
+            }
         }
+        ql_aligned_free(cbuf);
     }
+    if (failed) return ql_fail(QL_ERR_OUT_OF_MEMORY, "int8 gemm: cannot allocate %zu bytes of tile buffer", cbytes);
+    return QL_OK;
 }

@@ -1,10 +1,12 @@
+/* The float GEMM driver and its portable reference kernel. */
 #include "f32.h"
 
 #include <omp.h>
 
-static void tile_4x16_generic(int64_t k, const float *a, int64_t lda, const float *b, float *c)
+static void tile_4x16_generic(int64_t k, const float *a, int64_t lda, const float *b, float *c, int accumulate)
 {
     float acc[4][16] = {{0}};
+    if (accumulate) memcpy(acc, c, sizeof acc);
     for (int64_t p = 0; p < k; p++, b += 16)
         for (int r = 0; r < 4; r++) {
             float av = a[r * lda + p];
@@ -13,31 +15,44 @@ static void tile_4x16_generic(int64_t k, const float *a, int64_t lda, const floa
     memcpy(c, acc, sizeof acc);
 }
 
-const ql_f32_kernel ql_f32_gemm_4x16__generic = {"f32_gemm_4x16__generic", 4, 16, tile_4x16_generic};
+static void decode_generic(ql_dtype dt, const void *src, int64_t n, float *dst)
+{
+    if (dt == QL_I8)
+        for (int64_t i = 0; i < n; i++) dst[i] = (float)((const int8_t *)src)[i];
+    else
+        for (int64_t i = 0; i < n; i++) dst[i] = ql_load_f(dt, src, i);
+}
+
+const ql_f32_kernel ql_f32_gemm_4x16__generic = {"f32_gemm_4x16__generic", 4, 16, tile_4x16_generic, decode_generic};
 
 const ql_f32_kernel *ql_f32_kernel_for(ql_isa isa)
 {
-    return isa == QL_ISA_AVX512VNNI ? &ql_f32_gemm_12x32__avx512 : &ql_f32_gemm_4x16__generic;
+    switch (isa) {
+    case QL_ISA_AVX512VNNI: return &ql_f32_gemm_12x32__avx512;
+    case QL_ISA_AVXVNNI:
+    case QL_ISA_AVX2: return &ql_f32_gemm_6x16__avx2;
+    default: return &ql_f32_gemm_4x16__generic;
+    }
 }
 
-ql_status ql_pack_b_f32(const ql_f32_kernel *kern, ql_dtype dt, const void *w, int64_t n, int64_t k, int64_t ldw,
-                        ql_packed_f32 *out)
+ql_status ql_pack_b_float(const ql_f32_kernel *kern, ql_dtype src_dt, const void *w, int64_t n, int64_t k,
+                          int64_t ldw, ql_dtype store, ql_packed_f32 *out)
 {
     const int nr = kern->nr;
-    ql_packed_f32 b = {n, k, (n + nr - 1) / nr, nr, NULL};
-    size_t bytes = (size_t)(b.panels * k * nr) * sizeof(float);
+    ql_packed_f32 b = {n, k, (n + nr - 1) / nr, nr, store, NULL};
+    const size_t es = ql_dtype_size(store);
+    size_t bytes = (size_t)(b.panels * k * nr) * es;
     b.data = ql_aligned_alloc(bytes);
-    if (!b.data) return ql_fail(QL_ERR_OUT_OF_MEMORY, "pack fp32 weight: cannot allocate %zu bytes", bytes);
+    if (!b.data) return ql_fail(QL_ERR_OUT_OF_MEMORY, "pack weight: cannot allocate %zu bytes", bytes);
     for (int64_t p = 0; p < b.panels; p++)
         for (int j = 0; j < nr; j++) {
-            int64_t col = p * nr + j;
-            float *dst = b.data + (size_t)(p * k * nr) + j;
-            if (col >= n) {
-                for (int64_t kk = 0; kk < k; kk++) dst[kk * nr] = 0.0f;
-                continue;
+            const int64_t col = p * nr + j;
+            const size_t base = (size_t)(p * k * nr + j);
+            for (int64_t kk = 0; kk < k; kk++) {
+                size_t at = base + (size_t)(kk * nr);
+                if (store == QL_I8) ((int8_t *)b.data)[at] = col < n ? ((const int8_t *)w)[col * ldw + kk] : 0;
+                else ql_store_f(store, b.data, (int64_t)at, col < n ? ql_load_f(src_dt, w, col * ldw + kk) : 0.0f);
             }
-            const void *src = ql_row_cptr(dt, w, col, ldw);
-            for (int64_t kk = 0; kk < k; kk++) dst[kk * nr] = ql_load_f(dt, src, kk);
         }
     *out = b;
     return QL_OK;
@@ -50,48 +65,84 @@ void ql_packed_f32_free(ql_packed_f32 *b)
     b->data = NULL;
 }
 
+size_t ql_packed_f32_bytes(const ql_packed_f32 *b)
+{
+    return b ? (size_t)(b->panels * b->k * b->nr) * ql_dtype_size(b->dtype) : 0;
+}
+
+#define QL_F_MC 96
+#define QL_F_NC 256
+#define QL_F_KC 256
+
 ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a, int64_t lda, int64_t m,
                           const ql_packed_f32 *b, ql_f32_epilogue_fn epi, void *arg)
 {
     const int mr = kern->mr, nr = kern->nr;
     const int64_t k = b->k;
     const int64_t mpanels = (m + mr - 1) / mr, npanels = b->panels;
-    const int64_t mc = (96 + mr - 1) / mr, nc = (256 + nr - 1) / nr;
-    const int64_t mblocks = (mpanels + mc - 1) / mc, nblocks = (npanels + nc - 1) / nc, blocks = mblocks * nblocks;
+    int64_t mc = (QL_F_MC + mr - 1) / mr, nc = (QL_F_NC + nr - 1) / nr;
+    int64_t mblocks = (mpanels + mc - 1) / mc, nblocks = (npanels + nc - 1) / nc;
+    /* Small problems: shrink the blocks until every thread has several. */
+    while (mblocks * nblocks < 8 * (int64_t)threads && (mc > 1 || nc > 1)) {
+        if (mc >= nc && mc > 1) mc = (mc + 1) / 2;
+        else nc = (nc + 1) / 2;
+        mblocks = (mpanels + mc - 1) / mc;
+        nblocks = (npanels + nc - 1) / nc;
+    }
+    const int64_t blocks = mblocks * nblocks;
+    const size_t es = ql_dtype_size(b->dtype);
     if (threads > blocks) threads = (int)(blocks > 0 ? blocks : 1);
     int failed = 0;
 #pragma omp parallel num_threads(threads)
     {
-        float c[32 * 64] __attribute__((aligned(64)));
-        /* The last partial row panel is copied into zero-padded rows so the
-         * kernel never reads past A. */
+        float *cbuf = ql_aligned_alloc((size_t)(mc * nc * mr * nr) * sizeof(float));
+        float *bdec = b->dtype == QL_F32 ? NULL : ql_aligned_alloc((size_t)(QL_F_KC * nr) * sizeof(float));
+        /* the last partial row panel is copied into zero-padded rows so the
+         * kernel never reads past A */
         float *tail = (m % mr) ? ql_aligned_alloc((size_t)(mr * (k > 0 ? k : 1)) * sizeof(float)) : NULL;
-        if ((m % mr) && !tail) {
+        int ok = cbuf && (b->dtype == QL_F32 || bdec) && (!(m % mr) || tail);
+        if (!ok) {
 #pragma omp atomic write
             failed = 1;
         }
-        if (tail) {
+        if (ok && tail) {
             memset(tail, 0, (size_t)(mr * k) * sizeof(float));
             for (int64_t r = 0; r < m % mr; r++) memcpy(tail + r * k, a + (m - m % mr + r) * lda, (size_t)k * sizeof(float));
         }
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < blocks; blk++) {
-            if (failed) continue;
-            int64_t nb = blk / mblocks, mb = blk % mblocks;
-            int64_t jp1 = (nb + 1) * nc < npanels ? (nb + 1) * nc : npanels;
-            int64_t ip1 = (mb + 1) * mc < mpanels ? (mb + 1) * mc : mpanels;
-            for (int64_t jp = nb * nc; jp < jp1; jp++)
-                for (int64_t ip = mb * mc; ip < ip1; ip++) {
-                    int64_t m0 = ip * mr, n0 = jp * nr;
-                    int mr_eff = (int)(m - m0 < mr ? m - m0 : mr);
-                    int nr_eff = (int)(b->n - n0 < nr ? b->n - n0 : nr);
-                    if (mr_eff < mr) kern->tile(k, tail, k, b->data + (size_t)(jp * k * nr), c);
-                    else kern->tile(k, a + m0 * lda, lda, b->data + (size_t)(jp * k * nr), c);
-                    epi(arg, c, nr, m0, n0, mr_eff, nr_eff);
+            if (!ok) continue;
+            const int64_t nb = blk / mblocks, mb = blk % mblocks;
+            const int64_t jp0 = nb * nc, ip0 = mb * mc;
+            const int64_t jp1 = jp0 + nc < npanels ? jp0 + nc : npanels;
+            const int64_t ip1 = ip0 + mc < mpanels ? ip0 + mc : mpanels;
+            for (int64_t pc = 0; pc < k; pc += QL_F_KC) {
+                const int64_t kc = k - pc < QL_F_KC ? k - pc : QL_F_KC;
+                const int last = pc + kc >= k;
+                for (int64_t jp = jp0; jp < jp1; jp++) {
+                    const char *bslice = (const char *)b->data + (size_t)(jp * k + pc) * (size_t)nr * es;
+                    const float *bf = (const float *)bslice;
+                    if (bdec) {
+                        kern->decode(b->dtype, bslice, kc * nr, bdec);
+                        bf = bdec;
+                    }
+                    for (int64_t ip = ip0; ip < ip1; ip++) {
+                        float *c = cbuf + ((jp - jp0) * mc + (ip - ip0)) * mr * nr;
+                        const int64_t m0 = ip * mr, n0 = jp * nr;
+                        const int mr_eff = (int)(m - m0 < mr ? m - m0 : mr);
+                        if (mr_eff < mr) kern->tile(kc, tail + pc, k, bf, c, pc > 0);
+                        else kern->tile(kc, a + m0 * lda + pc, lda, bf, c, pc > 0);
+                        if (!last) continue;
+                        const int nr_eff = (int)(b->n - n0 < nr ? b->n - n0 : nr);
+                        epi(arg, c, nr, m0, n0, mr_eff, nr_eff);
+                    }
                 }
+            }
         }
+        ql_aligned_free(cbuf);
+        ql_aligned_free(bdec);
         ql_aligned_free(tail);
     }
-    if (failed) return ql_fail(QL_ERR_OUT_OF_MEMORY, "fp32 gemm: cannot allocate scratch");
+    if (failed) return ql_fail(QL_ERR_OUT_OF_MEMORY, "float gemm: cannot allocate per-thread buffers");
     return QL_OK;
 }

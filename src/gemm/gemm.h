@@ -7,14 +7,17 @@
  *     codes + 128 as uint8 for the VNNI kernels (vpdpbusd multiplies u8 by s8),
  *     whose result then exceeds the true product by 128·Σ_k a[m,k]; the
  *     epilogue subtracts that row correction (computed in the prologue).
- * Micro-kernels compute one MR×NR int32 tile over the whole K and write it to
- * a small buffer (row stride NR) that the tile epilogue consumes at once. */
+ * Micro-kernels compute one MR×NR int32 tile over a block of K (KC); partial
+ * sums wait in a per-thread buffer until the last K block, whose tiles the
+ * tile epilogue consumes at once, while they are hot in L1. */
 #ifndef QL_GEMM_H
 #define QL_GEMM_H
 
 #include "../core/core.h"
 
-typedef void (*ql_s8_tile_fn)(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c);
+/* c (row stride nr) receives the tile; with accumulate set it also holds the
+ * partial sums of earlier K blocks, which the kernel adds to. */
+typedef void (*ql_s8_tile_fn)(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int accumulate);
 
 typedef struct ql_s8_kernel {
     ql_isa isa;
@@ -56,7 +59,7 @@ typedef void (*ql_tile_epilogue_fn)(void *arg, const int32_t *c, int nr, int64_t
 
 /* Run C = A·Bᵀ tile by tile over `threads` threads. Each tile is computed the
  * same way whatever the thread count, so results never depend on it. */
-void ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const int8_t *packed_a, int64_t m, const ql_packed_b *b,
+ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const int8_t *packed_a, int64_t m, const ql_packed_b *b,
                     ql_tile_epilogue_fn epi, void *arg);
 
 #endif

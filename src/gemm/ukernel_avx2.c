@@ -5,7 +5,7 @@
 
 #include "gemm.h"
 
-static void tile_4x8c4_avx2(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c)
+static void tile_4x8c4_avx2(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int accumulate)
 {
     __m256i lo0 = _mm256_setzero_si256(), hi0 = lo0, lo1 = lo0, hi1 = lo0, lo2 = lo0, hi2 = lo0, lo3 = lo0, hi3 = lo0;
     for (int64_t q = 0; q < k4; q++, a += 16, b += 32) {
@@ -21,8 +21,12 @@ static void tile_4x8c4_avx2(int64_t k4, const int8_t *a, const uint8_t *b, int32
         lo3 = _mm256_add_epi32(lo3, _mm256_madd_epi16(a3, blo)); hi3 = _mm256_add_epi32(hi3, _mm256_madd_epi16(a3, bhi));
     }
     /* hadd gives (c0 c1 c4 c5 | c2 c3 c6 c7); reorder 64-bit lanes to c0..c7. */
-#define QL_FOLD(lo, hi, row) \
-    _mm256_storeu_si256((__m256i *)(c + 8 * (row)), _mm256_permute4x64_epi64(_mm256_hadd_epi32(lo, hi), 0xD8))
+#define QL_FOLD(lo, hi, row)                                                                             \
+    {                                                                                                    \
+        __m256i t = _mm256_permute4x64_epi64(_mm256_hadd_epi32(lo, hi), 0xD8);                           \
+        if (accumulate) t = _mm256_add_epi32(t, _mm256_loadu_si256((const __m256i *)(c + 8 * (row))));  \
+        _mm256_storeu_si256((__m256i *)(c + 8 * (row)), t);                                              \
+    }
     QL_FOLD(lo0, hi0, 0); QL_FOLD(lo1, hi1, 1); QL_FOLD(lo2, hi2, 2); QL_FOLD(lo3, hi3, 3);
 #undef QL_FOLD
 }

@@ -12,9 +12,11 @@ static inline __m512i bcast4(const int8_t *p)
     return _mm512_set1_epi32(v);
 }
 
-static void tile_12x32c4_avx512vnni(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c)
+static void tile_12x32c4_avx512vnni(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int accumulate)
 {
-#define QL_ROW_DECL(r) __m512i c##r##0 = _mm512_setzero_si512(), c##r##1 = _mm512_setzero_si512();
+#define QL_ROW_DECL(r)                                                                     \
+    __m512i c##r##0 = accumulate ? _mm512_load_si512((const void *)(c + 32 * (r) + 16 * 0)) : _mm512_setzero_si512(); \
+    __m512i c##r##1 = accumulate ? _mm512_load_si512((const void *)(c + 32 * (r) + 16 * 1)) : _mm512_setzero_si512();
     QL_ROW_DECL(0) QL_ROW_DECL(1) QL_ROW_DECL(2) QL_ROW_DECL(3) QL_ROW_DECL(4) QL_ROW_DECL(5)
     QL_ROW_DECL(6) QL_ROW_DECL(7) QL_ROW_DECL(8) QL_ROW_DECL(9) QL_ROW_DECL(10) QL_ROW_DECL(11)
 #undef QL_ROW_DECL

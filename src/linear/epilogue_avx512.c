@@ -11,7 +11,7 @@ void ql_w8a8_epilogue_avx512(void *arg, const int32_t *c, int nr, int64_t m0, in
     for (int r = 0; r < mr_eff; r++) {
         const int64_t row = m0 + r;
         const __m512i corr = _mm512_set1_epi32(e->offset128 ? 128 * e->rowsum[row] : 0);
-        const __m512 sxv = _mm512_set1_ps(e->sx[row]);
+        const __m512 sxv = _mm512_set1_ps(e->c_out ? 0.0f : e->sx[row]);
         for (int j = 0; j < nr_eff; j += 16) {
             const __mmask16 mk = ql512_mask(nr_eff - j);
             const int64_t col = n0 + j;
@@ -43,7 +43,10 @@ void ql_f32_epilogue_avx512(void *arg, const float *c, int nr, int64_t m0, int64
         for (int j = 0; j < nr_eff; j += 16) {
             const __mmask16 mk = ql512_mask(nr_eff - j);
             const int64_t col = n0 + j;
-            __m512 y = ql512_round_to(dt, _mm512_loadu_ps(c + r * nr + j));
+            __m512 v = _mm512_loadu_ps(c + r * nr + j);
+            if (e->col_scale)
+                v = _mm512_mul_ps(v, e->col_scale_scalar ? _mm512_set1_ps(e->col_scale[0]) : _mm512_maskz_loadu_ps(mk, e->col_scale + col));
+            __m512 y = ql512_round_to(dt, v);
             if (e->plan.bias) y = ql512_round_to(dt, _mm512_add_ps(y, _mm512_maskz_loadu_ps(mk, e->plan.bias + col)));
             if (e->plan.residual) {
                 __m512 res = ql512_load(dt, e->plan.residual, row * e->plan.ld_residual + col, mk);

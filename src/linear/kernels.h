@@ -39,13 +39,20 @@ void ql_w8a8_epilogue_generic(void *arg, const int32_t *c, int nr, int64_t m0, i
 void ql_w8a8_epilogue_avx2(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
 void ql_w8a8_epilogue_avx512(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
 
-/* State of the dense (float GEMM) tile epilogue. */
+/* State of the float-GEMM tile epilogue; col_scale (weight-only: the
+ * weight's row scales, 1 or N of them) multiplies the fp32 sums first. */
 typedef struct ql_f32_epi {
     ql_epi_plan plan;
     void *y;
     int64_t ldy;
+    const float *col_scale;
+    bool col_scale_scalar;
 } ql_f32_epi;
+void ql_f32_epilogue_generic(void *arg, const float *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
+void ql_f32_epilogue_avx2(void *arg, const float *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
 void ql_f32_epilogue_avx512(void *arg, const float *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
+void ql_rows_to_f32_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t r0, int64_t r1, int64_t k, int64_t group,
+                           int round_bf16, float *out, int64_t ldo);
 
 /* Write one quantized row (k codes) into its place in the packed A panels. */
 static inline void ql_scatter_row(const int8_t *q, int64_t k, int mr, int r, int8_t *panel)

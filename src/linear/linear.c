@@ -23,9 +23,11 @@ struct ql_linear {
     float *sw;
     int64_t n_sw;
     int64_t group;
-    /* float weight (DENSE), or the int8 codes kept for DEQUANT */
+    /* float-GEMM weight: fp32 / bf16 (DENSE), int8 codes (WEIGHT_ONLY); for
+     * DEQUANT the plain int8 codes, expanded on every call */
     const ql_f32_kernel *f32;
     ql_packed_f32 bf;
+    ql_dtype compute;
     int8_t *codes;
     /* bias as given */
     void *bias;
@@ -86,8 +88,11 @@ static ql_status create_int8(ql_linear *l, const ql_linear_desc *d)
         l->s8 = ql_s8_kernel_for(l->ctx->isa);
         return ql_pack_b_s8(l->s8, w->q, w->n, w->k, w->ldq, &l->b8);
     }
-    /* DEQUANT keeps the int8 codes resident and expands them on every call. */
     l->f32 = ql_f32_kernel_for(l->ctx->isa);
+    l->compute = QL_F32;
+    if (d->kind == QL_LINEAR_WEIGHT_ONLY) /* codes stay int8, decoded slice by slice */
+        return ql_pack_b_float(l->f32, QL_I8, w->q, w->n, w->k, w->ldq, QL_I8, &l->bf);
+    /* DEQUANT keeps the int8 codes resident and expands them on every call. */
     size_t bytes = (size_t)(w->n * w->k);
     l->codes = ql_aligned_alloc(bytes);
     if (!l->codes) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_create: cannot allocate %zu bytes", bytes);
@@ -109,23 +114,22 @@ ql_status ql_linear_create(ql_context *ctx, const ql_linear_desc *d, ql_linear *
     ql_status st;
     switch (d->kind) {
     case QL_LINEAR_W8A8:
+    case QL_LINEAR_WEIGHT_ONLY:
     case QL_LINEAR_DEQUANT: st = create_int8(l, d); break;
     case QL_LINEAR_DENSE:
         if ((st = ql_check_float_dtype(fn, "weight", d->weight_dtype)) != QL_OK) break;
         if ((st = ql_check_matrix(fn, "weight", d->weight, d->n, d->k, d->ld_weight)) != QL_OK) break;
-        if (d->compute_dtype != QL_F32) {
-            st = ql_fail(QL_ERR_UNSUPPORTED, "%s: dense compute dtype %s is not supported yet (fp32)", fn,
+        if (d->compute_dtype != QL_F32 && d->compute_dtype != QL_BF16) {
+            st = ql_fail(QL_ERR_UNSUPPORTED, "%s: dense compute dtype %s is not supported (fp32 or bf16)", fn,
                          ql_dtype_name(d->compute_dtype));
             break;
         }
         l->n = d->n;
         l->k = d->k;
         l->f32 = ql_f32_kernel_for(ctx->isa);
+        l->compute = d->compute_dtype;
         if ((st = copy_bias(l, d->bias, d->bias_dtype, d->n)) != QL_OK) break;
-        st = ql_pack_b_f32(l->f32, d->weight_dtype, d->weight, d->n, d->k, d->ld_weight, &l->bf);
-        break;
-    case QL_LINEAR_WEIGHT_ONLY:
-        st = ql_fail(QL_ERR_UNSUPPORTED, "%s: the weight-only kind is not implemented yet", fn);
+        st = ql_pack_b_float(l->f32, d->weight_dtype, d->weight, d->n, d->k, d->ld_weight, d->compute_dtype, &l->bf);
         break;
     default: st = ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: unknown linear kind %d", fn, (int)d->kind);
     }
@@ -142,7 +146,7 @@ size_t ql_linear_weight_bytes(const ql_linear *l)
     if (!l) return 0;
     if (l->kind == QL_LINEAR_W8A8) return (size_t)(l->b8.panels * l->b8.k4 * l->b8.nr * 4) + (size_t)l->n_sw * 4;
     if (l->kind == QL_LINEAR_DEQUANT) return (size_t)(l->n * l->k) + (size_t)l->n_sw * 4;
-    return (size_t)(l->bf.panels * l->bf.k * l->bf.nr) * sizeof(float);
+    return ql_packed_f32_bytes(&l->bf) + (size_t)l->n_sw * 4;
 }
 
 /* ---- W8A8 */
@@ -180,7 +184,7 @@ static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t
         ql_w8a8_epi e = {sx, rowsum, kern->b_offset128, l->sw, l->n_sw == 1, *plan,
                          ql_row_ptr(ydt, y, m0, ldy), ldy, NULL, 0};
         if (e.plan.residual) e.plan.residual = ql_row_cptr(ydt, e.plan.residual, m0, e.plan.ld_residual);
-        ql_gemm_s8_run(threads, kern, packed, mc, &l->b8, ops.epilogue, &e);
+        if ((st = ql_gemm_s8_run(threads, kern, packed, mc, &l->b8, ops.epilogue, &e)) != QL_OK) goto done;
     }
 done:
     ql_aligned_free(packed);
@@ -190,33 +194,62 @@ done:
     return st;
 }
 
-/* ---- float paths (DENSE, DEQUANT) */
+/* ---- float paths (DENSE, WEIGHT_ONLY, DEQUANT) */
 
-static void f32_epilogue_generic(void *arg, const float *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff)
+void ql_f32_epilogue_generic(void *arg, const float *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff)
 {
     const ql_f32_epi *e = arg;
     for (int r = 0; r < mr_eff; r++)
-        for (int j = 0; j < nr_eff; j++)
-            ql_store_f(e->plan.y_dtype, e->y, (m0 + r) * e->ldy + n0 + j,
-                       ql_epilogue_scalar(&e->plan, c[r * nr + j], m0 + r, n0 + j));
+        for (int j = 0; j < nr_eff; j++) {
+            float v = c[r * nr + j];
+            if (e->col_scale) v *= e->col_scale[e->col_scale_scalar ? 0 : n0 + j];
+            ql_store_f(e->plan.y_dtype, e->y, (m0 + r) * e->ldy + n0 + j, ql_epilogue_scalar(&e->plan, v, m0 + r, n0 + j));
+        }
 }
 
-static ql_status forward_f32(ql_linear *l, const ql_packed_f32 *b, const void *x, ql_dtype xdt, int64_t m,
-                             int64_t ldx, void *y, ql_dtype ydt, int64_t ldy, const ql_epi_plan *plan)
+/* x rows -> fp32 rows for the float GEMM: rotated (and rounded to x's dtype)
+ * for ConvRot weight-only, rounded to bf16 for bf16 compute. */
+static void rows_to_f32(const ql_linear *l, const void *x, ql_dtype xdt, int64_t ldx, int64_t m, int64_t group,
+                        float *a, int64_t lda)
 {
-    const float *a = x;
-    float *conv = NULL;
-    if (xdt != QL_F32) { /* the fp32 kernel needs fp32 rows */
-        conv = ql_aligned_alloc((size_t)(m * l->k) * sizeof(float));
-        if (!conv) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot convert x to fp32");
-        for (int64_t r = 0; r < m; r++) ql_convert(ql_row_cptr(xdt, x, r, ldx), xdt, conv + r * l->k, QL_F32, l->k);
-        a = conv;
-        ldx = l->k;
+    const int round_bf16 = l->compute == QL_BF16 && xdt != QL_BF16;
+    const bool simd = l->f32 == &ql_f32_gemm_12x32__avx512;
+    const int64_t k = l->k;
+#pragma omp parallel for num_threads(l->ctx->threads) schedule(static)
+    for (int64_t r = 0; r < m; r++) {
+        if (simd) {
+            ql_rows_to_f32_avx512(xdt, x, ldx, r, r + 1, k, group, round_bf16, a, lda);
+            continue;
+        }
+        ql_load_row_rotated(xdt, ql_row_cptr(xdt, x, r, ldx), k, group, a + r * lda);
+        if (round_bf16)
+            for (int64_t j = 0; j < k; j++) a[r * lda + j] = ql_round_to(QL_BF16, a[r * lda + j]);
     }
-    ql_f32_epi e = {*plan, y, ldy};
-    ql_f32_epilogue_fn epi = l->f32 == &ql_f32_gemm_12x32__avx512 ? ql_f32_epilogue_avx512 : f32_epilogue_generic;
-    ql_status st = ql_gemm_f32_run(l->ctx->threads, l->f32, a, ldx, m, b, epi, &e);
-    ql_aligned_free(conv);
+}
+
+static ql_status forward_float(ql_linear *l, const ql_packed_f32 *b, int64_t group, const void *x, ql_dtype xdt,
+                               int64_t m, int64_t ldx, void *y, ql_dtype ydt, int64_t ldy, const ql_epi_plan *plan)
+{
+    const int64_t k = l->k, lda = (k + 15) & ~(int64_t)15;
+    const int64_t chunk = m < QL_M_CHUNK ? m : QL_M_CHUNK;
+    const bool direct = xdt == QL_F32 && group == 0 && l->compute == QL_F32;
+    float *a = direct ? NULL : ql_aligned_alloc((size_t)(chunk * lda) * sizeof(float));
+    if (!direct && !a) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot allocate the fp32 activations");
+    const bool wo = l->kind == QL_LINEAR_WEIGHT_ONLY;
+    ql_f32_epi e = {*plan, NULL, ldy, wo ? l->sw : NULL, wo && l->n_sw == 1};
+    ql_f32_epilogue_fn epi = l->f32 == &ql_f32_gemm_12x32__avx512 ? ql_f32_epilogue_avx512
+                           : l->f32 == &ql_f32_gemm_6x16__avx2  ? ql_f32_epilogue_avx2
+                                                                : ql_f32_epilogue_generic;
+    ql_status st = QL_OK;
+    for (int64_t m0 = 0; m0 < m && st == QL_OK; m0 += chunk) {
+        const int64_t mc = m - m0 < chunk ? m - m0 : chunk;
+        const void *xc = ql_row_cptr(xdt, x, m0, ldx);
+        if (!direct) rows_to_f32(l, xc, xdt, ldx, mc, group, a, lda);
+        e.y = ql_row_ptr(ydt, y, m0, ldy);
+        e.plan.residual = plan->residual ? ql_row_cptr(ydt, plan->residual, m0, plan->ld_residual) : NULL;
+        st = ql_gemm_f32_run(l->ctx->threads, l->f32, direct ? (const float *)xc : a, direct ? ldx : lda, mc, b, epi, &e);
+    }
+    ql_aligned_free(a);
     return st;
 }
 
@@ -229,9 +262,9 @@ static ql_status forward_dequant(ql_linear *l, const void *x, ql_dtype xdt, int6
     if (!w) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot allocate the dequantized weight");
     ql_status st = ql_dequantize(l->codes, l->n, l->k, l->k, l->sw, l->n_sw, l->group, QL_F32, w, l->k);
     ql_packed_f32 b = {0};
-    if (st == QL_OK) st = ql_pack_b_f32(l->f32, QL_F32, w, l->n, l->k, l->k, &b);
+    if (st == QL_OK) st = ql_pack_b_float(l->f32, QL_F32, w, l->n, l->k, l->k, QL_F32, &b);
     ql_aligned_free(w);
-    if (st == QL_OK) st = forward_f32(l, &b, x, xdt, m, ldx, y, ydt, ldy, plan);
+    if (st == QL_OK) st = forward_float(l, &b, 0, x, xdt, m, ldx, y, ydt, ldy, plan);
     ql_packed_f32_free(&b);
     return st;
 }
@@ -255,7 +288,7 @@ ql_status ql_linear_forward(ql_linear *l, const void *x, ql_dtype xdt, int64_t m
             for (int64_t c = 0; c < l->n; c++) ql_store_f(ydt, y, r * ldy + c, ql_epilogue_scalar(&plan, 0.0f, r, c));
     } else if (l->kind == QL_LINEAR_W8A8) st = forward_w8a8(l, x, xdt, m, ldx, y, ydt, ldy, &plan);
     else if (l->kind == QL_LINEAR_DEQUANT) st = forward_dequant(l, x, xdt, m, ldx, y, ydt, ldy, &plan);
-    else st = forward_f32(l, &l->bf, x, xdt, m, ldx, y, ydt, ldy, &plan);
+    else st = forward_float(l, &l->bf, l->kind == QL_LINEAR_WEIGHT_ONLY ? l->group : 0, x, xdt, m, ldx, y, ydt, ldy, &plan);
     ql_aligned_free(bias);
     return st;
 }
@@ -287,9 +320,9 @@ ql_status ql_gemm_s8s8s32(ql_context *ctx, int64_t m, int64_t n, int64_t k, cons
     }
     ql_pack_a_s8(a, m, k, lda, kern->mr, pa, rowsum);
     ql_w8a8_epi e = {NULL, rowsum, kern->b_offset128, NULL, false, {0}, NULL, 0, c, ldc};
-    ql_gemm_s8_run(ctx->threads, kern, pa, m, &pb, ops_for(kern->isa).epilogue, &e);
+    ql_status st = ql_gemm_s8_run(ctx->threads, kern, pa, m, &pb, ops_for(kern->isa).epilogue, &e);
     ql_packed_b_free(&pb);
     ql_aligned_free(pa);
     ql_aligned_free(rowsum);
-    return QL_OK;
+    return st;
 }
