@@ -157,7 +157,8 @@ int64_t ql_checkpoint_find_layer(const ql_checkpoint *ckpt, const char *prefix);
  * ql_checkpoint_linear_desc fills a descriptor whose pointers refer to the
  * checkpoint (valid until it is closed; aligned copies are made where the
  * file leaves data unaligned), so the caller may adjust it (e.g. drop the
- * bias) before ql_linear_create. */
+ * bias) before ql_linear_create. Every checkpoint call may be made from
+ * several threads at once on one open checkpoint (until it is closed). */
 ql_status ql_checkpoint_linear_desc(const ql_checkpoint *ckpt, const char *layer, ql_linear_kind kind,
                                     ql_linear_desc *desc);
 /* Shortcut: descriptor + ql_linear_create (the weight is packed once). The

@@ -7,6 +7,8 @@
 
 #include "../core/core.h"
 
+#include <pthread.h>
+
 /* The reference parser's header limit (bytes). */
 #define QL_ST_MAX_HEADER 100000000ull
 
@@ -57,7 +59,9 @@ struct ql_checkpoint {
     ql_layer *layers;
     int64_t *layer_sorted; /* layer indices sorted by prefix */
 
-    /* Aligned copies of unaligned data handed out by linear_desc. */
+    /* Aligned copies of unaligned data handed out by linear_desc (guarded:
+     * linear_desc may be called from several threads). */
+    pthread_mutex_t lock;
     void **copies;
     int64_t n_copies, cap_copies;
 };

@@ -443,6 +443,7 @@ ql_status ql_checkpoint_open(const char *path, ql_checkpoint **out)
         free(c);
         return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
+    pthread_mutex_init(&c->lock, NULL);
     /* O_NONBLOCK: a FIFO must not hang the open; it is refused below. */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
@@ -485,6 +486,7 @@ ql_status ql_checkpoint_open_memory(const void *data, size_t size, const char *l
         free(c);
         return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
+    pthread_mutex_init(&c->lock, NULL);
     c->base = data;
     c->size = size;
     return finish_open(c, out);
@@ -517,22 +519,29 @@ void ql_checkpoint_close(ql_checkpoint *c)
     for (int64_t i = 0; i < c->n_copies; i++) ql_aligned_free(c->copies[i]);
     free(c->copies);
     free(c->path);
+    pthread_mutex_destroy(&c->lock);
     free(c);
 }
 
 ql_status ql_checkpoint_keep_copy(ql_checkpoint *c, const void *src, size_t bytes, const void **out)
 {
-    if (c->n_copies == c->cap_copies) {
-        int64_t cap = c->cap_copies ? 2 * c->cap_copies : 8;
-        void **p = realloc(c->copies, (size_t)cap * sizeof *p);
-        if (!p) return ql_fail(QL_ERR_OUT_OF_MEMORY, "out of memory");
-        c->copies = p;
-        c->cap_copies = cap;
-    }
     void *d = ql_aligned_alloc(bytes ? bytes : 1);
     if (!d) return ql_fail(QL_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes", bytes);
     if (bytes) memcpy(d, src, bytes);
+    pthread_mutex_lock(&c->lock);
+    if (c->n_copies == c->cap_copies) {
+        int64_t cap = c->cap_copies ? 2 * c->cap_copies : 8;
+        void **p = realloc(c->copies, (size_t)cap * sizeof *p);
+        if (!p) {
+            pthread_mutex_unlock(&c->lock);
+            ql_aligned_free(d);
+            return ql_fail(QL_ERR_OUT_OF_MEMORY, "out of memory");
+        }
+        c->copies = p;
+        c->cap_copies = cap;
+    }
     c->copies[c->n_copies++] = d;
+    pthread_mutex_unlock(&c->lock);
     *out = d;
     return QL_OK;
 }
