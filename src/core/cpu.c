@@ -49,6 +49,11 @@ const ql_cpu_features *ql_cpu(void)
     if (!__atomic_load_n(&detected, __ATOMIC_ACQUIRE)) {
         ql_cpu_features f = {0};
         detect(&f);
+        /* QLINEAR_DISABLE=avx512bf16 hides that feature, so the paths for CPUs
+         * without it (AVX512-VNNI without BF16, e.g. Ice Lake) can be tested
+         * on any machine. */
+        const char *off = getenv("QLINEAR_DISABLE");
+        if (off && strstr(off, "avx512bf16")) f.avx512bf16 = false;
         features = f;
         __atomic_store_n(&detected, 1, __ATOMIC_RELEASE);
     }

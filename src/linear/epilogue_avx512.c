@@ -8,6 +8,7 @@ void ql_w8a8_epilogue_avx512(void *arg, const int32_t *c, int nr, int64_t m0, in
 {
     const ql_w8a8_epi *e = arg;
     const ql_dtype dt = e->plan.y_dtype;
+    const bool fbf = ql_cpu()->avx512bf16;
     for (int r = 0; r < mr_eff; r++) {
         const int64_t row = m0 + r;
         const __m512i corr = _mm512_set1_epi32(e->offset128 ? 128 * e->rowsum[row] : 0);
@@ -21,14 +22,14 @@ void ql_w8a8_epilogue_avx512(void *arg, const int32_t *c, int nr, int64_t m0, in
                 continue;
             }
             __m512 sw = e->sw_scalar ? _mm512_set1_ps(e->sw[0]) : _mm512_maskz_loadu_ps(mk, e->sw + col);
-            __m512 y = ql512_round_to(dt, _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(sxv, sw)));
-            if (e->plan.bias) y = ql512_round_to(dt, _mm512_add_ps(y, _mm512_maskz_loadu_ps(mk, e->plan.bias + col)));
+            __m512 y = ql512_round_to_fast(dt, _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(sxv, sw)), fbf);
+            if (e->plan.bias) y = ql512_round_to_fast(dt, _mm512_add_ps(y, _mm512_maskz_loadu_ps(mk, e->plan.bias + col)), fbf);
             if (e->plan.residual) {
                 __m512 res = ql512_load(dt, e->plan.residual, row * e->plan.ld_residual + col, mk);
                 __m512 rs = ql512_load(dt, e->plan.residual_scale, col, mk);
-                y = ql512_round_to(dt, _mm512_add_ps(res, _mm512_mul_ps(rs, y)));
+                y = ql512_round_to_fast(dt, _mm512_add_ps(res, _mm512_mul_ps(rs, y)), fbf);
             }
-            ql512_store(dt, e->y, row * e->ldy + col, y, mk);
+            ql512_store_exact(dt, e->y, row * e->ldy + col, y, mk);
         }
     }
 }
@@ -38,6 +39,7 @@ void ql_f32_epilogue_avx512(void *arg, const float *c, int nr, int64_t m0, int64
 {
     const ql_f32_epi *e = arg;
     const ql_dtype dt = e->plan.y_dtype;
+    const bool fbf = ql_cpu()->avx512bf16;
     for (int r = 0; r < mr_eff; r++) {
         const int64_t row = m0 + r;
         for (int j = 0; j < nr_eff; j += 16) {
@@ -46,14 +48,14 @@ void ql_f32_epilogue_avx512(void *arg, const float *c, int nr, int64_t m0, int64
             __m512 v = _mm512_loadu_ps(c + r * nr + j);
             if (e->col_scale)
                 v = _mm512_mul_ps(v, e->col_scale_scalar ? _mm512_set1_ps(e->col_scale[0]) : _mm512_maskz_loadu_ps(mk, e->col_scale + col));
-            __m512 y = ql512_round_to(dt, v);
-            if (e->plan.bias) y = ql512_round_to(dt, _mm512_add_ps(y, _mm512_maskz_loadu_ps(mk, e->plan.bias + col)));
+            __m512 y = ql512_round_to_fast(dt, v, fbf);
+            if (e->plan.bias) y = ql512_round_to_fast(dt, _mm512_add_ps(y, _mm512_maskz_loadu_ps(mk, e->plan.bias + col)), fbf);
             if (e->plan.residual) {
                 __m512 res = ql512_load(dt, e->plan.residual, row * e->plan.ld_residual + col, mk);
                 __m512 rs = ql512_load(dt, e->plan.residual_scale, col, mk);
-                y = ql512_round_to(dt, _mm512_add_ps(res, _mm512_mul_ps(rs, y)));
+                y = ql512_round_to_fast(dt, _mm512_add_ps(res, _mm512_mul_ps(rs, y)), fbf);
             }
-            ql512_store(dt, e->y, row * e->ldy + col, y, mk);
+            ql512_store_exact(dt, e->y, row * e->ldy + col, y, mk);
         }
     }
 }

@@ -49,45 +49,32 @@ static void fwht_group(float *v, int64_t g)
             }
 }
 
-/* Round to bf16 with vcvtneps2bf16 (one instruction) where that is exact:
- * it flushes subnormal inputs and outputs, so lanes below 2^-126 in
- * magnitude take the integer RNE path. */
-static inline __m512 round_bf16_fast(__m512 v)
-{
-    const __m512 tiny = _mm512_set1_ps(1.17549435e-38f);
-    __m512 r = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v)), 16));
-    __mmask16 sub = _mm512_cmp_ps_mask(_mm512_abs_ps(v), tiny, _CMP_LT_OQ);
-    if (QL_UNLIKELY(sub)) r = _mm512_mask_mov_ps(r, sub, ql512_round_to(QL_BF16, v));
-    return r;
-}
-
-static inline __m512 round_to_fast(ql_dtype dt, __m512 v)
-{
-    return dt == QL_BF16 ? round_bf16_fast(v) : ql512_round_to(dt, v);
-}
-
 /* The whole 256-group in 16 registers: stages 1 and 4 inside each register,
  * 16 and 64 across registers — the same butterflies as the generic order. */
+static inline void butterfly4(__m512 *a, __m512 *b, __m512 *c, __m512 *d)
+{
+    __m512 t0 = _mm512_add_ps(*a, *b), t1 = _mm512_add_ps(*c, *d);
+    __m512 t2 = _mm512_sub_ps(*a, *b), t3 = _mm512_sub_ps(*c, *d);
+    *a = _mm512_add_ps(t0, t3);
+    *b = _mm512_sub_ps(t0, t3);
+    *c = _mm512_add_ps(t1, t2);
+    *d = _mm512_sub_ps(t1, t2);
+}
+
 static inline void fwht256_regs(__m512 v[16])
 {
     const __m512 norm = _mm512_set1_ps(1.0f / 16.0f);
+#pragma GCC unroll 16
     for (int i = 0; i < 16; i++) v[i] = stage_s4(stage_s1(_mm512_mul_ps(v[i], norm)));
-    for (int s = 1; s <= 4; s *= 4)
-        for (int base = 0; base < 16; base += 4 * s)
-            for (int j = base; j < base + s; j++) {
-                __m512 a = v[j], b = v[j + s], c = v[j + 2 * s], d = v[j + 3 * s];
-                __m512 t0 = _mm512_add_ps(a, b), t1 = _mm512_add_ps(c, d);
-                __m512 t2 = _mm512_sub_ps(a, b), t3 = _mm512_sub_ps(c, d);
-                v[j] = _mm512_add_ps(t0, t3);
-                v[j + s] = _mm512_sub_ps(t0, t3);
-                v[j + 2 * s] = _mm512_add_ps(t1, t2);
-                v[j + 3 * s] = _mm512_sub_ps(t1, t2);
-            }
+#pragma GCC unroll 4
+    for (int b = 0; b < 16; b += 4) butterfly4(&v[b], &v[b + 1], &v[b + 2], &v[b + 3]); /* stride 16 */
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) butterfly4(&v[j], &v[j + 4], &v[j + 8], &v[j + 12]); /* stride 64 */
 }
 
 /* Load a row to fp32, rotate, round to dtype; return max|v| (NaN if any
  * value is NaN or Inf). */
-static float load_rotate_absmax(ql_dtype dt, const void *src, int64_t k, int64_t group, float *v)
+static float load_rotate_absmax(ql_dtype dt, const void *src, int64_t k, int64_t group, float *v, bool fbf)
 {
     int64_t kp = (k + 15) & ~(int64_t)15;
     const __m512 fmax = _mm512_set1_ps(3.402823466e38f);
@@ -96,10 +83,12 @@ static float load_rotate_absmax(ql_dtype dt, const void *src, int64_t k, int64_t
         __mmask16 bad = 0;
         for (int64_t g0 = 0; g0 < k; g0 += 256) {
             __m512 r[16];
+#pragma GCC unroll 16
             for (int i = 0; i < 16; i++) r[i] = ql512_load(dt, src, g0 + 16 * i, 0xFFFF);
             fwht256_regs(r);
+#pragma GCC unroll 16
             for (int i = 0; i < 16; i++) {
-                __m512 x = dt == QL_F32 ? r[i] : round_to_fast(dt, r[i]);
+                __m512 x = dt == QL_F32 ? r[i] : ql512_round_to_fast(dt, r[i], fbf);
                 _mm512_store_ps(v + g0 + 16 * i, x);
                 __m512 ax = _mm512_abs_ps(x);
                 bad |= _mm512_cmp_ps_mask(ax, fmax, _CMP_NLE_UQ);
@@ -120,7 +109,7 @@ static float load_rotate_absmax(ql_dtype dt, const void *src, int64_t k, int64_t
     for (int64_t i = 0; i < kp; i += 16) {
         __m512 x = _mm512_load_ps(v + i);
         if (group > 0 && dt != QL_F32) {
-            x = round_to_fast(dt, x);
+            x = ql512_round_to_fast(dt, x, fbf);
             _mm512_store_ps(v + i, x);
         }
         __m512 ax = _mm512_abs_ps(x);
@@ -134,12 +123,13 @@ void ql_prologue_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int6
                         int64_t p0, int64_t p1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch)
 {
     const int64_t k4 = ql_k4(k), kp = (k + 15) & ~(int64_t)15;
+    const bool fbf = ql_cpu()->avx512bf16;
     for (int64_t p = p0; p < p1; p++) {
         int8_t *panel = packed + (size_t)(p * k4 * mr * 4);
         for (int r = 0; r < mr; r++) {
             int64_t row = p * mr + r;
             if (row >= m) { ql_zero_row(k, mr, r, panel); continue; }
-            float a = load_rotate_absmax(dt, ql_row_cptr(dt, x, row, ldx), k, group, scratch);
+            float a = load_rotate_absmax(dt, ql_row_cptr(dt, x, row, ldx), k, group, scratch, fbf);
             if (isnan(a)) { /* non-finite row: codes 0, scale NaN -> NaN output row */
                 sx[row] = NAN;
                 rowsum[row] = 0;
@@ -156,8 +146,8 @@ void ql_prologue_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int6
             int8_t *dst = panel + r * 4;
             for (int64_t i = 0; i < kp; i += 16) {
                 __m512 y = _mm512_div_ps(_mm512_load_ps(scratch + i), st);
-                y = dt == QL_BF16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(y)), 16))
-                                  : ql512_round_to(dt, y);
+                y = dt == QL_BF16 && fbf ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(y)), 16))
+                                         : ql512_round_to(dt, y);
                 y = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
                 y = _mm512_min_ps(_mm512_max_ps(y, lo), hi);
                 __m512i qi = _mm512_maskz_cvtps_epi32(ql512_mask(k - i), y);
@@ -182,10 +172,11 @@ void ql_rows_to_f32_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t r0, 
                            int round_bf16, float *out, int64_t ldo)
 {
     const int64_t kp = (k + 15) & ~(int64_t)15;
+    const bool fbf = ql_cpu()->avx512bf16;
     for (int64_t r = r0; r < r1; r++) {
         float *o = out + r * ldo;
-        (void)load_rotate_absmax(dt, ql_row_cptr(dt, x, r, ldx), k, group, o);
+        (void)load_rotate_absmax(dt, ql_row_cptr(dt, x, r, ldx), k, group, o, fbf);
         if (round_bf16)
-            for (int64_t i = 0; i < kp; i += 16) _mm512_store_ps(o + i, ql512_round_to(QL_BF16, _mm512_load_ps(o + i)));
+            for (int64_t i = 0; i < kp; i += 16) _mm512_store_ps(o + i, ql512_round_to_fast(QL_BF16, _mm512_load_ps(o + i), fbf));
     }
 }

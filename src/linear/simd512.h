@@ -42,6 +42,20 @@ static inline __m512 ql512_round_to(ql_dtype dt, __m512 v)
     }
 }
 
+/* bf16 rounding in one instruction where that is exact. vcvtneps2bf16
+ * (AVX512-BF16, which not every AVX512-VNNI CPU has: callers pass
+ * ql_cpu()->avx512bf16) flushes subnormal inputs and outputs, so lanes below
+ * 2^-126 in magnitude take the integer path. */
+static inline __m512 ql512_round_to_fast(ql_dtype dt, __m512 v, bool has_bf16)
+{
+    if (dt != QL_BF16 || !has_bf16) return ql512_round_to(dt, v);
+    const __m512 tiny = _mm512_set1_ps(1.17549435e-38f);
+    __m512 r = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v)), 16));
+    __mmask16 sub = _mm512_cmp_ps_mask(_mm512_abs_ps(v), tiny, _CMP_LT_OQ);
+    if (QL_UNLIKELY(sub)) r = _mm512_mask_mov_ps(r, sub, ql512_round_to(QL_BF16, v));
+    return r;
+}
+
 static inline void ql512_store(ql_dtype dt, void *p, int64_t i, __m512 v, __mmask16 m)
 {
     switch (dt) {
@@ -51,6 +65,14 @@ static inline void ql512_store(ql_dtype dt, void *p, int64_t i, __m512 v, __mmas
         break;
     default: _mm256_mask_storeu_epi16((uint16_t *)p + i, m, _mm512_cvtepi32_epi16(ql512_bf16_bits(v))); break;
     }
+}
+
+/* Store values already representable in dt (no rounding needed). */
+static inline void ql512_store_exact(ql_dtype dt, void *p, int64_t i, __m512 v, __mmask16 m)
+{
+    if (dt == QL_BF16)
+        _mm256_mask_storeu_epi16((uint16_t *)p + i, m, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)));
+    else ql512_store(dt, p, i, v, m);
 }
 
 #endif
