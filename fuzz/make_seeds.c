@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "qlinear_checkpoint.h"
+#include "qlinear.h"
 
 static int put(const char *dir, const char *name, const ql_tensor_spec *sp, const void *const *data, int n,
                const char *const *mk, const char *const *mv, int nm)

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "qlinear_checkpoint.h"
+#include "qlinear.h"
 #include "test_format_cases.h"
 #include "testutil.h"
 

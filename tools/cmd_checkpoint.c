@@ -13,7 +13,7 @@
 
 #include "commands.h"
 #include "qlinear.h"
-#include "qlinear_checkpoint.h"
+#include "qlinear.h"
 
 /* ---------------------------------------------------------------- helpers */
 

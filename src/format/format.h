@@ -3,7 +3,7 @@
 #ifndef QL_FORMAT_H
 #define QL_FORMAT_H
 
-#include "qlinear_checkpoint.h"
+#include "qlinear.h"
 
 #include "../core/core.h"
 
