@@ -147,21 +147,19 @@ static double rel_l2(const layer_data *d, ql_dtype dt, const void *y, int with_b
     return sqrt(num / (den > 0 ? den : 1));
 }
 
-typedef int (*run_fn)(void *ctx);
+typedef int (*run_fn)(void *arg);
 
-static double time_median(run_fn fn, void *arg, int reps, int *ok)
-{
+/* One prepared path of one shape: everything is built before timing starts,
+ * so repetitions can be interleaved across paths. */
+typedef struct {
+    run_fn fn;
+    void *arg;
+    void *y;
+    ql_dtype ydt;
+    int with_bias, has_error; /* whether rel_l2 applies, and whether y includes the bias */
     double t[64];
-    if (reps > 64) reps = 64;
-    *ok = fn(arg) == 0; /* warm-up (and the output the error is measured on) */
-    for (int r = 0; r < reps && *ok; r++) {
-        double t0 = now_ms();
-        *ok = fn(arg) == 0;
-        t[r] = now_ms() - t0;
-    }
-    qsort(t, (size_t)reps, sizeof(double), cmp_double);
-    return reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
-}
+    int ok;
+} runner;
 
 typedef struct {
     ql_linear *lin;
@@ -179,21 +177,26 @@ static int run_linear(void *a)
 typedef struct {
     int threads;
     const ql_s8_kernel *kern;
-    const int8_t *pa;
+    int8_t *pa;
+    int32_t *rowsum;
     int64_t m;
-    ql_packed_b *pb;
-    ql_w8a8_epi *e;
+    ql_packed_b pb;
+    ql_w8a8_epi e;
 } gemm_run;
 static int run_gemm(void *a)
 {
     gemm_run *g = a;
-    return ql_gemm_s8_run(g->threads, g->kern, g->pa, g->m, g->pb, g->kern->isa == QL_ISA_AVX512VNNI ? ql_w8a8_epilogue_avx512 : g->kern->isa == QL_ISA_GENERIC ? ql_w8a8_epilogue_generic : ql_w8a8_epilogue_avx2, g->e) != QL_OK;
+    ql_tile_epilogue_fn epi = g->kern->isa == QL_ISA_AVX512VNNI ? ql_w8a8_epilogue_avx512
+                            : g->kern->isa == QL_ISA_GENERIC    ? ql_w8a8_epilogue_generic
+                                                                : ql_w8a8_epilogue_avx2;
+    return ql_gemm_s8_run(g->threads, g->kern, g->pa, g->m, &g->pb, epi, &g->e) != QL_OK;
 }
 
 typedef struct {
     peer *p;
     const void *x;
     void *y;
+    uint8_t *xu;
 } peer_run_t;
 static int run_peer(void *a)
 {
@@ -201,88 +204,148 @@ static int run_peer(void *a)
     return peer_run(r->p, r->x, r->y);
 }
 
-static void bench_shape(ql_context *ctx, const layer_data *d, const int *want, int reps, result *res)
+/* Build path p for this shape; 0 if it is unavailable (reason on stderr). */
+static int prepare(ql_context *ctx, const layer_data *d, int p, runner *rn, size_t *wbytes)
 {
     const int64_t m = d->m, n = d->n, k = d->k;
-    const double ops = 2.0 * (double)m * (double)n * (double)k;
-    void *y = malloc((size_t)(m * n) * 4);
+    memset(rn, 0, sizeof *rn);
+    rn->y = calloc((size_t)(m * n), 4);
+    if (!rn->y) return 0;
+    rn->ydt = QL_F32;
+    rn->with_bias = 1;
+    rn->has_error = 1;
+    if (p == P_FP32 || p == P_BF16 || p == P_DEQUANT || p == P_WONLY || p == P_W8A8) {
+        ql_linear_desc desc = {0};
+        ql_dtype xdt = QL_F32;
+        const void *x = d->x;
+        if (p == P_FP32 || p == P_BF16) {
+            desc = (ql_linear_desc){.kind = QL_LINEAR_DENSE, .n = n, .k = k, .weight = d->w, .ld_weight = k,
+                                    .weight_dtype = QL_F32, .compute_dtype = p == P_BF16 ? QL_BF16 : QL_F32,
+                                    .bias = d->bias, .bias_dtype = QL_F32};
+            if (p == P_BF16) { xdt = rn->ydt = QL_BF16; x = d->xb; }
+        } else {
+            desc.kind = p == P_W8A8 ? QL_LINEAR_W8A8 : p == P_WONLY ? QL_LINEAR_WEIGHT_ONLY : QL_LINEAR_DEQUANT;
+            desc.int8 = (ql_int8_weight){n, k, d->q, k, d->sw, n, 256, d->biasb, QL_BF16};
+            if (p != P_DEQUANT) { xdt = rn->ydt = QL_BF16; x = d->xb; }
+        }
+        ql_linear *lin = NULL;
+        if (ql_linear_create(ctx, &desc, &lin) != QL_OK) {
+            fprintf(stderr, "\n  %s: %s\n", path_names[p], ql_last_error());
+            return 0;
+        }
+        lin_run *r = malloc(sizeof *r);
+        *r = (lin_run){lin, x, xdt, rn->ydt, m, n, k, rn->y};
+        rn->fn = run_linear;
+        rn->arg = r;
+        *wbytes = ql_linear_weight_bytes(lin);
+        return 1;
+    }
+    if (p == P_GEMM) {
+        gemm_run *g = calloc(1, sizeof *g);
+        g->threads = ql_context_threads(ctx);
+        g->kern = ql_s8_kernel_for(ql_context_isa(ctx));
+        g->m = m;
+        int8_t *xq = malloc((size_t)(m * k));
+        float *sx = malloc((size_t)m * 4), *xr = malloc((size_t)(m * k) * 4);
+        g->pa = ql_aligned_alloc((size_t)(ql_panels(m, g->kern->mr) * ql_k4(k) * g->kern->mr * 4));
+        g->rowsum = malloc((size_t)m * 4);
+        memcpy(xr, d->x, (size_t)(m * k) * 4);
+        ql_rotate(QL_F32, xr, m, k, k, 256);
+        ql_quantize_rowwise(QL_F32, xr, m, k, k, xq, k, sx);
+        ql_pack_a_s8(xq, m, k, k, g->kern->mr, g->pa, g->rowsum);
+        free(xq); free(sx); free(xr);
+        if (ql_pack_b_s8(g->kern, d->q, n, k, k, &g->pb) != QL_OK) return 0;
+        g->e = (ql_w8a8_epi){NULL, g->rowsum, g->kern->b_offset128, NULL, false, {0}, NULL, 0, rn->y, n};
+        rn->fn = run_gemm;
+        rn->arg = g;
+        rn->has_error = 0;
+        *wbytes = (size_t)(g->pb.panels * g->pb.k4 * g->pb.nr * 4);
+        return 1;
+    }
+    peer_kind kind = p == P_OPENBLAS ? PEER_OPENBLAS_F32 : p == P_ONEDNN_F32 ? PEER_ONEDNN_F32
+                   : p == P_ONEDNN_BF16 ? PEER_ONEDNN_BF16 : PEER_ONEDNN_INT8;
+    if (!peer_available(kind)) return 0;
+    char err[256] = "";
+    peer *pp = peer_create(kind, m, n, k, d->w, d->q, err, sizeof err);
+    if (!pp) {
+        fprintf(stderr, "\n  %s: %s\n", path_names[p], err);
+        return 0;
+    }
+    peer_run_t *r = calloc(1, sizeof *r);
+    r->p = pp;
+    r->y = rn->y;
+    if (kind == PEER_ONEDNN_INT8) { /* timing only: any u8 activations */
+        r->xu = malloc((size_t)(m * k));
+        for (int64_t i = 0; i < m * k; i++) r->xu[i] = (uint8_t)(((uint64_t)i * 2654435761u) >> 24);
+        r->x = r->xu;
+        rn->has_error = 0;
+    } else r->x = kind == PEER_ONEDNN_BF16 ? (const void *)d->xb : (const void *)d->x;
+    rn->ydt = kind == PEER_ONEDNN_BF16 ? QL_BF16 : QL_F32;
+    rn->with_bias = 0;
+    rn->fn = run_peer;
+    rn->arg = r;
+    *wbytes = peer_weight_bytes(pp);
+    return 1;
+}
+
+static void release(int p, runner *rn)
+{
+    if (!rn->arg) { free(rn->y); return; }
+    if (rn->fn == run_linear) ql_linear_destroy(((lin_run *)rn->arg)->lin);
+    else if (rn->fn == run_gemm) {
+        gemm_run *g = rn->arg;
+        ql_packed_b_free(&g->pb);
+        ql_aligned_free(g->pa);
+        free(g->rowsum);
+    } else {
+        peer_run_t *r = rn->arg;
+        peer_destroy(r->p);
+        free(r->xu);
+    }
+    (void)p;
+    free(rn->arg);
+    free(rn->y);
+}
+
+/* All wanted paths of one shape: build them, run each once (warm-up, and
+ * the output the error is measured on), then `reps` rounds in which every
+ * path runs once, so a slow spell of this shared machine hits all paths
+ * alike; report the median per path. */
+static void bench_shape(ql_context *ctx, const layer_data *d, const int *want, int reps, result *res)
+{
+    const double ops = 2.0 * (double)d->m * (double)d->n * (double)d->k;
+    runner rn[NPATHS];
+    if (reps > 64) reps = 64;
     for (int p = 0; p < NPATHS; p++) {
         res[p].ok = 0;
+        rn[p].ok = 0;
+        rn[p].arg = NULL;
+        rn[p].y = NULL;
         if (!want[p]) continue;
-        fprintf(stderr, "\r  %-14s N=%-5lld K=%-5lld M=%-5lld ...          ", path_names[p], (long long)n, (long long)k, (long long)m);
-        memset(y, 0, (size_t)(m * n) * 4);
-        int ok = 0;
-        double ms = 0;
-        if (p == P_FP32 || p == P_BF16 || p == P_DEQUANT || p == P_WONLY || p == P_W8A8) {
-            ql_linear_desc desc = {0};
-            ql_dtype xdt = QL_F32, ydt = QL_F32;
-            const void *x = d->x;
-            if (p == P_FP32 || p == P_BF16) {
-                desc = (ql_linear_desc){.kind = QL_LINEAR_DENSE, .n = n, .k = k, .weight = d->w, .ld_weight = k,
-                                        .weight_dtype = QL_F32, .compute_dtype = p == P_BF16 ? QL_BF16 : QL_F32,
-                                        .bias = d->bias, .bias_dtype = QL_F32};
-                if (p == P_BF16) { xdt = ydt = QL_BF16; x = d->xb; }
-            } else {
-                desc.kind = p == P_W8A8 ? QL_LINEAR_W8A8 : p == P_WONLY ? QL_LINEAR_WEIGHT_ONLY : QL_LINEAR_DEQUANT;
-                desc.int8 = (ql_int8_weight){n, k, d->q, k, d->sw, n, 256, d->biasb, QL_BF16};
-                if (p != P_DEQUANT) { xdt = ydt = QL_BF16; x = d->xb; }
-            }
-            ql_linear *lin = NULL;
-            if (ql_linear_create(ctx, &desc, &lin) == QL_OK) {
-                lin_run r = {lin, x, xdt, ydt, m, n, k, y};
-                ms = time_median(run_linear, &r, reps, &ok);
-                res[p].rel_l2 = ok ? rel_l2(d, ydt, y, 1) : NAN;
-                res[p].wbytes = ql_linear_weight_bytes(lin);
-                ql_linear_destroy(lin);
-            } else fprintf(stderr, "\n  %s: %s\n", path_names[p], ql_last_error());
-        } else if (p == P_GEMM) {
-            const ql_s8_kernel *kern = ql_s8_kernel_for(ql_context_isa(ctx));
-            ql_packed_b pb;
-            int8_t *xq = malloc((size_t)(m * k));
-            float *sx = malloc((size_t)m * 4);
-            int8_t *pa = ql_aligned_alloc((size_t)(ql_panels(m, kern->mr) * ql_k4(k) * kern->mr * 4));
-            int32_t *rowsum = malloc((size_t)m * 4);
-            float *xr = malloc((size_t)(m * k) * 4);
-            memcpy(xr, d->x, (size_t)(m * k) * 4);
-            ql_rotate(QL_F32, xr, m, k, k, 256);
-            ql_quantize_rowwise(QL_F32, xr, m, k, k, xq, k, sx);
-            ql_pack_a_s8(xq, m, k, k, kern->mr, pa, rowsum);
-            if (ql_pack_b_s8(kern, d->q, n, k, k, &pb) == QL_OK) {
-                ql_w8a8_epi e = {NULL, rowsum, kern->b_offset128, NULL, false, {0}, NULL, 0, y, n};
-                gemm_run g = {ql_context_threads(ctx), kern, pa, m, &pb, &e};
-                ms = time_median(run_gemm, &g, reps, &ok);
-                res[p].wbytes = (size_t)(pb.panels * pb.k4 * pb.nr * 4);
-                ql_packed_b_free(&pb);
-            }
-            res[p].rel_l2 = NAN;
-            free(xq); free(sx); ql_aligned_free(pa); free(rowsum); free(xr);
-        } else {
-            peer_kind kind = p == P_OPENBLAS ? PEER_OPENBLAS_F32 : p == P_ONEDNN_F32 ? PEER_ONEDNN_F32
-                           : p == P_ONEDNN_BF16 ? PEER_ONEDNN_BF16 : PEER_ONEDNN_INT8;
-            if (!peer_available(kind)) continue;
-            char err[256] = "";
-            /* int8 peer: the same codes, activations as u8 = x_q + 128 */
-            uint8_t *xu = NULL;
-            if (kind == PEER_ONEDNN_INT8) {
-                xu = malloc((size_t)(m * k));
-                for (int64_t i = 0; i < m * k; i++) xu[i] = (uint8_t)(((uint64_t)i * 2654435761u) >> 24); /* timing only */
-            }
-            peer *pp = peer_create(kind, m, n, k, d->w, d->q, err, sizeof err);
-            if (pp) {
-                peer_run_t r = {pp, kind == PEER_ONEDNN_INT8 ? (const void *)xu : kind == PEER_ONEDNN_BF16 ? (const void *)d->xb : (const void *)d->x, y};
-                ms = time_median(run_peer, &r, reps, &ok);
-                res[p].rel_l2 = !ok || kind == PEER_ONEDNN_INT8 ? NAN : rel_l2(d, kind == PEER_ONEDNN_BF16 ? QL_BF16 : QL_F32, y, 0);
-                res[p].wbytes = peer_weight_bytes(pp);
-                peer_destroy(pp);
-            } else fprintf(stderr, "\n  %s: %s\n", path_names[p], err);
-            free(xu);
-        }
-        res[p].ok = ok;
-        res[p].ms = ms;
-        res[p].gops = ops / (ms * 1e6);
+        fprintf(stderr, "\r  preparing %-14s N=%-5lld K=%-5lld M=%-5lld   ", path_names[p], (long long)d->n, (long long)d->k, (long long)d->m);
+        if (!prepare(ctx, d, p, &rn[p], &res[p].wbytes)) continue;
+        rn[p].ok = rn[p].fn(rn[p].arg) == 0;
+        res[p].rel_l2 = rn[p].ok && rn[p].has_error ? rel_l2(d, rn[p].ydt, rn[p].y, rn[p].with_bias) : NAN;
     }
-    fprintf(stderr, "\r%70s\r", "");
-    free(y);
+    for (int r = 0; r < reps; r++) {
+        fprintf(stderr, "\r  timing N=%-5lld K=%-5lld M=%-5lld round %d/%d        ", (long long)d->n, (long long)d->k, (long long)d->m, r + 1, reps);
+        for (int p = 0; p < NPATHS; p++) {
+            if (!rn[p].ok) continue;
+            double t0 = now_ms();
+            rn[p].ok = rn[p].fn(rn[p].arg) == 0;
+            rn[p].t[r] = now_ms() - t0;
+        }
+    }
+    for (int p = 0; p < NPATHS; p++) {
+        if (rn[p].ok) {
+            qsort(rn[p].t, (size_t)reps, sizeof(double), cmp_double);
+            res[p].ms = reps % 2 ? rn[p].t[reps / 2] : 0.5 * (rn[p].t[reps / 2 - 1] + rn[p].t[reps / 2]);
+            res[p].gops = ops / (res[p].ms * 1e6);
+            res[p].ok = 1;
+        }
+        if (want[p]) release(p, &rn[p]);
+    }
+    fprintf(stderr, "\r%78s\r", "");
 }
 
 static void cpu_name(char *buf, size_t len)
@@ -383,7 +446,7 @@ int ql_cmd_bench(int argc, char **argv)
 
     char cpu[256];
     cpu_name(cpu, sizeof cpu);
-    printf("qlinear bench — profile %s, threads %d, ISA %s, median of %ld runs\n", prof->name, nt,
+    printf("qlinear bench — profile %s, threads %d, ISA %s, median of %ld interleaved rounds\n", prof->name, nt,
            ql_isa_name(ql_context_isa(ctx)), reps);
     printf("machine: %s\n", cpu);
     if (getenv("QL_BENCH_REEXEC"))

@@ -65,7 +65,7 @@ void ql_pack_a_s8(const int8_t *a, int64_t m, int64_t k, int64_t lda, int mr, in
  * by, and partial int32 tiles wait in a per-thread buffer (MC·NC·4 bytes). */
 #define QL_MC 96
 #define QL_NC 256
-#define QL_KC 256
+#define QL_KC 512
 
 ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const int8_t *packed_a, int64_t m,
                          const ql_packed_b *b, ql_tile_epilogue_fn epi, void *arg)
