@@ -22,20 +22,6 @@ static const struct {
 };
 #define N_KNOWN ((int)(sizeof known_formats / sizeof known_formats[0]))
 
-static const char *kind_of(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a fractional number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
 /* A key at the top level, else under "params" (ComfyUI's fallback). */
 static json_t *lookup(json_t *obj, json_t *params, const char *key)
 {
@@ -44,36 +30,24 @@ static json_t *lookup(json_t *obj, json_t *params, const char *key)
     return v;
 }
 
-static ql_status failf(const char *file, ql_status st, const char *fmt, ...) QL_PRINTF(3, 4);
-static ql_status failf(const char *file, ql_status st, const char *fmt, ...)
-{
-    char msg[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    ql_name_buf nb;
-    return ql_fail(st, "%s: %s", ql_show(&nb, file), msg);
-}
-
 static ql_status parse_obj(const char *file, const char *where, json_t *o, ql_cq *out)
 {
     memset(out, 0, sizeof *out);
     out->convrot_group = 256;
-    if (!json_is_object(o)) return failf(file, QL_ERR_FORMAT, "%s: configuration is %s, not a JSON object", where, kind_of(o));
+    if (!json_is_object(o)) return ql_fail_path(file, QL_ERR_FORMAT, "%s: configuration is %s, not a JSON object", where, ql_json_kind(o));
     json_t *params = json_object_get(o, "params");
     if (params && !json_is_object(params))
-        return failf(file, QL_ERR_FORMAT, "%s: \"params\" is %s, not an object", where, kind_of(params));
+        return ql_fail_path(file, QL_ERR_FORMAT, "%s: \"params\" is %s, not an object", where, ql_json_kind(params));
     json_t *f = json_object_get(o, "format");
-    if (!f) return failf(file, QL_ERR_FORMAT, "%s: no \"format\" key", where);
-    if (!json_is_string(f)) return failf(file, QL_ERR_FORMAT, "%s: \"format\" is %s, not a string", where, kind_of(f));
+    if (!f) return ql_fail_path(file, QL_ERR_FORMAT, "%s: no \"format\" key", where);
+    if (!json_is_string(f)) return ql_fail_path(file, QL_ERR_FORMAT, "%s: \"format\" is %s, not a string", where, ql_json_kind(f));
     const char *fs = json_string_value(f);
     int fi = -1;
     for (int i = 0; i < N_KNOWN; i++)
         if (!strcmp(fs, known_formats[i].name)) fi = i;
     if (fi < 0) {
         ql_name_buf nb;
-        return failf(file, QL_ERR_FORMAT,
+        return ql_fail_path(file, QL_ERR_FORMAT,
                      "%s: unknown format '%s' (known: int8_tensorwise, float8_e4m3fn, float8_e5m2, nvfp4, mxfp8, "
                      "convrot_w4a4, asym_w4a8_int8, awq_w4a16, w6a8_int8)",
                      where, ql_show(&nb, fs));
@@ -86,28 +60,28 @@ static ql_status parse_obj(const char *file, const char *where, json_t *o, ql_cq
     json_t *v;
     if ((v = lookup(o, params, "convrot"))) {
         if (!json_is_boolean(v))
-            return failf(file, QL_ERR_FORMAT, "%s: \"convrot\" is %s, not true or false", where, kind_of(v));
+            return ql_fail_path(file, QL_ERR_FORMAT, "%s: \"convrot\" is %s, not true or false", where, ql_json_kind(v));
         out->convrot = json_is_true(v);
     }
     if ((v = lookup(o, params, "full_precision_matrix_mult"))) {
         if (!json_is_boolean(v))
-            return failf(file, QL_ERR_FORMAT, "%s: \"full_precision_matrix_mult\" is %s, not true or false", where,
-                         kind_of(v));
+            return ql_fail_path(file, QL_ERR_FORMAT, "%s: \"full_precision_matrix_mult\" is %s, not true or false", where,
+                         ql_json_kind(v));
         out->full_precision_matrix_mult = json_is_true(v);
     }
     if ((v = lookup(o, params, "convrot_groupsize"))) {
         if (!json_is_integer(v))
-            return failf(file, QL_ERR_FORMAT, "%s: \"convrot_groupsize\" is %s, not an integer", where, kind_of(v));
+            return ql_fail_path(file, QL_ERR_FORMAT, "%s: \"convrot_groupsize\" is %s, not an integer", where, ql_json_kind(v));
         out->convrot_group = (int64_t)json_integer_value(v);
     }
     if ((v = lookup(o, params, "group_size"))) {
         if (!json_is_integer(v) || json_integer_value(v) <= 0)
-            return failf(file, QL_ERR_FORMAT, "%s: \"group_size\" must be a positive integer", where);
+            return ql_fail_path(file, QL_ERR_FORMAT, "%s: \"group_size\" must be a positive integer", where);
         out->group_size = (int64_t)json_integer_value(v);
     }
     if ((v = lookup(o, params, "linear_dtype"))) {
         if (!json_is_string(v))
-            return failf(file, QL_ERR_FORMAT, "%s: \"linear_dtype\" is %s, not a string", where, kind_of(v));
+            return ql_fail_path(file, QL_ERR_FORMAT, "%s: \"linear_dtype\" is %s, not a string", where, ql_json_kind(v));
         ql_name_buf nb;
         snprintf(out->linear_dtype, sizeof out->linear_dtype, "%s", ql_show(&nb, json_string_value(v)));
     }
@@ -115,7 +89,7 @@ static ql_status parse_obj(const char *file, const char *where, json_t *o, ql_cq
     int rotated = (fi == 0 && out->convrot) || !strcmp(out->format, "convrot_w4a4") ||
                   !strcmp(out->format, "asym_w4a8_int8") || !strcmp(out->format, "w6a8_int8");
     if (rotated && !ql_group_valid(out->convrot_group))
-        return failf(file, QL_ERR_FORMAT, "%s: convrot_groupsize %lld is not a power of 4 between 4 and 65536", where,
+        return ql_fail_path(file, QL_ERR_FORMAT, "%s: convrot_groupsize %lld is not a power of 4 between 4 and 65536", where,
                      (long long)out->convrot_group);
     if (!rotated) out->convrot = 0;
     return QL_OK;
@@ -124,12 +98,12 @@ static ql_status parse_obj(const char *file, const char *where, json_t *o, ql_cq
 ql_status ql_cq_parse_text(const char *file, const char *where, const char *text, size_t len, ql_cq *out)
 {
     size_t bad = ql_utf8_check((const unsigned char *)text, len);
-    if (bad != len) return failf(file, QL_ERR_FORMAT, "%s: configuration is not valid UTF-8 (byte %zu)", where, bad);
+    if (bad != len) return ql_fail_path(file, QL_ERR_FORMAT, "%s: configuration is not valid UTF-8 (byte %zu)", where, bad);
     json_error_t err;
     json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
     if (!o) {
         ql_name_buf nb;
-        return failf(file, QL_ERR_FORMAT, "%s: configuration is not valid JSON (column %d): %s", where, err.column,
+        return ql_fail_path(file, QL_ERR_FORMAT, "%s: configuration is not valid JSON (column %d): %s", where, err.column,
                      ql_show(&nb, err.text));
     }
     ql_status st = parse_obj(file, where, o, out);

@@ -7,6 +7,7 @@
 
 #include "../core/core.h"
 
+#include <jansson.h>
 #include <pthread.h>
 
 /* The reference parser's header limit (bytes). */
@@ -68,6 +69,10 @@ struct ql_checkpoint {
 
 /* ql_fail with the checkpoint's path in front: "PATH: message". */
 ql_status ql_fail_file(const ql_checkpoint *c, ql_status st, const char *fmt, ...) QL_PRINTF(3, 4);
+/* "FILE: message" for ql_last_error(), the path shortened for display. */
+/* "an object", "a string", ...: a JSON value's kind, for messages. */
+const char *ql_json_kind(const json_t *v);
+ql_status ql_fail_path(const char *path, ql_status st, const char *fmt, ...) QL_PRINTF(3, 4);
 
 /* Parse and validate the container. `label` is used in messages. */
 ql_status ql_st_parse(ql_checkpoint *c);

@@ -146,19 +146,33 @@ const char *ql_show(ql_name_buf *b, const char *s)
 
 #define FAIL(c, st, ...) ql_fail_file(c, st, __VA_ARGS__)
 
-ql_status ql_fail_file(const ql_checkpoint *c, ql_status st, const char *fmt, ...)
+static ql_status vfail_path(const char *path, ql_status st, const char *fmt, va_list ap)
 {
     char msg[400];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     ql_name_buf nb;
-    return ql_fail(st, "%s: %s", ql_show(&nb, c->path), msg);
+    return ql_fail(st, "%s: %s", ql_show(&nb, path), msg);
 }
 
-/* A JSON value's kind, for messages. */
-static const char *json_kind(const json_t *v)
+ql_status ql_fail_path(const char *path, ql_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ql_status r = vfail_path(path, st, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+ql_status ql_fail_file(const ql_checkpoint *c, ql_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ql_status r = vfail_path(c->path, st, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+const char *ql_json_kind(const json_t *v)
 {
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "an object";
@@ -208,18 +222,18 @@ static ql_status parse_tensor(ql_checkpoint *c, const char *name, json_t *v, ql_
 {
     ql_name_buf nb;
     const char *nm = ql_show(&nb, name);
-    if (!json_is_object(v)) return FAIL(c, QL_ERR_FORMAT, "tensor '%s': entry is %s, not an object", nm, json_kind(v));
+    if (!json_is_object(v)) return FAIL(c, QL_ERR_FORMAT, "tensor '%s': entry is %s, not an object", nm, ql_json_kind(v));
     json_t *jd = json_object_get(v, "dtype"), *js = json_object_get(v, "shape"), *jo = json_object_get(v, "data_offsets");
     if (!jd) return FAIL(c, QL_ERR_FORMAT, "tensor '%s': no \"dtype\"", nm);
     if (!json_is_string(jd))
-        return FAIL(c, QL_ERR_FORMAT, "tensor '%s': \"dtype\" is %s, not a string", nm, json_kind(jd));
+        return FAIL(c, QL_ERR_FORMAT, "tensor '%s': \"dtype\" is %s, not a string", nm, ql_json_kind(jd));
     if (ql_st_dtype_parse(json_string_value(jd), &t->dtype) != QL_OK) {
         ql_name_buf db;
         return FAIL(c, QL_ERR_FORMAT, "tensor '%s': unknown dtype '%s'", nm, ql_show(&db, json_string_value(jd)));
     }
     if (!js) return FAIL(c, QL_ERR_FORMAT, "tensor '%s': no \"shape\"", nm);
     if (!json_is_array(js))
-        return FAIL(c, QL_ERR_FORMAT, "tensor '%s': \"shape\" is %s, not an array", nm, json_kind(js));
+        return FAIL(c, QL_ERR_FORMAT, "tensor '%s': \"shape\" is %s, not an array", nm, ql_json_kind(js));
     size_t nd = json_array_size(js);
     if (nd > 1000000) return FAIL(c, QL_ERR_FORMAT, "tensor '%s': shape has %zu dimensions", nm, nd);
     t->ndim = (int)nd;
@@ -232,7 +246,7 @@ static ql_status parse_tensor(ql_checkpoint *c, const char *name, json_t *v, ql_
         if (json_is_real(e))
             return FAIL(c, QL_ERR_FORMAT, "tensor '%s': shape[%zu] = %g is not an integer", nm, i, json_real_value(e));
         if (!json_is_integer(e))
-            return FAIL(c, QL_ERR_FORMAT, "tensor '%s': shape[%zu] is %s, not an integer", nm, i, json_kind(e));
+            return FAIL(c, QL_ERR_FORMAT, "tensor '%s': shape[%zu] is %s, not an integer", nm, i, ql_json_kind(e));
         json_int_t d = json_integer_value(e);
         if (d < 0) return FAIL(c, QL_ERR_FORMAT, "tensor '%s': shape[%zu] = %lld is negative", nm, i, (long long)d);
         t->shape[i] = (int64_t)d;
@@ -260,7 +274,7 @@ static ql_status parse_tensor(ql_checkpoint *c, const char *name, json_t *v, ql_
     for (int i = 0; i < 2; i++) {
         json_t *e = json_array_get(jo, (size_t)i);
         if (!json_is_integer(e))
-            return FAIL(c, QL_ERR_FORMAT, "tensor '%s': data_offsets[%d] is %s, not an integer", nm, i, json_kind(e));
+            return FAIL(c, QL_ERR_FORMAT, "tensor '%s': data_offsets[%d] is %s, not an integer", nm, i, ql_json_kind(e));
         off[i] = json_integer_value(e);
         if (off[i] < 0)
             return FAIL(c, QL_ERR_FORMAT, "tensor '%s': data_offsets[%d] = %lld is negative", nm, i, (long long)off[i]);
@@ -285,7 +299,7 @@ static ql_status parse_tensor(ql_checkpoint *c, const char *name, json_t *v, ql_
 static ql_status parse_metadata(ql_checkpoint *c, json_t *m)
 {
     if (!json_is_object(m))
-        return FAIL(c, QL_ERR_FORMAT, "__metadata__ is %s; it must be an object of strings", json_kind(m));
+        return FAIL(c, QL_ERR_FORMAT, "__metadata__ is %s; it must be an object of strings", ql_json_kind(m));
     size_t n = json_object_size(m);
     c->meta_keys = calloc(n ? n : 1, sizeof(char *));
     c->meta_values = calloc(n ? n : 1, sizeof(char *));
@@ -297,7 +311,7 @@ static ql_status parse_metadata(ql_checkpoint *c, json_t *m)
         ql_name_buf nb;
         if (!json_is_string(v))
             return FAIL(c, QL_ERR_FORMAT, "__metadata__ key '%s' has %s value; only strings are allowed",
-                        ql_show(&nb, k), json_kind(v));
+                        ql_show(&nb, k), ql_json_kind(v));
         c->meta_keys[c->n_meta] = strdup(k);
         c->meta_values[c->n_meta] = strdup(json_string_value(v));
         c->n_meta++;
@@ -346,7 +360,7 @@ ql_status ql_st_parse(ql_checkpoint *c)
     }
     ql_status st = QL_OK;
     if (!json_is_object(root)) {
-        st = FAIL(c, QL_ERR_FORMAT, "header is %s, not a JSON object", json_kind(root));
+        st = FAIL(c, QL_ERR_FORMAT, "header is %s, not a JSON object", ql_json_kind(root));
         goto done;
     }
     /* Count tensors and dimensions first, so storage is allocated once. */

@@ -107,17 +107,6 @@ struct ql_st_writer {
     uint64_t data_start, total;
 };
 
-static ql_status wfail(const char *path, ql_status st, const char *fmt, ...) QL_PRINTF(3, 4);
-static ql_status wfail(const char *path, ql_status st, const char *fmt, ...)
-{
-    char msg[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    ql_name_buf nb;
-    return ql_fail(st, "%s: %s", ql_show(&nb, path), msg);
-}
 
 static void writer_free(ql_st_writer *w)
 {
@@ -151,9 +140,9 @@ static ql_status pwrite_all(const char *path, int fd, const void *data, size_t b
         ssize_t r = pwrite(fd, p, chunk, (off_t)at);
         if (r < 0) {
             if (errno == EINTR) continue;
-            return wfail(path, QL_ERR_IO, "write failed at byte %llu: %s", (unsigned long long)at, strerror(errno));
+            return ql_fail_path(path, QL_ERR_IO, "write failed at byte %llu: %s", (unsigned long long)at, strerror(errno));
         }
-        if (r == 0) return wfail(path, QL_ERR_IO, "write failed at byte %llu: no progress", (unsigned long long)at);
+        if (r == 0) return ql_fail_path(path, QL_ERR_IO, "write failed at byte %llu: no progress", (unsigned long long)at);
         p += r;
         bytes -= (size_t)r;
         at += (uint64_t)r;
@@ -184,11 +173,11 @@ static int cmp_str_ptr(const void *a, const void *b) { return strcmp(*(const cha
 
 static ql_status check_text(const char *path, const char *what, const char *s)
 {
-    if (!s) return wfail(path, QL_ERR_INVALID_ARGUMENT, "%s is NULL", what);
+    if (!s) return ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "%s is NULL", what);
     size_t len = strlen(s);
     if (ql_utf8_check((const unsigned char *)s, len) != len) {
         ql_name_buf nb;
-        return wfail(path, QL_ERR_INVALID_ARGUMENT, "%s '%s' is not valid UTF-8", what, ql_show(&nb, s));
+        return ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "%s '%s' is not valid UTF-8", what, ql_show(&nb, s));
     }
     return QL_OK;
 }
@@ -199,10 +188,10 @@ static ql_status open_temp(ql_st_writer *w)
     const char *slash = strrchr(w->path, '/');
     size_t dlen = slash ? (size_t)(slash - w->path) + 1 : 0;
     const char *base = slash ? slash + 1 : w->path;
-    if (!*base) return wfail(w->path, QL_ERR_INVALID_ARGUMENT, "output path names a folder, not a file");
+    if (!*base) return ql_fail_path(w->path, QL_ERR_INVALID_ARGUMENT, "output path names a folder, not a file");
     size_t cap = strlen(w->path) + 64;
     w->tmp = malloc(cap);
-    if (!w->tmp) return wfail(w->path, QL_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!w->tmp) return ql_fail_path(w->path, QL_ERR_OUT_OF_MEMORY, "out of memory");
     static _Atomic unsigned counter;
     for (int attempt = 0; attempt < 100; attempt++) {
         unsigned k = atomic_fetch_add(&counter, 1) ^ (unsigned)time(NULL) * 2654435761u;
@@ -211,7 +200,7 @@ static ql_status open_temp(ql_st_writer *w)
         if (w->fd >= 0) return QL_OK;
         if (errno != EEXIST) break;
     }
-    ql_status st = wfail(w->path, QL_ERR_IO, "cannot create a temporary file next to it: %s", strerror(errno));
+    ql_status st = ql_fail_path(w->path, QL_ERR_IO, "cannot create a temporary file next to it: %s", strerror(errno));
     free(w->tmp);
     w->tmp = NULL;
     return st;
@@ -245,7 +234,7 @@ ql_status ql_st_writer_open(const char *path, const ql_tensor_spec *specs, int64
     w->t = calloc((size_t)(n ? n : 1), sizeof *w->t);
     w->own_names = calloc((size_t)(n ? n : 1), sizeof *w->own_names);
     if (!w->t || !w->own_names) {
-        st = wfail(path, QL_ERR_OUT_OF_MEMORY, "out of memory");
+        st = ql_fail_path(path, QL_ERR_OUT_OF_MEMORY, "out of memory");
         goto fail;
     }
     /* Validate the specs. */
@@ -254,30 +243,30 @@ ql_status ql_st_writer_open(const char *path, const ql_tensor_spec *specs, int64
         const ql_tensor_spec *s = &specs[i];
         if ((st = check_text(path, "tensor name", s->name)) != QL_OK) goto fail;
         if (!strcmp(s->name, "__metadata__")) {
-            st = wfail(path, QL_ERR_INVALID_ARGUMENT, "a tensor cannot be called '__metadata__'");
+            st = ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "a tensor cannot be called '__metadata__'");
             goto fail;
         }
         if ((unsigned)s->dtype >= QL_ST_DTYPE_COUNT || s->ndim < 0 || (s->ndim > 0 && !s->shape)) {
-            st = wfail(path, QL_ERR_INVALID_ARGUMENT, "tensor '%s': bad dtype or shape", ql_show(&nb, s->name));
+            st = ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "tensor '%s': bad dtype or shape", ql_show(&nb, s->name));
             goto fail;
         }
         uint64_t numel = 1;
         for (int d = 0; d < s->ndim; d++) {
             if (s->shape[d] < 0 || __builtin_mul_overflow(numel, (uint64_t)s->shape[d], &numel)) {
-                st = wfail(path, QL_ERR_INVALID_ARGUMENT, "tensor '%s': shape[%d] = %lld is negative or overflows",
+                st = ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "tensor '%s': shape[%d] = %lld is negative or overflows",
                            ql_show(&nb, s->name), d, (long long)s->shape[d]);
                 goto fail;
             }
         }
         uint64_t bits;
         if (__builtin_mul_overflow(numel, (uint64_t)ql_st_dtype_bits(s->dtype), &bits) || bits % 8) {
-            st = wfail(path, QL_ERR_INVALID_ARGUMENT, "tensor '%s': size is not a whole number of bytes or overflows",
+            st = ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "tensor '%s': size is not a whole number of bytes or overflows",
                        ql_show(&nb, s->name));
             goto fail;
         }
         w->t[i].bytes = bits / 8;
         if (!(w->own_names[i] = strdup(s->name))) {
-            st = wfail(path, QL_ERR_OUT_OF_MEMORY, "out of memory");
+            st = ql_fail_path(path, QL_ERR_OUT_OF_MEMORY, "out of memory");
             goto fail;
         }
         order[i] = i;
@@ -286,7 +275,7 @@ ql_status ql_st_writer_open(const char *path, const ql_tensor_spec *specs, int64
     qsort_r(order, (size_t)n, sizeof *order, cmp_names, &sc);
     for (int64_t i = 1; i < n; i++)
         if (!strcmp(specs[order[i]].name, specs[order[i - 1]].name)) {
-            st = wfail(path, QL_ERR_INVALID_ARGUMENT, "tensor '%s' is listed twice", ql_show(&nb, specs[order[i]].name));
+            st = ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "tensor '%s' is listed twice", ql_show(&nb, specs[order[i]].name));
             goto fail;
         }
     for (int64_t i = 0; i < n_meta; i++) {
@@ -297,7 +286,7 @@ ql_status ql_st_writer_open(const char *path, const ql_tensor_spec *specs, int64
     qsort(mk, (size_t)n_meta, sizeof *mk, cmp_str_ptr);
     for (int64_t i = 1; i < n_meta; i++)
         if (!strcmp(mk[i], mk[i - 1])) {
-            st = wfail(path, QL_ERR_INVALID_ARGUMENT, "metadata key '%s' is listed twice", ql_show(&nb, mk[i]));
+            st = ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "metadata key '%s' is listed twice", ql_show(&nb, mk[i]));
             goto fail;
         }
 
@@ -322,7 +311,7 @@ ql_status ql_st_writer_open(const char *path, const ql_tensor_spec *specs, int64
         wtensor *t = &w->t[order[j]];
         t->begin = off;
         if (__builtin_add_overflow(off, t->bytes, &off)) {
-            st = wfail(path, QL_ERR_INVALID_ARGUMENT, "total size overflows 64 bits");
+            st = ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "total size overflows 64 bits");
             goto fail;
         }
         if (!first) ql_sbuf_put(&h, ",", 1);
@@ -335,11 +324,11 @@ ql_status ql_st_writer_open(const char *path, const ql_tensor_spec *specs, int64
     ql_sbuf_put(&h, "}", 1);
     while (!h.oom && h.len % 8) ql_sbuf_put(&h, " ", 1);
     if (h.oom) {
-        st = wfail(path, QL_ERR_OUT_OF_MEMORY, "out of memory building the header");
+        st = ql_fail_path(path, QL_ERR_OUT_OF_MEMORY, "out of memory building the header");
         goto fail;
     }
     if (h.len > QL_ST_MAX_HEADER) {
-        st = wfail(path, QL_ERR_INVALID_ARGUMENT, "header would be %zu bytes, over the %llu-byte limit", h.len,
+        st = ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "header would be %zu bytes, over the %llu-byte limit", h.len,
                    QL_ST_MAX_HEADER);
         goto fail;
     }
@@ -348,20 +337,20 @@ ql_status ql_st_writer_open(const char *path, const ql_tensor_spec *specs, int64
 
     struct stat ds;
     if (stat(path, &ds) == 0 && S_ISDIR(ds.st_mode)) {
-        st = wfail(path, QL_ERR_INVALID_ARGUMENT, "is a directory");
+        st = ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "is a directory");
         goto fail;
     }
     /* Never replace the input. */
     if (protect) {
         struct stat a, b;
         if (stat(protect, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
-            st = wfail(path, QL_ERR_INVALID_ARGUMENT, "refusing to overwrite the input file");
+            st = ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "refusing to overwrite the input file");
             goto fail;
         }
     }
     if ((st = open_temp(w)) != QL_OK) goto fail;
     if (ftruncate(w->fd, (off_t)w->total) != 0) {
-        st = wfail(path, QL_ERR_IO, "cannot size the temporary file to %llu bytes: %s", (unsigned long long)w->total,
+        st = ql_fail_path(path, QL_ERR_IO, "cannot size the temporary file to %llu bytes: %s", (unsigned long long)w->total,
                    strerror(errno));
         goto fail;
     }
@@ -398,7 +387,7 @@ ql_status ql_st_writer_write(ql_st_writer *w, int64_t index, uint64_t offset, co
     uint64_t end;
     if (__builtin_add_overflow(offset, (uint64_t)bytes, &end) || end > t->bytes) {
         ql_name_buf nb;
-        return wfail(w->path, QL_ERR_INVALID_ARGUMENT, "tensor '%s': write of bytes [%llu, +%zu) exceeds its %llu bytes",
+        return ql_fail_path(w->path, QL_ERR_INVALID_ARGUMENT, "tensor '%s': write of bytes [%llu, +%zu) exceeds its %llu bytes",
                      ql_show(&nb, w->own_names[index]), (unsigned long long)offset, bytes,
                      (unsigned long long)t->bytes);
     }
@@ -417,26 +406,26 @@ ql_status ql_st_writer_finish(ql_st_writer *w)
         uint64_t got = atomic_load(&w->t[i].written);
         if (got != w->t[i].bytes) {
             ql_name_buf nb;
-            st = wfail(w->path, QL_ERR_INVALID_ARGUMENT, "tensor '%s': %llu of its %llu bytes were written",
+            st = ql_fail_path(w->path, QL_ERR_INVALID_ARGUMENT, "tensor '%s': %llu of its %llu bytes were written",
                        ql_show(&nb, w->own_names[i]), (unsigned long long)got, (unsigned long long)w->t[i].bytes);
             ql_st_writer_abort(w);
             return st;
         }
     }
     if (fsync(w->fd) != 0) {
-        st = wfail(w->path, QL_ERR_IO, "cannot flush the temporary file: %s", strerror(errno));
+        st = ql_fail_path(w->path, QL_ERR_IO, "cannot flush the temporary file: %s", strerror(errno));
         ql_st_writer_abort(w);
         return st;
     }
     if (close(w->fd) != 0) {
         w->fd = -1;
-        st = wfail(w->path, QL_ERR_IO, "cannot close the temporary file: %s", strerror(errno));
+        st = ql_fail_path(w->path, QL_ERR_IO, "cannot close the temporary file: %s", strerror(errno));
         ql_st_writer_abort(w);
         return st;
     }
     w->fd = -1;
     if (rename(w->tmp, w->path) != 0) {
-        st = wfail(w->path, QL_ERR_IO, "cannot rename the temporary file into place: %s", strerror(errno));
+        st = ql_fail_path(w->path, QL_ERR_IO, "cannot rename the temporary file into place: %s", strerror(errno));
         ql_st_writer_abort(w);
         return st;
     }
