@@ -15,6 +15,7 @@ static const ql_isa isas[] = {QL_ISA_GENERIC, QL_ISA_AVX2, QL_ISA_AVXVNNI, QL_IS
 static const ql_dtype dts[] = {QL_F32, QL_BF16, QL_F16};
 static const int64_t groups[] = {0, 4, 16, 64, 256};
 static double x_sigma = 1.0; /* scale of the random activations */
+static double w_scale = 1e-3; /* magnitude of the weight scales */
 
 static int same_bits(ql_dtype dt, const void *a, const void *b, int64_t m, int64_t n, int64_t lda, int64_t ldb,
                      int64_t *first)
@@ -33,7 +34,7 @@ static int same_bits(ql_dtype dt, const void *a, const void *b, int64_t m, int64
 static void random_weight(int64_t n, int64_t k, int8_t *q, float *scale, int64_t nscale)
 {
     for (int64_t i = 0; i < n * k; i++) q[i] = (int8_t)(tu_next() & 0xff);
-    for (int64_t i = 0; i < nscale; i++) scale[i] = (float)(0.5 + tu_uniform()) * 1e-3f;
+    for (int64_t i = 0; i < nscale; i++) scale[i] = (float)((0.5 + tu_uniform()) * w_scale);
 }
 
 static void case_vs_ref(ql_context *ctx, int64_t m, int64_t n, int64_t k, int64_t g, ql_dtype xdt, ql_dtype ydt,
@@ -257,6 +258,9 @@ int main(void)
                 case_vs_ref(ctx, 13, 33, 512, 256, dts[di], dts[di], 0, 0, 0);
                 x_sigma = 1.0;
             }
+            w_scale = 1e-42; /* denormal outputs: exact rounding to every dtype */
+            for (int di = 0; di < 3; di++) case_vs_ref(ctx, 13, 33, 512, 256, QL_BF16, dts[di], 0, 0, 0);
+            w_scale = 1e-3;
             case_vs_ref(ctx, 200, 300, 512, 256, QL_BF16, QL_BF16, 1, 0, 1); /* many tiles */
         }
         test_float_paths(ctx);

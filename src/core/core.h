@@ -86,7 +86,7 @@ void ql_aligned_free(void *p);
 
 /* CPU features, detected once. */
 typedef struct ql_cpu_features {
-    bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avxvnni, avx512bf16, os_avx512;
+    bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avxvnni, avx512bf16, os_avx512;
 } ql_cpu_features;
 const ql_cpu_features *ql_cpu(void);
 

@@ -32,6 +32,7 @@ static void detect(ql_cpu_features *f)
     f->avx512f = f->os_avx512 && ((b >> 16) & 1);
     f->avx512bw = f->avx512f && ((b >> 30) & 1);
     f->avx512vl = f->avx512f && ((b >> 31) & 1);
+    f->avx512dq = f->avx512f && ((b >> 17) & 1);
     f->avx512vnni = f->avx512f && ((c >> 11) & 1);
     __cpuid_count(7, 1, a, b, c, d);
     f->avxvnni = f->avx2 && ((a >> 4) & 1);
@@ -79,7 +80,7 @@ int ql_isa_supported(ql_isa isa)
     case QL_ISA_AUTO: case QL_ISA_GENERIC: return 1;
     case QL_ISA_AVX2: return f->avx2 && f->fma && f->f16c;
     case QL_ISA_AVXVNNI: return f->avxvnni && f->fma && f->f16c;
-    case QL_ISA_AVX512VNNI: return f->avx512vnni && f->avx512bw && f->avx512vl && f->fma && f->f16c;
+    case QL_ISA_AVX512VNNI: return f->avx512vnni && f->avx512bw && f->avx512vl && f->avx512dq && f->fma && f->f16c;
     }
     return 0;
 }

@@ -74,7 +74,21 @@ static inline void fwht256_regs(__m512 v[16])
 
 /* Load a row to fp32, rotate, round to dtype; return max|v| (NaN if any
  * value is NaN or Inf). */
-static float load_rotate_absmax(ql_dtype dt, const void *src, int64_t k, int64_t group, float *v, bool fbf)
+/* Rounding of rotated values for the quantizer: a denormal rotated value is
+ * below 2^-126 while the divisor is at least 1e-30 (the scale floor), so its
+ * code is 0 whether or not vcvtneps2bf16 flushed it, and the row absmax can
+ * only change where every value is denormal, where the scale is the floor
+ * either way: the one-instruction rounding gives the same codes and scales. */
+static inline __m512 round_for_quant(ql_dtype dt, __m512 v, bool fbf)
+{
+    if (dt == QL_BF16 && fbf)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v)), 16));
+    return ql512_round_to(dt, v);
+}
+
+/* fbf: AVX512-BF16 present; exact: keep denormals exact (float paths) rather
+ * than only the quantized result (W8A8). */
+static float load_rotate_absmax(ql_dtype dt, const void *src, int64_t k, int64_t group, float *v, bool fbf, bool exact)
 {
     int64_t kp = (k + 15) & ~(int64_t)15;
     const __m512 fmax = _mm512_set1_ps(3.402823466e38f);
@@ -88,7 +102,7 @@ static float load_rotate_absmax(ql_dtype dt, const void *src, int64_t k, int64_t
             fwht256_regs(r);
 #pragma GCC unroll 16
             for (int i = 0; i < 16; i++) {
-                __m512 x = dt == QL_F32 ? r[i] : ql512_round_to_fast(dt, r[i], fbf);
+                __m512 x = dt == QL_F32 ? r[i] : exact ? ql512_round_to_fast(dt, r[i], fbf) : round_for_quant(dt, r[i], fbf);
                 _mm512_store_ps(v + g0 + 16 * i, x);
                 __m512 ax = _mm512_abs_ps(x);
                 bad |= _mm512_cmp_ps_mask(ax, fmax, _CMP_NLE_UQ);
@@ -109,7 +123,7 @@ static float load_rotate_absmax(ql_dtype dt, const void *src, int64_t k, int64_t
     for (int64_t i = 0; i < kp; i += 16) {
         __m512 x = _mm512_load_ps(v + i);
         if (group > 0 && dt != QL_F32) {
-            x = ql512_round_to_fast(dt, x, fbf);
+            x = exact ? ql512_round_to_fast(dt, x, fbf) : round_for_quant(dt, x, fbf);
             _mm512_store_ps(v + i, x);
         }
         __m512 ax = _mm512_abs_ps(x);
@@ -129,7 +143,7 @@ void ql_prologue_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int6
         for (int r = 0; r < mr; r++) {
             int64_t row = p * mr + r;
             if (row >= m) { ql_zero_row(k, mr, r, panel); continue; }
-            float a = load_rotate_absmax(dt, ql_row_cptr(dt, x, row, ldx), k, group, scratch, fbf);
+            float a = load_rotate_absmax(dt, ql_row_cptr(dt, x, row, ldx), k, group, scratch, fbf, false);
             if (isnan(a)) { /* non-finite row: codes 0, scale NaN -> NaN output row */
                 sx[row] = NAN;
                 rowsum[row] = 0;
@@ -146,8 +160,7 @@ void ql_prologue_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int6
             int8_t *dst = panel + r * 4;
             for (int64_t i = 0; i < kp; i += 16) {
                 __m512 y = _mm512_div_ps(_mm512_load_ps(scratch + i), st);
-                y = dt == QL_BF16 && fbf ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(y)), 16))
-                                         : ql512_round_to(dt, y);
+                y = round_for_quant(dt, y, fbf);
                 y = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
                 y = _mm512_min_ps(_mm512_max_ps(y, lo), hi);
                 __m512i qi = _mm512_maskz_cvtps_epi32(ql512_mask(k - i), y);
@@ -175,7 +188,7 @@ void ql_rows_to_f32_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t r0, 
     const bool fbf = ql_cpu()->avx512bf16;
     for (int64_t r = r0; r < r1; r++) {
         float *o = out + r * ldo;
-        (void)load_rotate_absmax(dt, ql_row_cptr(dt, x, r, ldx), k, group, o, fbf);
+        (void)load_rotate_absmax(dt, ql_row_cptr(dt, x, r, ldx), k, group, o, fbf, true);
         if (round_bf16)
             for (int64_t i = 0; i < kp; i += 16) _mm512_store_ps(o + i, ql512_round_to_fast(QL_BF16, _mm512_load_ps(o + i), fbf));
     }

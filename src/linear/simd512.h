@@ -44,16 +44,26 @@ static inline __m512 ql512_round_to(ql_dtype dt, __m512 v)
 
 /* bf16 rounding in one instruction where that is exact. vcvtneps2bf16
  * (AVX512-BF16, which not every AVX512-VNNI CPU has: callers pass
- * ql_cpu()->avx512bf16) flushes subnormal inputs and outputs, so lanes below
- * 2^-126 in magnitude take the integer path. */
+ * ql_cpu()->avx512bf16) treats denormal inputs as zero, and only denormal
+ * inputs can round to a denormal bf16, so those lanes take the integer path.
+ * Returns the rounded value as fp32 and, in *bits, the bf16 patterns. */
+static inline __m512 ql512_bf16_round(__m512 v, bool has_bf16, __m256i *bits)
+{
+    __m256i b;
+    if (has_bf16) {
+        b = (__m256i)_mm512_cvtneps_pbh(v);
+        __mmask16 den = _mm512_fpclass_ps_mask(v, 0x20); /* denormal */
+        if (QL_UNLIKELY(den)) b = _mm256_mask_mov_epi16(b, den, _mm512_cvtepi32_epi16(ql512_bf16_bits(v)));
+    } else b = _mm512_cvtepi32_epi16(ql512_bf16_bits(v));
+    *bits = b;
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+}
+
 static inline __m512 ql512_round_to_fast(ql_dtype dt, __m512 v, bool has_bf16)
 {
-    if (dt != QL_BF16 || !has_bf16) return ql512_round_to(dt, v);
-    const __m512 tiny = _mm512_set1_ps(1.17549435e-38f);
-    __m512 r = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v)), 16));
-    __mmask16 sub = _mm512_cmp_ps_mask(_mm512_abs_ps(v), tiny, _CMP_LT_OQ);
-    if (QL_UNLIKELY(sub)) r = _mm512_mask_mov_ps(r, sub, ql512_round_to(QL_BF16, v));
-    return r;
+    if (dt != QL_BF16) return ql512_round_to(dt, v);
+    __m256i bits;
+    return ql512_bf16_round(v, has_bf16, &bits);
 }
 
 static inline void ql512_store(ql_dtype dt, void *p, int64_t i, __m512 v, __mmask16 m)
