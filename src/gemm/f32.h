@@ -36,7 +36,7 @@ typedef struct ql_packed_f32 {
 /* Pack w [n, k] (fp32/bf16/fp16 or int8 codes) as `store` (fp32, bf16 or
  * int8; int8 only from int8). */
 ql_status ql_pack_b_float(const ql_f32_kernel *kern, ql_dtype src_dt, const void *w, int64_t n, int64_t k,
-                          int64_t ldw, ql_dtype store, ql_packed_f32 *out);
+                          int64_t ldw, ql_dtype store, int threads, ql_packed_f32 *out);
 void ql_packed_f32_free(ql_packed_f32 *b);
 size_t ql_packed_f32_bytes(const ql_packed_f32 *b);
 

@@ -36,7 +36,7 @@ const ql_f32_kernel *ql_f32_kernel_for(ql_isa isa)
 }
 
 ql_status ql_pack_b_float(const ql_f32_kernel *kern, ql_dtype src_dt, const void *w, int64_t n, int64_t k,
-                          int64_t ldw, ql_dtype store, ql_packed_f32 *out)
+                          int64_t ldw, ql_dtype store, int threads, ql_packed_f32 *out)
 {
     const int nr = kern->nr;
     ql_packed_f32 b = {n, k, (n + nr - 1) / nr, nr, store, NULL};
@@ -44,6 +44,7 @@ ql_status ql_pack_b_float(const ql_f32_kernel *kern, ql_dtype src_dt, const void
     size_t bytes = (size_t)(b.panels * k * nr) * es;
     b.data = ql_aligned_alloc(bytes);
     if (!b.data) return ql_fail(QL_ERR_OUT_OF_MEMORY, "pack weight: cannot allocate %zu bytes", bytes);
+#pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t p = 0; p < b.panels; p++)
         for (int j = 0; j < nr; j++) {
             const int64_t col = p * nr + j;

@@ -91,7 +91,7 @@ static ql_status create_int8(ql_linear *l, const ql_linear_desc *d)
     l->f32 = ql_f32_kernel_for(l->ctx->isa);
     l->compute = QL_F32;
     if (d->kind == QL_LINEAR_WEIGHT_ONLY) /* codes stay int8, decoded slice by slice */
-        return ql_pack_b_float(l->f32, QL_I8, w->q, w->n, w->k, w->ldq, QL_I8, &l->bf);
+        return ql_pack_b_float(l->f32, QL_I8, w->q, w->n, w->k, w->ldq, QL_I8, l->ctx->threads, &l->bf);
     /* DEQUANT keeps the int8 codes resident and expands them on every call. */
     size_t bytes = (size_t)(w->n * w->k);
     l->codes = ql_aligned_alloc(bytes);
@@ -129,7 +129,7 @@ ql_status ql_linear_create(ql_context *ctx, const ql_linear_desc *d, ql_linear *
         l->f32 = ql_f32_kernel_for(ctx->isa);
         l->compute = d->compute_dtype;
         if ((st = copy_bias(l, d->bias, d->bias_dtype, d->n)) != QL_OK) break;
-        st = ql_pack_b_float(l->f32, d->weight_dtype, d->weight, d->n, d->k, d->ld_weight, d->compute_dtype, &l->bf);
+        st = ql_pack_b_float(l->f32, d->weight_dtype, d->weight, d->n, d->k, d->ld_weight, d->compute_dtype, ctx->threads, &l->bf);
         break;
     default: st = ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: unknown linear kind %d", fn, (int)d->kind);
     }
@@ -260,9 +260,21 @@ static ql_status forward_dequant(ql_linear *l, const void *x, ql_dtype xdt, int6
      * (un-rotating ConvRot weights) on every call, then a dense GEMM. */
     float *w = ql_aligned_alloc((size_t)(l->n * l->k) * sizeof(float));
     if (!w) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot allocate the dequantized weight");
-    ql_status st = ql_dequantize(l->codes, l->n, l->k, l->k, l->sw, l->n_sw, l->group, QL_F32, w, l->k);
+    int failed = 0;
+    const int64_t step = 64; /* rows per task: the reference dequantizer, spread over the threads */
+#pragma omp parallel for num_threads(l->ctx->threads) schedule(static)
+    for (int64_t r0 = 0; r0 < l->n; r0 += step) {
+        const int64_t rows = l->n - r0 < step ? l->n - r0 : step;
+        const float *sc = l->n_sw == 1 ? l->sw : l->sw + r0;
+        if (ql_dequantize(l->codes + r0 * l->k, rows, l->k, l->k, sc, l->n_sw == 1 ? 1 : rows, l->group, QL_F32,
+                          w + r0 * l->k, l->k) != QL_OK) {
+#pragma omp atomic write
+            failed = 1;
+        }
+    }
     ql_packed_f32 b = {0};
-    if (st == QL_OK) st = ql_pack_b_float(l->f32, QL_F32, w, l->n, l->k, l->k, QL_F32, &b);
+    ql_status st = failed ? ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot dequantize the weight")
+                          : ql_pack_b_float(l->f32, QL_F32, w, l->n, l->k, l->k, QL_F32, l->ctx->threads, &b);
     ql_aligned_free(w);
     if (st == QL_OK) st = forward_float(l, &b, 0, x, xdt, m, ldx, y, ydt, ldy, plan);
     ql_packed_f32_free(&b);
