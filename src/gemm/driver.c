@@ -75,14 +75,8 @@ ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const int8_t *pa
     const int64_t a_panel = k4 * mr * 4, b_panel = k4 * nr * 4;
     const int64_t mpanels = ql_panels(m, mr), npanels = b->panels;
     int64_t mc = (QL_MC + mr - 1) / mr, nc = (QL_NC + nr - 1) / nr;
-    int64_t mblocks = (mpanels + mc - 1) / mc, nblocks = (npanels + nc - 1) / nc;
-    /* Small problems: shrink the blocks until every thread has several. */
-    while (mblocks * nblocks < 8 * (int64_t)threads && (mc > 1 || nc > 1)) {
-        if (mc >= nc && mc > 1) mc = (mc + 1) / 2;
-        else nc = (nc + 1) / 2;
-        mblocks = (mpanels + mc - 1) / mc;
-        nblocks = (npanels + nc - 1) / nc;
-    }
+    int64_t mblocks, nblocks;
+    ql_block_grid(mpanels, npanels, threads, &mc, &nc, &mblocks, &nblocks);
     const int64_t blocks = mblocks * nblocks;
     if (threads > blocks) threads = (int)(blocks > 0 ? blocks : 1);
     const size_t cbytes = (size_t)(mc * nc * mr * nr) * sizeof(int32_t);

@@ -1,5 +1,6 @@
 /* The float GEMM driver and its portable reference kernel. */
 #include "f32.h"
+#include "gemm.h"
 
 #include <omp.h>
 
@@ -82,14 +83,8 @@ ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a
     const int64_t k = b->k;
     const int64_t mpanels = (m + mr - 1) / mr, npanels = b->panels;
     int64_t mc = (QL_F_MC + mr - 1) / mr, nc = (QL_F_NC + nr - 1) / nr;
-    int64_t mblocks = (mpanels + mc - 1) / mc, nblocks = (npanels + nc - 1) / nc;
-    /* Small problems: shrink the blocks until every thread has several. */
-    while (mblocks * nblocks < 8 * (int64_t)threads && (mc > 1 || nc > 1)) {
-        if (mc >= nc && mc > 1) mc = (mc + 1) / 2;
-        else nc = (nc + 1) / 2;
-        mblocks = (mpanels + mc - 1) / mc;
-        nblocks = (npanels + nc - 1) / nc;
-    }
+    int64_t mblocks, nblocks;
+    ql_block_grid(mpanels, npanels, threads, &mc, &nc, &mblocks, &nblocks);
     const int64_t blocks = mblocks * nblocks;
     const size_t es = ql_dtype_size(b->dtype);
     if (threads > blocks) threads = (int)(blocks > 0 ? blocks : 1);

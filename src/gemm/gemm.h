@@ -46,6 +46,22 @@ ql_status ql_pack_b_s8(const ql_s8_kernel *kern, const int8_t *w, int64_t n, int
 void ql_packed_b_free(ql_packed_b *b);
 
 static inline int64_t ql_k4(int64_t k) { return (k + 3) / 4; }
+
+/* Split mpanels × npanels panels into blocks of at most *mc × *nc panels
+ * (the cache-sized defaults on entry), shrinking them for small problems
+ * until every thread has several blocks. */
+static inline void ql_block_grid(int64_t mpanels, int64_t npanels, int threads, int64_t *mc, int64_t *nc,
+                                 int64_t *mblocks, int64_t *nblocks)
+{
+    *mblocks = (mpanels + *mc - 1) / *mc;
+    *nblocks = (npanels + *nc - 1) / *nc;
+    while (*mblocks * *nblocks < 8 * (int64_t)threads && (*mc > 1 || *nc > 1)) {
+        if (*mc >= *nc && *mc > 1) *mc = (*mc + 1) / 2;
+        else *nc = (*nc + 1) / 2;
+        *mblocks = (mpanels + *mc - 1) / *mc;
+        *nblocks = (npanels + *nc - 1) / *nc;
+    }
+}
 static inline int64_t ql_panels(int64_t rows, int mr) { return (rows + mr - 1) / mr; }
 
 /* Pack plain int8 rows into A panels (for the raw GEMM API; the linear's
