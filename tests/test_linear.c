@@ -4,6 +4,7 @@
  * against float64; ConvRot helps on outlier activations; bad input fails
  * with a message. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -201,6 +202,50 @@ static void test_weight_only_and_bf16(ql_context *ctx)
     }
 }
 
+/* Several threads calling forward on one linear (one context) at once: the
+ * context's workspace goes to one of them, the others allocate their own. */
+typedef struct {
+    ql_linear *lin;
+    const ql_int8_weight *w;
+    uint16_t x[40 * 512], y[40 * 64], ref[40 * 64];
+    int ok;
+} conc_job;
+
+static void *conc_run(void *arg)
+{
+    conc_job *j = arg;
+    j->ok = 1;
+    for (int it = 0; it < 20 && j->ok; it++) {
+        j->ok = ql_linear_forward(j->lin, j->x, QL_BF16, 40, 512, j->y, QL_BF16, 64, NULL) == QL_OK &&
+                memcmp(j->y, j->ref, sizeof j->y) == 0;
+    }
+    return NULL;
+}
+
+static void test_concurrent(ql_context *ctx)
+{
+    int8_t *q = malloc(64 * 512);
+    float s[64];
+    random_weight(64, 512, q, s, 64);
+    ql_int8_weight w = {64, 512, q, 512, s, 64, 256, NULL, QL_F32};
+    ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};
+    ql_linear *lin;
+    CHECK_OK(ql_linear_create(ctx, &d, &lin));
+    conc_job *jobs = calloc(3, sizeof *jobs);
+    pthread_t th[3];
+    for (int t = 0; t < 3; t++) {
+        jobs[t].lin = lin;
+        tu_fill_gauss(QL_BF16, jobs[t].x, 40 * 512, 1.0 + t);
+        CHECK_OK(ql_int8_linear_ref(&w, jobs[t].x, QL_BF16, 40, 512, jobs[t].ref, QL_BF16, 64, NULL));
+    }
+    for (int t = 0; t < 3; t++) pthread_create(&th[t], NULL, conc_run, &jobs[t]);
+    for (int t = 0; t < 3; t++) pthread_join(th[t], NULL);
+    for (int t = 0; t < 3; t++) CHECK(jobs[t].ok, "concurrent forward %d on one context differs from the reference", t);
+    ql_linear_destroy(lin);
+    free(jobs);
+    free(q);
+}
+
 static void test_bad_input(ql_context *ctx)
 {
     int8_t q[64 * 4];
@@ -265,6 +310,7 @@ int main(void)
         }
         test_float_paths(ctx);
         test_weight_only_and_bf16(ctx);
+        test_concurrent(ctx);
         test_bad_input(ctx);
     }
     test_accuracy();

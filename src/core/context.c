@@ -21,7 +21,7 @@ ql_status ql_context_create(ql_context **out)
 {
     QL_CHECK_PTR("ql_context_create", out);
     *out = NULL;
-    ql_context c = {default_threads(), ql_isa_best()};
+    ql_context c = {default_threads(), ql_isa_best(), NULL, 0, 0};
     const char *t = getenv("QLINEAR_THREADS");
     if (t && *t) {
         char *end;
@@ -47,7 +47,34 @@ ql_status ql_context_create(ql_context **out)
     return QL_OK;
 }
 
-void ql_context_destroy(ql_context *ctx) { free(ctx); }
+void ql_context_destroy(ql_context *ctx)
+{
+    if (ctx) ql_aligned_free(ctx->arena);
+    free(ctx);
+}
+
+void *ql_scratch_acquire(ql_context *ctx, size_t bytes, bool *from_arena)
+{
+    *from_arena = false;
+    if (__atomic_exchange_n(&ctx->arena_busy, 1, __ATOMIC_ACQUIRE)) return ql_aligned_alloc(bytes);
+    if (ctx->arena_bytes < bytes) {
+        ql_aligned_free(ctx->arena);
+        ctx->arena = ql_aligned_alloc(bytes);
+        ctx->arena_bytes = ctx->arena ? bytes : 0;
+        if (!ctx->arena) {
+            __atomic_store_n(&ctx->arena_busy, 0, __ATOMIC_RELEASE);
+            return NULL;
+        }
+    }
+    *from_arena = true;
+    return ctx->arena;
+}
+
+void ql_scratch_release(ql_context *ctx, void *p, bool from_arena)
+{
+    if (from_arena) __atomic_store_n(&ctx->arena_busy, 0, __ATOMIC_RELEASE);
+    else ql_aligned_free(p);
+}
 
 ql_status ql_context_set_threads(ql_context *ctx, int threads)
 {

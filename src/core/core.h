@@ -93,6 +93,18 @@ const ql_cpu_features *ql_cpu(void);
 struct ql_context {
     int threads;
     ql_isa isa;
+    /* A reusable workspace for per-call buffers (packed activations, ...):
+     * saves the page faults of fresh multi-megabyte allocations on every
+     * call. Taken with an atomic flag; a concurrent caller on the same
+     * context gets a private allocation instead. */
+    void *arena;
+    size_t arena_bytes;
+    int arena_busy;
 };
+
+/* A 64-byte aligned buffer of `bytes` for one call; release with the same
+ * *from_arena. NULL on failure. */
+void *ql_scratch_acquire(ql_context *ctx, size_t bytes, bool *from_arena);
+void ql_scratch_release(ql_context *ctx, void *p, bool from_arena);
 
 #endif

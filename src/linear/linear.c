@@ -160,16 +160,18 @@ static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t
     const int64_t k = l->k, k4 = ql_k4(k), kp = (k + 15) & ~(int64_t)15;
     const int64_t chunk = m < QL_M_CHUNK ? m : QL_M_CHUNK;
     const int64_t cpanels = ql_panels(chunk, mr);
-    int8_t *packed = ql_aligned_alloc((size_t)(cpanels * k4 * mr * 4));
-    float *sx = ql_aligned_alloc((size_t)chunk * sizeof(float));
-    int32_t *rowsum = ql_aligned_alloc((size_t)chunk * sizeof(int32_t));
+    /* one workspace: packed activations | row scales | row sums | per-thread scratch */
+    const size_t a_bytes = ((size_t)(cpanels * k4 * mr * 4) + 63) & ~(size_t)63;
+    const size_t v_bytes = ((size_t)chunk * 4 + 63) & ~(size_t)63;
     const size_t scratch_bytes = ((size_t)kp * 5 + 127) & ~(size_t)63;
-    char *scratch = ql_aligned_alloc(scratch_bytes * (size_t)threads);
+    bool arena;
+    char *ws = ql_scratch_acquire(l->ctx, a_bytes + 2 * v_bytes + scratch_bytes * (size_t)threads, &arena);
+    if (!ws) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot allocate the activation buffers");
+    int8_t *packed = (int8_t *)ws;
+    float *sx = (float *)(ws + a_bytes);
+    int32_t *rowsum = (int32_t *)(ws + a_bytes + v_bytes);
+    char *scratch = ws + a_bytes + 2 * v_bytes;
     ql_status st = QL_OK;
-    if (!packed || !sx || !rowsum || !scratch) {
-        st = ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot allocate the activation buffers");
-        goto done;
-    }
     for (int64_t m0 = 0; m0 < m; m0 += chunk) {
         const int64_t mc = m - m0 < chunk ? m - m0 : chunk, panels = ql_panels(mc, mr);
         const void *xc = ql_row_cptr(xdt, x, m0, ldx);
@@ -187,10 +189,7 @@ static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t
         if ((st = ql_gemm_s8_run(threads, kern, packed, mc, &l->b8, ops.epilogue, &e)) != QL_OK) goto done;
     }
 done:
-    ql_aligned_free(packed);
-    ql_aligned_free(sx);
-    ql_aligned_free(rowsum);
-    ql_aligned_free(scratch);
+    ql_scratch_release(l->ctx, ws, arena);
     return st;
 }
 
@@ -233,7 +232,8 @@ static ql_status forward_float(ql_linear *l, const ql_packed_f32 *b, int64_t gro
     const int64_t k = l->k, lda = (k + 15) & ~(int64_t)15;
     const int64_t chunk = m < QL_M_CHUNK ? m : QL_M_CHUNK;
     const bool direct = xdt == QL_F32 && group == 0 && l->compute == QL_F32;
-    float *a = direct ? NULL : ql_aligned_alloc((size_t)(chunk * lda) * sizeof(float));
+    bool arena = false;
+    float *a = direct ? NULL : ql_scratch_acquire(l->ctx, (size_t)(chunk * lda) * sizeof(float), &arena);
     if (!direct && !a) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot allocate the fp32 activations");
     const bool wo = l->kind == QL_LINEAR_WEIGHT_ONLY;
     ql_f32_epi e = {*plan, NULL, ldy, wo ? l->sw : NULL, wo && l->n_sw == 1};
@@ -249,7 +249,7 @@ static ql_status forward_float(ql_linear *l, const ql_packed_f32 *b, int64_t gro
         e.plan.residual = plan->residual ? ql_row_cptr(ydt, plan->residual, m0, plan->ld_residual) : NULL;
         st = ql_gemm_f32_run(l->ctx->threads, l->f32, direct ? (const float *)xc : a, direct ? ldx : lda, mc, b, epi, &e);
     }
-    ql_aligned_free(a);
+    if (a) ql_scratch_release(l->ctx, a, arena);
     return st;
 }
 
