@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "linear/linear.h"
 #include "model.h"
 #include "testutil.h"
 
@@ -205,9 +206,40 @@ static void test_bad_args(void)
           "status strings");
 }
 
+/* The vectorized weight quantizer (used by `qlinear quantize`) gives the
+ * reference's codes, scales and status, bit for bit. */
+static void test_fast_weight_quantizer(void)
+{
+    const int64_t groups[] = {0, 4, 16, 64, 256, 1024};
+    for (int di = 0; di < 3; di++)
+        for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++)
+            for (int kind = 0; kind < 7; kind++) {
+                const ql_dtype dt = dtypes[di];
+                const int64_t g = groups[gi], rows = tu_range(1, 9);
+                const int64_t k = g ? g * tu_range(1, g >= 1024 ? 2 : 4) : tu_range(1, 300), ld = k + tu_range(0, 3);
+                void *x = malloc((size_t)(rows * ld) * 4);
+                float *v = malloc((size_t)(rows * ld) * 4);
+                for (int64_t r = 0; r < rows; r++)
+                    fill_row(dt, ql_row_ptr(dt, x, r, ld), k, kind >= 5 ? (int)tu_range(0, 5) : kind, v + r * ld);
+                if (kind == 6) ql_store_f(dt, x, (rows - 1) * ld + k / 2, tu_range(0, 1) ? NAN : -INFINITY);
+                int8_t *q0 = malloc((size_t)(rows * k)), *q1 = malloc((size_t)(rows * k));
+                float *s0 = malloc((size_t)rows * 4), *s1 = malloc((size_t)rows * 4);
+                ql_status st0 = g ? ql_quantize_convrot_weight(dt, x, rows, k, ld, g, q0, k, s0)
+                                  : ql_quantize_rowwise(dt, x, rows, k, ld, q0, k, s0);
+                ql_status st1 = ql_quantize_weight_rows(dt, x, rows, k, ld, g, q1, k, s1);
+                int same = st0 == st1 && !memcmp(q0, q1, (size_t)(rows * k));
+                for (int64_t r = 0; r < rows; r++) same &= !memcmp(&s0[r], &s1[r], 4) || (isnan(s0[r]) && isnan(s1[r]));
+                CHECK(same, "fast weight quantizer %s G=%lld kind %d rows %lld K=%lld differs from the reference (%s / %s)",
+                      ql_dtype_name(dt), (long long)g, kind, (long long)rows, (long long)k, ql_status_string(st0),
+                      ql_status_string(st1));
+                free(x); free(v); free(q0); free(q1); free(s0); free(s1);
+            }
+}
+
 int main(void)
 {
     tu_init("test_quant");
+    test_fast_weight_quantizer();
     test_hadamard();
     test_identity();
     test_quantizers();

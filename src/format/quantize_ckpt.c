@@ -1,6 +1,7 @@
 /* Quantize a float checkpoint into ComfyUI's int8_tensorwise format
  * (optionally ConvRot), one block of rows at a time from the mapping. */
 #include "format.h"
+#include "../linear/linear.h"
 
 #include <ctype.h>
 #include <omp.h>
@@ -197,8 +198,7 @@ static ql_status quantize_blocks(job *j, const ql_st_tensor *t, ql_dtype dt, con
             }
             int8_t *q = j->qbuf[th];
             float *s = j->sbuf[th];
-            ql_status st = j->group > 0 ? ql_quantize_convrot_weight(dt, x, nr, k, k, j->group, q, k, s)
-                                        : ql_quantize_rowwise(dt, x, nr, k, k, q, k, s);
+            ql_status st = ql_quantize_weight_rows(dt, x, nr, k, k, j->group, q, k, s);
             if (st == QL_ERR_NONFINITE) {
                 int64_t bad = 0;
                 while (bad < nr && s[bad] == s[bad]) bad++;

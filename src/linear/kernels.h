@@ -54,6 +54,9 @@ void ql_f32_epilogue_avx512(void *arg, const float *c, int nr, int64_t m0, int64
 void ql_rows_to_f32_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t r0, int64_t r1, int64_t k, int64_t group,
                            int round_bf16, float *out, int64_t ldo);
 
+int64_t ql_quantize_rows_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t r0, int64_t r1, int64_t k,
+                                int64_t group, int8_t *q, int64_t ldq, float *scale, float *scratch);
+
 /* Write one quantized row (k codes) into its place in the packed A panels. */
 static inline void ql_scatter_row(const int8_t *q, int64_t k, int mr, int r, int8_t *panel)
 {

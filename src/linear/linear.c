@@ -338,3 +338,26 @@ ql_status ql_gemm_s8s8s32(ql_context *ctx, int64_t m, int64_t n, int64_t k, cons
     ql_aligned_free(rowsum);
     return st;
 }
+
+/* ---- fast weight quantization (for the checkpoint quantizer) */
+
+ql_status ql_quantize_weight_rows(ql_dtype dtype, const void *w, int64_t rows, int64_t k, int64_t ldw, int64_t group,
+                                  int8_t *q, int64_t ldq, float *scale)
+{
+    const char *fn = group > 0 ? "ql_quantize_convrot_weight" : "ql_quantize_rowwise";
+    if (!ql_isa_supported(QL_ISA_AVX512VNNI) || !ql_is_float_dtype(dtype) || k <= 0 || rows <= 0)
+        return group > 0 ? ql_quantize_convrot_weight(dtype, w, rows, k, ldw, group, q, ldq, scale)
+                         : ql_quantize_rowwise(dtype, w, rows, k, ldw, q, ldq, scale);
+    QL_TRY(ql_check_matrix(fn, "x", w, rows, k, ldw));
+    QL_TRY(ql_check_matrix(fn, "q", q, rows, k, ldq));
+    QL_CHECK_PTR(fn, scale);
+    if (group > 0) QL_TRY(ql_check_group(fn, group, k));
+    float *scratch = ql_aligned_alloc((size_t)((k + 15) & ~(int64_t)15) * sizeof(float));
+    if (!scratch) return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: cannot allocate a row of %lld floats", fn, (long long)k);
+    int64_t bad = ql_quantize_rows_avx512(dtype, w, ldw, 0, rows, k, group, q, ldq, scale, scratch);
+    ql_aligned_free(scratch);
+    if (bad >= 0)
+        return ql_fail(QL_ERR_NONFINITE, "%s: row %lld %s NaN or Inf; its codes are 0 and its scale NaN", fn,
+                       (long long)bad, group > 0 ? "holds (or rotates to)" : "holds");
+    return QL_OK;
+}

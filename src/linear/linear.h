@@ -43,4 +43,10 @@ static inline float ql_epilogue_scalar(const ql_epi_plan *e, float v, int64_t ro
 ql_status ql_bias_to_f32(const char *fn, const void *bias, ql_dtype bias_dtype, int64_t n, ql_dtype y_dtype,
                          float **out);
 
+/* Weight quantization with exactly the reference's codes and scales
+ * (ql_quantize_rowwise for group 0, ql_quantize_convrot_weight otherwise),
+ * vectorized where the CPU allows; single-threaded. */
+ql_status ql_quantize_weight_rows(ql_dtype dtype, const void *w, int64_t rows, int64_t k, int64_t ldw, int64_t group,
+                                  int8_t *q, int64_t ldq, float *scale);
+
 #endif

@@ -193,3 +193,37 @@ void ql_rows_to_f32_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t r0, 
             for (int64_t i = 0; i < kp; i += 16) _mm512_store_ps(o + i, ql512_round_to_fast(QL_BF16, _mm512_load_ps(o + i), fbf));
     }
 }
+
+/* Row-major codes for weights: the same operations as the prologue (so the
+ * same codes and scales as the reference quantizer, tested), rows [r0, r1).
+ * Returns the first row holding (or rotating to) NaN/Inf, or -1; such rows
+ * get codes 0 and scale NaN. scratch holds k rounded up to 16 floats. */
+int64_t ql_quantize_rows_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t r0, int64_t r1, int64_t k,
+                                int64_t group, int8_t *q, int64_t ldq, float *scale, float *scratch)
+{
+    const int64_t kp = (k + 15) & ~(int64_t)15;
+    const bool fbf = ql_cpu()->avx512bf16;
+    const __m512 lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
+    int64_t bad = -1;
+    for (int64_t row = r0; row < r1; row++) {
+        int8_t *qr = q + row * ldq;
+        float a = load_rotate_absmax(dt, ql_row_cptr(dt, x, row, ldx), k, group, scratch, fbf, false);
+        if (isnan(a)) {
+            memset(qr, 0, (size_t)k);
+            scale[row] = NAN;
+            if (bad < 0) bad = row;
+            continue;
+        }
+        float s = ql_scale_from_absmax(a);
+        const __m512 st = _mm512_set1_ps(ql_scale_divisor(dt, s));
+        for (int64_t i = 0; i < kp; i += 16) {
+            __m512 y = round_for_quant(dt, _mm512_div_ps(_mm512_load_ps(scratch + i), st), fbf);
+            y = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            y = _mm512_min_ps(_mm512_max_ps(y, lo), hi);
+            const __mmask16 mk = ql512_mask(k - i);
+            _mm_mask_storeu_epi8(qr + i, mk, _mm512_cvtepi32_epi8(_mm512_maskz_cvtps_epi32(mk, y)));
+        }
+        scale[row] = s;
+    }
+    return bad;
+}
