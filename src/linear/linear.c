@@ -29,9 +29,9 @@ struct ql_linear {
     ql_packed_f32 bf;
     ql_dtype compute;
     int8_t *codes;
-    /* bias as given */
-    void *bias;
-    ql_dtype bias_dtype;
+    /* the bias as each output dtype sees it (bias.to(out_dtype)), as fp32:
+     * [0] fp32, [1] fp16, [2] bf16 (indexed by ql_dtype); NULL: no bias */
+    float *bias[3];
 };
 
 typedef struct {
@@ -56,7 +56,7 @@ void ql_linear_destroy(ql_linear *l)
     ql_packed_f32_free(&l->bf);
     ql_aligned_free(l->sw);
     ql_aligned_free(l->codes);
-    ql_aligned_free(l->bias);
+    for (int i = 0; i < 3; i++) ql_aligned_free(l->bias[i]);
     free(l);
 }
 
@@ -64,11 +64,8 @@ static ql_status copy_bias(ql_linear *l, const void *bias, ql_dtype dt, int64_t 
 {
     if (!bias) return QL_OK;
     QL_TRY(ql_check_float_dtype("ql_linear_create", "bias", dt));
-    size_t bytes = (size_t)n * ql_dtype_size(dt);
-    l->bias = ql_aligned_alloc(bytes);
-    if (!l->bias) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_create: cannot allocate the bias");
-    memcpy(l->bias, bias, bytes);
-    l->bias_dtype = dt;
+    const ql_dtype outs[3] = {QL_F32, QL_F16, QL_BF16};
+    for (int i = 0; i < 3; i++) QL_TRY(ql_bias_to_f32("ql_linear_create", bias, dt, n, outs[i], &l->bias[outs[i]]));
     return QL_OK;
 }
 
@@ -290,9 +287,7 @@ ql_status ql_linear_forward(ql_linear *l, const void *x, ql_dtype xdt, int64_t m
     if (m == 0 || l->n == 0) return QL_OK;
     ql_epi_plan plan = {ydt, NULL, epi ? epi->residual : NULL, epi ? epi->ld_residual : 0,
                         epi ? epi->residual_scale : NULL};
-    float *bias = NULL;
-    QL_TRY(ql_bias_to_f32(fn, l->bias, l->bias_dtype, l->n, ydt, &bias));
-    plan.bias = bias;
+    plan.bias = l->bias[ydt];
     ql_status st;
     if (l->k == 0) { /* empty contraction: acc = 0 */
         st = QL_OK;
@@ -301,7 +296,6 @@ ql_status ql_linear_forward(ql_linear *l, const void *x, ql_dtype xdt, int64_t m
     } else if (l->kind == QL_LINEAR_W8A8) st = forward_w8a8(l, x, xdt, m, ldx, y, ydt, ldy, &plan);
     else if (l->kind == QL_LINEAR_DEQUANT) st = forward_dequant(l, x, xdt, m, ldx, y, ydt, ldy, &plan);
     else st = forward_float(l, &l->bf, l->kind == QL_LINEAR_WEIGHT_ONLY ? l->group : 0, x, xdt, m, ldx, y, ydt, ldy, &plan);
-    ql_aligned_free(bias);
     return st;
 }
 
