@@ -3,6 +3,20 @@
 #include "kernels.h"
 #include "simd256.h"
 
+/* Round, + bias (rounded), residual (rounded), store: 8 outputs. */
+static inline void finish(const ql_epi_plan *p, __m256 v, int64_t row, int64_t col, void *y, int64_t ldy)
+{
+    const ql_dtype dt = p->y_dtype;
+    __m256 r = ql256_round_to(dt, v);
+    if (p->bias) r = ql256_round_to(dt, _mm256_add_ps(r, _mm256_loadu_ps(p->bias + col)));
+    if (p->residual) {
+        __m256 res = ql256_load(dt, p->residual, row * p->ld_residual + col);
+        __m256 rs = ql256_load(dt, p->residual_scale, col);
+        r = ql256_round_to(dt, _mm256_add_ps(res, _mm256_mul_ps(rs, r)));
+    }
+    ql256_store(dt, y, row * ldy + col, r);
+}
+
 void ql_w8a8_epilogue_avx2(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff)
 {
     const ql_w8a8_epi *e = arg;
@@ -21,14 +35,7 @@ void ql_w8a8_epilogue_avx2(void *arg, const int32_t *c, int nr, int64_t m0, int6
                 continue;
             }
             __m256 sw = e->sw_scalar ? _mm256_set1_ps(e->sw[0]) : _mm256_loadu_ps(e->sw + col);
-            __m256 y = ql256_round_to(dt, _mm256_mul_ps(_mm256_cvtepi32_ps(acc), _mm256_mul_ps(sxv, sw)));
-            if (e->plan.bias) y = ql256_round_to(dt, _mm256_add_ps(y, _mm256_loadu_ps(e->plan.bias + col)));
-            if (e->plan.residual) {
-                __m256 res = ql256_load(dt, e->plan.residual, row * e->plan.ld_residual + col);
-                __m256 rs = ql256_load(dt, e->plan.residual_scale, col);
-                y = ql256_round_to(dt, _mm256_add_ps(res, _mm256_mul_ps(rs, y)));
-            }
-            ql256_store(dt, e->y, row * e->ldy + col, y);
+            finish(&e->plan, _mm256_mul_ps(_mm256_cvtepi32_ps(acc), _mm256_mul_ps(sxv, sw)), row, col, e->y, e->ldy);
         }
         for (int j = full; j < nr_eff; j++) {
             const int64_t col = n0 + j;
@@ -53,14 +60,7 @@ void ql_f32_epilogue_avx2(void *arg, const float *c, int nr, int64_t m0, int64_t
             __m256 v = _mm256_loadu_ps(c + r * nr + j);
             if (e->col_scale)
                 v = _mm256_mul_ps(v, e->col_scale_scalar ? _mm256_set1_ps(e->col_scale[0]) : _mm256_loadu_ps(e->col_scale + col));
-            __m256 y = ql256_round_to(dt, v);
-            if (e->plan.bias) y = ql256_round_to(dt, _mm256_add_ps(y, _mm256_loadu_ps(e->plan.bias + col)));
-            if (e->plan.residual) {
-                __m256 res = ql256_load(dt, e->plan.residual, row * e->plan.ld_residual + col);
-                __m256 rs = ql256_load(dt, e->plan.residual_scale, col);
-                y = ql256_round_to(dt, _mm256_add_ps(res, _mm256_mul_ps(rs, y)));
-            }
-            ql256_store(dt, e->y, row * e->ldy + col, y);
+            finish(&e->plan, v, row, col, e->y, e->ldy);
         }
         if (full < nr_eff) ql_f32_epilogue_generic(arg, c + r * nr + full, nr, row, n0 + full, 1, nr_eff - full);
     }
