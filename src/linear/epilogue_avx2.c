@@ -51,7 +51,6 @@ void ql_w8a8_epilogue_avx2(void *arg, const int32_t *c, int nr, int64_t m0, int6
 void ql_f32_epilogue_avx2(void *arg, const float *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff)
 {
     const ql_f32_epi *e = arg;
-    const ql_dtype dt = e->plan.y_dtype;
     const int full = nr_eff & ~7;
     for (int r = 0; r < mr_eff; r++) {
         const int64_t row = m0 + r;
