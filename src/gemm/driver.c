@@ -101,8 +101,14 @@ ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const int8_t *pa
                 for (int64_t jp = jp0; jp < jp1; jp++)
                     for (int64_t ip = ip0; ip < ip1; ip++) {
                         int32_t *c = cbuf + ((jp - jp0) * mc + (ip - ip0)) * mr * nr;
+                        /* the first tile of a weight slice pulls the next slice into L2 */
+                        const uint8_t *pf = NULL;
+                        if (ip == ip0) {
+                            if (jp + 1 < jp1) pf = b->data + (jp + 1) * b_panel + pc * nr * 4;
+                            else if (pc + kc < k4) pf = b->data + jp0 * b_panel + (pc + kc) * nr * 4;
+                        }
                         kern->tile(kc, packed_a + ip * a_panel + pc * mr * 4, b->data + jp * b_panel + pc * nr * 4, c,
-                                   pc > 0);
+                                   pc > 0, pf);
                         if (!last) continue;
                         const int64_t m0 = ip * mr, n0 = jp * nr;
                         const int mr_eff = (int)(m - m0 < mr ? m - m0 : mr);

@@ -12,7 +12,7 @@ static inline __m512i bcast4(const int8_t *p)
     return _mm512_set1_epi32(v);
 }
 
-static void tile_12x32c4_avx512vnni(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int accumulate)
+static void tile_12x32c4_avx512vnni(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int accumulate, const uint8_t *pf)
 {
 #define QL_ROW_DECL(r)                                                                     \
     __m512i c##r##0 = accumulate ? _mm512_load_si512((const void *)(c + 32 * (r) + 16 * 0)) : _mm512_setzero_si512(); \
@@ -23,6 +23,10 @@ static void tile_12x32c4_avx512vnni(int64_t k4, const int8_t *a, const uint8_t *
     for (int64_t q = 0; q < k4; q++, a += 48, b += 128) {
         __m512i b0 = _mm512_load_si512((const void *)b), b1 = _mm512_load_si512((const void *)(b + 64));
         _mm_prefetch((const char *)(b + 1024), _MM_HINT_T0);
+        if (pf) {
+            _mm_prefetch((const char *)(pf + q * 128), _MM_HINT_T1);
+            _mm_prefetch((const char *)(pf + q * 128 + 64), _MM_HINT_T1);
+        }
 #define QL_ROW(r)                                   \
     {                                               \
         __m512i ar = bcast4(a + 4 * (r));           \
