@@ -7,6 +7,7 @@
 
 #include "core/core.h"
 #include "linear/linear.h"
+#include "quant/quant.h"
 #include "model.h"
 #include "testutil.h"
 
@@ -236,10 +237,52 @@ static void test_fast_weight_quantizer(void)
             }
 }
 
+/* Quotients at and next to the code steps (x.5 after the division, and
+ * values one ulp either side): where a reciprocal-based shortcut would pick
+ * the other code. The vectorized quantizer must still match the reference. */
+static void test_fast_quantizer_steps(void)
+{
+    for (int di = 0; di < 3; di++)
+        for (int trial = 0; trial < 40; trial++) {
+            const ql_dtype dt = dtypes[di];
+            const int64_t k = 16 * tu_range(1, 8);
+            float *x = malloc((size_t)k * 4);
+            uint16_t *xh = malloc((size_t)k * 2);
+            /* absmax sets the scale; the rest sit on or beside (j + 0.5)·st */
+            double c = (0.5 + tu_uniform()) * (dt == QL_F16 ? 1e-2 : pow(2.0, (double)tu_range(-20, 20)));
+            float amax = ql_round_to(dt, (float)(127.0 * c));
+            float st = ql_scale_divisor(dt, ql_scale_from_absmax(amax));
+            x[0] = amax;
+            for (int64_t j = 1; j < k; j++) {
+                float h = (float)tu_range(-127, 126) + 0.5f;
+                float v = ql_round_to(dt, h * st);
+                int step = (int)tu_range(-1, 1); /* the value, or one dtype ulp either side */
+                uint16_t bits = dt == QL_F16 ? ql_fp32_to_fp16(v) : ql_fp32_to_bf16(v);
+                if (dt != QL_F32 && step) v = dt == QL_F16 ? ql_fp16_to_fp32((uint16_t)(bits + step)) : ql_bf16_to_fp32((uint16_t)(bits + step));
+                if (dt == QL_F32 && step) v = nextafterf(v, step > 0 ? INFINITY : -INFINITY);
+                x[j] = fabsf(v) <= amax ? v : 0.0f;
+            }
+            const void *src = x;
+            if (dt != QL_F32) {
+                for (int64_t j = 0; j < k; j++) xh[j] = dt == QL_F16 ? ql_fp32_to_fp16(x[j]) : ql_fp32_to_bf16(x[j]);
+                src = xh;
+            }
+            int8_t q0[128], q1[128];
+            float s0, s1;
+            ql_status a = ql_quantize_rowwise(dt, src, 1, k, k, q0, k, &s0);
+            ql_status b = ql_quantize_weight_rows(dt, src, 1, k, k, 0, q1, k, &s1);
+            CHECK(a == b && s0 == s1 && !memcmp(q0, q1, (size_t)k), "%s: codes at the steps differ (st = %a)",
+                  ql_dtype_name(dt), st);
+            free(x);
+            free(xh);
+        }
+}
+
 int main(void)
 {
     tu_init("test_quant");
     test_fast_weight_quantizer();
+    test_fast_quantizer_steps();
     test_hadamard();
     test_identity();
     test_quantizers();

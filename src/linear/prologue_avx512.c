@@ -133,6 +133,32 @@ static float load_rotate_absmax(ql_dtype dt, const void *src, int64_t k, int64_t
     return bad ? NAN : _mm512_reduce_max_ps(amax);
 }
 
+/* The reference's quotient RN(v / st) without a vdivps per vector (it
+ * would take ~10 cycles of the one port that also does half of the other
+ * work): q' = RN(v · RN(1/st)) is within 2 ulps of RN(v / st) (two
+ * roundings of relative size 2^-24 each). The code computed from the
+ * quotient — round to the dtype, round to an integer, clamp — is a monotone
+ * step function of it, so q' gives the same code unless a step lies within
+ * 2 ulps of q': within 2 ulps of a bf16 (fp16) rounding midpoint, or, for
+ * fp32, within 2^-14 (> 2.5 ulps of any |q| <= 256) of a half-integer.
+ * Those rare lanes are divided exactly. */
+static inline __m512 quotient16(ql_dtype dt, __m512 v, __m512 st, __m512 rcp)
+{
+    __m512 q = _mm512_mul_ps(v, rcp);
+    __mmask16 risky;
+    if (dt == QL_F32) {
+        __m512 d = _mm512_abs_ps(_mm512_sub_ps(q, _mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+        risky = _mm512_cmp_ps_mask(d, _mm512_set1_ps(0.5f - 0x1p-14f), _CMP_GE_OQ);
+    } else {
+        const bool b16 = dt == QL_BF16;
+        __m512i lowbits = _mm512_and_si512(_mm512_sub_epi32(_mm512_castps_si512(q), _mm512_set1_epi32(b16 ? 0x7FFE : 0x0FFE)),
+                                           _mm512_set1_epi32(b16 ? 0xFFFF : 0x1FFF));
+        risky = _mm512_cmple_epu32_mask(lowbits, _mm512_set1_epi32(4));
+    }
+    if (QL_UNLIKELY(risky)) q = _mm512_mask_div_ps(q, risky, v, st);
+    return q;
+}
+
 void ql_prologue_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
                         int64_t p0, int64_t p1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch)
 {
@@ -151,7 +177,8 @@ void ql_prologue_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int6
                 continue;
             }
             float s = ql_scale_from_absmax(a);
-            const __m512 st = _mm512_set1_ps(ql_scale_divisor(dt, s));
+            const float stf = ql_scale_divisor(dt, s);
+            const __m512 st = _mm512_set1_ps(stf), rcp = _mm512_set1_ps(1.0f / stf);
             const __m512 lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
             /* The quotient is rounded to the dtype, then to an integer: a
              * subnormal quotient gives code 0 whether or not it is flushed,
@@ -159,7 +186,7 @@ void ql_prologue_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int6
             __m512i sum = _mm512_setzero_si512();
             int8_t *dst = panel + r * 4;
             for (int64_t i = 0; i < kp; i += 16) {
-                __m512 y = _mm512_div_ps(_mm512_load_ps(scratch + i), st);
+                __m512 y = quotient16(dt, _mm512_load_ps(scratch + i), st, rcp);
                 y = round_for_quant(dt, y, fbf);
                 y = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
                 y = _mm512_min_ps(_mm512_max_ps(y, lo), hi);
@@ -215,9 +242,10 @@ int64_t ql_quantize_rows_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t
             continue;
         }
         float s = ql_scale_from_absmax(a);
-        const __m512 st = _mm512_set1_ps(ql_scale_divisor(dt, s));
+        const float stf = ql_scale_divisor(dt, s);
+        const __m512 st = _mm512_set1_ps(stf), rcp = _mm512_set1_ps(1.0f / stf);
         for (int64_t i = 0; i < kp; i += 16) {
-            __m512 y = round_for_quant(dt, _mm512_div_ps(_mm512_load_ps(scratch + i), st), fbf);
+            __m512 y = round_for_quant(dt, quotient16(dt, _mm512_load_ps(scratch + i), st, rcp), fbf);
             y = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
             y = _mm512_min_ps(_mm512_max_ps(y, lo), hi);
             const __mmask16 mk = ql512_mask(k - i);
