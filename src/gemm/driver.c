@@ -91,10 +91,8 @@ ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const int8_t *pa
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < blocks; blk++) {
             if (!cbuf) continue;
-            const int64_t nb = blk / mblocks, mb = blk % mblocks;
-            const int64_t jp0 = nb * nc, ip0 = mb * mc;
-            const int64_t jp1 = jp0 + nc < npanels ? jp0 + nc : npanels;
-            const int64_t ip1 = ip0 + mc < mpanels ? ip0 + mc : mpanels;
+            const ql_block bk = ql_block_at(blk, mblocks, mc, nc, mpanels, npanels);
+            const int64_t ip0 = bk.ip0, ip1 = bk.ip1, jp0 = bk.jp0, jp1 = bk.jp1;
             for (int64_t pc = 0; pc < k4; pc += kc4) {
                 const int64_t kc = k4 - pc < kc4 ? k4 - pc : kc4;
                 const int last = pc + kc >= k4;

@@ -108,10 +108,8 @@ ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < blocks; blk++) {
             if (!ok) continue;
-            const int64_t nb = blk / mblocks, mb = blk % mblocks;
-            const int64_t jp0 = nb * nc, ip0 = mb * mc;
-            const int64_t jp1 = jp0 + nc < npanels ? jp0 + nc : npanels;
-            const int64_t ip1 = ip0 + mc < mpanels ? ip0 + mc : mpanels;
+            const ql_block bk = ql_block_at(blk, mblocks, mc, nc, mpanels, npanels);
+            const int64_t ip0 = bk.ip0, ip1 = bk.ip1, jp0 = bk.jp0, jp1 = bk.jp1;
             for (int64_t pc = 0; pc < k; pc += QL_F_KC) {
                 const int64_t kc = k - pc < QL_F_KC ? k - pc : QL_F_KC;
                 const int last = pc + kc >= k;

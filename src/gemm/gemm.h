@@ -50,6 +50,21 @@ void ql_packed_b_free(ql_packed_b *b);
 
 static inline int64_t ql_k4(int64_t k) { return (k + 3) / 4; }
 
+/* The panel ranges [*ip0, *ip1) × [*jp0, *jp1) of block `blk` of the grid
+ * (column-block-major, so a thread's consecutive blocks share weight panels). */
+typedef struct ql_block {
+    int64_t ip0, ip1, jp0, jp1;
+} ql_block;
+static inline ql_block ql_block_at(int64_t blk, int64_t mblocks, int64_t mc, int64_t nc, int64_t mpanels,
+                                   int64_t npanels)
+{
+    const int64_t nb = blk / mblocks, mb = blk % mblocks;
+    ql_block b = {mb * mc, 0, nb * nc, 0};
+    b.ip1 = b.ip0 + mc < mpanels ? b.ip0 + mc : mpanels;
+    b.jp1 = b.jp0 + nc < npanels ? b.jp0 + nc : npanels;
+    return b;
+}
+
 /* Split mpanels × npanels panels into blocks of at most *mc × *nc panels
  * (the cache-sized defaults on entry), shrinking them for small problems
  * until every thread has several blocks. */
