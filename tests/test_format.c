@@ -16,14 +16,7 @@
 
 static char *tmp;
 
-static char *tpath(const char *name)
-{
-    static char buf[8][600];
-    static int k;
-    char *p = buf[k++ % 8];
-    snprintf(p, 600, "%s/%s", tmp, name);
-    return p;
-}
+static char *tpath(const char *name) { return fc_path(tmp, name); }
 
 static int file_exists(const char *p)
 {

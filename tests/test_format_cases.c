@@ -325,3 +325,12 @@ void rm_tree(const char *dir)
     closedir(d);
     rmdir(dir);
 }
+
+char *fc_path(const char *dir, const char *name)
+{
+    static char buf[64][600];
+    static int k;
+    char *p = buf[k++ % 64];
+    snprintf(p, 600, "%s/%s", dir, name);
+    return p;
+}

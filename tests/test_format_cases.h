@@ -34,4 +34,7 @@ unsigned char *read_file(const char *path, size_t *size);
 char *make_temp_dir(const char *tag);
 void rm_tree(const char *dir);
 
+/* "dir/name" in one of 64 rotating buffers (valid for the next 63 calls). */
+char *fc_path(const char *dir, const char *name);
+
 #endif

@@ -22,14 +22,7 @@
 static const char *qlinear;
 static char *tmp;
 
-static char *tpath(const char *name)
-{
-    static char buf[64][600];
-    static int k;
-    char *p = buf[k++ % 64];
-    snprintf(p, 600, "%s/%s", tmp, name);
-    return p;
-}
+static char *tpath(const char *name) { return fc_path(tmp, name); }
 
 typedef struct run_result {
     int code; /* exit code; -1 crash (signal), -2 hang */
