@@ -247,12 +247,12 @@ static int prepare(ql_context *ctx, const layer_data *d, int p, runner *rn, size
         g->m = m;
         int8_t *xq = malloc((size_t)(m * k));
         float *sx = malloc((size_t)m * 4), *xr = malloc((size_t)(m * k) * 4);
-        g->pa = ql_aligned_alloc((size_t)(ql_panels(m, g->kern->mr) * ql_k4(k) * g->kern->mr * 4));
+        g->pa = ql_aligned_alloc(ql_packed_a_bytes(g->kern, m, k));
         g->rowsum = malloc((size_t)m * 4);
         memcpy(xr, d->x, (size_t)(m * k) * 4);
         ql_rotate(QL_F32, xr, m, k, k, 256);
         ql_quantize_rowwise(QL_F32, xr, m, k, k, xq, k, sx);
-        ql_pack_a_s8(xq, m, k, k, g->kern->mr, g->pa, g->rowsum);
+        ql_pack_a_s8(g->kern, xq, m, k, k, g->pa, g->rowsum);
         free(xq); free(sx); free(xr);
         if (ql_pack_b_s8(g->kern, d->q, n, k, k, &g->pb) != QL_OK) return 0;
         g->e = (ql_w8a8_epi){NULL, g->rowsum, g->kern->b_offset128, NULL, false, {0}, NULL, 0, rn->y, n};

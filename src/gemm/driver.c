@@ -15,20 +15,21 @@ const ql_s8_kernel *ql_s8_kernel_for(ql_isa isa)
 ql_status ql_pack_b_s8(const ql_s8_kernel *kern, const int8_t *w, int64_t n, int64_t k, int64_t ldw, ql_packed_b *out)
 {
     const int nr = kern->nr;
-    ql_packed_b b = {n, k, ql_k4(k), ql_panels(n, nr), nr, kern->b_offset128, NULL};
+    ql_packed_b b = {n, k, ql_kpad(kern, k) / 4, ql_panels(n, nr), nr, kern->b_offset128, NULL};
     size_t bytes = (size_t)(b.panels * b.k4 * nr * 4);
     b.data = ql_aligned_alloc(bytes);
     if (!b.data) return ql_fail(QL_ERR_OUT_OF_MEMORY, "pack weight: cannot allocate %zu bytes", bytes);
     const uint8_t off = kern->b_offset128 ? 128 : 0;
     for (int64_t p = 0; p < b.panels; p++) {
         uint8_t *dst = b.data + (size_t)(p * b.k4 * nr * 4);
-        for (int64_t q = 0; q < b.k4; q++)
-            for (int j = 0; j < nr; j++)
-                for (int t = 0; t < 4; t++) {
-                    int64_t col = p * nr + j, kk = q * 4 + t;
-                    int8_t v = (col < n && kk < k) ? w[col * ldw + kk] : 0;
-                    dst[(q * nr + j) * 4 + t] = (uint8_t)((uint8_t)v + off);
-                }
+        for (int64_t pos = 0; pos < b.k4 * 4; pos++) {
+            const int64_t kk = ql_a_element(kern->kb, pos); /* the same k order as A */
+            for (int j = 0; j < nr; j++) {
+                const int64_t col = p * nr + j;
+                const int8_t v = (col < n && kk < k) ? w[col * ldw + kk] : 0;
+                dst[((pos / 4) * nr + j) * 4 + pos % 4] = (uint8_t)((uint8_t)v + off);
+            }
+        }
     }
     *out = b;
     return QL_OK;
@@ -40,17 +41,20 @@ void ql_packed_b_free(ql_packed_b *b)
     if (b) b->data = NULL;
 }
 
-void ql_pack_a_s8(const int8_t *a, int64_t m, int64_t k, int64_t lda, int mr, int8_t *packed, int32_t *rowsum)
+void ql_pack_a_s8(const ql_s8_kernel *kern, const int8_t *a, int64_t m, int64_t k, int64_t lda, int8_t *packed,
+                  int32_t *rowsum)
 {
-    const int64_t k4 = ql_k4(k), panels = ql_panels(m, mr);
+    const int mr = kern->mr, kb = kern->kb;
+    const int64_t kp = ql_kpad(kern, k), panels = ql_panels(m, mr);
     for (int64_t p = 0; p < panels; p++) {
-        int8_t *dst = packed + (size_t)(p * k4 * mr * 4);
+        int8_t *dst = packed + (size_t)(p * kp * mr);
         for (int r = 0; r < mr; r++) {
-            int64_t row = p * mr + r;
+            const int64_t row = p * mr + r;
             int32_t sum = 0;
-            for (int64_t kk = 0; kk < k4 * 4; kk++) {
-                int8_t v = (row < m && kk < k) ? a[row * lda + kk] : 0;
-                dst[((kk / 4) * mr + r) * 4 + kk % 4] = v;
+            for (int64_t pos = 0; pos < kp; pos++) {
+                const int64_t kk = ql_a_element(kb, pos);
+                const int8_t v = (row < m && kk < k) ? a[row * lda + kk] : 0;
+                dst[ql_a_offset(kb, mr, r, pos)] = v;
                 sum += v;
             }
             if (row < m) rowsum[row] = sum;

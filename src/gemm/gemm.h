@@ -1,8 +1,13 @@
 /* The packed int8 GEMM: BLIS-style driver around tiny per-ISA micro-kernels.
  *
- * Packed layouts (kp = K rounded up to 4, k4 = kp / 4):
+ * Packed layouts (kp = K rounded up to the kernel's block kb, k4 = kp / 4):
  *   A (activations): panels of MR rows; panel p holds rows p·MR .. p·MR+MR-1
- *     as [k4][MR][4] int8. Padding rows and columns are 0.
+ *     as [kp/kb][MR][kb] int8: each row's codes in blocks of kb (4, or 64
+ *     for the AVX-512 kernel, whose prologue emits 64 codes per store).
+ *     Padding rows and columns are 0.
+ *   Inside a 64-block, position p holds the code of k = ql_k64_element(p):
+ *     the order in which the AVX-512 prologue's pack instructions emit
+ *     codes. B uses the same order, so the dot products are unchanged.
  *   B (weights): panels of NR columns as [k4][NR][4] bytes; int8 codes, or
  *     codes + 128 as uint8 for the VNNI kernels (vpdpbusd multiplies u8 by s8),
  *     whose result then exceeds the true product by 128·Σ_k a[m,k]; the
@@ -26,6 +31,7 @@ typedef struct ql_s8_kernel {
     ql_isa isa;
     const char *name; /* e.g. "s8_gemm_12x32c4__avx512vnni" */
     int mr, nr;
+    int kb;           /* A's K block: 4 or 64 (see the layouts above) */
     bool b_offset128; /* B stored as code + 128 (u8) */
     ql_s8_tile_fn tile;
 } ql_s8_kernel;
@@ -49,6 +55,27 @@ ql_status ql_pack_b_s8(const ql_s8_kernel *kern, const int8_t *w, int64_t n, int
 void ql_packed_b_free(ql_packed_b *b);
 
 static inline int64_t ql_k4(int64_t k) { return (k + 3) / 4; }
+
+/* K padded with zero codes to a multiple of the kernel's A block. */
+static inline int64_t ql_kpad(const ql_s8_kernel *kern, int64_t k) { return (k + kern->kb - 1) / kern->kb * kern->kb; }
+
+/* The k (0..63) whose code sits at position p of a 64-block: the AVX-512
+ * prologue packs four vectors q0..q3 of 16 codes with two vpackssdw and one
+ * vpacksswb, so position p = 16L + 4j + t holds lane 4L + t of q_j, and its
+ * FWHT register order puts k = t + 4·L1 + 8·(j&1) + 16·L0 + 32·(j>>1) there. */
+static inline int ql_k64_element(int p)
+{
+    return (p & 3) | ((p >> 5) & 1) << 2 | ((p >> 2) & 1) << 3 | ((p >> 4) & 1) << 4 | ((p >> 3) & 1) << 5;
+}
+
+/* Byte offset, inside an A panel, of the code at packed position pos of row r. */
+static inline size_t ql_a_offset(int kb, int mr, int r, int64_t pos)
+{
+    return (size_t)(((pos / kb) * mr + r) * kb + pos % kb);
+}
+
+/* k of the code at packed position pos (identity unless kb = 64). */
+static inline int64_t ql_a_element(int kb, int64_t pos) { return kb == 64 ? (pos & ~(int64_t)63) + ql_k64_element((int)(pos & 63)) : pos; }
 
 /* The panel ranges [*ip0, *ip1) × [*jp0, *jp1) of block `blk` of the grid
  * (column-block-major, so a thread's consecutive blocks share weight panels). */
@@ -82,9 +109,16 @@ static inline void ql_block_grid(int64_t mpanels, int64_t npanels, int threads, 
 }
 static inline int64_t ql_panels(int64_t rows, int mr) { return (rows + mr - 1) / mr; }
 
+/* Bytes of the packed A of m rows. */
+static inline size_t ql_packed_a_bytes(const ql_s8_kernel *kern, int64_t m, int64_t k)
+{
+    return (size_t)(ql_panels(m, kern->mr) * kern->mr * ql_kpad(kern, k));
+}
+
 /* Pack plain int8 rows into A panels (for the raw GEMM API; the linear's
  * prologue packs straight from float). rowsum gets Σ_k a[m,k]. */
-void ql_pack_a_s8(const int8_t *a, int64_t m, int64_t k, int64_t lda, int mr, int8_t *packed, int32_t *rowsum);
+void ql_pack_a_s8(const ql_s8_kernel *kern, const int8_t *a, int64_t m, int64_t k, int64_t lda, int8_t *packed,
+                  int32_t *rowsum);
 
 /* Called once per finished MR×NR tile: rows m0 .. m0+mr_eff-1, columns
  * n0 .. n0+nr_eff-1; c has row stride nr. */

@@ -154,11 +154,10 @@ static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t
     const ql_s8_kernel *kern = l->s8;
     const isa_ops ops = ops_for(kern->isa);
     const int threads = l->ctx->threads, mr = kern->mr;
-    const int64_t k = l->k, k4 = ql_k4(k), kp = (k + 15) & ~(int64_t)15;
+    const int64_t k = l->k, kp = (k + 63) & ~(int64_t)63;
     const int64_t chunk = m < QL_M_CHUNK ? m : QL_M_CHUNK;
-    const int64_t cpanels = ql_panels(chunk, mr);
     /* one workspace: packed activations | row scales | row sums | per-thread scratch */
-    const size_t a_bytes = ((size_t)(cpanels * k4 * mr * 4) + 63) & ~(size_t)63;
+    const size_t a_bytes = (ql_packed_a_bytes(kern, chunk, k) + 63) & ~(size_t)63;
     const size_t v_bytes = ((size_t)chunk * 4 + 63) & ~(size_t)63;
     const size_t scratch_bytes = ((size_t)kp * 5 + 127) & ~(size_t)63;
     bool arena;
@@ -316,7 +315,7 @@ ql_status ql_gemm_s8s8s32(ql_context *ctx, int64_t m, int64_t n, int64_t k, cons
     const ql_s8_kernel *kern = ql_s8_kernel_for(ctx->isa);
     ql_packed_b pb;
     QL_TRY(ql_pack_b_s8(kern, b, n, k, ldb, &pb));
-    int8_t *pa = ql_aligned_alloc((size_t)(ql_panels(m, kern->mr) * ql_k4(k) * kern->mr * 4));
+    int8_t *pa = ql_aligned_alloc(ql_packed_a_bytes(kern, m, k));
     int32_t *rowsum = ql_aligned_alloc((size_t)m * sizeof(int32_t));
     if (!pa || !rowsum) {
         ql_packed_b_free(&pb);
@@ -324,7 +323,7 @@ ql_status ql_gemm_s8s8s32(ql_context *ctx, int64_t m, int64_t n, int64_t k, cons
         ql_aligned_free(rowsum);
         return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
-    ql_pack_a_s8(a, m, k, lda, kern->mr, pa, rowsum);
+    ql_pack_a_s8(kern, a, m, k, lda, pa, rowsum);
     ql_w8a8_epi e = {NULL, rowsum, kern->b_offset128, NULL, false, {0}, NULL, 0, c, ldc};
     ql_status st = ql_gemm_s8_run(ctx->threads, kern, pa, m, &pb, ops_for(kern->isa).epilogue, &e);
     ql_packed_b_free(&pb);
