@@ -82,6 +82,42 @@ static void case_vs_ref(ql_context *ctx, int64_t m, int64_t n, int64_t k, int64_
     free(q); free(scale); free(x); free(bias); free(res); free(rs); free(y0); free(y1);
 }
 
+/* Bias sums that land on bf16 subnormals. vcvtne2ps2bf16 would flush them,
+ * so the fast epilogue must step aside. Built so that s_x·s_w is just above
+ * 2^-126 and the products small normals: x rows hold 1.0 (code 127, in a
+ * column whose weights are 0) and sparse ±c/127 (codes ±c), the weights are
+ * sparse ±1 with scale 2^-119; then bias[j] = -(y0[j] less one ulp), so row
+ * 0's sums are one ulp of a value below 2^-118: subnormal. */
+static void test_subnormal_bias(ql_context *ctx)
+{
+    const int64_t m = 16, n = 64, k = 256;
+    int8_t *q = malloc((size_t)(n * k));
+    float *scale = malloc((size_t)n * 4), *x = malloc((size_t)(m * k) * 4);
+    uint16_t *bias = malloc((size_t)n * 2), *y0 = malloc((size_t)(m * n) * 2), *y1 = malloc((size_t)(m * n) * 2);
+    for (int64_t i = 0; i < n * k; i++) q[i] = (int8_t)(i % k && tu_range(0, 7) == 0 ? (tu_next() & 1 ? 1 : -1) : 0);
+    for (int64_t i = 0; i < n; i++) scale[i] = 0x1p-119f;
+    for (int64_t i = 0; i < m * k; i++)
+        x[i] = i % k == 0 ? 1.0f : tu_range(0, 7) == 0 ? (float)(tu_range(1, 3) * (tu_next() & 1 ? 1 : -1)) / 127.0f : 0.0f;
+    ql_int8_weight w = {n, k, q, k, scale, n, 0, NULL, QL_BF16};
+    CHECK_OK(ql_int8_linear_ref(&w, x, QL_F32, m, k, y0, QL_BF16, n, NULL));
+    for (int64_t j = 0; j < n; j++) /* y0[0][j] + bias[j] = ± one ulp of y0[0][j] */
+        bias[j] = (y0[j] & 0x7fff) > 1 ? (uint16_t)((((y0[j] & 0x7fff) - 1) | (~y0[j] & 0x8000))) : ql_fp32_to_bf16(0x1p-120f);
+    w.bias = bias;
+    CHECK_OK(ql_int8_linear_ref(&w, x, QL_F32, m, k, y0, QL_BF16, n, NULL));
+    ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};
+    ql_linear *lin = NULL;
+    CHECK_OK(ql_linear_create(ctx, &d, &lin));
+    if (lin) CHECK_OK(ql_linear_forward(lin, x, QL_F32, m, k, y1, QL_BF16, n, NULL));
+    int64_t first = -1, subnormal = 0;
+    for (int64_t i = 0; i < m * n; i++) subnormal += (y0[i] & 0x7f80) == 0 && (y0[i] & 0x7f) != 0;
+    CHECK(subnormal >= n / 2, "the subnormal-bias case produced only %lld subnormal outputs", (long long)subnormal);
+    const int same = same_bits(QL_BF16, y0, y1, m, n, n, n, &first);
+    CHECK(same, "%s: subnormal bias sums differ from the reference at %lld",
+          ql_isa_name(ql_context_isa(ctx)), (long long)first);
+    ql_linear_destroy(lin);
+    free(q); free(scale); free(x); free(bias); free(y0); free(y1);
+}
+
 /* The reference against float64 on the unquantized layer. */
 static double rel_l2_vs_f64(int64_t m, int64_t n, int64_t k, int64_t g, double outlier)
 {
@@ -308,6 +344,7 @@ int main(void)
             w_scale = 1e-3;
             case_vs_ref(ctx, 200, 300, 512, 256, QL_BF16, QL_BF16, 1, 0, 1); /* many tiles */
         }
+        test_subnormal_bias(ctx);
         test_float_paths(ctx);
         test_weight_only_and_bf16(ctx);
         test_concurrent(ctx);

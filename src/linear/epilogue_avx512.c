@@ -40,10 +40,66 @@ static inline void finish(const ql_epi_plan *p, __m512 v, int64_t row, int64_t c
     ql512_store_exact(dt, y, row * ldy + col, r, mk);
 }
 
+/* Full 32-column tiles with bf16 output, optional bias, no residual: the
+ * common case, two vectors at a time. vcvtne2ps2bf16 rounds 32 values in one
+ * instruction and vpunpck{l,h}wd widen them back to fp32 (columns 0-3, 8-11,
+ * 16-19, 24-27 and 4-7, ...; the bias is permuted to match, once per tile);
+ * one vpermw restores the column order of the final 32 bf16. That
+ * instruction flushes denormal inputs, so the caller only comes here when
+ * none can occur: |s_x·s_w| >= 2^-126 (then a nonzero |acc·s_x·s_w| is
+ * normal) and every bias is 0 or >= 2^-118 in magnitude (then a nonzero
+ * rounded value plus it is a multiple of an ulp >= 2^-126, or >= 2^-119). */
+static void tile32_bf16(const ql_w8a8_epi *e, const int32_t *c, int64_t m0, int64_t n0, int mr_eff, __m512 sw0,
+                        __m512 sw1, bool has_bias, __m512 blo, __m512 bhi)
+{
+    const __m512i order = _mm512_set_epi16(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10, 9, 8, 23, 22, 21, 20,
+                                           7, 6, 5, 4, 19, 18, 17, 16, 3, 2, 1, 0);
+    const __m512i zero = _mm512_setzero_si512();
+    for (int r = 0; r < mr_eff; r++) {
+        const int64_t row = m0 + r;
+        const __m512i corr = _mm512_set1_epi32(e->offset128 ? 128 * e->rowsum[row] : 0);
+        const __m512 sx = _mm512_set1_ps(e->sx[row]);
+        const __m512 v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512((const void *)(c + 32 * r)), corr)),
+                                        _mm512_mul_ps(sx, sw0));
+        const __m512 v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512((const void *)(c + 32 * r + 16)), corr)),
+                                        _mm512_mul_ps(sx, sw1));
+        __m512i y = (__m512i)_mm512_cvtne2ps_pbh(v1, v0); /* columns 0..31 */
+        if (has_bias) {
+            const __m512 lo = _mm512_add_ps(_mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, y)), blo);
+            const __m512 hi = _mm512_add_ps(_mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, y)), bhi);
+            y = _mm512_permutexvar_epi16(order, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        }
+        _mm512_storeu_si512((void *)((uint16_t *)e->y + row * e->ldy + n0), y);
+    }
+}
+
 void ql_w8a8_epilogue_avx512(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff)
 {
     const ql_w8a8_epi *e = arg;
     const bool fbf = ql_cpu()->avx512bf16;
+    if (fbf && !e->c_out && e->plan.y_dtype == QL_BF16 && !e->plan.residual && nr == 32 && nr_eff == 32) {
+        const __m512 sw0 = e->sw_scalar ? _mm512_set1_ps(e->sw[0]) : _mm512_loadu_ps(e->sw + n0);
+        const __m512 sw1 = e->sw_scalar ? sw0 : _mm512_loadu_ps(e->sw + n0 + 16);
+        /* every row's |s_x|·min|s_w| >= 2^-126 (a NaN scale fails) */
+        const __mmask16 rows = (__mmask16)((1u << mr_eff) - 1u);
+        const __m512 swmin = _mm512_set1_ps(_mm512_reduce_min_ps(_mm512_min_ps(_mm512_abs_ps(sw0), _mm512_abs_ps(sw1))));
+        const __m512 sxw = _mm512_mul_ps(_mm512_abs_ps(_mm512_maskz_loadu_ps(rows, e->sx + m0)), swmin);
+        bool ok = _mm512_mask_cmp_ps_mask(rows, sxw, _mm512_set1_ps(0x1p-126f), _CMP_GE_OQ) == rows;
+        __m512 blo = _mm512_setzero_ps(), bhi = blo;
+        if (ok && e->plan.bias) {
+            const __m512 b0 = _mm512_loadu_ps(e->plan.bias + n0), b1 = _mm512_loadu_ps(e->plan.bias + n0 + 16);
+            const __m512 tiny = _mm512_set1_ps(0x1p-118f);
+            ok = !(_mm512_cmp_ps_mask(_mm512_abs_ps(b0), tiny, _CMP_LT_OQ) & _mm512_cmp_ps_mask(b0, blo, _CMP_NEQ_OQ)) &&
+                 !(_mm512_cmp_ps_mask(_mm512_abs_ps(b1), tiny, _CMP_LT_OQ) & _mm512_cmp_ps_mask(b1, blo, _CMP_NEQ_OQ));
+            const __m512i ilo = _mm512_set_epi32(27, 26, 25, 24, 19, 18, 17, 16, 11, 10, 9, 8, 3, 2, 1, 0);
+            blo = _mm512_permutex2var_ps(b0, ilo, b1);
+            bhi = _mm512_permutex2var_ps(b0, _mm512_add_epi32(ilo, _mm512_set1_epi32(4)), b1);
+        }
+        if (ok) {
+            tile32_bf16(e, c, m0, n0, mr_eff, sw0, sw1, e->plan.bias != NULL, blo, bhi);
+            return;
+        }
+    }
     for (int r = 0; r < mr_eff; r++) {
         const int64_t row = m0 + r;
         const __m512i corr = _mm512_set1_epi32(e->offset128 ? 128 * e->rowsum[row] : 0);
