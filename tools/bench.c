@@ -13,6 +13,7 @@
 #include "core/core.h"
 #include "gemm/gemm.h"
 #include "linear/kernels.h"
+#include "peak.h"
 #include "peers.h"
 #include "qlinear.h"
 
@@ -310,9 +311,12 @@ static void release(int p, runner *rn)
 /* All wanted paths of one shape: build them, run each once (warm-up, and
  * the output the error is measured on), then `reps` rounds in which every
  * path runs once, so a slow spell of this shared machine hits all paths
- * alike; report the median per path. */
-static void bench_shape(ql_context *ctx, const layer_data *d, const int *want, int reps, result *res)
+ * alike; report the median per path. Each round also samples the int8
+ * dot-product peak (*peak: its median, 0 where the ISA has none). */
+static void bench_shape(ql_context *ctx, const layer_data *d, const int *want, int reps, result *res, double *peak)
 {
+    double peaks[64];
+    const ql_isa isa = ql_context_isa(ctx);
     const double ops = 2.0 * (double)d->m * (double)d->n * (double)d->k;
     runner rn[NPATHS];
     if (reps > 64) reps = 64;
@@ -335,7 +339,10 @@ static void bench_shape(ql_context *ctx, const layer_data *d, const int *want, i
             rn[p].ok = rn[p].fn(rn[p].arg) == 0;
             rn[p].t[r] = now_ms() - t0;
         }
+        peaks[r] = ql_bench_int8_peak_gops(isa, ql_context_threads(ctx), 200000);
     }
+    qsort(peaks, (size_t)reps, sizeof(double), cmp_double);
+    *peak = reps % 2 ? peaks[reps / 2] : 0.5 * (peaks[reps / 2 - 1] + peaks[reps / 2]);
     for (int p = 0; p < NPATHS; p++) {
         if (rn[p].ok) {
             qsort(rn[p].t, (size_t)reps, sizeof(double), cmp_double);
@@ -463,6 +470,7 @@ int ql_cmd_bench(int argc, char **argv)
 
     result all[8][NPATHS];
     memset(all, 0, sizeof all);
+    double peak[8] = {0};
     double totals[NPATHS] = {0};
     int64_t ms_used[8];
     for (int s = 0; s < prof->nshapes; s++) {
@@ -472,7 +480,7 @@ int ql_cmd_bench(int argc, char **argv)
         layer_data d;
         fprintf(stderr, "\r  generating N=%lld K=%lld ...", (long long)sh->n, (long long)sh->k);
         make_data(&d, m, sh->n, sh->k);
-        bench_shape(ctx, &d, want, (int)reps, all[s]);
+        bench_shape(ctx, &d, want, (int)reps, all[s], &peak[s]);
         free_data(&d);
         char nk[32];
         snprintf(nk, sizeof nk, "%lldx%lld", (long long)sh->n, (long long)sh->k);
@@ -485,6 +493,14 @@ int ql_cmd_bench(int argc, char **argv)
             printf("%-11s %6lld %5lld  %-14s %10.3f %9.1f %7.2fx %9s %10.1f\n", p == 0 ? nk : "", (long long)m,
                    (long long)sh->count, path_names[p], r->ms, r->gops, all[s][P_FP32].ms / r->ms, rel,
                    (double)r->wbytes / 1e6);
+        }
+        if (peak[s] > 0) {
+            printf("%-11s %6s %5s  int8 peak %.0f GOP/s (vpdpbusd loop, median of the same rounds):", "", "", "", peak[s]);
+            const int int8_paths[] = {P_W8A8, P_GEMM, P_ONEDNN_INT8};
+            for (int i = 0; i < 3; i++)
+                if (all[s][int8_paths[i]].ok)
+                    printf(" %s %.0f%%", path_names[int8_paths[i]], 100.0 * all[s][int8_paths[i]].gops / peak[s]);
+            printf("\n");
         }
         fflush(stdout);
     }
@@ -512,9 +528,9 @@ int ql_cmd_bench(int argc, char **argv)
                 result *r = &all[s][p];
                 if (!r->ok) continue;
                 fprintf(f, "%s    {\"n\": %lld, \"k\": %lld, \"m\": %lld, \"count\": %lld, \"path\": \"%s\", \"ms\": %.6f, "
-                           "\"gops\": %.3f, \"rel_l2\": ",
+                           "\"gops\": %.3f, \"int8_peak_gops\": %.3f, \"rel_l2\": ",
                         first ? "" : ",\n", (long long)prof->shapes[s].n, (long long)prof->shapes[s].k,
-                        (long long)ms_used[s], (long long)prof->shapes[s].count, path_names[p], r->ms, r->gops);
+                        (long long)ms_used[s], (long long)prof->shapes[s].count, path_names[p], r->ms, r->gops, peak[s]);
                 if (isnan(r->rel_l2)) fprintf(f, "null}");
                 else fprintf(f, "%.8f}", r->rel_l2);
                 first = 0;

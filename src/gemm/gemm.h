@@ -22,10 +22,7 @@
 
 /* c (row stride nr) receives the tile; with accumulate set it also holds the
  * partial sums of earlier K blocks, which the kernel adds to. */
-/* pf: memory the next tiles will read (the next weight slice), to be pulled
- * into L2 while this tile computes; may be NULL. */
-typedef void (*ql_s8_tile_fn)(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int accumulate,
-                              const uint8_t *pf);
+typedef void (*ql_s8_tile_fn)(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int accumulate);
 
 typedef struct ql_s8_kernel {
     ql_isa isa;

@@ -5,9 +5,8 @@
 
 #include "gemm.h"
 
-static void tile_4x8c4_avx2(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int accumulate, const uint8_t *pf)
+static void tile_4x8c4_avx2(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int accumulate)
 {
-    (void)pf;
     __m256i lo0 = _mm256_setzero_si256(), hi0 = lo0, lo1 = lo0, hi1 = lo0, lo2 = lo0, hi2 = lo0, lo3 = lo0, hi3 = lo0;
     for (int64_t q = 0; q < k4; q++, a += 16, b += 32) {
         __m256i blo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b));        /* cols 0-3 × 4 k */

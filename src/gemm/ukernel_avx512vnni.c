@@ -13,7 +13,7 @@ static inline __m512i bcast4(const int8_t *p)
     return _mm512_set1_epi32(v);
 }
 
-static void tile_12x32c4_avx512vnni(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int accumulate, const uint8_t *pf)
+static void tile_12x32c4_avx512vnni(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int accumulate)
 {
 #define QL_ROW_DECL(r)                                                                     \
     __m512i c##r##0 = accumulate ? _mm512_load_si512((const void *)(c + 32 * (r) + 16 * 0)) : _mm512_setzero_si512(); \
@@ -24,13 +24,8 @@ static void tile_12x32c4_avx512vnni(int64_t k4, const int8_t *a, const uint8_t *
     for (int64_t q0 = 0; q0 < k4; q0 += 16, a += 12 * 64) {
 #pragma GCC unroll 16
         for (int u = 0; u < 16; u++, b += 128) {
-            const int64_t q = q0 + u;
             __m512i b0 = _mm512_load_si512((const void *)b), b1 = _mm512_load_si512((const void *)(b + 64));
             _mm_prefetch((const char *)(b + 1024), _MM_HINT_T0);
-            if (pf) {
-                _mm_prefetch((const char *)(pf + q * 128), _MM_HINT_T1);
-                _mm_prefetch((const char *)(pf + q * 128 + 64), _MM_HINT_T1);
-            }
 #define QL_ROW(r)                                        \
     {                                                    \
         __m512i ar = bcast4(a + 64 * (r) + 4 * u);       \

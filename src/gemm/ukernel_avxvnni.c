@@ -11,9 +11,8 @@ static inline __m256i bcast4(const int8_t *p)
     return _mm256_set1_epi32(v);
 }
 
-static void tile_6x16c4_avxvnni(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int accumulate, const uint8_t *pf)
+static void tile_6x16c4_avxvnni(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int accumulate)
 {
-    (void)pf;
 #define QL_ROW_DECL(r)                                                                     \
     __m256i c##r##0 = accumulate ? _mm256_load_si256((const __m256i *)(c + 16 * (r) + 8 * 0)) : _mm256_setzero_si256(); \
     __m256i c##r##1 = accumulate ? _mm256_load_si256((const __m256i *)(c + 16 * (r) + 8 * 1)) : _mm256_setzero_si256();

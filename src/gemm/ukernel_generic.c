@@ -1,9 +1,8 @@
 /* Portable reference twin of the int8 micro-kernels: 4×8 tile, plain C. */
 #include "gemm.h"
 
-static void tile_4x8c4_generic(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int accumulate, const uint8_t *pf)
+static void tile_4x8c4_generic(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int accumulate)
 {
-    (void)pf;
     int32_t acc[4][8] = {{0}};
     if (accumulate) memcpy(acc, c, sizeof acc);
     for (int64_t q = 0; q < k4; q++, a += 16, b += 32)

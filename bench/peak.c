@@ -1,0 +1,65 @@
+/* The int8 dot-product peak of this machine, sampled inside `qlinear bench`
+ * between the paths it times, so GEMM efficiency is read against the peak of
+ * the same minutes (these machines are shared; their speed drifts). A
+ * register-only loop of vpdpbusd on 12 independent accumulators per thread:
+ * enough chains to cover the instruction's latency on two ports. */
+#include "peak.h"
+
+#include <immintrin.h>
+#include <omp.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Written in assembly so no compiler can spill or fold the chains. */
+#define QL_DP(op, r) op " %%" r "1, %%" r "0, %%" r
+#define QL_CHAINS(op, r)                                                                                        \
+    QL_DP(op, r) "2\n\t" QL_DP(op, r) "3\n\t" QL_DP(op, r) "4\n\t" QL_DP(op, r) "5\n\t" QL_DP(op, r) "6\n\t"      \
+    QL_DP(op, r) "7\n\t" QL_DP(op, r) "8\n\t" QL_DP(op, r) "9\n\t" QL_DP(op, r) "10\n\t" QL_DP(op, r) "11\n\t"    \
+    QL_DP(op, r) "12\n\t" QL_DP(op, r) "13\n\t"
+
+__attribute__((target("avx512f,avx512vnni"))) static void loop_zmm(long iters)
+{
+    __asm__ volatile("vpxord %%zmm0, %%zmm0, %%zmm0\n\t"
+                     "vpternlogd $0xff, %%zmm1, %%zmm1, %%zmm1\n\t"
+                     "1:\n\t" QL_CHAINS("vpdpbusd", "zmm") QL_CHAINS("vpdpbusd", "zmm")
+                     "dec %0\n\t"
+                     "jnz 1b\n\t"
+                     : "+r"(iters)
+                     :
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
+                       "xmm12", "xmm13", "cc");
+}
+
+__attribute__((target("avx2,avxvnni"))) static void loop_ymm(long iters)
+{
+    __asm__ volatile("vpxor %%ymm0, %%ymm0, %%ymm0\n\t"
+                     "vpcmpeqd %%ymm1, %%ymm1, %%ymm1\n\t"
+                     "1:\n\t" QL_CHAINS("%{vex%} vpdpbusd", "ymm")
+                     "dec %0\n\t"
+                     "jnz 1b\n\t"
+                     : "+r"(iters)
+                     :
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
+                       "xmm12", "xmm13", "cc");
+}
+
+double ql_bench_int8_peak_gops(ql_isa isa, int threads, long iters)
+{
+    if (isa != QL_ISA_AVX512VNNI && isa != QL_ISA_AVXVNNI) return 0.0;
+    const int zmm = isa == QL_ISA_AVX512VNNI;
+    /* 24 (zmm) or 12 (ymm) instructions per round, each lanes · 4 products · 2 ops */
+    const double ops = (double)threads * (double)iters * (zmm ? 24.0 * 16 : 12.0 * 8) * 8.0;
+    double t0 = now_s();
+#pragma omp parallel num_threads(threads)
+    {
+        if (zmm) loop_zmm(iters);
+        else loop_ymm(iters);
+    }
+    return ops / (now_s() - t0) / 1e9;
+}
