@@ -64,12 +64,14 @@ void ql_pack_a_s8(const ql_s8_kernel *kern, const int8_t *a, int64_t m, int64_t 
 
 /* Work is split into blocks of MC rows × NC columns, ordered
  * column-block-major so a thread's consecutive blocks share weight panels.
- * Inside a block, K is walked in slices of KC: the weight micro-panel of a
- * slice (KC·NR bytes) stays in L1 while the block's activation panels pass
- * by, and partial int32 tiles wait in a per-thread buffer (MC·NC·4 bytes). */
+ * Inside a block, K is walked in slices of KC: during a tile, its activation
+ * panel slice (KC·MR = 24 KiB) sits in L1 while the weight micro-panel slice
+ * (KC·NR = 64 KiB) streams from L2, where the block's panels stay; partial
+ * int32 tiles of K > KC wait in a per-thread buffer (MC·NC·4 bytes). KC =
+ * 2048 measured 2-5 % faster than 512 (fewer partial-sum round trips). */
 #define QL_MC 96
 #define QL_NC 256
-#define QL_KC 512
+#define QL_KC 2048
 
 /* Pull [p, p + bytes) towards L2. */
 static inline void prefetch_l2(const void *p, int64_t bytes)
