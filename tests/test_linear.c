@@ -118,6 +118,90 @@ static void test_subnormal_bias(ql_context *ctx)
     free(q); free(scale); free(x); free(bias); free(y0); free(y1);
 }
 
+/* Quotients on and beside every rounding step. The fast prologues divide by
+ * multiplying with RN(1/st) and fall back to a true division only where the
+ * product lies within 2 ulps of a step (a dtype rounding midpoint, or a
+ * half-integer for fp32); rows built only from values whose quotient is in
+ * that window, or whose naive product would even give another code, must
+ * still give the reference's codes. G = 0, so the values reach the
+ * quantizer as they are; the first value, A, fixes the scale. For bf16 no
+ * such value exists (v and st both have 8-bit significands, so v/st is at
+ * least 2^-17 away from any bf16 midpoint, relatively): the search over 64
+ * scales must find none, which the prologues rely on. fp32 values are put
+ * on purpose beside half-integer quotients, where the naive product gives
+ * other codes; fp16 ones are searched for (rarer, and found in the window). */
+static int risky_window(ql_dtype dt, float q)
+{
+    uint32_t u;
+    memcpy(&u, &q, 4);
+    if (fabsf(q) < 0x1p-14f) return 0; /* code 0 however it rounds */
+    if (dt == QL_BF16) return ((u - 0x7FFEu) & 0xFFFFu) <= 4;
+    if (dt == QL_F16) return ((u - 0x0FFEu) & 0x1FFFu) <= 4;
+    return fabsf(q - rintf(q)) >= 0.5f - 0x1p-14f;
+}
+
+static void test_risky_quotients(ql_context *ctx)
+{
+    const int64_t k = 1024, m = 4, n = 40;
+    for (int di = 0; di < 3; di++) {
+        const ql_dtype dt = dts[di];
+        float *x = malloc((size_t)(m * k) * 4), *vals = malloc((size_t)k * 4);
+        int64_t found = 0, wrong_naive = 0;
+        /* row r: the first maximum A (from a seeded start) whose scale admits
+         * risky quotients, then those values, cycled, with random signs */
+        float amax = 20.0f + (float)tu_range(0, 60);
+        for (int64_t r = 0; r < m; r++) {
+            int64_t nv = 0;
+            for (int tries = 0; nv == 0 && tries < (dt == QL_BF16 ? 64 : 400); tries++) {
+                /* the next A whose scale divisor st is another value of the dtype */
+                const float st0 = ql_scale_divisor(dt, ql_scale_from_absmax(ql_round_to(dt, amax)));
+                while (ql_scale_divisor(dt, ql_scale_from_absmax(ql_round_to(dt, amax))) == st0) amax *= 1.0f + 0x1p-12f;
+                const float a = ql_round_to(dt, amax), st = ql_scale_divisor(dt, ql_scale_from_absmax(a)), rcp = 1.0f / st;
+                const uint32_t nb = dt == QL_F32 ? 200u * 9u : 0x7C00u; /* fp32: (j + 1/2)·st ± 4 ulps */
+                for (uint32_t b = 1; b < nb && nv < k - 1; b++) {
+                    float v;
+                    if (dt == QL_F32) {
+                        v = (float)((int)(b / 9) - 100 + 0.5) * st;
+                        for (int u = 0; u < (int)(b % 9); u++) v = nextafterf(v, INFINITY);
+                        for (int u = 0; u < 4; u++) v = nextafterf(v, -INFINITY);
+                    } else v = dt == QL_BF16 ? ql_bf16_to_fp32((uint16_t)b) : ql_fp16_to_fp32((uint16_t)b);
+                    if (!(fabsf(v) < a) || v == 0.0f) continue;
+                    const float q = v * rcp;
+                    const int naive = (int)rintf(ql_round_to(dt, q)), ref = (int)rintf(ql_round_to(dt, v / st));
+                    if (!risky_window(dt, q) && naive == ref) continue;
+                    wrong_naive += naive != ref;
+                    vals[nv++] = v;
+                }
+                if (nv) x[r * k] = a;
+            }
+            found += nv;
+            for (int64_t c = 1; c < k; c++) x[r * k + c] = nv ? (tu_next() & 1 ? vals[c % nv] : -vals[c % nv]) : 0.0f;
+        }
+        void *xd = malloc((size_t)(m * k) * 4);
+        CHECK_OK(ql_convert(x, QL_F32, xd, dt, m * k));
+        int8_t *q = malloc((size_t)(n * k));
+        float scale[40];
+        random_weight(n, k, q, scale, n);
+        float *y0 = malloc((size_t)(m * n) * 4), *y1 = malloc((size_t)(m * n) * 4);
+        ql_int8_weight w = {n, k, q, k, scale, n, 0, NULL, QL_F32};
+        CHECK_OK(ql_int8_linear_ref(&w, xd, dt, m, k, y0, QL_F32, n, NULL));
+        ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};
+        ql_linear *lin = NULL;
+        CHECK_OK(ql_linear_create(ctx, &d, &lin));
+        if (lin) CHECK_OK(ql_linear_forward(lin, xd, dt, m, k, y1, QL_F32, n, NULL));
+        int64_t first = -1;
+        const int same = same_bits(QL_F32, y0, y1, m, n, n, n, &first);
+        if (dt == QL_BF16) CHECK(found == 0, "bf16: %lld quotients of two bf16 values lie within 2 ulps of a bf16 midpoint", (long long)found);
+        else CHECK(found >= m * 4 && (dt == QL_F16 || wrong_naive > 0),
+                   "%s: only %lld risky quotients, %lld where the naive code is wrong", ql_dtype_name(dt), (long long)found,
+                   (long long)wrong_naive);
+        CHECK(same, "%s x=%s: %lld risky quotients (%lld where v·RN(1/st) alone gives another code): differs at %lld",
+              ql_isa_name(ql_context_isa(ctx)), ql_dtype_name(dt), (long long)found, (long long)wrong_naive, (long long)first);
+        ql_linear_destroy(lin);
+        free(x); free(vals); free(xd); free(q); free(y0); free(y1);
+    }
+}
+
 /* The reference against float64 on the unquantized layer. */
 static double rel_l2_vs_f64(int64_t m, int64_t n, int64_t k, int64_t g, double outlier)
 {
@@ -345,6 +429,7 @@ int main(void)
             case_vs_ref(ctx, 200, 300, 512, 256, QL_BF16, QL_BF16, 1, 0, 1); /* many tiles */
         }
         test_subnormal_bias(ctx);
+        test_risky_quotients(ctx);
         test_float_paths(ctx);
         test_weight_only_and_bf16(ctx);
         test_concurrent(ctx);

@@ -2,12 +2,14 @@
  *
  * Packed layouts (kp = K rounded up to the kernel's block kb, k4 = kp / 4):
  *   A (activations): panels of MR rows; panel p holds rows p·MR .. p·MR+MR-1
- *     as [kp/kb][MR][kb] int8: each row's codes in blocks of kb (4, or 64
- *     for the AVX-512 kernel, whose prologue emits 64 codes per store).
- *     Padding rows and columns are 0.
- *   Inside a 64-block, position p holds the code of k = ql_k64_element(p):
- *     the order in which the AVX-512 prologue's pack instructions emit
- *     codes. B uses the same order, so the dot products are unchanged.
+ *     as [kp/kb][MR][kb] int8: each row's codes in blocks of kb (64 for the
+ *     AVX-512 kernel, 32 for the AVX2 ones, whose prologues emit that many
+ *     codes per store; 4 for the generic kernel). Padding rows and columns
+ *     are 0.
+ *   Inside a 64- (32-) block, position p holds the code of k =
+ *     ql_k64_element(p) (ql_k32_element(p)): the order in which the
+ *     prologue's pack instructions emit codes. B uses the same order, so the
+ *     dot products are unchanged.
  *   B (weights): panels of NR columns as [k4][NR][4] bytes; int8 codes, or
  *     codes + 128 as uint8 for the VNNI kernels (vpdpbusd multiplies u8 by s8),
  *     whose result then exceeds the true product by 128·Σ_k a[m,k]; the
@@ -28,7 +30,7 @@ typedef struct ql_s8_kernel {
     ql_isa isa;
     const char *name; /* e.g. "s8_gemm_12x32c4__avx512vnni" */
     int mr, nr;
-    int kb;           /* A's K block: 4 or 64 (see the layouts above) */
+    int kb;           /* A's K block: 4, 32 or 64 (see the layouts above) */
     bool b_offset128; /* B stored as code + 128 (u8) */
     ql_s8_tile_fn tile;
 } ql_s8_kernel;
@@ -65,14 +67,24 @@ static inline int ql_k64_element(int p)
     return (p & 3) | ((p >> 5) & 1) << 2 | ((p >> 2) & 1) << 3 | ((p >> 4) & 1) << 4 | ((p >> 3) & 1) << 5;
 }
 
+/* The same for the 32-blocks of the AVX2 prologue: four 8-lane vectors q_j
+ * holding k = 8j .. 8j+7, packed within 128-bit lanes, put k = 8j + 4L + t at
+ * position p = 16L + 4j + t. */
+static inline int ql_k32_element(int p) { return (p & 3) | ((p >> 4) & 1) << 2 | ((p >> 2) & 3) << 3; }
+
 /* Byte offset, inside an A panel, of the code at packed position pos of row r. */
 static inline size_t ql_a_offset(int kb, int mr, int r, int64_t pos)
 {
     return (size_t)(((pos / kb) * mr + r) * kb + pos % kb);
 }
 
-/* k of the code at packed position pos (identity unless kb = 64). */
-static inline int64_t ql_a_element(int kb, int64_t pos) { return kb == 64 ? (pos & ~(int64_t)63) + ql_k64_element((int)(pos & 63)) : pos; }
+/* k of the code at packed position pos. */
+static inline int64_t ql_a_element(int kb, int64_t pos)
+{
+    if (kb == 64) return (pos & ~(int64_t)63) + ql_k64_element((int)(pos & 63));
+    if (kb == 32) return (pos & ~(int64_t)31) + ql_k32_element((int)(pos & 31));
+    return pos;
+}
 
 /* The panel ranges [*ip0, *ip1) × [*jp0, *jp1) of block `blk` of the grid
  * (column-block-major, so a thread's consecutive blocks share weight panels). */

@@ -47,18 +47,73 @@ static void fwht_group(float *v, int64_t g)
             }
 }
 
+/* Codes of four vectors of 8 (32 values) when some lane's quotient is near a
+ * rounding step: the reference quotient, rounded exactly to dt and then to an
+ * integer (cvtps2dq in the default rounding mode: nearest even, as rintf). */
+static inline void codes32_exact(ql_dtype dt, const __m256 v[4], __m256 st, __m256i qi[4])
+{
+    for (int j = 0; j < 4; j++) qi[j] = _mm256_cvtps_epi32(ql256_round_to(dt, _mm256_div_ps(v[j], st)));
+}
+
+/* One row of rotated, rounded values (fp32, canonical order, zero-padded to
+ * kp) -> 32-byte code blocks of row r (order ql_k32_element); returns Σq.
+ * The quotient is v·RN(1/st), exact but where its dropped bits lie within 2
+ * ulps of a rounding step (see quotient16 in prologue_avx512.c); vpackssdw
+ * and vpacksswb saturate, which is the reference's clamp to [-128, 127]. */
+static int32_t quantize_row_blocks(ql_dtype dt, const float *scr, int64_t kp, float stf, int mr, int r, int8_t *panel)
+{
+    const __m256 st = _mm256_set1_ps(stf), rcp = _mm256_set1_ps(1.0f / stf);
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    const bool half = dt != QL_F32;
+    /* bf16: no quotient of two bf16 values lies near a bf16 midpoint (see
+     * the AVX-512 prologue), so none is risky; fp16: the 2-ulp window */
+    const __m256i bias = _mm256_set1_epi32(dt == QL_BF16 ? 0x8000 : 0x1002), low = _mm256_set1_epi32(dt == QL_BF16 ? 0xFFFF : 0x1FFF);
+    const __m256i five = _mm256_set1_epi32(5);
+    __m256i sum = _mm256_setzero_si256();
+    for (int64_t h = 0; h < kp / 32; h++) {
+        __m256 v[4];
+        __m256i qi[4], risky = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            v[j] = _mm256_load_ps(scr + 32 * h + 8 * j);
+            const __m256 q = _mm256_mul_ps(v[j], rcp);
+            if (half) { /* RN to dt = (bits + half-ulp [+ 2]) with the dropped bits cleared, no tie possible */
+                const __m256i w = _mm256_add_epi32(_mm256_castps_si256(q), bias);
+                if (dt == QL_F16) risky = _mm256_or_si256(risky, _mm256_cmpgt_epi32(five, _mm256_and_si256(w, low)));
+                qi[j] = _mm256_cvtps_epi32(_mm256_castsi256_ps(_mm256_andnot_si256(low, w)));
+            } else {
+                const __m256 d = _mm256_sub_ps(q, _mm256_round_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+                const __m256 ad = _mm256_and_ps(d, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
+                risky = _mm256_or_si256(risky, _mm256_castps_si256(_mm256_cmp_ps(ad, _mm256_set1_ps(0.5f - 0x1p-14f), _CMP_GE_OQ)));
+                qi[j] = _mm256_cvtps_epi32(q);
+            }
+        }
+        if (QL_UNLIKELY(!_mm256_testz_si256(risky, risky))) codes32_exact(dt, v, st, qi);
+        const __m256i codes = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
+        _mm256_store_si256((__m256i *)(panel + (h * mr + r) * 32), codes);
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, codes), ones16));
+    }
+    int32_t lanes[8], tot = 0;
+    _mm256_storeu_si256((__m256i *)lanes, sum);
+    for (int t = 0; t < 8; t++) tot += lanes[t];
+    return tot;
+}
+
+static void zero_row32(int64_t kp, int mr, int r, int8_t *panel)
+{
+    for (int64_t h = 0; h < kp / 32; h++) _mm256_store_si256((__m256i *)(panel + (h * mr + r) * 32), _mm256_setzero_si256());
+}
+
+/* Rows of x -> packed A in 32-byte blocks (the AVX2 and AVX-VNNI kernels). */
 void ql_prologue_avx2(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
                       int64_t p0, int64_t p1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch)
 {
-    const int64_t k4 = ql_k4(k), kp = (k + 15) & ~(int64_t)15, k8 = k & ~(int64_t)7;
-    int8_t *q = (int8_t *)(scratch + kp);
-    const __m256 fmax = _mm256_set1_ps(3.402823466e38f), lo = _mm256_set1_ps(-128.0f), hi = _mm256_set1_ps(127.0f);
-    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const int64_t kp = (k + 31) & ~(int64_t)31, k8 = k & ~(int64_t)7;
+    const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
     for (int64_t p = p0; p < p1; p++) {
-        int8_t *panel = packed + (size_t)(p * k4 * mr * 4);
+        int8_t *panel = packed + (size_t)(p * kp * mr);
         for (int r = 0; r < mr; r++) {
-            int64_t row = p * mr + r;
-            if (row >= m) { ql_zero_row(k, mr, r, panel); continue; }
+            const int64_t row = p * mr + r;
+            if (row >= m) { zero_row32(kp, mr, r, panel); continue; }
             const void *src = ql_row_cptr(dt, x, row, ldx);
             for (int64_t i = 0; i < k8; i += 8) _mm256_store_ps(scratch + i, ql256_load(dt, src, i));
             for (int64_t i = k8; i < kp; i++) scratch[i] = i < k ? ql_load_f(dt, src, i) : 0.0f;
@@ -68,44 +123,31 @@ void ql_prologue_avx2(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_
                 for (int64_t i = 0; i < kp; i += 8)
                     _mm256_store_ps(scratch + i, stage_s1(_mm256_mul_ps(_mm256_load_ps(scratch + i), _mm256_set1_ps(0.5f))));
             }
-            __m256 amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+            /* rounded to dt; max |v| as the unsigned maximum of the bits of
+             * |v|, where NaN and Inf exceed every finite value */
+            __m256i amax = _mm256_setzero_si256();
             for (int64_t i = 0; i < kp; i += 8) {
                 __m256 v = _mm256_load_ps(scratch + i);
                 if (group > 0 && dt != QL_F32) {
                     v = ql256_round_to(dt, v);
                     _mm256_store_ps(scratch + i, v);
                 }
-                __m256 av = _mm256_and_ps(v, absmask);
-                bad = _mm256_or_ps(bad, _mm256_cmp_ps(av, fmax, _CMP_NLE_UQ));
-                amax = _mm256_max_ps(amax, av);
+                amax = _mm256_max_epu32(amax, _mm256_and_si256(_mm256_castps_si256(v), absmask));
             }
-            if (_mm256_movemask_ps(bad)) {
+            uint32_t lanes[8], bits = 0;
+            _mm256_storeu_si256((__m256i *)lanes, amax);
+            for (int t = 0; t < 8; t++) bits = lanes[t] > bits ? lanes[t] : bits;
+            if (bits >= 0x7F800000u) { /* non-finite row: codes 0, scale NaN -> NaN output row */
                 sx[row] = NAN;
                 rowsum[row] = 0;
-                ql_zero_row(k, mr, r, panel);
+                zero_row32(kp, mr, r, panel);
                 continue;
             }
-            float lanes[8], a = 0.0f;
-            _mm256_storeu_ps(lanes, amax);
-            for (int t = 0; t < 8; t++) a = lanes[t] > a ? lanes[t] : a;
-            float s = ql_scale_from_absmax(a);
-            const __m256 st = _mm256_set1_ps(ql_scale_divisor(dt, s));
-            __m256i sum = _mm256_setzero_si256();
-            for (int64_t i = 0; i < kp; i += 8) {
-                __m256 y = ql256_round_to(dt, _mm256_div_ps(_mm256_load_ps(scratch + i), st));
-                y = _mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-                y = _mm256_min_ps(_mm256_max_ps(y, lo), hi);
-                __m256i qi = _mm256_cvtps_epi32(y);
-                sum = _mm256_add_epi32(sum, qi);
-                __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(qi), _mm256_extracti128_si256(qi, 1));
-                _mm_storel_epi64((__m128i *)(q + i), _mm_packs_epi16(w, w));
-            }
-            int32_t sums[8], tot = 0;
-            _mm256_storeu_si256((__m256i *)sums, sum);
-            for (int t = 0; t < 8; t++) tot += sums[t];
+            float a;
+            memcpy(&a, &bits, 4);
+            const float s = ql_scale_from_absmax(a);
             sx[row] = s;
-            rowsum[row] = tot; /* lanes past k hold code 0 */
-            ql_scatter_row(q, k, mr, r, panel);
+            rowsum[row] = quantize_row_blocks(dt, scratch, kp, ql_scale_divisor(dt, s), mr, r, panel);
         }
     }
 }

@@ -297,12 +297,24 @@ static int32_t quantize_row_blocks(ql_dtype dt, const float *scr, bool canonical
             for (int j = 0; j < 4; j++) v[j] = _mm512_load_ps(s + 16 * j);
         __m512i qi[4];
         bool risky = false;
-        if (dt == QL_BF16 || dt == QL_F16) {
-            /* RN to dt of a quotient whose dropped bits are not within 2 of
-             * the half-way pattern is (bits + half + 2) with them cleared:
-             * no tie is possible; the others are risky (see quotient16) */
-            const bool b16 = dt == QL_BF16;
-            const __m512i bias = _mm512_set1_epi32(b16 ? 0x8002 : 0x1002), low = _mm512_set1_epi32(b16 ? 0xFFFF : 0x1FFF);
+        if (dt == QL_BF16) {
+            /* v and st are bf16 (8-bit significands), so v/st is never
+             * within 2^-17 (relative) of a bf16 rounding midpoint, and q'
+             * (within 2 ulps of it) rounds the same way: RN to bf16 is
+             * (bits + 0x8000) with the low half cleared (no tie possible).
+             * test_linear's risky-quotient search checks this claim. */
+            const __m512i half = _mm512_set1_epi32(0x8000), low = _mm512_set1_epi32(0xFFFF);
+            for (int j = 0; j < 4; j++) {
+                const __m512i w = _mm512_add_epi32(_mm512_castps_si512(_mm512_mul_ps(v[j], rcp)), half);
+                qi[j] = _mm512_cvt_roundps_epi32(_mm512_castsi512_ps(_mm512_andnot_si512(low, w)),
+                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            }
+        } else if (dt == QL_F16) {
+            /* RN to fp16 of a quotient whose dropped bits are not within 2
+             * of the half-way pattern is (bits + 0x1000 + 2) with them
+             * cleared: no tie is possible; the others are risky (see
+             * quotient16) */
+            const __m512i bias = _mm512_set1_epi32(0x1002), low = _mm512_set1_epi32(0x1FFF);
             __mmask16 any = 0;
             for (int j = 0; j < 4; j++) {
                 const __m512i w = _mm512_add_epi32(_mm512_castps_si512(_mm512_mul_ps(v[j], rcp)), bias);
