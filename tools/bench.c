@@ -375,8 +375,8 @@ static void cpu_name(char *buf, size_t len)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: qlinear bench [--profile anima|qwen3-te|large] [--m N] [--threads N] [--paths LIST] "
-                    "[--reps N] [--json FILE]\n  paths:");
+    fprintf(stderr, "usage: qlinear bench [--profile anima|qwen3-te|large | --shape NxK] [--m N] [--threads N] "
+                    "[--paths LIST] [--reps N] [--json FILE]\n  paths:");
     for (int p = 0; p < NPATHS; p++) fprintf(stderr, " %s", path_names[p]);
     fprintf(stderr, "\n");
 }
@@ -410,6 +410,7 @@ int ql_cmd_bench(int argc, char **argv)
 {
     openblas_coretype(argv);
     const profile *prof = &profiles[0];
+    profile single = {"shape", 1024, {{0, 0, 0, 1}}, 1}; /* --shape NxK: one layer, count 1 */
     long m_opt = -1, threads = -1, reps = 7;
     const char *json_path = NULL;
     int want[NPATHS];
@@ -424,6 +425,20 @@ int ql_cmd_bench(int argc, char **argv)
             for (size_t j = 0; j < sizeof profiles / sizeof profiles[0]; j++)
                 if (!strcmp(v, profiles[j].name)) prof = &profiles[j];
             if (!prof) { fprintf(stderr, "qlinear bench: unknown profile '%s' (anima, qwen3-te, large)\n", v); return 2; }
+        } else if (!strcmp(a, "--shape")) {
+            long n = 0, k = 0;
+            char *x = strchr(v, 'x'), nbuf[32];
+            if (x && (size_t)(x - v) < sizeof nbuf) {
+                memcpy(nbuf, v, (size_t)(x - v));
+                nbuf[x - v] = 0;
+            }
+            if (!x || (size_t)(x - v) >= sizeof nbuf || !parse_int(nbuf, 1, 1 << 20, &n) || !parse_int(x + 1, 1, 65536, &k)) {
+                fprintf(stderr, "qlinear bench: --shape %s is not NxK (N in 1..1048576, K in 1..65536)\n", v);
+                return 2;
+            }
+            single.shapes[0].n = n;
+            single.shapes[0].k = k;
+            prof = &single;
         } else if (!strcmp(a, "--m")) {
             if (!parse_int(v, 1, 1 << 20, &m_opt)) { fprintf(stderr, "qlinear bench: --m %s is not in 1..1048576\n", v); return 2; }
         } else if (!strcmp(a, "--threads")) {
