@@ -3,6 +3,8 @@
 #include "kernels.h"
 #include "simd256.h"
 
+#include <math.h>
+
 /* Round, + bias (rounded), residual (rounded), store: 8 outputs. */
 static inline void finish(const ql_epi_plan *p, __m256 v, int64_t row, int64_t col, void *y, int64_t ldy)
 {
@@ -17,10 +19,55 @@ static inline void finish(const ql_epi_plan *p, __m256 v, int64_t row, int64_t c
     ql256_store(dt, y, row * ldy + col, r);
 }
 
+/* RNE of fp32 to bf16 as fp32 bits, for inputs known not to be NaN
+ * (subnormals and overflow to Inf are exact). */
+static inline __m256i bf16_rne_nonan(__m256 v)
+{
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    return _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))),
+                            _mm256_set1_epi32((int)0xffff0000u));
+}
+
+/* bf16 output, optional bias, no residual, 8 columns at a time, for tiles
+ * where no NaN can arise (finite weight scales and bias, see
+ * ql_w8a8_epi.finite_weights, and no NaN row): the NaN-quietening half of
+ * the exact rounding is not needed. */
+static bool tile_nan_free(const ql_w8a8_epi *e, int64_t m0, int mr_eff)
+{
+    if (!e->finite_weights) return false;
+    for (int r = 0; r < mr_eff; r++)
+        if (isnan(e->sx[m0 + r])) return false;
+    return true;
+}
+
+static void tile_bf16(const ql_w8a8_epi *e, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff)
+{
+    for (int r = 0; r < mr_eff; r++) {
+        const int64_t row = m0 + r;
+        const __m256i corr = _mm256_set1_epi32(e->offset128 ? 128 * e->rowsum[row] : 0);
+        const __m256 sxv = _mm256_set1_ps(e->sx[row]);
+        for (int j = 0; j < nr_eff; j += 8) {
+            const int64_t col = n0 + j;
+            const __m256i acc = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(c + r * nr + j)), corr);
+            const __m256 sw = e->sw_scalar ? _mm256_set1_ps(e->sw[0]) : _mm256_loadu_ps(e->sw + col);
+            __m256i y = bf16_rne_nonan(_mm256_mul_ps(_mm256_cvtepi32_ps(acc), _mm256_mul_ps(sxv, sw)));
+            if (e->plan.bias) y = bf16_rne_nonan(_mm256_add_ps(_mm256_castsi256_ps(y), _mm256_loadu_ps(e->plan.bias + col)));
+            y = _mm256_srli_epi32(y, 16);
+            _mm_storeu_si128((__m128i *)((uint16_t *)e->y + row * e->ldy + col),
+                             _mm_packus_epi32(_mm256_castsi256_si128(y), _mm256_extracti128_si256(y, 1)));
+        }
+    }
+}
+
 void ql_w8a8_epilogue_avx2(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff)
 {
     const ql_w8a8_epi *e = arg;
     const ql_dtype dt = e->plan.y_dtype;
+    if (!e->c_out && dt == QL_BF16 && !e->plan.residual && nr_eff % 8 == 0 && tile_nan_free(e, m0, mr_eff)) {
+        tile_bf16(e, c, nr, m0, n0, mr_eff, nr_eff);
+        return;
+    }
     const int full = nr_eff & ~7;
     for (int r = 0; r < mr_eff; r++) {
         const int64_t row = m0 + r;

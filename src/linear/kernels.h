@@ -33,6 +33,9 @@ typedef struct ql_w8a8_epi {
     int64_t ldy;
     int32_t *c_out;
     int64_t ldc;
+    /* every weight scale finite with |s_w| <= 64 (so s_x·s_w is finite for
+     * any finite s_x) and every bias finite: only a NaN row can make NaN */
+    bool finite_weights;
 } ql_w8a8_epi;
 
 void ql_w8a8_epilogue_generic(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);

@@ -2,6 +2,7 @@
  * pipeline for the context's ISA with the context's threads. */
 #include "linear.h"
 
+#include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 
@@ -32,6 +33,8 @@ struct ql_linear {
     /* the bias as each output dtype sees it (bias.to(out_dtype)), as fp32:
      * [0] fp32, [1] fp16, [2] bf16 (indexed by ql_dtype); NULL: no bias */
     float *bias[3];
+    /* W8A8 epilogue facts (see ql_w8a8_epi.finite_weights), per output dtype */
+    bool finite_weights[3];
 };
 
 typedef struct {
@@ -81,6 +84,12 @@ static ql_status create_int8(ql_linear *l, const ql_linear_desc *d)
     if (!l->sw) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_create: out of memory");
     memcpy(l->sw, w->scale, (size_t)w->n_scale * sizeof(float));
     QL_TRY(copy_bias(l, w->bias, w->bias_dtype, w->n));
+    bool scales_ok = true;
+    for (int64_t i = 0; i < w->n_scale; i++) scales_ok &= fabsf(w->scale[i]) <= 64.0f;
+    for (int t = 0; t < 3; t++) {
+        l->finite_weights[t] = scales_ok;
+        for (int64_t i = 0; l->bias[t] && i < w->n; i++) l->finite_weights[t] &= fabsf(l->bias[t][i]) <= 3.402823466e38f;
+    }
     if (d->kind == QL_LINEAR_W8A8) {
         l->s8 = ql_s8_kernel_for(l->ctx->isa);
         return ql_pack_b_s8(l->s8, w->q, w->n, w->k, w->ldq, &l->b8);
@@ -180,7 +189,7 @@ static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t
                 ops.prologue(xdt, xc, ldx, mc, k, l->group, mr, p, p + 1, packed, sx, rowsum, scr);
         }
         ql_w8a8_epi e = {sx, rowsum, kern->b_offset128, l->sw, l->n_sw == 1, *plan,
-                         ql_row_ptr(ydt, y, m0, ldy), ldy, NULL, 0};
+                         ql_row_ptr(ydt, y, m0, ldy), ldy, NULL, 0, l->finite_weights[ydt]};
         if (e.plan.residual) e.plan.residual = ql_row_cptr(ydt, e.plan.residual, m0, e.plan.ld_residual);
         if ((st = ql_gemm_s8_run(threads, kern, packed, mc, &l->b8, ops.epilogue, &e)) != QL_OK) goto done;
     }
@@ -324,7 +333,7 @@ ql_status ql_gemm_s8s8s32(ql_context *ctx, int64_t m, int64_t n, int64_t k, cons
         return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
     ql_pack_a_s8(kern, a, m, k, lda, pa, rowsum);
-    ql_w8a8_epi e = {NULL, rowsum, kern->b_offset128, NULL, false, {0}, NULL, 0, c, ldc};
+    ql_w8a8_epi e = {NULL, rowsum, kern->b_offset128, NULL, false, {0}, NULL, 0, c, ldc, false};
     ql_status st = ql_gemm_s8_run(ctx->threads, kern, pa, m, &pb, ops_for(kern->isa).epilogue, &e);
     ql_packed_b_free(&pb);
     ql_aligned_free(pa);

@@ -47,6 +47,51 @@ static void fwht_group(float *v, int64_t g)
             }
 }
 
+static inline void butterfly4(__m256 *a, __m256 *b, __m256 *c, __m256 *d)
+{
+    const __m256 t0 = _mm256_add_ps(*a, *b), t1 = _mm256_add_ps(*c, *d);
+    const __m256 t2 = _mm256_sub_ps(*a, *b), t3 = _mm256_sub_ps(*c, *d);
+    *a = _mm256_add_ps(t0, t3);
+    *b = _mm256_sub_ps(t0, t3);
+    *c = _mm256_add_ps(t1, t2);
+    *d = _mm256_sub_ps(t1, t2);
+}
+
+/* G = 256 in two passes over the row buffer instead of five: the stages at
+ * distances 1, 4 and 16 on 64 values in 8 registers, then the stage at
+ * distance 64 fused with the rounding to dt and the row maximum (of |v|'s
+ * bits, unsigned: NaN and Inf above every finite value). The butterflies
+ * and their operands are fwht_group's, so the bits are too. */
+static uint32_t rotate_row256(ql_dtype dt, const void *src, int64_t k, float *scr)
+{
+    const __m256 norm = _mm256_set1_ps(1.0f / 16.0f);
+    const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
+    for (int64_t c0 = 0; c0 < k; c0 += 64) {
+        __m256 v[8];
+        for (int i = 0; i < 8; i++) v[i] = stage_s1(_mm256_mul_ps(ql256_load(dt, src, c0 + 8 * i), norm));
+        for (int i = 0; i < 8; i += 2) stage_s4(&v[i], &v[i + 1]);
+        for (int j = 0; j < 2; j++) butterfly4(&v[j], &v[j + 2], &v[j + 4], &v[j + 6]);
+        for (int i = 0; i < 8; i++) _mm256_store_ps(scr + c0 + 8 * i, v[i]);
+    }
+    __m256i amax = _mm256_setzero_si256();
+    for (int64_t g0 = 0; g0 < k; g0 += 256)
+        for (int64_t j = g0; j < g0 + 64; j += 8) {
+            __m256 a = _mm256_load_ps(scr + j), b = _mm256_load_ps(scr + j + 64);
+            __m256 c = _mm256_load_ps(scr + j + 128), d = _mm256_load_ps(scr + j + 192);
+            butterfly4(&a, &b, &c, &d);
+            __m256 *r[4] = {&a, &b, &c, &d};
+            for (int t = 0; t < 4; t++) {
+                const __m256 x = ql256_round_to(dt, *r[t]);
+                _mm256_store_ps(scr + j + 64 * t, x);
+                amax = _mm256_max_epu32(amax, _mm256_and_si256(_mm256_castps_si256(x), absmask));
+            }
+        }
+    uint32_t lanes[8], bits = 0;
+    _mm256_storeu_si256((__m256i *)lanes, amax);
+    for (int t = 0; t < 8; t++) bits = lanes[t] > bits ? lanes[t] : bits;
+    return bits;
+}
+
 /* Codes of four vectors of 8 (32 values) when some lane's quotient is near a
  * rounding step: the reference quotient, rounded exactly to dt and then to an
  * integer (cvtps2dq in the default rounding mode: nearest even, as rintf). */
@@ -115,28 +160,33 @@ void ql_prologue_avx2(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_
             const int64_t row = p * mr + r;
             if (row >= m) { zero_row32(kp, mr, r, panel); continue; }
             const void *src = ql_row_cptr(dt, x, row, ldx);
-            for (int64_t i = 0; i < k8; i += 8) _mm256_store_ps(scratch + i, ql256_load(dt, src, i));
-            for (int64_t i = k8; i < kp; i++) scratch[i] = i < k ? ql_load_f(dt, src, i) : 0.0f;
-            if (group >= 16) {
-                for (int64_t g0 = 0; g0 < k; g0 += group) fwht_group(scratch + g0, group);
-            } else if (group == 4) {
-                for (int64_t i = 0; i < kp; i += 8)
-                    _mm256_store_ps(scratch + i, stage_s1(_mm256_mul_ps(_mm256_load_ps(scratch + i), _mm256_set1_ps(0.5f))));
-            }
-            /* rounded to dt; max |v| as the unsigned maximum of the bits of
-             * |v|, where NaN and Inf exceed every finite value */
-            __m256i amax = _mm256_setzero_si256();
-            for (int64_t i = 0; i < kp; i += 8) {
-                __m256 v = _mm256_load_ps(scratch + i);
-                if (group > 0 && dt != QL_F32) {
-                    v = ql256_round_to(dt, v);
-                    _mm256_store_ps(scratch + i, v);
+            uint32_t bits;
+            if (group == 256) bits = rotate_row256(dt, src, k, scratch); /* k % 256 == 0: kp == k */
+            else {
+                for (int64_t i = 0; i < k8; i += 8) _mm256_store_ps(scratch + i, ql256_load(dt, src, i));
+                for (int64_t i = k8; i < kp; i++) scratch[i] = i < k ? ql_load_f(dt, src, i) : 0.0f;
+                if (group >= 16) {
+                    for (int64_t g0 = 0; g0 < k; g0 += group) fwht_group(scratch + g0, group);
+                } else if (group == 4) {
+                    for (int64_t i = 0; i < kp; i += 8)
+                        _mm256_store_ps(scratch + i, stage_s1(_mm256_mul_ps(_mm256_load_ps(scratch + i), _mm256_set1_ps(0.5f))));
                 }
-                amax = _mm256_max_epu32(amax, _mm256_and_si256(_mm256_castps_si256(v), absmask));
+                /* rounded to dt; max |v| as the unsigned maximum of the bits of
+                 * |v|, where NaN and Inf exceed every finite value */
+                __m256i amax = _mm256_setzero_si256();
+                for (int64_t i = 0; i < kp; i += 8) {
+                    __m256 v = _mm256_load_ps(scratch + i);
+                    if (group > 0 && dt != QL_F32) {
+                        v = ql256_round_to(dt, v);
+                        _mm256_store_ps(scratch + i, v);
+                    }
+                    amax = _mm256_max_epu32(amax, _mm256_and_si256(_mm256_castps_si256(v), absmask));
+                }
+                uint32_t lanes[8];
+                _mm256_storeu_si256((__m256i *)lanes, amax);
+                bits = 0;
+                for (int t = 0; t < 8; t++) bits = lanes[t] > bits ? lanes[t] : bits;
             }
-            uint32_t lanes[8], bits = 0;
-            _mm256_storeu_si256((__m256i *)lanes, amax);
-            for (int t = 0; t < 8; t++) bits = lanes[t] > bits ? lanes[t] : bits;
             if (bits >= 0x7F800000u) { /* non-finite row: codes 0, scale NaN -> NaN output row */
                 sx[row] = NAN;
                 rowsum[row] = 0;
