@@ -32,6 +32,8 @@ typedef struct ql_s8_kernel {
     int mr, nr;
     int kb;           /* A's K block: 4, 32 or 64 (see the layouts above) */
     bool b_offset128; /* B stored as code + 128 (u8) */
+    bool a_outer;     /* the driver keeps an activation panel slice in L1 while the
+                       * weight micro-panels pass (else the reverse): measured per kernel */
     ql_s8_tile_fn tile;
 } ql_s8_kernel;
 

@@ -32,4 +32,4 @@ static void tile_4x8c4_avx2(int64_t k4, const int8_t *a, const uint8_t *b, int32
 #undef QL_FOLD
 }
 
-const ql_s8_kernel ql_s8_gemm_4x8c4__avx2 = {QL_ISA_AVX2, "s8_gemm_4x8c4__avx2", 4, 8, 32, false, tile_4x8c4_avx2};
+const ql_s8_kernel ql_s8_gemm_4x8c4__avx2 = {QL_ISA_AVX2, "s8_gemm_4x8c4__avx2", 4, 8, 32, false, false, tile_4x8c4_avx2};

@@ -45,5 +45,5 @@ static void tile_12x32c4_avx512vnni(int64_t k4, const int8_t *a, const uint8_t *
 #undef QL_STORE
 }
 
-const ql_s8_kernel ql_s8_gemm_12x32c4__avx512vnni = {QL_ISA_AVX512VNNI, "s8_gemm_12x32c4__avx512vnni", 12, 32, 64, true,
+const ql_s8_kernel ql_s8_gemm_12x32c4__avx512vnni = {QL_ISA_AVX512VNNI, "s8_gemm_12x32c4__avx512vnni", 12, 32, 64, true, true,
                                                      tile_12x32c4_avx512vnni};

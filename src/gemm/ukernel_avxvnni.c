@@ -40,5 +40,5 @@ static void tile_6x16c4_avxvnni(int64_t k4, const int8_t *a, const uint8_t *b, i
 #undef QL_STORE
 }
 
-const ql_s8_kernel ql_s8_gemm_6x16c4__avxvnni = {QL_ISA_AVXVNNI, "s8_gemm_6x16c4__avxvnni", 6, 16, 32, true,
+const ql_s8_kernel ql_s8_gemm_6x16c4__avxvnni = {QL_ISA_AVXVNNI, "s8_gemm_6x16c4__avxvnni", 6, 16, 32, true, true,
                                                  tile_6x16c4_avxvnni};

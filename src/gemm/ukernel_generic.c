@@ -13,5 +13,5 @@ static void tile_4x8c4_generic(int64_t k4, const int8_t *a, const uint8_t *b, in
         for (int j = 0; j < 8; j++) c[r * 8 + j] = acc[r][j];
 }
 
-const ql_s8_kernel ql_s8_gemm_4x8c4__generic = {QL_ISA_GENERIC, "s8_gemm_4x8c4__generic", 4, 8, 4, false,
+const ql_s8_kernel ql_s8_gemm_4x8c4__generic = {QL_ISA_GENERIC, "s8_gemm_4x8c4__generic", 4, 8, 4, false, true,
                                                  tile_4x8c4_generic};
