@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm/gemm.h" /* the packed layouts */
 #include "testutil.h"
 
 static const ql_isa isas[] = {QL_ISA_GENERIC, QL_ISA_AVX2, QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI};
@@ -37,9 +38,39 @@ static void run_case(ql_context *ctx, int64_t m, int64_t n, int64_t k, int mode)
     free(a); free(b); free(c);
 }
 
+/* The in-block code orders are permutations, and every packed A position of
+ * every kernel's layout has its own byte (the GEMM results alone would not
+ * notice two positions sharing one if A and B agreed). */
+static void test_layouts(void)
+{
+    for (int kb = 32; kb <= 64; kb *= 2) {
+        int seen[64] = {0};
+        for (int p = 0; p < kb; p++) {
+            const int e = kb == 64 ? ql_k64_element(p) : ql_k32_element(p);
+            CHECK(e >= 0 && e < kb && !seen[e]++, "ql_k%d_element(%d) = %d repeats or is out of range", kb, p, e);
+        }
+    }
+    const ql_isa all[] = {QL_ISA_GENERIC, QL_ISA_AVX2, QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI};
+    for (size_t i = 0; i < 4; i++) {
+        const ql_s8_kernel *kern = ql_s8_kernel_for(all[i]);
+        const int64_t k = 3 * kern->kb + 5, kp = ql_kpad(kern, k);
+        const size_t bytes = (size_t)(kp * kern->mr);
+        CHECK(kp % kern->kb == 0 && kp >= k && kp - k < kern->kb, "%s: K %lld padded to %lld", kern->name, (long long)k, (long long)kp);
+        unsigned char *hit = calloc(bytes, 1);
+        for (int r = 0; r < kern->mr; r++)
+            for (int64_t pos = 0; pos < kp; pos++) {
+                const size_t o = ql_a_offset(kern->kb, kern->mr, r, pos);
+                CHECK(o < bytes && !hit[o]++, "%s: row %d position %lld maps to byte %zu twice or out of the panel", kern->name, r,
+                      (long long)pos, o);
+            }
+        free(hit);
+    }
+}
+
 int main(void)
 {
     tu_init("test_gemm");
+    test_layouts();
     ql_context *ctx;
     CHECK_OK(ql_context_create(&ctx));
     for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
