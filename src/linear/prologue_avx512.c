@@ -282,7 +282,7 @@ static int32_t quantize_row_blocks(ql_dtype dt, const float *scr, bool canonical
 {
     const __m512 st = _mm512_set1_ps(stf), rcp = _mm512_set1_ps(1.0f / stf);
     const __m512i ones = _mm512_set1_epi8(1);
-    const __m512i idx0 = qorder_index(0), idx1 = qorder_index(1);
+    const __m512i idx0 = canonical ? qorder_index(0) : _mm512_setzero_si512(), idx1 = canonical ? qorder_index(1) : idx0;
     __m512i sum = _mm512_setzero_si512();
     for (int64_t h = 0; h < kp / 64; h++) {
         const float *s = scr + 64 * h;
