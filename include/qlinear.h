@@ -211,6 +211,48 @@ ql_status ql_linear_forward(ql_linear *lin, const void *x, ql_dtype x_dtype, int
 /* Bytes the packed weight occupies (what stays resident). */
 size_t ql_linear_weight_bytes(const ql_linear *lin);
 
+/* --------------------------------------------------- unmerged LoRA
+ * A low-rank term added inside the W8A8 pipeline: y = x·Wᵀ + Σ_i
+ * scale_i·(x·down_iᵀ)·up_iᵀ, with down_i [R_i, K], up_i [N, R_i] and
+ * scale_i = strength·alpha/R (ql_lora_scale). The base weight is never
+ * repacked: LoRAs are packed on their own, once when added or removed.
+ * How it runs (no extra pass over X or Y): down is rotated once (ConvRot:
+ * H is symmetric and an involution, so x·downᵀ = (x·H)·(down·H)ᵀ) and
+ * quantized to int8 with power-of-two row scales; each activation panel the
+ * prologue has just quantized is multiplied by it while hot (t, exact int32),
+ * t is requantized per row to int8, and every output tile adds the int8
+ * product t_q·u_qᵀ (up with the down scales and `scale` folded in, int8 per
+ * row) to acc·(s_x·s_w) in fp32 before the first rounding. The low-rank term
+ * thus sees the same quantized activation as the base (a LoRA that cancels
+ * the weight gives exactly 0) and carries three more int8 roundings (down,
+ * t, up): its relative error is of the order of the base's own (measured
+ * figures in the README). Zero-scale LoRAs are ignored (bit-identical to the
+ * base). Only QL_LINEAR_W8A8 linears take LoRAs (QL_ERR_UNSUPPORTED
+ * otherwise). Not thread-safe against a concurrent forward of the same linear. */
+typedef struct ql_lora_desc {
+    int64_t rank;          /* R >= 1 */
+    const void *down;      /* [R, K], row stride ld_down */
+    ql_dtype down_dtype;   /* fp32, fp16 or bf16 */
+    int64_t ld_down;
+    const void *up;        /* [N, R], row stride ld_up */
+    ql_dtype up_dtype;
+    int64_t ld_up;
+    double scale;          /* strength·alpha/R */
+} ql_lora_desc;
+
+/* strength·alpha/rank, with alpha = rank when has_alpha is 0 (what ComfyUI
+ * does when the file stores no alpha). */
+double ql_lora_scale(double strength, double alpha, int has_alpha, int64_t rank);
+
+/* Add a LoRA; *id (may be NULL) receives a handle for ql_linear_remove_lora.
+ * Values must be finite (QL_ERR_NONFINITE otherwise), shapes must match the
+ * layer. */
+ql_status ql_linear_add_lora(ql_linear *lin, const ql_lora_desc *lora, int *id);
+ql_status ql_linear_remove_lora(ql_linear *lin, int id);
+/* LoRAs attached (zero-scale ones included) and their total rank. */
+int ql_linear_lora_count(const ql_linear *lin);
+int64_t ql_linear_lora_rank(const ql_linear *lin);
+
 /* Exact int8 GEMM through the context's packed kernels (same driver as the
  * W8A8 linear): C[M,N] = A[M,K]·B[N,K]ᵀ. Packs B on every call; for repeated
  * use of one B see ql_linear. */
