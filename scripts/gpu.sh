@@ -29,7 +29,7 @@ export PATH=/usr/local/cuda/bin:$PATH
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$out/gpu.txt"
 gen=Ninja; command -v ninja >/dev/null || gen="Unix Makefiles"
 cmake -S . -B build-gpu -G "$gen" -DCMAKE_BUILD_TYPE=Release -DQL_CUDA=ON "${extra[@]}" > "$out/cmake.log"
-cmake --build build-gpu -j "$(nproc)" --target qlinear test_cuda test_linear 2>&1 | tail -n 3
+cmake --build build-gpu -j "$(nproc)" --target qlinear test_cuda test_linear 2>&1 | grep -E "error|FAILED" -A4 | head -n 40 || true
 command -v cuobjdump >/dev/null && cuobjdump --dump-sass build-gpu/CMakeFiles/qlinear_objs.dir/src/cuda/gemm_sm90.cu.o 2>/dev/null \
   | grep -o -E '[A-Z]+GMMA[.A-Z0-9]*' | sort | uniq -c | tee "$out/sass_gmma.txt" || true
 set +e
