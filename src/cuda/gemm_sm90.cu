@@ -226,7 +226,7 @@ cudaError_t launch_s8_gemm_sm90(int tile, const int8_t *a, int64_t lda, const in
     if (t.wgs == 2 && t.bn == 256) return launch_cfg<2, 256, 4>(ma, mb, (int)m, (int)n, (int)k, p, stream, pdl);
     if (t.wgs == 2 && t.bn == 128) return launch_cfg<2, 128, 6>(ma, mb, (int)m, (int)n, (int)k, p, stream, pdl);
     if (t.wgs == 1 && t.bn == 128) return launch_cfg<1, 128, 8>(ma, mb, (int)m, (int)n, (int)k, p, stream, pdl);
-    return launch_cfg<1, 256, 6>(ma, mb, (int)m, (int)n, (int)k, p, stream, pdl);
+    return launch_cfg<1, 256, 5>(ma, mb, (int)m, (int)n, (int)k, p, stream, pdl);
 }
 
 } // namespace qlc
