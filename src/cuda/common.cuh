@@ -104,4 +104,20 @@ __device__ __forceinline__ void epi_store2(const EpiParams &p, int64_t row, int6
     store_one(p, row, col, v0, a0);
 }
 
+/* Two adjacent outputs of a row, both inside N, vector store allowed, no
+ * residual; sw and the (already rounded) bias come from the caller. Same
+ * roundings as epi_value. */
+__device__ __forceinline__ void epi_store_pair(const EpiParams &p, int64_t row, int64_t col, int32_t a0, int32_t a1,
+                                               float sx, float2 sw, float2 bias)
+{
+    const int dt = p.ydt;
+    float v0 = round_to(dt, __fmul_rn(__int2float_rn(a0), __fmul_rn(sx, sw.x)));
+    float v1 = round_to(dt, __fmul_rn(__int2float_rn(a1), __fmul_rn(sx, sw.y)));
+    if (p.bias) v0 = round_to(dt, __fadd_rn(v0, bias.x)), v1 = round_to(dt, __fadd_rn(v1, bias.y));
+    const int64_t i = row * p.ldy + col;
+    if (dt == DT_BF16) *(__nv_bfloat162 *)((__nv_bfloat16 *)p.y + i) = __floats2bfloat162_rn(v0, v1);
+    else if (dt == DT_F16) *(__half2 *)((__half *)p.y + i) = __floats2half2_rn(v0, v1);
+    else *(float2 *)((float *)p.y + i) = make_float2(v0, v1);
+}
+
 } // namespace qlc

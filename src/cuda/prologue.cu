@@ -262,6 +262,7 @@ static int fast_rows(int64_t k) { return k / 16 >= FAST_THREADS ? 1 : (int)(FAST
 static bool fast_ok(int64_t k, int64_t group) { return group == 256 && k % 256 == 0 && k > 0 && k <= 16384; }
 static size_t fast_smem(int64_t k)
 {
+    if (!fast_ok(k, 256)) return 0;
     const int rows = fast_rows(k);
     return (size_t)rows * (size_t)(k / 256) * GROUP_PITCH * sizeof(float) + (size_t)rows * (size_t)k;
 }
