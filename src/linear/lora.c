@@ -23,6 +23,7 @@ struct ql_lora_set {
     double e2; /* 2^E: U holds up / 2^E */
     ql_packed_b d, u;
     float *su;
+    uint8_t perm[64]; /* in-block order of the kernel's A panels (ql_a_element) */
 };
 
 static size_t al64(size_t b) { return (b + 63) & ~(size_t)63; }
@@ -206,6 +207,7 @@ ql_status ql_lora_set_add(ql_lora_set **set, const ql_s8_kernel *kern, int64_t n
         s->group = group;
         s->kern = kern;
         s->next_id = 1;
+        for (int q = 0; q < kern->kb; q++) s->perm[q] = (uint8_t)ql_a_element(kern->kb, q);
         *set = s;
     }
     lora_item it = {0};
@@ -244,11 +246,17 @@ ql_status ql_lora_set_remove(ql_lora_set *s, int id)
 
 static size_t t_panel_bytes(const ql_lora_set *s, const ql_s8_kernel *kern) { return (size_t)(s->rpad * kern->mr); }
 
+/* per thread: the D × A tiles, then one row of t (int32) and its codes */
+static size_t cbuf_bytes(const ql_lora_set *s, const ql_s8_kernel *kern)
+{
+    return al64((size_t)(s->d.panels * kern->mr * kern->nr) * 4 + (size_t)s->rpad * 5);
+}
+
 size_t ql_lora_ws_bytes(const ql_lora_set *s, const ql_s8_kernel *kern, int64_t chunk, int threads)
 {
     const size_t panels = (size_t)ql_panels(chunk, kern->mr);
     return al64(panels * t_panel_bytes(s, kern)) + 2 * al64((size_t)chunk * 4) +
-           (size_t)threads * al64((size_t)(s->d.panels * kern->mr * kern->nr) * 4);
+           (size_t)threads * cbuf_bytes(s, kern);
 }
 
 void ql_lora_run_init(ql_lora_run *r, const ql_lora_set *s, const ql_s8_kernel *kern, void *ws, int64_t chunk,
@@ -266,7 +274,7 @@ void ql_lora_run_init(ql_lora_run *r, const ql_lora_set *s, const ql_s8_kernel *
     r->trowsum = (int32_t *)p;
     p += al64((size_t)chunk * 4);
     r->cbuf = (int32_t *)p;
-    r->cbuf_stride = al64((size_t)(s->d.panels * kern->mr * kern->nr) * 4) / 4;
+    r->cbuf_stride = cbuf_bytes(s, kern) / 4;
     (void)threads;
 }
 
@@ -282,49 +290,40 @@ void ql_lora_down_panel(const ql_lora_run *r, int64_t p, int64_t mc, int64_t k, 
     for (int64_t jp = 0; jp < s->d.panels; jp++)
         kern->tile(s->d.k4, a, s->d.data + (size_t)(jp * s->d.k4 * nr * 4), cb + jp * mr * nr, 0);
     int8_t *tp = r->t_packed + (size_t)p * t_panel_bytes(s, kern);
-    memset(tp, 0, t_panel_bytes(s, kern));
-    int32_t tv[256];
-    int8_t tq[256];
+    int32_t *tv = (int32_t *)(cb + s->d.panels * mr * nr); /* rpad values of one row */
+    int8_t *tq = (int8_t *)(tv + rpad);
     for (int i = 0; i < mr; i++) {
         const int64_t row = p * mr + i;
-        if (row >= mc) break;
-        const int32_t corr = kern->b_offset128 ? 128 * rowsum[row] : 0;
-        int32_t amax = 0;
-        for (int64_t q0 = 0; q0 < rt; q0 += 256) { /* rows of t: blocks of 256 for the stack buffers */
-            const int64_t qn = rt - q0 < 256 ? rt - q0 : 256;
-            for (int64_t q = 0; q < qn; q++) {
-                const int64_t c = q0 + q;
-                const int32_t v = cb[(c / nr) * mr * nr + i * nr + c % nr] - corr;
-                const int32_t av = v < 0 ? -v : v;
-                amax = av > amax ? av : amax;
-            }
-        }
-        if (amax == 0) {
-            r->st[row] = 0.0f;
-            r->trowsum[row] = 0;
+        if (row >= mc) { /* padding rows of the last panel */
+            for (int64_t b = 0; b < rpad / kb; b++) memset(tp + (b * mr + i) * kb, 0, (size_t)kb);
             continue;
         }
-        /* σ = amax/127: t_q = rne(t/σ) in [-127, 127]; st = s_x·σ·2^E */
-        const double inv = 127.0 / (double)amax;
-        r->st[row] = (float)((double)sx[row] * ((double)amax / 127.0) * s->e2);
-        int32_t sum = 0;
-        for (int64_t q0 = 0; q0 < rpad; q0 += 256) {
-            const int64_t qn = rpad - q0 < 256 ? rpad - q0 : 256;
-            for (int64_t q = 0; q < qn; q++) {
-                const int64_t c = q0 + q;
-                tv[q] = c < rt ? cb[(c / nr) * mr * nr + i * nr + c % nr] - corr : 0;
-            }
-            for (int64_t q = 0; q < qn; q++) {
-                tq[q] = (int8_t)nearbyint((double)tv[q] * inv);
-                sum += tq[q];
-            }
-            /* position pos of the panel holds element ql_a_element(kb, pos), as the U packing expects */
-            for (int64_t pos = q0; pos < q0 + qn; pos++) {
-                const int64_t el = ql_a_element(kb, pos);
-                if (el >= q0 && el < q0 + qn) tp[ql_a_offset(kb, mr, i, pos)] = tq[el - q0];
+        const int32_t corr = kern->b_offset128 ? 128 * rowsum[row] : 0;
+        int32_t amax = 0;
+        for (int64_t jp = 0, c = 0; jp < s->d.panels; jp++) {
+            const int32_t *src = cb + (jp * mr + i) * nr;
+            for (int j = 0; j < nr && c < rt; j++, c++) {
+                const int32_t v = src[j] - corr;
+                tv[c] = v;
+                amax = (v < 0 ? -v : v) > amax ? (v < 0 ? -v : v) : amax;
             }
         }
+        /* σ = amax/127: t_q = rne(t/σ) in [-127, 127]; st = s_x·σ·2^E */
+        const double inv = amax ? 127.0 / (double)amax : 0.0;
+        r->st[row] = amax ? (float)((double)sx[row] * ((double)amax / 127.0) * s->e2) : 0.0f;
+        int32_t sum = 0;
+        for (int64_t c = 0; c < rt; c++) {
+            tq[c] = (int8_t)nearbyint((double)tv[c] * inv);
+            sum += tq[c];
+        }
+        for (int64_t c = rt; c < rpad; c++) tq[c] = 0;
         r->trowsum[row] = sum;
+        /* block b of the row: position q holds element b·kb + perm[q], the order U was packed in */
+        for (int64_t b = 0; b < rpad / kb; b++) {
+            int8_t *dst = tp + (b * mr + i) * kb;
+            const int8_t *src = tq + b * kb;
+            for (int q = 0; q < kb; q++) dst[q] = src[s->perm[q]];
+        }
     }
 }
 
