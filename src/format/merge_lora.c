@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "../linear/kernels.h"
 #include "../quant/quant.h"
 
 #define BLOCK_BYTES ((uint64_t)4 << 20) /* fp32 bytes of one block of rows */
@@ -49,51 +50,78 @@ static const char *strip_prefix(const char *p)
     return p;
 }
 
-/* W[rows, k] += c·(up[rows, R]·down[R, k]), up·down summed in fp32 in rank
- * order (lane-independent, so every SIMD width gives the same bits). */
+/* W[rows, k] (row stride ld) += c·(up[rows, R]·down[R, k]), up·down summed
+ * in fp32 in rank order, then scaled and added: a multiplication and an
+ * addition per step (no FMA), lane by lane, so every SIMD width gives the
+ * same bits. Columns in blocks of 512 keep the partial sums in L1. */
 __attribute__((target_clones("avx512f", "avx2", "default")))
-static void add_delta(float *w, int64_t rows, int64_t k, const float *up, int64_t rank, const float *down, float c,
-                      float *acc)
+static void add_delta(float *restrict w, int64_t rows, int64_t k, int64_t ld, const float *restrict up, int64_t rank,
+                      const float *restrict down, float c)
 {
-    for (int64_t i = 0; i < rows; i++) {
-        for (int64_t j = 0; j < k; j++) acc[j] = 0.0f;
-        for (int64_t r = 0; r < rank; r++) {
-            const float u = up[i * rank + r];
-            const float *d = down + r * k;
-            for (int64_t j = 0; j < k; j++) acc[j] = acc[j] + u * d[j];
+    float acc[512];
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j0 = 0; j0 < k; j0 += 512) {
+            const int64_t jn = k - j0 < 512 ? k - j0 : 512;
+#pragma omp simd
+            for (int64_t j = 0; j < jn; j++) acc[j] = 0.0f;
+            for (int64_t r = 0; r < rank; r++) {
+                const float u = up[i * rank + r];
+                const float *restrict d = down + r * k + j0;
+#pragma omp simd
+                for (int64_t j = 0; j < jn; j++) acc[j] = acc[j] + u * d[j];
+            }
+            float *restrict wr = w + i * ld + j0;
+#pragma omp simd
+            for (int64_t j = 0; j < jn; j++) wr[j] = wr[j] + c * acc[j];
         }
-        float *wr = w + i * k;
-        for (int64_t j = 0; j < k; j++) wr[j] = wr[j] + c * acc[j];
-    }
 }
 
-/* Rows [r0, r0 + rows) of the merged weight, fp32, un-rotated. */
-static void merged_rows(const ql_checkpoint *c, const touched *t, int64_t r0, int64_t rows, float *w, float *acc,
-                        const float *scales)
+/* Group-wise rotation of fp32 rows (ld = kp, 64-byte aligned): the AVX-512
+ * twin where the CPU has it (the same operations as ql_fwht_f32). */
+static void rotate_rows(const float *src, int64_t rows, int64_t k, int64_t lds, int64_t group, float *dst, int64_t ldd)
+{
+    if (ql_isa_supported(QL_ISA_AVX512VNNI)) {
+        ql_rows_to_f32_avx512(QL_F32, src, lds, 0, rows, k, group, 0, dst, ldd);
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++) ql_load_row_rotated(QL_F32, src + r * lds, k, group, dst + r * ldd);
+}
+
+/* Rows [r0, r0 + rows) of the merged weight, fp32, un-rotated, row stride
+ * ld (= k rounded up to 16); tmp is a second buffer of the same size. */
+static void merged_rows(const ql_checkpoint *c, const touched *t, int64_t r0, int64_t rows, int64_t ld, float *w,
+                        float *tmp, const float *scales)
 {
     const int64_t k = t->k;
     const ql_st_tensor *wt = &c->tensors[t->weight];
     const unsigned char *src = ql_st_tensor_data(c, wt);
-    if (t->quantized) {
-        const float *sc = t->n_scale == 1 ? scales : scales + r0;
-        ql_dequantize((const int8_t *)src + r0 * k, rows, k, k, sc, t->n_scale == 1 ? 1 : rows, t->group, QL_F32, w, k);
+    if (t->quantized) { /* w = q·s, then un-rotated (H is an involution) */
+        float *dst = t->group ? tmp : w;
+        for (int64_t i = 0; i < rows; i++) {
+            const float s = scales[t->n_scale == 1 ? 0 : r0 + i];
+            const int8_t *q = (const int8_t *)src + (r0 + i) * k;
+            for (int64_t j = 0; j < k; j++) dst[i * ld + j] = (float)q[j] * s;
+        }
+        if (t->group) rotate_rows(tmp, rows, k, ld, t->group, w, ld);
     } else {
         ql_dtype dt;
         ql_st_dtype_to_ql(wt->dtype, &dt);
         const size_t es = ql_dtype_size(dt);
-        for (int64_t i = 0; i < rows * k; i++) {
-            if (dt == QL_F32) memcpy(&w[i], src + (size_t)(r0 * k + i) * 4, 4);
-            else {
-                uint16_t h;
-                memcpy(&h, src + (size_t)(r0 * k + i) * es, 2);
-                w[i] = ql_load_f(dt, &h, 0);
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < k; j++) {
+                const size_t off = (size_t)((r0 + i) * k + j) * es;
+                if (dt == QL_F32) memcpy(&w[i * ld + j], src + off, 4);
+                else {
+                    uint16_t h;
+                    memcpy(&h, src + off, 2);
+                    w[i * ld + j] = ql_load_f(dt, &h, 0);
+                }
             }
-        }
     }
     for (int u = 0; u < t->n_uses; u++) {
         if (t->coef[u] == 0.0f) continue;
         const int64_t rk = t->uses[u].m->rank;
-        add_delta(w, rows, k, t->up[u] + r0 * rk, rk, t->down[u], t->coef[u], acc);
+        add_delta(w, rows, k, ld, t->up[u] + r0 * rk, rk, t->down[u], t->coef[u]);
     }
 }
 
@@ -141,35 +169,40 @@ static ql_status merge_layer(mjob *j, touched *t)
         if (!scales) return ql_fail(QL_ERR_OUT_OF_MEMORY, "merge: out of memory");
         memcpy(scales, ql_st_tensor_data(c, &c->tensors[t->scale]), (size_t)t->n_scale * 4);
     }
-    int64_t rows = (int64_t)(BLOCK_BYTES / ((uint64_t)(k > 0 ? k : 1) * 4));
+    const int64_t ld = (k + 15) & ~(int64_t)15;
+    int64_t rows = (int64_t)(BLOCK_BYTES / ((uint64_t)(ld > 0 ? ld : 1) * 4));
     if (rows < 1) rows = 1;
     if (rows > n) rows = n;
     const int64_t nblocks = n > 0 ? (n + rows - 1) / rows : 0;
+    const size_t fbytes = (size_t)(rows * ld) * 4 + 64;
     const int tensorwise = t->quantized && t->n_scale == 1;
     float gmax = 0.0f, gscale = 0.0f;
     if (tensorwise) { /* pass 1: the merged tensor's absmax */
 #pragma omp parallel num_threads(j->threads)
         {
-            float *w = malloc((size_t)(rows * k) * 4 + 4), *acc = malloc((size_t)k * 4 + 4);
+            float *w = ql_aligned_alloc(fbytes), *tmp = ql_aligned_alloc(fbytes);
             float lmax = 0.0f;
-            if (!w || !acc) record(j, ql_fail(QL_ERR_OUT_OF_MEMORY, "merge: out of memory"));
+            if (!w || !tmp) record(j, ql_fail(QL_ERR_OUT_OF_MEMORY, "merge: out of memory"));
 #pragma omp for schedule(dynamic, 1)
             for (int64_t b = 0; b < nblocks; b++) {
                 if (atomic_load(&j->failed)) continue;
                 const int64_t r0 = b * rows, nr = n - r0 < rows ? n - r0 : rows;
-                merged_rows(c, t, r0, nr, w, acc, scales);
-                for (int64_t i = 0; i < nr * k; i++) {
-                    if (!isfinite(w[i])) {
-                        record(j, nonfinite_row(j, t, r0 + i / k));
-                        break;
+                merged_rows(c, t, r0, nr, ld, w, tmp, scales);
+                for (int64_t i = 0; i < nr; i++)
+                    for (int64_t x = 0; x < k; x++) {
+                        const float v = fabsf(w[i * ld + x]);
+                        if (!(v <= 3.40282347e38f)) {
+                            record(j, nonfinite_row(j, t, r0 + i));
+                            i = nr;
+                            break;
+                        }
+                        lmax = v > lmax ? v : lmax;
                     }
-                    lmax = fmaxf(lmax, fabsf(w[i]));
-                }
             }
 #pragma omp critical(ql_merge_max)
-            gmax = fmaxf(gmax, lmax);
-            free(w);
-            free(acc);
+            gmax = lmax > gmax ? lmax : gmax;
+            ql_aligned_free(w);
+            ql_aligned_free(tmp);
         }
         if (j->err != QL_OK) {
             free(scales);
@@ -179,47 +212,48 @@ static ql_status merge_layer(mjob *j, touched *t)
     }
 #pragma omp parallel num_threads(j->threads)
     {
-        float *w = malloc((size_t)(rows * k) * 4 + 4), *acc = malloc((size_t)k * 4 + 4), *rot = malloc((size_t)k * 4 + 4);
+        float *w = ql_aligned_alloc(fbytes), *tmp = ql_aligned_alloc(fbytes);
         int8_t *q = malloc((size_t)(rows * k) + 1);
         float *s = malloc((size_t)rows * 4);
-        uint16_t *h = t->quantized ? NULL : malloc((size_t)(rows * k) * 2 + 2);
-        if (!w || !acc || !rot || !q || !s || (!t->quantized && !h))
-            record(j, ql_fail(QL_ERR_OUT_OF_MEMORY, "merge: out of memory"));
+        if (!w || !tmp || !q || !s) record(j, ql_fail(QL_ERR_OUT_OF_MEMORY, "merge: out of memory"));
 #pragma omp for schedule(dynamic, 1)
         for (int64_t b = 0; b < nblocks; b++) {
             if (atomic_load(&j->failed)) continue;
             const int64_t r0 = b * rows, nr = n - r0 < rows ? n - r0 : rows;
-            merged_rows(c, t, r0, nr, w, acc, scales);
+            merged_rows(c, t, r0, nr, ld, w, tmp, scales);
             ql_status st = QL_OK;
-            if (!t->quantized) {
+            if (!t->quantized) { /* rounded to nearest in the weight's dtype, written compact */
                 const ql_st_tensor *wt = &c->tensors[t->weight];
                 ql_dtype dt;
                 ql_st_dtype_to_ql(wt->dtype, &dt);
-                for (int64_t i = 0; i < nr * k && st == QL_OK; i++)
-                    if (!isfinite(w[i])) st = nonfinite_row(j, t, r0 + i / k);
-                if (st == QL_OK && dt == QL_F32)
-                    st = ql_st_writer_write(j->w, t->weight, (uint64_t)(r0 * k) * 4, w, (size_t)(nr * k) * 4);
-                else if (st == QL_OK) {
-                    for (int64_t i = 0; i < nr * k; i++) ql_store_f(dt, h, i, w[i]);
-                    st = ql_st_writer_write(j->w, t->weight, (uint64_t)(r0 * k) * 2, h, (size_t)(nr * k) * 2);
-                }
+                for (int64_t i = 0; i < nr && st == QL_OK; i++)
+                    for (int64_t x = 0; x < k; x++) {
+                        if (!isfinite(w[i * ld + x])) {
+                            st = nonfinite_row(j, t, r0 + i);
+                            break;
+                        }
+                        ql_store_f(dt, tmp, i * k + x, w[i * ld + x]);
+                    }
+                if (st == QL_OK)
+                    st = ql_st_writer_write(j->w, t->weight, (uint64_t)(r0 * k) * ql_dtype_size(dt), tmp,
+                                            (size_t)(nr * k) * ql_dtype_size(dt));
                 record(j, st);
                 continue;
             }
             if (tensorwise) {
-                for (int64_t i = 0; i < nr * k; i++)
-                    q[i] = sr ? ql_sr_code(w[i], gscale, r0 * k + i, seed) : ql_quantize_value(QL_F32, w[i], gscale);
+                for (int64_t i = 0; i < nr; i++)
+                    for (int64_t x = 0; x < k; x++)
+                        q[i * k + x] = sr ? ql_sr_code(w[i * ld + x], gscale, (r0 + i) * k + x, seed)
+                                          : ql_quantize_value(QL_F32, w[i * ld + x], gscale);
             } else if (!sr) {
-                st = ql_quantize_weight_rows(QL_F32, w, nr, k, k, t->group, q, k, s);
+                st = ql_quantize_weight_rows(QL_F32, w, nr, k, ld, t->group, q, k, s);
             } else {
-                for (int64_t i = 0; i < nr && st == QL_OK; i++) {
-                    const float *row = w + i * k;
-                    if (t->group > 0) {
-                        ql_load_row_rotated(QL_F32, row, k, t->group, rot);
-                        row = rot;
-                    }
-                    st = ql_quantize_rowwise_sr(row, 1, k, k, (r0 + i) * k, seed, q + i * k, k, s + i);
+                const float *rw = w;
+                if (t->group > 0) {
+                    rotate_rows(w, nr, k, ld, t->group, tmp, ld);
+                    rw = tmp;
                 }
+                st = ql_quantize_rowwise_sr(rw, nr, k, ld, r0 * k, seed, q, k, s);
             }
             if (st == QL_ERR_NONFINITE) {
                 int64_t bad = 0;
@@ -230,7 +264,10 @@ static ql_status merge_layer(mjob *j, touched *t)
             if (st == QL_OK && !tensorwise) st = ql_st_writer_write(j->w, t->scale, (uint64_t)r0 * 4, s, (size_t)nr * 4);
             record(j, st);
         }
-        free(w); free(acc); free(rot); free(q); free(s); free(h);
+        ql_aligned_free(w);
+        ql_aligned_free(tmp);
+        free(q);
+        free(s);
     }
     free(scales);
     if (j->err != QL_OK) return ql_fail(j->err, "%s", j->errmsg);

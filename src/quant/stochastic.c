@@ -59,12 +59,11 @@ ql_status ql_quantize_rowwise_sr(const float *x, int64_t rows, int64_t k, int64_
     for (int64_t r = 0; r < rows; r++) {
         const float *v = x + r * ldx;
         float a = 0.0f;
-        bool finite = true;
         for (int64_t j = 0; j < k; j++) {
-            finite &= isfinite(v[j]);
-            a = fmaxf(a, fabsf(v[j]));
+            const float av = fabsf(v[j]);
+            a = av > a || av != av ? av : a; /* NaN sticks */
         }
-        if (!finite) {
+        if (!(a <= 3.40282347e38f)) {
             memset(q + r * ldq, 0, (size_t)k);
             scale[r] = NAN;
             if (bad < 0) bad = r;
