@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(PRO_THREADS) quantize_rows_kernel(const char *
 }
 
 
-/* The fast path for G = 256 (and K <= 16384, K a multiple of 256): each
+/* The fast path for G = 256 (and K <= 8192, K a multiple of 256): each
  * thread owns 16 values and every row's values stay in registers from load
  * to code. A row takes K/16 threads; a block holds whole rows (several when
  * K is short). Stages of stride 1 and 4 run on 16 consecutive values; one
@@ -211,7 +211,7 @@ __device__ __forceinline__ void widen16(int dt, bool vec, const Raw16 &r, float 
 
 /* Grid-stride over row blocks; the next block's values are loaded before
  * this one is processed, so each thread keeps a load in flight. */
-__global__ void __launch_bounds__(1024) quantize_rows_g256_kernel(const char *x, int xdt, int64_t ldx_bytes,
+__global__ void __launch_bounds__(512) quantize_rows_g256_kernel(const char *x, int xdt, int64_t ldx_bytes,
                                                                    int64_t m, int k, bool vec, int8_t *q,
                                                                    int64_t ldq, float *sx)
 {
@@ -263,7 +263,8 @@ __global__ void __launch_bounds__(1024) quantize_rows_g256_kernel(const char *x,
         unsigned bad = 0;
 #pragma unroll
         for (int t = 0; t < 16; t++) {
-            e[t] = round_to(xdt, e[t]);
+            if (e[t] != e[t]) bad = 1; /* NaN: tested before the integer rounding */
+            e[t] = round_to_nonan(xdt, e[t]);
             float a = fabsf(e[t]);
             if (!(a <= 3.402823466e38f)) bad = 1;
             else amax = fmaxf(amax, a);
@@ -281,9 +282,9 @@ __global__ void __launch_bounds__(1024) quantize_rows_g256_kernel(const char *x,
         int8_t *cg = codes + (c / 16) * 256 + (c % 16);
 #pragma unroll
         for (int t = 0; t < 16; t++) {
+            /* finite row: |quotient| <= ~128, never NaN */
             float quo = xdt == DT_BF16 ? __fmul_rn(e[t], rcp) : __fdiv_rn(e[t], st);
-            float v = fminf(fmaxf(rintf(round_to(xdt, quo)), -128.0f), 127.0f);
-            cg[16 * t] = row_bad_now ? (int8_t)0 : (int8_t)(int)v;
+            cg[16 * t] = row_bad_now ? (int8_t)0 : (int8_t)rint_clamp_s8(round_to_nonan(xdt, quo));
         }
         __syncthreads();
         if (live) {
@@ -306,7 +307,7 @@ int log4_of(int64_t g)
 
 /* The fast kernel's block: whole rows of k/16 threads, up to FAST_THREADS. */
 static int fast_rows(int64_t k) { return k / 16 >= FAST_THREADS ? 1 : (int)(FAST_THREADS / (k / 16)); }
-static bool fast_ok(int64_t k, int64_t group) { return group == 256 && k % 256 == 0 && k > 0 && k <= 16384; }
+static bool fast_ok(int64_t k, int64_t group) { return group == 256 && k % 256 == 0 && k > 0 && k <= 8192; }
 static size_t fast_smem(int64_t k)
 {
     if (!fast_ok(k, 256)) return 0;
