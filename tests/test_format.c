@@ -640,7 +640,7 @@ static void test_quantize_roundtrip(void)
     for (int pass = 0; pass < 2; pass++) {
         int64_t group = pass ? 256 : 0;
         const char *out = tpath(pass ? "convrot.safetensors" : "int8.safetensors");
-        ql_quantize_options opt = {pass ? QL_QUANT_INT8_CONVROT : QL_QUANT_INT8, 0, NULL, NULL, 2, NULL, NULL};
+        ql_quantize_options opt = {pass ? QL_QUANT_INT8_CONVROT : QL_QUANT_INT8, 0, NULL, NULL, 2, NULL, NULL, 0};
         ql_quantize_result r;
         CHECK_OK(ql_checkpoint_quantize(in, out, &opt, &r));
         int expect_layers = 0;
@@ -685,7 +685,7 @@ static void test_quantize_roundtrip(void)
 
     /* --include / --exclude (POSIX extended regex on tensor names). */
     const char *out = tpath("sel.safetensors");
-    ql_quantize_options opt = {QL_QUANT_INT8, 0, "^blocks\\.0\\.(attn|mlp)\\.", "fc2", 1, NULL, NULL};
+    ql_quantize_options opt = {QL_QUANT_INT8, 0, "^blocks\\.0\\.(attn|mlp)\\.", "fc2", 1, NULL, NULL, 0};
     ql_quantize_result r;
     CHECK_OK(ql_checkpoint_quantize(in, out, &opt, &r));
     ql_checkpoint *c = NULL;
@@ -729,7 +729,7 @@ static void test_quantize_roundtrip(void)
     ((float *)bad[0].data)[3 * 256 + 17] = NAN;
     const char *bin = tpath("nan.safetensors");
     write_model(bin, bad, 1, 0);
-    opt = (ql_quantize_options){QL_QUANT_INT8_CONVROT, 0, NULL, NULL, 2, NULL, NULL};
+    opt = (ql_quantize_options){QL_QUANT_INT8_CONVROT, 0, NULL, NULL, 2, NULL, NULL, 0};
     CHECK(ql_checkpoint_quantize(bin, out, &opt, &r) == QL_ERR_NONFINITE &&
               strstr(ql_last_error(), "tensor 'l.weight': row 3 holds (or rotates to) NaN or Inf"),
           "NaN: %s", ql_last_error());
@@ -761,7 +761,7 @@ static void test_quantize_cancel_and_unaligned(void)
     CHECK(write_file(in, b, size) == 0, "write");
     free(b);
     int calls = 0;
-    ql_quantize_options opt = {QL_QUANT_INT8_CONVROT, 0, NULL, NULL, 2, NULL, NULL};
+    ql_quantize_options opt = {QL_QUANT_INT8_CONVROT, 0, NULL, NULL, 2, NULL, NULL, 0};
     ql_quantize_result r;
     CHECK_OK(ql_checkpoint_quantize(in, out, &opt, &r));
     ql_checkpoint *c = NULL;
