@@ -451,14 +451,14 @@ static void test_layers(void)
     free(keep);
     /* Formats qlinear lists but cannot run; and a float layer. */
     const char *cq8 = "{\"format\": \"float8_e4m3fn\"}";
-    const char *cq4 = "{\"format\": \"asym_w4a8_int8\", \"group_size\": 16, \"convrot_groupsize\": 256}";
+    const char *cq4 = "{\"format\": \"convrot_w4a4\", \"convrot_groupsize\": 256}     "; /* 56 bytes */
     float wf[4 * 8];
     for (int i = 0; i < 32; i++) wf[i] = (float)tu_gauss();
     raw_tensor t3[] = {{"f8.comfy_quant", "U8", "[27]", 27, cq8},
                        {"f8.weight", "F8_E4M3", "[4,8]", 32, NULL},
-                       {"w4.comfy_quant", "U8", "[72]", 72, cq4},
+                       {"w4.comfy_quant", "U8", "[56]", 56, cq4},
                        {"w4.weight", "I8", "[4,128]", 512, NULL},
-                       {"w4.weight_s_rel", "F8_E4M3", "[4,16]", 64, NULL},
+                       {"w4.weight_scale", "F32", "[4]", 16, NULL},
                        {"odd", "U8", "[1]", 1, NULL}, /* leaves the next tensor unaligned */
                        {"dense.weight", "F32", "[4,8]", 128, wf}};
     c = open_raw(t3, 7, NULL, &keep);
@@ -469,9 +469,9 @@ static void test_layers(void)
         ql_checkpoint_layer(c, i8, &l);
         CHECK(!l.supported && l.unsupported_reason && l.n == 4 && l.k == 8, "fp8 layer listed, unsupported");
         ql_checkpoint_layer(c, i4, &l);
-        CHECK(!l.supported && l.n == 4 && l.k == 256 && l.group_size == 16 && l.convrot_group == 256, "w4a8 layer listed");
+        CHECK(!l.supported && l.n == 4 && l.k == 256 && l.convrot_group == 256, "convrot_w4a4 layer listed");
         ql_linear_desc d;
-        CHECK(ql_checkpoint_linear_desc(c, "w4", QL_LINEAR_W8A8, &d) == QL_ERR_UNSUPPORTED, "w4a8 not runnable: %s",
+        CHECK(ql_checkpoint_linear_desc(c, "w4", QL_LINEAR_W8A8, &d) == QL_ERR_UNSUPPORTED, "w4a4 not runnable: %s",
               ql_last_error());
         CHECK_OK(ql_checkpoint_linear_desc(c, "dense", QL_LINEAR_DENSE, &d));
         CHECK(d.kind == QL_LINEAR_DENSE && d.n == 4 && d.k == 8 && d.weight_dtype == QL_F32 &&

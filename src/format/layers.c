@@ -159,7 +159,7 @@ static ql_status check_int8(ql_checkpoint *c, ql_layer *l)
 static ql_status check_wxa8(ql_checkpoint *c, ql_layer *l)
 {
     ql_layer_info *i = &l->info;
-    ql_name_buf pb, tb;
+    ql_name_buf pb, tb, wb, rb, cb;
     const char *p = ql_show(&pb, l->prefix), *f = l->format;
     const char *need[3] = {".weight", ".weight_s_rel", ".weight_s_channel"};
     const int64_t idx[3] = {i->weight, i->s_rel, i->s_channel};
@@ -167,12 +167,12 @@ static ql_status check_wxa8(ql_checkpoint *c, ql_layer *l)
         if (idx[t] < 0)
             return ql_fail_file(c, QL_ERR_FORMAT, "layer '%s': %s needs tensor '%s%s', which is missing", p, f, p, need[t]);
     const ql_st_tensor *w = &c->tensors[i->weight], *sr = &c->tensors[i->s_rel], *sc = &c->tensors[i->s_channel];
-    const char *wn = ql_show(&tb, w->name);
+    const char *wn = ql_show(&wb, w->name);
     if (w->dtype != QL_ST_I8 || w->ndim != 2)
         return ql_fail_file(c, QL_ERR_FORMAT, "tensor '%s': %s weight is %s %d-D; it must be I8 [N, K/2] or [N, 3K/4]", wn,
                             f, ql_st_dtype_name(w->dtype), w->ndim);
     const int64_t n = w->shape[0], width = w->shape[1];
-    const char *srn = ql_show(&tb, sr->name);
+    const char *srn = ql_show(&rb, sr->name);
     if (sr->dtype != QL_ST_F8_E4M3 && sr->dtype != QL_ST_F32 && sr->dtype != QL_ST_U8)
         return ql_fail_file(c, QL_ERR_FORMAT, "tensor '%s': s_rel has dtype %s; it must be F8_E4M3, F32 or U8 (e4m3 bytes)",
                             srn, ql_st_dtype_name(sr->dtype));
@@ -209,7 +209,7 @@ static ql_status check_wxa8(ql_checkpoint *c, ql_layer *l)
     if (k % i->convrot_group != 0)
         return ql_fail_file(c, QL_ERR_FORMAT, "layer '%s': K = %lld is not a multiple of the ConvRot group %lld", p,
                             (long long)k, (long long)i->convrot_group);
-    const char *scn = ql_show(&tb, sc->name);
+    const char *scn = ql_show(&cb, sc->name);
     if (sc->dtype != QL_ST_F32 || !((sc->ndim == 1 && sc->shape[0] == n) || (sc->ndim == 2 && sc->shape[0] == n && sc->shape[1] == 1)))
         return ql_fail_file(c, QL_ERR_FORMAT, "tensor '%s': s_channel must be F32 [N] = [%lld] (it is %s, %d-D)", scn,
                             (long long)n, ql_st_dtype_name(sc->dtype), sc->ndim);
