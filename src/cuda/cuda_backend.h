@@ -33,6 +33,9 @@ ql_status ql_cuda_linear_forward(ql_cuda_linear *l, ql_cuda_workspace **ws, void
 /* Name of the GEMM kernel the last forward of `l` ran ("sm90 128x256", ...). */
 const char *ql_cuda_linear_kernel(const ql_cuda_linear *l);
 
+/* The GEMM kernel the last forward of a ql_linear ran on its CUDA device ("" on the CPU). */
+const char *ql_linear_cuda_kernel(const ql_linear *l);
+
 /* Exact C[M,N] = A[M,K]·B[N,K]ᵀ with device pointers. */
 ql_status ql_cuda_gemm_s8s8s32(int device, void *stream, int64_t m, int64_t n, int64_t k, const int8_t *a,
                                int64_t lda, const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc);

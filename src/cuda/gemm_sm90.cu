@@ -136,7 +136,9 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
      * of the first row, 4j+{2,3} the same columns of the second. */
     const int warp = tid / 32, lane = tid % 32;
     const int64_t r0 = m0 + c * 64 + warp * 16 + lane / 4, r1 = r0 + 8;
-    const float sx0 = r0 < m ? p.sx[r0] : 0.f, sx1 = r1 < m ? p.sx[r1] : 0.f;
+    /* raw int32 output (the bare GEMM) has no scales */
+    const bool scaled = p.ydt != DT_I32;
+    const float sx0 = scaled && r0 < m ? p.sx[r0] : 0.f, sx1 = scaled && r1 < m ? p.sx[r1] : 0.f;
 #pragma unroll
     for (int j = 0; j < BN / 8; j++) {
         const int64_t col = n0 + j * 8 + 2 * (lane % 4);
@@ -224,7 +226,7 @@ cudaError_t launch_s8_gemm_sm90(int tile, const int8_t *a, int64_t lda, const in
     if (t.wgs == 2 && t.bn == 256) return launch_cfg<2, 256, 4>(ma, mb, (int)m, (int)n, (int)k, p, stream, pdl);
     if (t.wgs == 2 && t.bn == 128) return launch_cfg<2, 128, 6>(ma, mb, (int)m, (int)n, (int)k, p, stream, pdl);
     if (t.wgs == 1 && t.bn == 128) return launch_cfg<1, 128, 8>(ma, mb, (int)m, (int)n, (int)k, p, stream, pdl);
-    return launch_cfg<1, 256, 6>(ma, mb, (int)m, (int)n, (int)k, p, stream, pdl);
+    return launch_cfg<1, 256, 5>(ma, mb, (int)m, (int)n, (int)k, p, stream, pdl);
 }
 
 } // namespace qlc

@@ -203,6 +203,8 @@ ql_status ql_linear_create(ql_context *ctx, const ql_linear_desc *d, ql_linear *
     return QL_OK;
 }
 
+const char *ql_linear_cuda_kernel(const ql_linear *l) { return l && l->cuda ? ql_cuda_linear_kernel(l->cuda) : ""; }
+
 size_t ql_linear_weight_bytes(const ql_linear *l)
 {
     if (!l) return 0;
