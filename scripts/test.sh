@@ -11,7 +11,7 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
 echo "== libFuzzer on the checkpoint reader (60 s, ASan + UBSan)"
-CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQL_BUILD_FUZZ=ON -DQL_SANITIZE=ON \
+CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQL_BUILD_FUZZ=ON -DQL_SANITIZE=ON -DQL_CUDA=OFF \
   -DQL_BUILD_TESTS=OFF >/dev/null
 cmake --build build-fuzz --target fuzz_checkpoint fuzz_make_seeds
 rm -rf build-fuzz/corpus && build-fuzz/fuzz_make_seeds build-fuzz/corpus

@@ -222,41 +222,25 @@ static void lane_sum(const float (*p)[L], int64_t g, float *out)
         for (int l = 0; l < L; l++) out[l] = out[l] + a[j][l];
 }
 
-/* Nearest of the ascending levels lv[0..nl) to each t (per lane), the
- * reference's way: pos = searchsorted-left (first level >= t), compare the
- * neighbours pos-1 and pos (clamped), the upper one only if strictly closer.
- * lvl: per lane levels [nl][L] when per_lane, else shared lv[nl]. */
+/* Nearest of the nondecreasing levels lv[0..nl) (stride st) to t, the
+ * reference's way: pos = searchsorted-left (first level >= t), compare the neighbours pos-1 and pos (clamped), the upper one
+ * only if strictly closer. A NaN level set gives index 0 and value NaN. */
+static inline int nearest1(const float *lv, int st, int nl, float t, float *val)
+{
+    /* branch-free lower bound; nl is 16 or 63 */
+    int lo = 0;
+    for (int step = nl == 16 ? 8 : 32; step; step >>= 1) lo += lv[(lo + step - 1) * st] < t ? step : 0;
+    if (nl == 16) lo += lv[lo * st] < t;
+    const int a = lo - 1 < 0 ? 0 : lo - 1, b = lo > nl - 1 ? nl - 1 : lo;
+    const int up = fabsf(t - lv[b * st]) < fabsf(t - lv[a * st]);
+    *val = lv[(up ? b : a) * st];
+    return up ? b : a;
+}
+
+/* nearest1 for each lane: levels shared (lv[nl]) or per lane ([nl][L]). */
 static void nearest(const float *lv, int nl, int per_lane, const float *t, int *idx, float *val)
 {
-    int pos[L];
-    float lo[L], hi[L];
-    for (int l = 0; l < L; l++) {
-        pos[l] = 0;
-        lo[l] = -INFINITY;
-        hi[l] = INFINITY;
-    }
-    for (int i = 0; i < nl; i++)
-        for (int l = 0; l < L; l++) {
-            const float v = per_lane ? lv[i * L + l] : lv[i];
-            const int below = v < t[l];
-            pos[l] += below;
-            lo[l] = below && v > lo[l] ? v : lo[l];
-            hi[l] = !below && v < hi[l] ? v : hi[l];
-        }
-    for (int l = 0; l < L; l++) {
-        const float first = per_lane ? lv[l] : lv[0], last = per_lane ? lv[(nl - 1) * L + l] : lv[nl - 1];
-        if (pos[l] == 0) {
-            idx[l] = 0;
-            val[l] = first;
-        } else if (pos[l] == nl) {
-            idx[l] = nl - 1;
-            val[l] = last;
-        } else {
-            const int up = fabsf(t[l] - hi[l]) < fabsf(t[l] - lo[l]);
-            idx[l] = up ? pos[l] : pos[l] - 1;
-            val[l] = up ? hi[l] : lo[l];
-        }
-    }
+    for (int l = 0; l < L; l++) idx[l] = per_lane ? nearest1(lv + l, L, nl, t[l], &val[l]) : nearest1(lv, 1, nl, t[l], &val[l]);
 }
 
 static inline float rne(float x) { return rintf(x); }
