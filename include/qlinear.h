@@ -29,6 +29,10 @@ extern "C" {
 #define QL_VERSION_MINOR 1
 #define QL_VERSION_PATCH 0
 
+/* Version of the library actually linked ("MAJOR.MINOR.PATCH"), which may
+ * differ from the QL_VERSION_* of the header a program was compiled with. */
+const char *ql_version(void);
+
 /* ---------------------------------------------------------------- status */
 
 typedef enum ql_status {
