@@ -235,10 +235,10 @@ def _host_array(x, what):
         code = _dtype_code(x.dtype, f"{what} dtype")
         return x.data_ptr(), code, tuple(x.shape), tuple(x.stride())
     if isinstance(x, np.ndarray):
-        if x.dtype not in (np.float32, np.float16, np.uint16):
-            raise TypeError(f"qlinear: {what} dtype {x.dtype} is not float32, float16 or uint16 (bf16 bits)")
         if not x.dtype.isnative:
             raise TypeError(f"qlinear: {what} has non-native byte order {x.dtype}")
+        if x.dtype not in (np.float32, np.float16, np.uint16):
+            raise TypeError(f"qlinear: {what} dtype {x.dtype} is not float32, float16 or uint16 (bf16 bits)")
         ptr = x.__array_interface__["data"][0]
         isz = x.dtype.itemsize
         if ptr % isz or any(s % isz for s in x.strides):
@@ -301,13 +301,13 @@ class Linear:
                    group, has_bias)
 
     @classmethod
-    def from_checkpoint(cls, checkpoint, name, kind=None, threads=None):
+    def from_checkpoint(cls, checkpoint, name, kind=None, threads=None, _context=None):
         """Layer `name` (a prefix such as "blocks.0.attn.q") of a checkpoint (a
         path or an open Checkpoint). Quantized layers run as kind "w8a8" (the
         default), "weight-only" or "dequant"; float layers as "dense"."""
         if not isinstance(checkpoint, Checkpoint):
             with Checkpoint(checkpoint) as ck:
-                return cls.from_checkpoint(ck, name, kind, threads)
+                return cls.from_checkpoint(ck, name, kind, threads, _context)
         ffi, lib = load()
         if kind is None:
             prefix = name[:-7] if name.endswith(".weight") else name
@@ -320,10 +320,10 @@ class Linear:
         else:
             group = int(desc.int8.convrot_group)
             fmt, has_bias = ("int8-convrot" if group else "int8"), desc.int8.bias != ffi.NULL
-        return cls._create(desc, None, threads, fmt, group, has_bias)
+        return cls._create(desc, _context, threads, fmt, group, has_bias)
 
     @classmethod
-    def from_weight(cls, w, format="int8-convrot", bias=None, group=256, kind="w8a8", threads=None):
+    def from_weight(cls, w, format="int8-convrot", bias=None, group=256, kind="w8a8", threads=None, _context=None):
         """A layer from a float weight [N, K] (numpy fp32/fp16/bf16-as-uint16 or a
         torch CPU tensor; read in place, not kept). format "int8-convrot"
         (rotated with groups of `group`, K % group == 0), "int8" (row-wise) or
@@ -353,7 +353,7 @@ class Linear:
             desc.kind, desc.n, desc.k = _KINDS["dense"], n, k
             desc.weight, desc.ld_weight, desc.weight_dtype, desc.compute_dtype = ffi.cast("void *", ptr), ldw, code, _F32
             desc.bias, desc.bias_dtype = bptr, bcode
-            return cls._create(desc, None, threads, "float", 0, bias is not None)
+            return cls._create(desc, _context, threads, "float", 0, bias is not None)
         if format not in ("int8", "int8-convrot"):
             raise QlinearError(f"qlinear: format {format!r} is not one of int8-convrot, int8, float",
                                "invalid argument")
@@ -372,7 +372,7 @@ class Linear:
         wq = desc.int8
         wq.n, wq.k, wq.q, wq.ldq, wq.scale, wq.n_scale, wq.convrot_group = n, k, qp, k, sp, n, g
         wq.bias, wq.bias_dtype = bptr, bcode
-        return cls._create(desc, None, threads, format, g, bias is not None)
+        return cls._create(desc, _context, threads, format, g, bias is not None)
 
     # -- properties
     @property
