@@ -1,5 +1,6 @@
 /* Kernel launchers shared by the CUDA backend's host code (C++ only). */
 #pragma once
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include "common.cuh"
@@ -14,18 +15,21 @@ cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m,
                                  int8_t *q, int64_t ldq, float *sx, cudaStream_t stream);
 /* Shared memory the prologue needs for a row of k (it refuses rows that do not fit). */
 size_t quantize_rows_smem(int64_t k);
-cudaError_t prepare_quantize_rows(size_t max_smem);
+cudaError_t prepare_quantize_rows(int64_t k);
 
 /* Hopper (sm_90a) GEMM tiles: consumer warpgroups (64 rows each) × columns. */
 struct Sm90Tile {
-    int wgs, bn;
+    int wgs, bn, ctas_per_sm;
 };
 extern const Sm90Tile sm90_tiles[];
 extern const int sm90_tile_count;
-/* a, b: 16-byte aligned, lda/ldb multiples of 16 bytes. pdl: may start while
- * the previous kernel on the stream finishes (it waits for its results). */
-cudaError_t launch_s8_gemm_sm90(int tile, const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m,
-                                int64_t n, int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl);
+/* TMA descriptors of the operands for a tile (either may be NULL: not made).
+ * a, b: 16-byte aligned, lda/ldb multiples of 16 bytes. False: refused. */
+bool make_sm90_maps(int tile, const int8_t *a, int64_t lda, int64_t m, const int8_t *b, int64_t ldb, int64_t n,
+                    int64_t k, CUtensorMap *ma, CUtensorMap *mb);
+/* pdl: may start while the previous kernel on the stream finishes (it waits for its results). */
+cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorMap &mb, int64_t m, int64_t n,
+                                int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl);
 /* Portable tensor-core GEMM (mma.sync, sm_80+): any K, any pitch and alignment. */
 cudaError_t launch_s8_gemm_mma(const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m, int64_t n,
                                int64_t k, const EpiParams &p, cudaStream_t stream);

@@ -85,7 +85,9 @@ __global__ void __launch_bounds__(MMA_THREADS) s8_gemm_mma_kernel(const int8_t *
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const int64_t r0 = m0 + wm * 64 + i * 16 + grp, r1 = r0 + 8;
-        const float sx0 = r0 < m ? p.sx[r0] : 0.f, sx1 = r1 < m ? p.sx[r1] : 0.f;
+        /* raw int32 output (the bare GEMM) has no scales */
+    const bool scaled = p.ydt != DT_I32;
+    const float sx0 = scaled && r0 < m ? p.sx[r0] : 0.f, sx1 = scaled && r1 < m ? p.sx[r1] : 0.f;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const int64_t col = n0 + wn * 32 + j * 8 + 2 * tig;

@@ -68,9 +68,12 @@ template <int BN> __device__ __forceinline__ void wgmma_tile(int32_t (&d)[BN / 2
 }
 #endif
 
-/* NWG consumer warpgroups (BM = 64·NWG rows), BN columns, STAGES-deep ring. */
-template <int NWG, int BN, int STAGES>
-__global__ void __launch_bounds__((NWG + 1) * 128, 1)
+/* NWG consumer warpgroups (BM = 64·NWG rows; warps 0 .. 4·NWG-1, aligned as
+ * wgmma wants) and one producer warp after them; BN columns; a STAGES-deep
+ * ring; CTAS blocks per SM (2 lets one block's epilogue overlap the other's
+ * main loop). */
+template <int NWG, int BN, int STAGES, int CTAS>
+__global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     s8_gemm_sm90_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b, int m,
                         int n, int k, EpiParams p)
 {
@@ -82,7 +85,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
     uint64_t *full = (uint64_t *)(smem + STAGES * STAGE_BYTES);
     uint64_t *empty = full + STAGES;
 
-    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128; /* wg == NWG: the producer warp */
     const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
     const int kt_count = (k + BK - 1) / BK;
 
@@ -95,7 +98,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
      * prologue kernel just before; everything above overlapped its tail. */
     asm volatile("griddepcontrol.wait;" ::: "memory");
 
-    if (wg == 0) {
+    if (wg == NWG) {
         if (tid == 0) {
             for (int kt = 0; kt < kt_count; kt++) {
                 const int s = kt % STAGES;
@@ -109,7 +112,7 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
         return;
     }
 
-    const int c = wg - 1;
+    const int c = wg;
     int32_t d[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) d[i] = 0;
@@ -136,7 +139,9 @@ __global__ void __launch_bounds__((NWG + 1) * 128, 1)
      * of the first row, 4j+{2,3} the same columns of the second. */
     const int warp = tid / 32, lane = tid % 32;
     const int64_t r0 = m0 + c * 64 + warp * 16 + lane / 4, r1 = r0 + 8;
-    const float sx0 = r0 < m ? p.sx[r0] : 0.f, sx1 = r1 < m ? p.sx[r1] : 0.f;
+    /* raw int32 output (the bare GEMM) has no scales */
+    const bool scaled = p.ydt != DT_I32;
+    const float sx0 = scaled && r0 < m ? p.sx[r0] : 0.f, sx1 = scaled && r1 < m ? p.sx[r1] : 0.f;
 #pragma unroll
     for (int j = 0; j < BN / 8; j++) {
         const int64_t col = n0 + j * 8 + 2 * (lane % 4);
@@ -166,6 +171,8 @@ encode_tiled_fn get_encode()
     return fn;
 }
 
+} // namespace
+
 /* A 2-D int8 tensor map over [rows, cols] with row pitch `ld` bytes. */
 bool make_map(CUtensorMap *map, const int8_t *base, int64_t rows, int64_t cols, int64_t ld, int box_rows)
 {
@@ -180,17 +187,20 @@ bool make_map(CUtensorMap *map, const int8_t *base, int64_t rows, int64_t cols, 
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int NWG, int BN, int STAGES> constexpr size_t smem_bytes()
+namespace {
+
+template <int NWG, int BN, int STAGES, int CTAS> constexpr size_t smem_bytes()
 {
     return (size_t)STAGES * (64 * NWG + BN) * BK + 2 * STAGES * sizeof(uint64_t) + 1024;
 }
 
-template <int NWG, int BN, int STAGES>
+template <int NWG, int BN, int STAGES, int CTAS>
 cudaError_t launch_cfg(const CUtensorMap &ma, const CUtensorMap &mb, int m, int n, int k, const EpiParams &p,
                        cudaStream_t stream, bool pdl)
 {
-    auto kern = s8_gemm_sm90_kernel<NWG, BN, STAGES>;
-    constexpr size_t smem = smem_bytes<NWG, BN, STAGES>();
+    auto kern = s8_gemm_sm90_kernel<NWG, BN, STAGES, CTAS>;
+    constexpr size_t smem = smem_bytes<NWG, BN, STAGES, CTAS>();
+    static_assert(smem * CTAS <= 227 * 1024, "shared memory per SM");
     static bool attr_set = false; /* per process: the attribute is per function */
     if (!attr_set) {
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -199,7 +209,7 @@ cudaError_t launch_cfg(const CUtensorMap &ma, const CUtensorMap &mb, int m, int 
     }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)((n + BN - 1) / BN), (unsigned)((m + 64 * NWG - 1) / (64 * NWG)), 1);
-    cfg.blockDim = dim3((NWG + 1) * 128, 1, 1);
+    cfg.blockDim = dim3(NWG * 128 + 32, 1, 1);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
     cudaLaunchAttribute attr[1];
@@ -212,19 +222,26 @@ cudaError_t launch_cfg(const CUtensorMap &ma, const CUtensorMap &mb, int m, int 
 
 } // namespace
 
-const Sm90Tile sm90_tiles[] = {{2, 256}, {2, 128}, {1, 128}, {1, 256}};
+const Sm90Tile sm90_tiles[] = {{2, 256, 1}, {2, 128, 2}, {1, 128, 2}, {1, 256, 1}};
 const int sm90_tile_count = sizeof sm90_tiles / sizeof sm90_tiles[0];
 
-cudaError_t launch_s8_gemm_sm90(int tile, const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m,
-                                int64_t n, int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl)
+bool make_sm90_maps(int tile, const int8_t *a, int64_t lda, int64_t m, const int8_t *b, int64_t ldb, int64_t n,
+                    int64_t k, CUtensorMap *ma, CUtensorMap *mb)
 {
     const Sm90Tile t = sm90_tiles[tile];
-    CUtensorMap ma, mb;
-    if (!make_map(&ma, a, m, k, lda, 64 * t.wgs) || !make_map(&mb, b, n, k, ldb, t.bn)) return cudaErrorInvalidValue;
-    if (t.wgs == 2 && t.bn == 256) return launch_cfg<2, 256, 4>(ma, mb, (int)m, (int)n, (int)k, p, stream, pdl);
-    if (t.wgs == 2 && t.bn == 128) return launch_cfg<2, 128, 6>(ma, mb, (int)m, (int)n, (int)k, p, stream, pdl);
-    if (t.wgs == 1 && t.bn == 128) return launch_cfg<1, 128, 8>(ma, mb, (int)m, (int)n, (int)k, p, stream, pdl);
-    return launch_cfg<1, 256, 6>(ma, mb, (int)m, (int)n, (int)k, p, stream, pdl);
+    return (!ma || make_map(ma, a, m, k, lda, 64 * t.wgs)) && (!mb || make_map(mb, b, n, k, ldb, t.bn));
+}
+
+cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorMap &mb, int64_t m, int64_t n,
+                                int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl)
+{
+    const int im = (int)m, in = (int)n, ik = (int)k;
+    switch (tile) {
+    case 0: return launch_cfg<2, 256, 4, 1>(ma, mb, im, in, ik, p, stream, pdl);
+    case 1: return launch_cfg<2, 128, 3, 2>(ma, mb, im, in, ik, p, stream, pdl);
+    case 2: return launch_cfg<1, 128, 4, 2>(ma, mb, im, in, ik, p, stream, pdl);
+    default: return launch_cfg<1, 256, 5, 1>(ma, mb, im, in, ik, p, stream, pdl);
+    }
 }
 
 } // namespace qlc

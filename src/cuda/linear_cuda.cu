@@ -21,6 +21,10 @@ struct ql_cuda_workspace {
     float *sx = nullptr;
     size_t q_bytes = 0, rows = 0;
     std::mutex lock; /* one call's prologue + GEMM are queued as a unit */
+    /* TMA descriptor of the codes for the last (m, k, tile) (encoding one costs microseconds of host time) */
+    CUtensorMap amap;
+    int64_t amap_m = -1, amap_k = -1;
+    int amap_tile = -1;
 };
 
 struct ql_cuda_linear {
@@ -36,6 +40,8 @@ struct ql_cuda_linear {
     int force;   /* QLINEAR_CUDA_GEMM: 0 auto, 1 sm90, 2 mma, 3 gemv */
     int force_tile; /* QLINEAR_CUDA_TILE: -1 auto, else an index into sm90_tiles */
     char kernel[48];
+    CUtensorMap bmap[4]; /* the weight's TMA descriptor per Hopper tile, made on first use */
+    bool bmap_ok[4];
 };
 
 namespace {
@@ -101,7 +107,7 @@ int env_choice(const char *name, const char *const *values, int count)
  * SMs in whole waves (tile throughput factors from the sweep in gpu.sh). */
 int pick_tile(int64_t m, int64_t n, int sms)
 {
-    static const double factor[] = {1.0, 0.93, 0.80, 0.85};
+    static const double factor[] = {1.0, 0.95, 0.80, 0.85};
     int best = 0;
     double best_score = -1;
     for (int t = 0; t < sm90_tile_count; t++) {
@@ -229,7 +235,7 @@ extern "C" ql_status ql_cuda_linear_create(int device, const ql_int8_weight *w, 
         e = cudaMalloc(&l->bias, (size_t)l->n * sizeof(float) + 4);
         if (e == cudaSuccess) e = cudaMemcpy(l->bias, bias_f32, (size_t)l->n * sizeof(float), cudaMemcpyHostToDevice);
     }
-    if (e == cudaSuccess) e = prepare_quantize_rows(quantize_rows_smem(l->k));
+    if (e == cudaSuccess) e = prepare_quantize_rows(l->k);
     if (e != cudaSuccess) {
         ql_cuda_linear_destroy(l);
         return cuda_fail(fn, "uploading the weight", e);
@@ -247,11 +253,20 @@ extern "C" const char *ql_cuda_linear_kernel(const ql_cuda_linear *l) { return l
 
 namespace {
 
+/* Descriptor caches of a call (NULL: none; the maps are made for this call). */
+struct MapCache {
+    CUtensorMap *amap;
+    int64_t *amap_m, *amap_k;
+    int *amap_tile;
+    CUtensorMap *bmap;
+    bool *bmap_ok;
+};
+
 /* Runs C = A·Bᵀ with epilogue p: the GEMV for few rows, the Hopper kernel
  * where it can run, else the portable tensor-core kernel. */
 cudaError_t run_gemm(int force, int force_tile, bool sm90, int sms, const int8_t *a, int64_t lda, const int8_t *b,
                      int64_t ldb, int64_t m, int64_t n, int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl,
-                     char *name, size_t name_len)
+                     char *name, size_t name_len, const MapCache *cache)
 {
     const bool aligned = (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0 && lda % 16 == 0 && ldb % 16 == 0;
     const bool gemv_ok = aligned && k % 16 == 0 && m <= QLC_GEMV_MAX_M;
@@ -265,9 +280,24 @@ cudaError_t run_gemm(int force, int force_tile, bool sm90, int sms, const int8_t
         return launch_s8_gemv(a, lda, b, ldb, m, n, k, p, stream);
     }
     if (use == 1) {
-        int t = force_tile >= 0 ? force_tile : pick_tile(m, n, sms);
-        snprintf(name, name_len, "sm90 wgmma %dx%d", 64 * sm90_tiles[t].wgs, sm90_tiles[t].bn);
-        return launch_s8_gemm_sm90(t, a, lda, b, ldb, m, n, k, p, stream, pdl);
+        const int t = force_tile >= 0 ? force_tile : pick_tile(m, n, sms);
+        CUtensorMap ma_local, mb_local;
+        CUtensorMap *ma = &ma_local, *mb = &mb_local;
+        if (cache) {
+            ma = cache->amap;
+            if (*cache->amap_m != m || *cache->amap_k != k || *cache->amap_tile != t) {
+                if (!make_sm90_maps(t, a, lda, m, b, ldb, n, k, ma, nullptr)) return cudaErrorInvalidValue;
+                *cache->amap_m = m, *cache->amap_k = k, *cache->amap_tile = t;
+            }
+            mb = &cache->bmap[t];
+            if (!cache->bmap_ok[t]) {
+                if (!make_sm90_maps(t, a, lda, m, b, ldb, n, k, nullptr, mb)) return cudaErrorInvalidValue;
+                cache->bmap_ok[t] = true;
+            }
+        } else if (!make_sm90_maps(t, a, lda, m, b, ldb, n, k, ma, mb)) return cudaErrorInvalidValue;
+        snprintf(name, name_len, "sm90 wgmma %dx%d%s", 64 * sm90_tiles[t].wgs, sm90_tiles[t].bn,
+                 sm90_tiles[t].ctas_per_sm > 1 ? " x2/SM" : "");
+        return launch_s8_gemm_sm90(t, *ma, *mb, m, n, k, p, stream, pdl);
     }
     snprintf(name, name_len, "mma.sync 128x128");
     return launch_s8_gemm_mma(a, lda, b, ldb, m, n, k, p, stream);
@@ -303,6 +333,7 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *l, ql_cuda_workspace
         /* Grown once per larger M; cudaFree waits for queued work that may still read the old one. */
         cudaFree(ws->q), cudaFree(ws->sx);
         ws->q = nullptr, ws->sx = nullptr, ws->q_bytes = ws->rows = 0;
+        ws->amap_m = -1; /* the descriptor named the old buffer */
         size_t qb = q_bytes > ws->q_bytes ? q_bytes : ws->q_bytes;
         QLC_CUDA(fn, "allocating the activation workspace", cudaMalloc(&ws->q, qb));
         QLC_CUDA(fn, "allocating the activation workspace", cudaMalloc(&ws->sx, (size_t)m * sizeof(float)));
@@ -317,9 +348,10 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *l, ql_cuda_workspace
     if (epi && epi->residual) p.res = epi->residual, p.ldr = epi->ld_residual, p.rs = epi->residual_scale;
     const size_t es = ql_dtype_size(ydt);
     p.vec2 = (uintptr_t)y % (2 * es) == 0 && ldy % 2 == 0;
+    const MapCache cache = {&ws->amap, &ws->amap_m, &ws->amap_k, &ws->amap_tile, l->bmap, l->bmap_ok};
     QLC_CUDA(fn, "the GEMM kernel",
              run_gemm(l->force, l->force_tile, l->sm90, l->sms, ws->q, l->kp, l->w, l->kp, m, l->n, l->k, p, s, true,
-                      l->kernel, sizeof l->kernel));
+                      l->kernel, sizeof l->kernel, &cache));
     return QL_OK;
 }
 
@@ -346,6 +378,6 @@ extern "C" ql_status ql_cuda_gemm_s8s8s32(int device, void *stream, int64_t m, i
     QLC_CUDA(fn, "the GEMM kernel",
              run_gemm(env_choice("QLINEAR_CUDA_GEMM", gemms, 4), tile && *tile ? atoi(tile) % sm90_tile_count : -1,
                       major == 9, sms, a, lda, b, ldb, m, n, k, p, (cudaStream_t)stream,
-                      false, name, sizeof name));
+                      false, name, sizeof name, nullptr));
     return QL_OK;
 }

@@ -159,6 +159,95 @@ __global__ void __launch_bounds__(PRO_THREADS) quantize_rows_kernel(const char *
     if (tid == 0) sx[r] = s;
 }
 
+
+/* The fast path for G = 256 (and K <= 16384, K a multiple of 256): each
+ * thread owns 16 values and every row's values stay in registers from load
+ * to code. A row takes K/16 threads; a block holds whole rows (several when
+ * K is short). Stages of stride 1 and 4 run on 16 consecutive values; one
+ * exchange through shared memory regroups them so that the thread holds
+ * i + 16·t (t = 0..15) of one group, where the stages of stride 16 and 64
+ * run; codes go back through shared memory so that each thread stores 16
+ * consecutive bytes. */
+constexpr int FAST_THREADS = 256;
+constexpr int GROUP_PITCH = 256 + 16; /* floats: a padded group, so the regrouping reads hit distinct banks */
+
+__global__ void __launch_bounds__(1024) quantize_rows_g256_kernel(const char *x, int xdt, int64_t ldx_bytes,
+                                                                           int64_t m, int k, bool vec, int8_t *q,
+                                                                           int64_t ldq, float *sx)
+{
+    extern __shared__ float sv[]; /* rows_per_block × (k/256) padded groups, then the codes */
+    __shared__ unsigned row_max[FAST_THREADS / 16], row_bad[FAST_THREADS / 16];
+    const int tpr = k / 16;                          /* threads per row */
+    const int rows = blockDim.x / tpr;               /* rows in this block */
+    const int lr = threadIdx.x / tpr, c = threadIdx.x % tpr;
+    const int64_t r = (int64_t)blockIdx.x * rows + lr;
+    const bool live = r < m;
+    const int groups = k / 256;
+    float *rowv = sv + (size_t)lr * groups * GROUP_PITCH;
+    int8_t *codes = (int8_t *)(sv + (size_t)rows * groups * GROUP_PITCH) + (size_t)lr * k;
+    if (threadIdx.x < rows) row_max[threadIdx.x] = 0u, row_bad[threadIdx.x] = 0u;
+
+    float e[16];
+    if (live) load16(xdt, x + r * ldx_bytes, (int64_t)c * 16, vec, e);
+    else
+#pragma unroll
+        for (int i = 0; i < 16; i++) e[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; i++) e[i] = __fmul_rn(e[i], 0.0625f); /* 1/sqrt(256) */
+#pragma unroll
+    for (int i = 0; i < 16; i += 4) bfly(e[i], e[i + 1], e[i + 2], e[i + 3]);
+#pragma unroll
+    for (int i = 0; i < 4; i++) bfly(e[i], e[i + 4], e[i + 8], e[i + 12]);
+    {
+        float4 *dst = (float4 *)(rowv + (c / 16) * GROUP_PITCH + (c % 16) * 16);
+#pragma unroll
+        for (int i = 0; i < 4; i++) dst[i] = make_float4(e[4 * i], e[4 * i + 1], e[4 * i + 2], e[4 * i + 3]);
+    }
+    __syncthreads();
+    /* now thread c takes i = c % 16 of group c / 16: values i + 16·t */
+    const float *src = rowv + (c / 16) * GROUP_PITCH + (c % 16);
+#pragma unroll
+    for (int t = 0; t < 16; t++) e[t] = src[16 * t];
+#pragma unroll
+    for (int i = 0; i < 16; i += 4) bfly(e[i], e[i + 1], e[i + 2], e[i + 3]);
+#pragma unroll
+    for (int i = 0; i < 4; i++) bfly(e[i], e[i + 4], e[i + 8], e[i + 12]);
+    float amax = 0.0f;
+    unsigned bad = 0;
+#pragma unroll
+    for (int t = 0; t < 16; t++) {
+        e[t] = round_to(xdt, e[t]);
+        float a = fabsf(e[t]);
+        if (!(a <= 3.402823466e38f)) bad = 1;
+        else amax = fmaxf(amax, a);
+    }
+    /* non-negative floats order like their bit patterns */
+    atomicMax(&row_max[lr], __float_as_uint(amax));
+    if (bad) atomicOr(&row_bad[lr], 1u);
+    __syncthreads();
+    const bool row_bad_now = row_bad[lr] != 0;
+    float s = __fdiv_rn(__uint_as_float(row_max[lr]), 127.0f);
+    s = s > 1e-30f ? s : 1e-30f;
+    float st = round_to(xdt, s);
+    if (st == 0.0f) st = tiny_of(xdt);
+    const float rcp = __frcp_rn(st);
+    int8_t *cg = codes + (c / 16) * 256 + (c % 16);
+#pragma unroll
+    for (int t = 0; t < 16; t++) {
+        float quo = xdt == DT_BF16 ? __fmul_rn(e[t], rcp) : __fdiv_rn(e[t], st);
+        float v = fminf(fmaxf(rintf(round_to(xdt, quo)), -128.0f), 127.0f);
+        cg[16 * t] = row_bad_now ? (int8_t)0 : (int8_t)(int)v;
+    }
+    __syncthreads();
+    if (!live) return;
+    *(int4 *)(q + r * ldq + c * 16) = *(const int4 *)(codes + c * 16);
+    if (c == 0) {
+        /* the pad past K stays zero (ldq - k < 16) */
+        for (int64_t j = k; j < ldq; j++) q[r * ldq + j] = 0;
+        sx[r] = row_bad_now ? __int_as_float(0x7fc00000) : s;
+    }
+}
+
 } // namespace
 
 int log4_of(int64_t g)
@@ -168,19 +257,35 @@ int log4_of(int64_t g)
     return p;
 }
 
+/* The fast kernel's block: whole rows of k/16 threads, up to FAST_THREADS. */
+static int fast_rows(int64_t k) { return k / 16 >= FAST_THREADS ? 1 : (int)(FAST_THREADS / (k / 16)); }
+static bool fast_ok(int64_t k, int64_t group) { return group == 256 && k % 256 == 0 && k > 0 && k <= 16384; }
+static size_t fast_smem(int64_t k)
+{
+    const int rows = fast_rows(k);
+    return (size_t)rows * (size_t)(k / 256) * GROUP_PITCH * sizeof(float) + (size_t)rows * (size_t)k;
+}
+
 size_t quantize_rows_smem(int64_t k)
 {
     const size_t bytes = (size_t)k * sizeof(float);
     return bytes <= 200u * 1024u ? (bytes ? bytes : 4) : 0;
 }
 
-cudaError_t prepare_quantize_rows(size_t max_smem)
+cudaError_t prepare_quantize_rows(int64_t k)
 {
-    /* Raise the kernel's dynamic shared-memory limit once to what the layer needs. */
-    static size_t set_to = 48 * 1024;
-    if (max_smem <= set_to) return cudaSuccess;
-    cudaError_t e = cudaFuncSetAttribute(quantize_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)max_smem);
-    if (e == cudaSuccess) set_to = max_smem;
+    /* Raise each kernel's dynamic shared-memory limit once, to the largest a layer needs. */
+    static size_t generic_set = 48 * 1024, fast_set = 48 * 1024;
+    const size_t g = quantize_rows_smem(k), f = fast_smem(k);
+    cudaError_t e = cudaSuccess;
+    if (g > generic_set) {
+        e = cudaFuncSetAttribute(quantize_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g);
+        if (e == cudaSuccess) generic_set = g;
+    }
+    if (e == cudaSuccess && f > fast_set && f <= 100 * 1024) {
+        e = cudaFuncSetAttribute(quantize_rows_g256_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)f);
+        if (e == cudaSuccess) fast_set = f;
+    }
     return e;
 }
 
@@ -189,6 +294,13 @@ cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m,
 {
     const int esize = xdt == DT_F32 ? 4 : 2;
     const bool vec = ((uintptr_t)x % 16 == 0) && ((ldx * esize) % 16 == 0);
+    if (fast_ok(k, group) && fast_smem(k) <= 100 * 1024) {
+        const int rows = fast_rows(k);
+        const int64_t blocks = (m + rows - 1) / rows;
+        quantize_rows_g256_kernel<<<(unsigned)blocks, (unsigned)(rows * (k / 16)), fast_smem(k), stream>>>(
+            (const char *)x, xdt, ldx * esize, m, (int)k, vec, q, ldq, sx);
+        return cudaGetLastError();
+    }
     quantize_rows_kernel<<<(unsigned)m, PRO_THREADS, quantize_rows_smem(k), stream>>>(
         (const char *)x, xdt, ldx * esize, k, log4_of(group), vec, q, ldq, sx);
     return cudaGetLastError();
