@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(PRO_THREADS) quantize_rows_kernel(const char *
 }
 
 
-/* The fast path for G = 256 (and K <= 16384, K a multiple of 256): each
+/* The fast path for G = 256 (and K <= 8192, K a multiple of 256): each
  * thread owns 16 values and every row's values stay in registers from load
  * to code. A row takes K/16 threads; a block holds whole rows (several when
  * K is short). Stages of stride 1 and 4 run on 16 consecutive values; one
@@ -171,80 +171,128 @@ __global__ void __launch_bounds__(PRO_THREADS) quantize_rows_kernel(const char *
 constexpr int FAST_THREADS = 256;
 constexpr int GROUP_PITCH = 256 + 16; /* floats: a padded group, so the regrouping reads hit distinct banks */
 
-__global__ void __launch_bounds__(1024) quantize_rows_g256_kernel(const char *x, int xdt, int64_t ldx_bytes,
-                                                                           int64_t m, int k, bool vec, int8_t *q,
-                                                                           int64_t ldq, float *sx)
+/* 16 values in flight: the raw 16-bit patterns (vector path) or the values
+ * already widened to fp32 (fp32 input, unaligned rows). */
+struct Raw16 {
+    uint4 u[4];
+};
+
+__device__ __forceinline__ void fetch16(int dt, const char *row, int64_t j, bool vec, Raw16 &r)
+{
+    if (vec && dt != DT_F32) {
+        const uint4 *p = (const uint4 *)(row + j * 2);
+        r.u[0] = p[0], r.u[1] = p[1];
+        return;
+    }
+    float *f = (float *)r.u;
+    if (vec) {
+        const uint4 *p = (const uint4 *)(row + j * 4);
+#pragma unroll
+        for (int i = 0; i < 4; i++) r.u[i] = p[i];
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < 16; i++) f[i] = load_f(dt, row, j + i);
+}
+
+__device__ __forceinline__ void widen16(int dt, bool vec, const Raw16 &r, float (&v)[16])
+{
+    if (vec && dt != DT_F32) {
+        const uint16_t *h = (const uint16_t *)r.u;
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+            v[i] = dt == DT_BF16 ? __bfloat162float(__ushort_as_bfloat16(h[i])) : __half2float(__ushort_as_half(h[i]));
+        return;
+    }
+    const float *f = (const float *)r.u;
+#pragma unroll
+    for (int i = 0; i < 16; i++) v[i] = f[i];
+}
+
+/* Grid-stride over row blocks; the next block's values are loaded before
+ * this one is processed, so each thread keeps a load in flight. */
+__global__ void __launch_bounds__(512) quantize_rows_g256_kernel(const char *x, int xdt, int64_t ldx_bytes,
+                                                                   int64_t m, int k, bool vec, int8_t *q,
+                                                                   int64_t ldq, float *sx)
 {
     extern __shared__ float sv[]; /* rows_per_block × (k/256) padded groups, then the codes */
     __shared__ unsigned row_max[FAST_THREADS / 16], row_bad[FAST_THREADS / 16];
-    const int tpr = k / 16;                          /* threads per row */
-    const int rows = blockDim.x / tpr;               /* rows in this block */
+    const int tpr = k / 16;            /* threads per row */
+    const int rows = blockDim.x / tpr; /* rows in a block */
     const int lr = threadIdx.x / tpr, c = threadIdx.x % tpr;
-    const int64_t r = (int64_t)blockIdx.x * rows + lr;
-    const bool live = r < m;
-    const int groups = k / 256;
-    float *rowv = sv + (size_t)lr * groups * GROUP_PITCH;
-    int8_t *codes = (int8_t *)(sv + (size_t)rows * groups * GROUP_PITCH) + (size_t)lr * k;
-    if (threadIdx.x < rows) row_max[threadIdx.x] = 0u, row_bad[threadIdx.x] = 0u;
+    const int64_t nrb = (m + rows - 1) / rows;
+    float *rowv = sv + (size_t)lr * (k / 256) * GROUP_PITCH;
+    int8_t *codes = (int8_t *)(sv + (size_t)rows * (k / 256) * GROUP_PITCH) + (size_t)lr * k;
 
-    float e[16];
-    if (live) load16(xdt, x + r * ldx_bytes, (int64_t)c * 16, vec, e);
-    else
+    Raw16 cur;
+    int64_t rb = blockIdx.x;
+    if (rb * rows + lr < m) fetch16(xdt, x + (rb * rows + lr) * ldx_bytes, (int64_t)c * 16, vec, cur);
+    for (; rb < nrb; rb += gridDim.x) {
+        const int64_t r = rb * rows + lr, rn = (rb + gridDim.x) * rows + lr;
+        const bool live = r < m;
+        Raw16 nxt;
+        if (rb + gridDim.x < nrb && rn < m) fetch16(xdt, x + rn * ldx_bytes, (int64_t)c * 16, vec, nxt);
+        if (threadIdx.x < rows) row_max[threadIdx.x] = 0u, row_bad[threadIdx.x] = 0u;
+
+        float e[16];
+        widen16(xdt, vec, cur, e);
+        if (!live)
 #pragma unroll
-        for (int i = 0; i < 16; i++) e[i] = 0.0f;
+            for (int i = 0; i < 16; i++) e[i] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 16; i++) e[i] = __fmul_rn(e[i], 0.0625f); /* 1/sqrt(256) */
+        for (int i = 0; i < 16; i++) e[i] = __fmul_rn(e[i], 0.0625f); /* 1/sqrt(256) */
 #pragma unroll
-    for (int i = 0; i < 16; i += 4) bfly(e[i], e[i + 1], e[i + 2], e[i + 3]);
+        for (int i = 0; i < 16; i += 4) bfly(e[i], e[i + 1], e[i + 2], e[i + 3]);
 #pragma unroll
-    for (int i = 0; i < 4; i++) bfly(e[i], e[i + 4], e[i + 8], e[i + 12]);
-    {
-        float4 *dst = (float4 *)(rowv + (c / 16) * GROUP_PITCH + (c % 16) * 16);
+        for (int i = 0; i < 4; i++) bfly(e[i], e[i + 4], e[i + 8], e[i + 12]);
+        {
+            float4 *dst = (float4 *)(rowv + (c / 16) * GROUP_PITCH + (c % 16) * 16);
 #pragma unroll
-        for (int i = 0; i < 4; i++) dst[i] = make_float4(e[4 * i], e[4 * i + 1], e[4 * i + 2], e[4 * i + 3]);
-    }
-    __syncthreads();
-    /* now thread c takes i = c % 16 of group c / 16: values i + 16·t */
-    const float *src = rowv + (c / 16) * GROUP_PITCH + (c % 16);
+            for (int i = 0; i < 4; i++) dst[i] = make_float4(e[4 * i], e[4 * i + 1], e[4 * i + 2], e[4 * i + 3]);
+        }
+        __syncthreads();
+        /* now thread c takes i = c % 16 of group c / 16: values i + 16·t */
+        const float *src = rowv + (c / 16) * GROUP_PITCH + (c % 16);
 #pragma unroll
-    for (int t = 0; t < 16; t++) e[t] = src[16 * t];
+        for (int t = 0; t < 16; t++) e[t] = src[16 * t];
 #pragma unroll
-    for (int i = 0; i < 16; i += 4) bfly(e[i], e[i + 1], e[i + 2], e[i + 3]);
+        for (int i = 0; i < 16; i += 4) bfly(e[i], e[i + 1], e[i + 2], e[i + 3]);
 #pragma unroll
-    for (int i = 0; i < 4; i++) bfly(e[i], e[i + 4], e[i + 8], e[i + 12]);
-    float amax = 0.0f;
-    unsigned bad = 0;
+        for (int i = 0; i < 4; i++) bfly(e[i], e[i + 4], e[i + 8], e[i + 12]);
+        float amax = 0.0f;
+        unsigned bad = 0;
 #pragma unroll
-    for (int t = 0; t < 16; t++) {
-        e[t] = round_to(xdt, e[t]);
-        float a = fabsf(e[t]);
-        if (!(a <= 3.402823466e38f)) bad = 1;
-        else amax = fmaxf(amax, a);
-    }
-    /* non-negative floats order like their bit patterns */
-    atomicMax(&row_max[lr], __float_as_uint(amax));
-    if (bad) atomicOr(&row_bad[lr], 1u);
-    __syncthreads();
-    const bool row_bad_now = row_bad[lr] != 0;
-    float s = __fdiv_rn(__uint_as_float(row_max[lr]), 127.0f);
-    s = s > 1e-30f ? s : 1e-30f;
-    float st = round_to(xdt, s);
-    if (st == 0.0f) st = tiny_of(xdt);
-    const float rcp = __frcp_rn(st);
-    int8_t *cg = codes + (c / 16) * 256 + (c % 16);
+        for (int t = 0; t < 16; t++) {
+            if (e[t] != e[t]) bad = 1; /* NaN: tested before the integer rounding */
+            e[t] = round_to_nonan(xdt, e[t]);
+            float a = fabsf(e[t]);
+            if (!(a <= 3.402823466e38f)) bad = 1;
+            else amax = fmaxf(amax, a);
+        }
+        /* non-negative floats order like their bit patterns */
+        atomicMax(&row_max[lr], __float_as_uint(amax));
+        if (bad) atomicOr(&row_bad[lr], 1u);
+        __syncthreads();
+        const bool row_bad_now = row_bad[lr] != 0;
+        float s = __fdiv_rn(__uint_as_float(row_max[lr]), 127.0f);
+        s = s > 1e-30f ? s : 1e-30f;
+        float st = round_to(xdt, s);
+        if (st == 0.0f) st = tiny_of(xdt);
+        const float rcp = __frcp_rn(st);
+        int8_t *cg = codes + (c / 16) * 256 + (c % 16);
 #pragma unroll
-    for (int t = 0; t < 16; t++) {
-        float quo = xdt == DT_BF16 ? __fmul_rn(e[t], rcp) : __fdiv_rn(e[t], st);
-        float v = fminf(fmaxf(rintf(round_to(xdt, quo)), -128.0f), 127.0f);
-        cg[16 * t] = row_bad_now ? (int8_t)0 : (int8_t)(int)v;
-    }
-    __syncthreads();
-    if (!live) return;
-    *(int4 *)(q + r * ldq + c * 16) = *(const int4 *)(codes + c * 16);
-    if (c == 0) {
-        /* the pad past K stays zero (ldq - k < 16) */
-        for (int64_t j = k; j < ldq; j++) q[r * ldq + j] = 0;
-        sx[r] = row_bad_now ? __int_as_float(0x7fc00000) : s;
+        for (int t = 0; t < 16; t++) {
+            /* finite row: |quotient| <= ~128, never NaN */
+            float quo = xdt == DT_BF16 ? __fmul_rn(e[t], rcp) : __fdiv_rn(e[t], st);
+            cg[16 * t] = row_bad_now ? (int8_t)0 : (int8_t)rint_clamp_s8(round_to_nonan(xdt, quo));
+        }
+        __syncthreads();
+        if (live) {
+            *(int4 *)(q + r * ldq + c * 16) = *(const int4 *)(codes + c * 16);
+            if (c == 0) sx[r] = row_bad_now ? __int_as_float(0x7fc00000) : s; /* ldq == k: K is a multiple of 256 */
+        }
+        cur = nxt;
+        __syncthreads(); /* row_max and the buffers are reused by the next block */
     }
 }
 
@@ -259,9 +307,10 @@ int log4_of(int64_t g)
 
 /* The fast kernel's block: whole rows of k/16 threads, up to FAST_THREADS. */
 static int fast_rows(int64_t k) { return k / 16 >= FAST_THREADS ? 1 : (int)(FAST_THREADS / (k / 16)); }
-static bool fast_ok(int64_t k, int64_t group) { return group == 256 && k % 256 == 0 && k > 0 && k <= 16384; }
+static bool fast_ok(int64_t k, int64_t group) { return group == 256 && k % 256 == 0 && k > 0 && k <= 8192; }
 static size_t fast_smem(int64_t k)
 {
+    if (!fast_ok(k, 256)) return 0;
     const int rows = fast_rows(k);
     return (size_t)rows * (size_t)(k / 256) * GROUP_PITCH * sizeof(float) + (size_t)rows * (size_t)k;
 }
@@ -296,7 +345,18 @@ cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m,
     const bool vec = ((uintptr_t)x % 16 == 0) && ((ldx * esize) % 16 == 0);
     if (fast_ok(k, group) && fast_smem(k) <= 100 * 1024) {
         const int rows = fast_rows(k);
-        const int64_t blocks = (m + rows - 1) / rows;
+        int64_t blocks = (m + rows - 1) / rows;
+        static int resident = 0; /* blocks of 256 threads one SM holds, times the SMs */
+        if (!resident) {
+            int dev = 0, sms = 0, per_sm = 0;
+            cudaGetDevice(&dev);
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, quantize_rows_g256_kernel, FAST_THREADS,
+                                                          fast_smem(2048));
+            resident = (sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1);
+        }
+        const int64_t cap = (int64_t)resident * FAST_THREADS / (rows * (k / 16));
+        if (blocks > cap && cap > 0) blocks = cap;
         quantize_rows_g256_kernel<<<(unsigned)blocks, (unsigned)(rows * (k / 16)), fast_smem(k), stream>>>(
             (const char *)x, xdt, ldx * esize, m, (int)k, vec, q, ldq, sx);
         return cudaGetLastError();
