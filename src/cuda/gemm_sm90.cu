@@ -9,6 +9,7 @@
 #include <cuda.h>
 
 #include "common.cuh"
+#include "async_copy.cuh"
 #include "cuda_internal.h"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -22,37 +23,6 @@ namespace {
 constexpr int BK = 128; /* bytes of K per stage: one 128-byte swizzle row */
 
 #ifdef QLC_SM90A
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t *bar)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
-{
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(smem_u32(bar)), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-__device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, uint64_t *bar, int x, int y)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
-                     smem_u32(dst)),
-                 "l"((uint64_t)map), "r"(smem_u32(bar)), "r"(x), "r"(y)
-                 : "memory");
-}
 /* Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups
  * 1024 bytes apart (leading offset unused for swizzled K-major layouts). */
 __device__ __forceinline__ uint64_t smem_desc(const void *p)
@@ -94,7 +64,7 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], NWG * 128);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        mbar_init_fence();
     }
     __syncthreads();
     /* Programmatic dependent launch: the activation codes come from the
@@ -240,7 +210,10 @@ cudaError_t launch_cfg(const CUtensorMap &ma, const CUtensorMap &mb, int m, int 
 
 } // namespace
 
-const Sm90Tile sm90_tiles[] = {{2, 256, 1}, {2, 128, 2}, {1, 128, 2}, {1, 256, 1}};
+/* Two blocks per SM where the grid fills the SMs twice (one block's epilogue
+ * overlaps the other's main loop); deep rings with one block per SM where
+ * it does not (then the load latency is what a block waits for). */
+const Sm90Tile sm90_tiles[] = {{2, 256, 1}, {2, 128, 2}, {1, 128, 2}, {1, 256, 1}, {2, 128, 1}, {1, 128, 1}};
 const int sm90_tile_count = sizeof sm90_tiles / sizeof sm90_tiles[0];
 
 bool make_sm90_maps(int tile, const int8_t *a, int64_t lda, int64_t m, const int8_t *b, int64_t ldb, int64_t n,
@@ -258,7 +231,9 @@ cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorM
     case 0: return launch_cfg<2, 256, 4, 1>(ma, mb, im, in, ik, p, stream, pdl);
     case 1: return launch_cfg<2, 128, 3, 2>(ma, mb, im, in, ik, p, stream, pdl);
     case 2: return launch_cfg<1, 128, 4, 2>(ma, mb, im, in, ik, p, stream, pdl);
-    default: return launch_cfg<1, 256, 5, 1>(ma, mb, im, in, ik, p, stream, pdl);
+    case 3: return launch_cfg<1, 256, 5, 1>(ma, mb, im, in, ik, p, stream, pdl);
+    case 4: return launch_cfg<2, 128, 6, 1>(ma, mb, im, in, ik, p, stream, pdl);
+    default: return launch_cfg<1, 128, 8, 1>(ma, mb, im, in, ik, p, stream, pdl);
     }
 }
 

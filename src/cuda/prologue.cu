@@ -5,6 +5,7 @@
  * (zero-padded to ldq, the GEMM's 16-byte row pitch) and fp32 scales [M].
  * Bit-identical to ql_load_row_rotated + ql_quantize_row_f32. */
 #include "common.cuh"
+#include "async_copy.cuh"
 #include "cuda_internal.h"
 
 namespace qlc {
@@ -171,71 +172,77 @@ __global__ void __launch_bounds__(PRO_THREADS) quantize_rows_kernel(const char *
 constexpr int FAST_THREADS = 256;
 constexpr int GROUP_PITCH = 256 + 16; /* floats: a padded group, so the regrouping reads hit distinct banks */
 
-/* 16 values in flight: the raw 16-bit patterns (vector path) or the values
- * already widened to fp32 (fp32 input, unaligned rows). */
-struct Raw16 {
-    uint4 u[4];
-};
-
-__device__ __forceinline__ void fetch16(int dt, const char *row, int64_t j, bool vec, Raw16 &r)
-{
-    if (vec && dt != DT_F32) {
-        const uint4 *p = (const uint4 *)(row + j * 2);
-        r.u[0] = p[0], r.u[1] = p[1];
-        return;
-    }
-    float *f = (float *)r.u;
-    if (vec) {
-        const uint4 *p = (const uint4 *)(row + j * 4);
-#pragma unroll
-        for (int i = 0; i < 4; i++) r.u[i] = p[i];
-        return;
-    }
-#pragma unroll
-    for (int i = 0; i < 16; i++) f[i] = load_f(dt, row, j + i);
-}
-
-__device__ __forceinline__ void widen16(int dt, bool vec, const Raw16 &r, float (&v)[16])
-{
-    if (vec && dt != DT_F32) {
-        const uint16_t *h = (const uint16_t *)r.u;
-#pragma unroll
-        for (int i = 0; i < 16; i++)
-            v[i] = dt == DT_BF16 ? __bfloat162float(__ushort_as_bfloat16(h[i])) : __half2float(__ushort_as_half(h[i]));
-        return;
-    }
-    const float *f = (const float *)r.u;
-#pragma unroll
-    for (int i = 0; i < 16; i++) v[i] = f[i];
-}
-
-/* Grid-stride over row blocks; the next block's values are loaded before
- * this one is processed, so each thread keeps a load in flight. */
+/* Grid-stride over blocks of whole rows. On sm_90 one thread streams each
+ * block's rows into shared memory with bulk asynchronous copies, the next
+ * block's while this one is computed (double buffer, mbarriers): the loads
+ * stay in flight without registers or occupancy. Before sm_90 the threads
+ * load their 16 values themselves. Rows must be 16-byte aligned (`vec`). */
 __global__ void __launch_bounds__(512) quantize_rows_g256_kernel(const char *x, int xdt, int64_t ldx_bytes,
-                                                                   int64_t m, int k, bool vec, int8_t *q,
-                                                                   int64_t ldq, float *sx)
+                                                                  int64_t m, int k, int8_t *q, int64_t ldq,
+                                                                  float *sx)
 {
-    extern __shared__ float sv[]; /* rows_per_block × (k/256) padded groups, then the codes */
+    extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ unsigned row_max[FAST_THREADS / 16], row_bad[FAST_THREADS / 16];
+    const int esize = xdt == DT_F32 ? 4 : 2;
+    const int row_bytes = k * esize;
     const int tpr = k / 16;            /* threads per row */
     const int rows = blockDim.x / tpr; /* rows in a block */
     const int lr = threadIdx.x / tpr, c = threadIdx.x % tpr;
     const int64_t nrb = (m + rows - 1) / rows;
+    float *sv = (float *)(smem_raw + 2 * (size_t)rows * row_bytes); /* [rows][k/256][GROUP_PITCH] */
     float *rowv = sv + (size_t)lr * (k / 256) * GROUP_PITCH;
     int8_t *codes = (int8_t *)(sv + (size_t)rows * (k / 256) * GROUP_PITCH) + (size_t)lr * k;
 
-    Raw16 cur;
-    int64_t rb = blockIdx.x;
-    if (rb * rows + lr < m) fetch16(xdt, x + (rb * rows + lr) * ldx_bytes, (int64_t)c * 16, vec, cur);
-    for (; rb < nrb; rb += gridDim.x) {
-        const int64_t r = rb * rows + lr, rn = (rb + gridDim.x) * rows + lr;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    __shared__ __align__(8) uint64_t bars[2];
+    unsigned char *in = smem_raw; /* [2][rows][row_bytes] */
+    /* thread 0: the rows of block `b` into buffer `buf` */
+    auto issue = [&](int64_t b, int buf) {
+        const int64_t r0 = b * rows;
+        const int live_rows = (int)(m - r0 < rows ? m - r0 : rows);
+        mbar_expect_tx(&bars[buf], (uint32_t)(live_rows * row_bytes));
+        for (int i = 0; i < live_rows; i++)
+            bulk_load(in + ((size_t)buf * rows + i) * row_bytes, x + (r0 + i) * ldx_bytes, (uint32_t)row_bytes,
+                      &bars[buf]);
+    };
+    if (threadIdx.x == 0) {
+        mbar_init(&bars[0], 1), mbar_init(&bars[1], 1);
+        mbar_init_fence();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0 && blockIdx.x < nrb) issue(blockIdx.x, 0);
+#endif
+    int it = 0;
+    for (int64_t rb = blockIdx.x; rb < nrb; rb += gridDim.x, it++) {
+        const int64_t r = rb * rows + lr;
         const bool live = r < m;
-        Raw16 nxt;
-        if (rb + gridDim.x < nrb && rn < m) fetch16(xdt, x + rn * ldx_bytes, (int64_t)c * 16, vec, nxt);
+        const int buf = it & 1;
         if (threadIdx.x < rows) row_max[threadIdx.x] = 0u, row_bad[threadIdx.x] = 0u;
-
         float e[16];
-        widen16(xdt, vec, cur, e);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        /* the other buffer was read in the previous round, which ended with a barrier */
+        if (threadIdx.x == 0 && rb + gridDim.x < nrb) issue(rb + gridDim.x, buf ^ 1);
+        mbar_wait(&bars[buf], (it >> 1) & 1);
+        const unsigned char *src_row = in + ((size_t)buf * rows + lr) * row_bytes;
+#else
+        (void)buf;
+        const unsigned char *src_row = (const unsigned char *)(x + (live ? r : 0) * ldx_bytes);
+#endif
+        if (xdt == DT_F32) {
+            const float4 *p = (const float4 *)(src_row + (size_t)c * 64);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float4 f = p[i];
+                e[4 * i] = f.x, e[4 * i + 1] = f.y, e[4 * i + 2] = f.z, e[4 * i + 3] = f.w;
+            }
+        } else {
+            const uint4 *p = (const uint4 *)(src_row + (size_t)c * 32);
+            uint4 u[2] = {p[0], p[1]};
+            const uint16_t *h = (const uint16_t *)u;
+#pragma unroll
+            for (int i = 0; i < 16; i++)
+                e[i] = xdt == DT_BF16 ? __uint_as_float((uint32_t)h[i] << 16) : __half2float(__ushort_as_half(h[i]));
+        }
         if (!live)
 #pragma unroll
             for (int i = 0; i < 16; i++) e[i] = 0.0f;
@@ -291,8 +298,7 @@ __global__ void __launch_bounds__(512) quantize_rows_g256_kernel(const char *x, 
             *(int4 *)(q + r * ldq + c * 16) = *(const int4 *)(codes + c * 16);
             if (c == 0) sx[r] = row_bad_now ? __int_as_float(0x7fc00000) : s; /* ldq == k: K is a multiple of 256 */
         }
-        cur = nxt;
-        __syncthreads(); /* row_max and the buffers are reused by the next block */
+        __syncthreads(); /* row_max, the regrouping buffer and the input buffer are reused */
     }
 }
 
@@ -305,15 +311,17 @@ int log4_of(int64_t g)
     return p;
 }
 
-/* The fast kernel's block: whole rows of k/16 threads, up to FAST_THREADS. */
+/* The fast kernel's block: whole rows of k/16 threads, up to FAST_THREADS (one row when longer). */
 static int fast_rows(int64_t k) { return k / 16 >= FAST_THREADS ? 1 : (int)(FAST_THREADS / (k / 16)); }
 static bool fast_ok(int64_t k, int64_t group) { return group == 256 && k % 256 == 0 && k > 0 && k <= 8192; }
-static size_t fast_smem(int64_t k)
+static size_t fast_smem(int64_t k, int esize)
 {
     if (!fast_ok(k, 256)) return 0;
-    const int rows = fast_rows(k);
-    return (size_t)rows * (size_t)(k / 256) * GROUP_PITCH * sizeof(float) + (size_t)rows * (size_t)k;
+    const size_t rows = (size_t)fast_rows(k);
+    return 2 * rows * (size_t)k * (size_t)esize + rows * (size_t)(k / 256) * GROUP_PITCH * sizeof(float) +
+           rows * (size_t)k;
 }
+static const size_t fast_smem_cap = 200 * 1024;
 
 size_t quantize_rows_smem(int64_t k)
 {
@@ -325,13 +333,13 @@ cudaError_t prepare_quantize_rows(int64_t k)
 {
     /* Raise each kernel's dynamic shared-memory limit once, to the largest a layer needs. */
     static size_t generic_set = 48 * 1024, fast_set = 48 * 1024;
-    const size_t g = quantize_rows_smem(k), f = fast_smem(k);
+    const size_t g = quantize_rows_smem(k), f = fast_smem(k, 4);
     cudaError_t e = cudaSuccess;
     if (g > generic_set) {
         e = cudaFuncSetAttribute(quantize_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g);
         if (e == cudaSuccess) generic_set = g;
     }
-    if (e == cudaSuccess && f > fast_set && f <= 100 * 1024) {
+    if (e == cudaSuccess && f > fast_set && f <= fast_smem_cap) {
         e = cudaFuncSetAttribute(quantize_rows_g256_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)f);
         if (e == cudaSuccess) fast_set = f;
     }
@@ -343,22 +351,23 @@ cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m,
 {
     const int esize = xdt == DT_F32 ? 4 : 2;
     const bool vec = ((uintptr_t)x % 16 == 0) && ((ldx * esize) % 16 == 0);
-    if (fast_ok(k, group) && fast_smem(k) <= 100 * 1024) {
-        const int rows = fast_rows(k);
+    const size_t smem = fast_smem(k, esize);
+    if (vec && fast_ok(k, group) && smem <= fast_smem_cap) {
+        const int rows = fast_rows(k), threads = rows * (int)(k / 16);
         int64_t blocks = (m + rows - 1) / rows;
-        static int resident = 0; /* blocks of 256 threads one SM holds, times the SMs */
-        if (!resident) {
+        /* as many blocks as stay resident (each streams its next rows while it computes) */
+        static int64_t last_k = -1, last_es = -1, resident = 0;
+        if (k != last_k || esize != last_es) {
             int dev = 0, sms = 0, per_sm = 0;
             cudaGetDevice(&dev);
             cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, quantize_rows_g256_kernel, FAST_THREADS,
-                                                          fast_smem(2048));
-            resident = (sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1);
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, quantize_rows_g256_kernel, threads, smem);
+            resident = (int64_t)(sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1);
+            last_k = k, last_es = esize;
         }
-        const int64_t cap = (int64_t)resident * FAST_THREADS / (rows * (k / 16));
-        if (blocks > cap && cap > 0) blocks = cap;
-        quantize_rows_g256_kernel<<<(unsigned)blocks, (unsigned)(rows * (k / 16)), fast_smem(k), stream>>>(
-            (const char *)x, xdt, ldx * esize, m, (int)k, vec, q, ldq, sx);
+        if (blocks > resident) blocks = resident;
+        quantize_rows_g256_kernel<<<(unsigned)blocks, (unsigned)threads, smem, stream>>>(
+            (const char *)x, xdt, ldx * esize, m, (int)k, q, ldq, sx);
         return cudaGetLastError();
     }
     quantize_rows_kernel<<<(unsigned)m, PRO_THREADS, quantize_rows_smem(k), stream>>>(
