@@ -228,8 +228,8 @@ def _host_array(x, what):
     cannot take it as it is."""
     if _is_torch(x):
         if x.device.type != "cpu":
-            raise QlinearError(f"qlinear: {what} is on {x.device}; qlinear runs on the CPU "
-                               "(no CUDA backend yet): move it with .cpu()", "unsupported")
+            raise QlinearError(f"qlinear: {what} is on {x.device}; the Python binding runs on the CPU "
+                               "(it does not drive the CUDA backend yet): move it with .cpu()", "unsupported")
         if x.is_sparse or x.is_quantized or getattr(x, "is_mkldnn", False):
             raise TypeError(f"qlinear: {what} must be a dense strided tensor, not {x.layout}")
         code = _dtype_code(x.dtype, f"{what} dtype")
