@@ -22,7 +22,7 @@ if(QL_JANSSON_INCLUDE)
 endif()
 target_link_libraries(qlinear_objs PUBLIC ${QL_JANSSON_LIB})
 target_link_libraries(qlinear_static PUBLIC ${QL_JANSSON_LIB})
-target_link_libraries(qlinear_shared PUBLIC ${QL_JANSSON_LIB})
+target_link_libraries(qlinear_shared PRIVATE ${QL_JANSSON_LIB})
 
 if(QL_BUILD_TESTS)
   # Library-level tests: reader rules, hostile files, writer bytes, layers,

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "quant/wxa8.h"
 #include "testutil.h"
 
 static const ql_isa isas[] = {QL_ISA_GENERIC, QL_ISA_AVX2, QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI};
@@ -441,11 +442,86 @@ static void test_edges_and_errors(void)
     CHECK_OK(ql_linear_create(ctx, &ld, &lin));
     c.down[0][c.k + 1] = 0;
     d.ld_down = c.k;
-    CHECK(ql_linear_add_lora(lin, &d, NULL) == QL_ERR_UNSUPPORTED && strstr(ql_last_error(), "W8A8"), "weight-only: %s",
+    CHECK(ql_linear_add_lora(lin, &d, NULL) == QL_ERR_UNSUPPORTED && strstr(ql_last_error(), "W8A8 and"), "weight-only: %s",
           ql_last_error());
     ql_linear_destroy(lin);
     ql_context_destroy(ctx);
     free_case(&c);
+}
+
+
+/* W4A8 (codebook) and W6A8 layers run the W8A8 pipeline on their decoded
+ * grid (kind W8A8) or decode inside the GEMM (WXA8_PACKED): with a LoRA both
+ * kinds and every ISA give the same bits, and the LoRA term against float64
+ * of x·(W + scale·up·down)ᵀ (W = the dequantized layer) meets the bound. */
+static void test_wxa8(void)
+{
+    float lut[16];
+    ql_wxa8_fixed_lut(lut);
+    const ql_wxa8_mode modes[2] = {QL_WXA8_CODEBOOK, QL_WXA8_6BIT};
+    for (int mi = 0; mi < 2; mi++) {
+        const int bits = modes[mi] == QL_WXA8_6BIT ? 6 : 4;
+        const int64_t n = tu_range(20, 70), k = 256, g = 16, m = tu_range(5, 30), rk = tu_range(1, 70);
+        const int64_t rb = ql_wxa8_row_bytes(bits, k);
+        float *w = malloc((size_t)(n * k) * 4), *sc = malloc((size_t)n * 4), *x = malloc((size_t)(m * k) * 4);
+        uint8_t *q = malloc((size_t)(n * rb)), *sr = malloc((size_t)(n * k / g));
+        float *down = malloc((size_t)(rk * k) * 4), *up = malloc((size_t)(n * rk) * 4);
+        tu_fill_gauss(QL_F32, w, n * k, 0.02);
+        tu_fill_gauss(QL_F32, x, m * k, 1.0);
+        tu_fill_gauss(QL_F32, down, rk * k, 1.0 / 16);
+        tu_fill_gauss(QL_F32, up, n * rk, 0.3 / sqrt((double)rk));
+        ql_wxa8_qparams p = {modes[mi], g, 256, bits == 4 ? lut : NULL, 0};
+        CHECK_OK(ql_wxa8_quantize(QL_F32, w, n, k, k, &p, q, rb, sr, sc, NULL));
+        ql_wxa8_weight ww = {.n = n, .k = k, .bits = bits, .q = q, .ldq = rb, .s_rel = sr, .s_channel = sc,
+                             .codebook = bits == 4 ? lut : NULL, .group = g, .convrot_group = 256};
+        const double scale = 0.5;
+        ql_lora_desc ld = {rk, down, QL_F32, k, up, QL_F32, rk, scale};
+        float *y0 = malloc((size_t)(m * n) * 4), *y1 = malloc((size_t)(m * n) * 4), *yb = malloc((size_t)(m * n) * 4);
+        ql_context *ctx = NULL;
+        CHECK_OK(ql_context_create(&ctx));
+        int first = 1;
+        for (int ii = 0; ii < 4; ii++) {
+            if (!ql_isa_supported(isas[ii])) continue;
+            ql_context_set_isa(ctx, isas[ii]);
+            for (int kind = 0; kind < 2; kind++) {
+                ql_linear_desc d = {.kind = kind ? QL_LINEAR_WXA8_PACKED : QL_LINEAR_W8A8, .wxa8 = ww};
+                ql_linear *lin = NULL;
+                CHECK_OK(ql_linear_create(ctx, &d, &lin));
+                if (!lin) continue;
+                if (first) CHECK_OK(ql_linear_forward(lin, x, QL_F32, m, k, yb, QL_F32, n, NULL));
+                CHECK_OK(ql_linear_add_lora(lin, &ld, NULL));
+                CHECK_OK(ql_linear_forward(lin, x, QL_F32, m, k, first ? y0 : y1, QL_F32, n, NULL));
+                if (!first)
+                    CHECK(!memcmp(y0, y1, (size_t)(m * n) * 4), "W%dA8 %s kind %s: LoRA output differs from generic W8A8",
+                          bits, ql_isa_name(isas[ii]), kind ? "WXA8_PACKED" : "W8A8");
+                first = 0;
+                ql_linear_destroy(lin);
+            }
+        }
+        /* float64 */
+        float *deq = malloc((size_t)(n * k) * 4);
+        CHECK_OK(ql_wxa8_dequantize(&ww, QL_F32, deq, k));
+        double e = 0, nl = 0;
+        for (int64_t i = 0; i < m; i++) {
+            double t[80];
+            for (int64_t r = 0; r < rk; r++) {
+                t[r] = 0;
+                for (int64_t j = 0; j < k; j++) t[r] += (double)x[i * k + j] * down[r * k + j];
+            }
+            for (int64_t c = 0; c < n; c++) {
+                double l = 0;
+                for (int64_t r = 0; r < rk; r++) l += t[r] * up[c * rk + r];
+                l *= scale;
+                const double got = (double)y0[i * n + c] - yb[i * n + c];
+                e += (got - l) * (got - l);
+                nl += l * l;
+            }
+        }
+        const double rel = sqrt(e / nl);
+        CHECK(rel < (rk >= 16 ? 0.05 : 0.10), "W%dA8 rank %lld: LoRA term relative error %.4f", bits, (long long)rk, rel);
+        ql_context_destroy(ctx);
+        free(w); free(sc); free(x); free(q); free(sr); free(down); free(up); free(y0); free(y1); free(yb); free(deq);
+    }
 }
 
 int main(void)
@@ -456,5 +532,6 @@ int main(void)
     test_identity();
     test_extreme_scales();
     test_edges_and_errors();
+    test_wxa8();
     return tu_finish();
 }

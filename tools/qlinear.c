@@ -33,8 +33,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "forward")) return ql_cmd_forward(argc - 1, argv + 1);
     if (!strcmp(cmd, "merge-lora")) return ql_cmd_merge_lora(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        printf("qlinear %d.%d.%d (best ISA: %s)\n", QL_VERSION_MAJOR, QL_VERSION_MINOR, QL_VERSION_PATCH,
-               ql_isa_name(ql_isa_best()));
+        printf("qlinear %s (best ISA: %s)\n", ql_version(), ql_isa_name(ql_isa_best()));
         return 0;
     }
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
