@@ -157,18 +157,38 @@ size_t ql_linear_weight_bytes(const ql_linear *l)
 
 /* ---- W8A8 */
 
+/* Quantize panels [p0, p1) of the chunk; int16 kernels get them widened
+ * (from a per-thread int8 staging panel in scratch). */
+static void prologue_panels(const ql_s8_kernel *kern, isa_ops ops, ql_dtype xdt, const void *xc, int64_t ldx, int64_t mc,
+                            int64_t k, int64_t group, int64_t p0, int64_t p1, void *packed, float *sx, int32_t *rowsum,
+                            float *scr, int8_t *stage)
+{
+    const int mr = kern->mr;
+    if (kern->aes != 2) {
+        ops.prologue(xdt, xc, ldx, mc, k, group, mr, p0, p1, packed, sx, rowsum, scr);
+        return;
+    }
+    const int64_t panel = ql_kpad(kern, k) * mr;
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t r0 = p * mr; /* panel p as panel 0 of the rows from r0 on */
+        ops.prologue(xdt, ql_row_cptr(xdt, xc, r0, ldx), ldx, mc - r0, k, group, mr, 0, 1, stage, sx + r0, rowsum + r0, scr);
+        kern->widen(stage, (int16_t *)packed + p * panel, panel);
+    }
+}
+
 static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t m, int64_t ldx, void *y,
                               ql_dtype ydt, int64_t ldy, const ql_epi_plan *plan)
 {
-    const ql_s8_kernel *kern = l->s8;
+    const ql_s8_plan sp = ql_s8_plan_for(l->s8->isa, m, l->n, l->k);
+    const ql_s8_kernel *kern = sp.kern;
     const isa_ops ops = ops_for(kern->isa);
-    const int threads = l->ctx->threads, mr = kern->mr;
+    const int threads = l->ctx->threads, mr = kern->mr, aes = kern->aes ? kern->aes : 1;
     const int64_t k = l->k, kp = (k + 63) & ~(int64_t)63;
     const int64_t chunk = m < QL_M_CHUNK ? m : QL_M_CHUNK;
-    /* one workspace: packed activations | row scales | row sums | per-thread scratch */
-    const size_t a_bytes = (ql_packed_a_bytes(kern, chunk, k) + 63) & ~(size_t)63;
+    /* one workspace: packed activations | row scales | row sums | per-thread scratch (+ int8 staging panel) */
+    const size_t a_bytes = (ql_packed_a_bytes(kern, chunk, k) * (size_t)aes + 63) & ~(size_t)63;
     const size_t v_bytes = ((size_t)chunk * 4 + 63) & ~(size_t)63;
-    const size_t scratch_bytes = ((size_t)kp * 5 + 127) & ~(size_t)63;
+    const size_t scratch_bytes = ((size_t)kp * 5 + 127 + (aes == 2 ? (size_t)(kp * mr) : 0)) & ~(size_t)63;
     bool arena;
     char *ws = ql_scratch_acquire(l->ctx, a_bytes + 2 * v_bytes + scratch_bytes * (size_t)threads, &arena);
     if (!ws) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot allocate the activation buffers");
@@ -176,21 +196,38 @@ static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t
     float *sx = (float *)(ws + a_bytes);
     int32_t *rowsum = (int32_t *)(ws + a_bytes + v_bytes);
     char *scratch = ws + a_bytes + 2 * v_bytes;
+    const size_t stage_off = ((size_t)kp * 5 + 127) & ~(size_t)63;
     ql_status st = QL_OK;
     for (int64_t m0 = 0; m0 < m; m0 += chunk) {
         const int64_t mc = m - m0 < chunk ? m - m0 : chunk, panels = ql_panels(mc, mr);
         const void *xc = ql_row_cptr(xdt, x, m0, ldx);
-        int pt = threads < panels ? threads : (int)panels;
-#pragma omp parallel num_threads(pt)
-        {
-            float *scr = (float *)(scratch + scratch_bytes * (size_t)omp_get_thread_num());
-#pragma omp for schedule(static)
-            for (int64_t p = 0; p < panels; p++)
-                ops.prologue(xdt, xc, ldx, mc, k, l->group, mr, p, p + 1, packed, sx, rowsum, scr);
-        }
         ql_w8a8_epi e = {sx, rowsum, kern->b_offset128, l->sw, l->n_sw == 1, *plan,
                          ql_row_ptr(ydt, y, m0, ldy), ldy, NULL, 0, l->finite_weights[ydt]};
         if (e.plan.residual) e.plan.residual = ql_row_cptr(ydt, e.plan.residual, m0, e.plan.ld_residual);
+        if (sp.small) { /* one parallel region: rows quantized, then N split */
+            const int nt = threads < l->b8.panels ? threads : (int)l->b8.panels;
+#pragma omp parallel num_threads(nt)
+            {
+                const int t = omp_get_thread_num(), n = omp_get_num_threads();
+                char *mine = scratch + scratch_bytes * (size_t)t;
+                prologue_panels(kern, ops, xdt, xc, ldx, mc, k, l->group, panels * t / n, panels * (t + 1) / n, packed,
+                                sx, rowsum, (float *)mine, (int8_t *)(mine + stage_off));
+#pragma omp barrier
+                int64_t jp0, jp1;
+                ql_split_panels(l->b8.panels, t, n, &jp0, &jp1);
+                ql_gemm_s8_small_part(kern, packed, mc, &l->b8, jp0, jp1, ops.epilogue, &e);
+            }
+            continue;
+        }
+        int pt = threads < panels ? threads : (int)panels;
+#pragma omp parallel num_threads(pt)
+        {
+            char *mine = scratch + scratch_bytes * (size_t)omp_get_thread_num();
+#pragma omp for schedule(static)
+            for (int64_t p = 0; p < panels; p++)
+                prologue_panels(kern, ops, xdt, xc, ldx, mc, k, l->group, p, p + 1, packed, sx, rowsum, (float *)mine,
+                                (int8_t *)(mine + stage_off));
+        }
         if ((st = ql_gemm_s8_run(threads, kern, packed, mc, &l->b8, ops.epilogue, &e)) != QL_OK) goto done;
     }
 done:
@@ -321,10 +358,11 @@ ql_status ql_gemm_s8s8s32(ql_context *ctx, int64_t m, int64_t n, int64_t k, cons
         return ql_fail(QL_ERR_UNSUPPORTED, "%s: K = %lld exceeds %d, where int32 accumulation could overflow", fn,
                        (long long)k, QL_MAX_K);
     if (m == 0 || n == 0) return QL_OK;
-    const ql_s8_kernel *kern = ql_s8_kernel_for(ctx->isa);
+    const ql_s8_plan plan = ql_s8_plan_for(ctx->isa, m, n, k);
+    const ql_s8_kernel *kern = plan.kern;
     ql_packed_b pb;
     QL_TRY(ql_pack_b_s8(kern, b, n, k, ldb, &pb));
-    int8_t *pa = ql_aligned_alloc(ql_packed_a_bytes(kern, m, k));
+    void *pa = ql_aligned_alloc(ql_packed_a_bytes(kern, m, k) * (size_t)(kern->aes ? kern->aes : 1));
     int32_t *rowsum = ql_aligned_alloc((size_t)m * sizeof(int32_t));
     if (!pa || !rowsum) {
         ql_packed_b_free(&pb);
@@ -334,7 +372,7 @@ ql_status ql_gemm_s8s8s32(ql_context *ctx, int64_t m, int64_t n, int64_t k, cons
     }
     ql_pack_a_s8(kern, a, m, k, lda, pa, rowsum);
     ql_w8a8_epi e = {NULL, rowsum, kern->b_offset128, NULL, false, {0}, NULL, 0, c, ldc, false};
-    ql_status st = ql_gemm_s8_run(ctx->threads, kern, pa, m, &pb, ops_for(kern->isa).epilogue, &e);
+    ql_status st = ql_gemm_s8_exec(ctx->threads, plan, pa, m, &pb, ops_for(kern->isa).epilogue, &e);
     ql_packed_b_free(&pb);
     ql_aligned_free(pa);
     ql_aligned_free(rowsum);
