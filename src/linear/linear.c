@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "../gemm/f32.h"
@@ -248,16 +249,15 @@ void ql_f32_epilogue_generic(void *arg, const float *c, int nr, int64_t m0, int6
         }
 }
 
-/* x rows -> fp32 rows for the float GEMM: rotated (and rounded to x's dtype)
- * for ConvRot weight-only, rounded to bf16 for bf16 compute. */
-static void rows_to_f32(const ql_linear *l, const void *x, ql_dtype xdt, int64_t ldx, int64_t m, int64_t group,
-                        float *a, int64_t lda)
+/* x rows [r0, r1) -> fp32 rows for the float GEMM: rotated (and rounded to
+ * x's dtype) for ConvRot weight-only, rounded to bf16 for bf16 compute. */
+static void rows_to_f32(const ql_linear *l, const void *x, ql_dtype xdt, int64_t ldx, int64_t r0, int64_t r1,
+                        int64_t group, float *a, int64_t lda)
 {
     const int round_bf16 = l->compute == QL_BF16 && xdt != QL_BF16;
     const bool simd = l->f32 == &ql_f32_gemm_12x32__avx512;
     const int64_t k = l->k;
-#pragma omp parallel for num_threads(l->ctx->threads) schedule(static)
-    for (int64_t r = 0; r < m; r++) {
+    for (int64_t r = r0; r < r1; r++) {
         if (simd) {
             ql_rows_to_f32_avx512(xdt, x, ldx, r, r + 1, k, group, round_bf16, a, lda);
             continue;
@@ -282,14 +282,33 @@ static ql_status forward_float(ql_linear *l, const ql_packed_f32 *b, int64_t gro
     ql_f32_epilogue_fn epi = l->f32 == &ql_f32_gemm_12x32__avx512 ? ql_f32_epilogue_avx512
                            : l->f32 == &ql_f32_gemm_6x16__avx2  ? ql_f32_epilogue_avx2
                                                                 : ql_f32_epilogue_generic;
+    const int threads = l->ctx->threads;
     ql_status st = QL_OK;
     for (int64_t m0 = 0; m0 < m && st == QL_OK; m0 += chunk) {
         const int64_t mc = m - m0 < chunk ? m - m0 : chunk;
         const void *xc = ql_row_cptr(xdt, x, m0, ldx);
-        if (!direct) rows_to_f32(l, xc, xdt, ldx, mc, group, a, lda);
         e.y = ql_row_ptr(ydt, y, m0, ldy);
         e.plan.residual = plan->residual ? ql_row_cptr(ydt, plan->residual, m0, plan->ld_residual) : NULL;
-        st = ql_gemm_f32_run(l->ctx->threads, l->f32, direct ? (const float *)xc : a, direct ? ldx : lda, mc, b, epi, &e);
+        const float *ac = direct ? (const float *)xc : a;
+        const int64_t ldac = direct ? ldx : lda;
+        if (ql_f32_small_m(l->f32, mc)) { /* one parallel region: rows converted, then N split */
+            const int nt = threads < b->panels ? threads : (int)b->panels;
+#pragma omp parallel num_threads(nt)
+            {
+                const int t = omp_get_thread_num(), n = omp_get_num_threads();
+                if (!direct) rows_to_f32(l, xc, xdt, ldx, mc * t / n, mc * (t + 1) / n, group, a, lda);
+#pragma omp barrier
+                int64_t jp0, jp1;
+                ql_split_panels(b->panels, t, n, &jp0, &jp1);
+                ql_gemm_f32_small_part(l->f32, ac, ldac, mc, b, jp0, jp1, epi, &e);
+            }
+            continue;
+        }
+        if (!direct) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+            for (int64_t r = 0; r < mc; r++) rows_to_f32(l, xc, xdt, ldx, r, r + 1, group, a, lda);
+        }
+        st = ql_gemm_f32_run(threads, l->f32, ac, ldac, mc, b, epi, &e);
     }
     if (a) ql_scratch_release(l->ctx, a, arena);
     return st;
@@ -342,6 +361,23 @@ ql_status ql_linear_forward(ql_linear *l, const void *x, ql_dtype xdt, int64_t m
     else if (l->kind == QL_LINEAR_DEQUANT) st = forward_dequant(l, x, xdt, m, ldx, y, ydt, ldy, &plan);
     else st = forward_float(l, &l->bf, l->kind == QL_LINEAR_WEIGHT_ONLY ? l->group : 0, x, xdt, m, ldx, y, ydt, ldy, &plan);
     return st;
+}
+
+void ql_linear_describe(const ql_linear *l, int64_t m, char *buf, size_t len)
+{
+    if (!buf || !len) return;
+    if (!l) {
+        snprintf(buf, len, "-");
+        return;
+    }
+    if (l->kind == QL_LINEAR_W8A8) {
+        const ql_s8_plan sp = ql_s8_plan_for(l->s8->isa, m, l->n, l->k);
+        snprintf(buf, len, "%s%s", sp.kern->name, sp.small ? " small-M" : "");
+        return;
+    }
+    const bool small = ql_f32_small_m(l->f32, m);
+    if (small) snprintf(buf, len, "%s small-M %dx%d", l->f32->small_name, ql_f32_small_rows(l->f32, m), 2 * l->f32->nr);
+    else snprintf(buf, len, "%s", l->f32->name);
 }
 
 /* ---- bare GEMM */
