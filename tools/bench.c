@@ -247,7 +247,7 @@ static int prepare(ql_context *ctx, const layer_data *d, int p, runner *rn, size
     if (p == P_GEMM) {
         gemm_run *g = calloc(1, sizeof *g);
         g->threads = ql_context_threads(ctx);
-        g->plan = ql_s8_plan_for(ql_context_isa(ctx), m, n, k); /* the path the linear takes */
+        g->plan = ql_s8_plan_limit(ql_context_isa(ctx), m, n, k, ctx->small_m); /* the path the linear takes */
         g->kern = g->plan.kern;
         snprintf(kernel, klen, "%s%s", g->kern->name, g->plan.small ? " small-M" : "");
         g->m = m;

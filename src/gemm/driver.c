@@ -198,11 +198,13 @@ static int64_t small_m_limit(ql_isa isa)
     }
 }
 
-ql_s8_plan ql_s8_plan_for(ql_isa isa, int64_t m, int64_t n, int64_t k)
+ql_s8_plan ql_s8_plan_for(ql_isa isa, int64_t m, int64_t n, int64_t k) { return ql_s8_plan_limit(isa, m, n, k, -1); }
+
+ql_s8_plan ql_s8_plan_limit(ql_isa isa, int64_t m, int64_t n, int64_t k, int64_t limit)
 {
     (void)n;
     (void)k;
-    if (m > small_m_limit(isa)) return (ql_s8_plan){ql_s8_kernel_for(isa), false};
+    if (m > (limit >= 0 ? limit : small_m_limit(isa))) return (ql_s8_plan){ql_s8_kernel_for(isa), false};
     const int64_t max = ql_s8_rows_max(isa), panels = (m + max - 1) / max;
     return (ql_s8_plan){ql_s8_kernel_rows(isa, (int)((m + panels - 1) / panels)), true};
 }

@@ -55,7 +55,7 @@ typedef void (*ql_f32_epilogue_fn)(void *arg, const float *c, int nr, int64_t m0
 
 /* The float small-M path (see ql_s8_plan in gemm.h): threads split N, every
  * weight byte is read once per row group of small_rows rows. */
-bool ql_f32_small_m(const ql_f32_kernel *kern, int64_t m);
+bool ql_f32_small_m(const ql_f32_kernel *kern, int64_t m, int64_t limit); /* limit -1: the default */
 /* Rows per tile for m rows: m split into equal groups of at most small_rows. */
 int ql_f32_small_rows(const ql_f32_kernel *kern, int64_t m);
 void ql_gemm_f32_small_part(const ql_f32_kernel *kern, const float *a, int64_t lda, int64_t m, const ql_packed_f32 *b,

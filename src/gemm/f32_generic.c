@@ -49,7 +49,10 @@ const ql_f32_kernel ql_f32_gemm_4x16__generic = {"f32_gemm_4x16__generic", 4, 16
  * see README). */
 #define QL_F_SMALL_M 16
 
-bool ql_f32_small_m(const ql_f32_kernel *kern, int64_t m) { return kern->small && m <= QL_F_SMALL_M; }
+bool ql_f32_small_m(const ql_f32_kernel *kern, int64_t m, int64_t limit)
+{
+    return kern->small && m <= (limit >= 0 ? limit : QL_F_SMALL_M);
+}
 
 int ql_f32_small_rows(const ql_f32_kernel *kern, int64_t m)
 {

@@ -170,6 +170,8 @@ typedef struct ql_s8_plan {
 /* The path for m rows of an [n, k] weight, chosen from measurements (see
  * driver.c): small-M up to a row count per ISA, else blocked. */
 ql_s8_plan ql_s8_plan_for(ql_isa isa, int64_t m, int64_t n, int64_t k);
+/* The same with the small-M limit of a context (QLINEAR_SMALL_M; -1: default). */
+ql_s8_plan ql_s8_plan_limit(ql_isa isa, int64_t m, int64_t n, int64_t k, int64_t limit);
 /* Weight panels [*jp0, *jp1) of thread t of `threads`. */
 void ql_split_panels(int64_t npanels, int t, int threads, int64_t *jp0, int64_t *jp1);
 /* One thread's share of the small-M GEMM: panels [jp0, jp1) against every

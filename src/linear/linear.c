@@ -215,7 +215,7 @@ static void prologue_panels(const ql_s8_kernel *kern, isa_ops ops, ql_dtype xdt,
 static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t m, int64_t ldx, void *y,
                               ql_dtype ydt, int64_t ldy, const ql_epi_plan *plan)
 {
-    const ql_s8_plan sp = ql_s8_plan_for(l->s8->isa, m, l->n, l->k);
+    const ql_s8_plan sp = ql_s8_plan_limit(l->s8->isa, m, l->n, l->k, l->ctx->small_m);
     const ql_s8_kernel *kern = sp.kern;
     const isa_ops ops = ops_for(kern->isa);
     const int threads = l->ctx->threads, mr = kern->mr, aes = kern->aes ? kern->aes : 1;
@@ -326,7 +326,7 @@ static ql_status forward_float(ql_linear *l, const ql_packed_f32 *b, int64_t gro
         e.plan.residual = plan->residual ? ql_row_cptr(ydt, plan->residual, m0, plan->ld_residual) : NULL;
         const float *ac = direct ? (const float *)xc : a;
         const int64_t ldac = direct ? ldx : lda;
-        if (ql_f32_small_m(l->f32, mc)) { /* one parallel region: rows converted, then N split */
+        if (ql_f32_small_m(l->f32, mc, l->ctx->small_m)) { /* one parallel region: rows converted, then N split */
             const int nt = threads < b->panels ? threads : (int)b->panels;
 #pragma omp parallel num_threads(nt)
             {
@@ -412,11 +412,11 @@ void ql_linear_describe(const ql_linear *l, int64_t m, char *buf, size_t len)
         return;
     }
     if (l->kind == QL_LINEAR_W8A8) {
-        const ql_s8_plan sp = ql_s8_plan_for(l->s8->isa, m, l->n, l->k);
+        const ql_s8_plan sp = ql_s8_plan_limit(l->s8->isa, m, l->n, l->k, l->ctx->small_m);
         snprintf(buf, len, "%s%s", sp.kern->name, sp.small ? " small-M" : "");
         return;
     }
-    const bool small = ql_f32_small_m(l->f32, m);
+    const bool small = ql_f32_small_m(l->f32, m, l->ctx->small_m);
     if (small) snprintf(buf, len, "%s small-M %dx%d", l->f32->small_name, ql_f32_small_rows(l->f32, m), 2 * l->f32->nr);
     else snprintf(buf, len, "%s", l->f32->name);
 }
@@ -437,7 +437,7 @@ ql_status ql_gemm_s8s8s32(ql_context *ctx, int64_t m, int64_t n, int64_t k, cons
     if (ctx->device == QL_DEVICE_CUDA)
         return ql_cuda_gemm_s8s8s32(ctx->device_index, ctx->cuda_stream, m, n, k, a, lda, b, ldb, c, ldc);
     if (m == 0 || n == 0) return QL_OK;
-    const ql_s8_plan plan = ql_s8_plan_for(ctx->isa, m, n, k);
+    const ql_s8_plan plan = ql_s8_plan_limit(ctx->isa, m, n, k, ctx->small_m);
     const ql_s8_kernel *kern = plan.kern;
     ql_packed_b pb;
     QL_TRY(ql_pack_b_s8(kern, b, n, k, ldb, &pb));
