@@ -39,6 +39,25 @@ tc=${PIPESTATUS[0]}
 echo "== test_linear (CPU, same build)"
 ./build-gpu/test_linear > "$out/test_linear.log" 2>&1; tl=$?
 tail -n 1 "$out/test_linear.log"
+echo "== qlinear forward --device cuda vs the CPU, on a checkpoint written by qlinear quantize"
+fw=build-gpu/fw; mkdir -p "$fw"; fwd=1
+if python3 -c 'import numpy, safetensors' 2>/dev/null; then
+  python3 - "$fw" <<'PY'
+import sys, numpy as np
+from safetensors.numpy import save_file
+d = sys.argv[1]; r = np.random.default_rng(7)
+save_file({"blk.proj.weight": (r.standard_normal((768, 1536)) * 0.02).astype(np.float32),
+           "blk.proj.bias": r.standard_normal(768).astype(np.float32)}, f"{d}/w.safetensors")
+x = r.standard_normal((77, 1536)).astype(np.float32); x[:, 5] *= 40
+save_file({"x": x}, f"{d}/x.safetensors")
+PY
+  ./build-gpu/qlinear quantize "$fw/w.safetensors" "$fw/q.safetensors" --format int8-convrot > /dev/null &&
+  ./build-gpu/qlinear forward "$fw/q.safetensors" blk.proj "$fw/x.safetensors" "$fw/y_cpu.safetensors" --out-dtype bf16 &&
+  ./build-gpu/qlinear forward "$fw/q.safetensors" blk.proj "$fw/x.safetensors" "$fw/y_gpu.safetensors" --out-dtype bf16 --device cuda &&
+  cmp "$fw/y_cpu.safetensors" "$fw/y_gpu.safetensors" && echo "forward: GPU output file identical to the CPU's" && fwd=0
+else
+  echo "forward check skipped: no numpy/safetensors in python3 here"; fwd=0
+fi
 set -e
 if [ "${QL_GPU_SWEEP:-0}" = 1 ]; then
   for t in 0 1 2 3; do
@@ -50,5 +69,5 @@ if [ "${QL_GPU_SWEEP:-0}" = 1 ]; then
 fi
 echo "== bench"
 ./build-gpu/qlinear bench --device cuda --m "${QL_GPU_M:-1024,4096,16384,1}" --json "$out/bench_cuda.json" 2>&1 | tee "$out/bench_cuda.txt"
-echo "test_cuda rc=$tc test_linear rc=$tl"
-[ "$tc" = 0 ] && [ "$tl" = 0 ]
+echo "test_cuda rc=$tc test_linear rc=$tl forward rc=$fwd"
+[ "$tc" = 0 ] && [ "$tl" = 0 ] && [ "$fwd" = 0 ]

@@ -12,13 +12,13 @@ cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
 echo "== libFuzzer on the checkpoint reader (60 s, ASan + UBSan)"
 CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQL_BUILD_FUZZ=ON -DQL_SANITIZE=ON \
-  -DQL_BUILD_TESTS=OFF >/dev/null
+  -DQL_BUILD_TESTS=OFF -DQL_CUDA=OFF >/dev/null
 cmake --build build-fuzz --target fuzz_checkpoint fuzz_make_seeds
 rm -rf build-fuzz/corpus && build-fuzz/fuzz_make_seeds build-fuzz/corpus
 build-fuzz/fuzz_checkpoint -dict=fuzz/checkpoint.dict -artifact_prefix=build-fuzz/ -max_total_time=60 \
   -max_len=65536 -timeout=10 -rss_limit_mb=2048 build-fuzz/corpus 2>&1 | tail -n 3
 echo "== ASan + UBSan build + tests"
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQL_SANITIZE=ON >/dev/null
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQL_SANITIZE=ON -DQL_CUDA=OFF >/dev/null
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"

@@ -21,6 +21,34 @@ __device__ __forceinline__ float round_to(int dt, float v)
     return v;
 }
 
+/* Round-to-nearest-even fp32 -> bf16 (result as fp32) in integer arithmetic:
+ * the conversion unit runs at a quarter of the integer rate, and these
+ * kernels round every element two or three times. Exact for every finite
+ * value and ±Inf (overflow gives Inf, as RNE must); NOT for NaN, which the
+ * callers test beforehand. */
+__device__ __forceinline__ float bf16_round_nonan(float v)
+{
+    uint32_t u = __float_as_uint(v);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return __uint_as_float(u & 0xffff0000u);
+}
+
+/* round_to for values known not to be NaN. */
+__device__ __forceinline__ float round_to_nonan(int dt, float v)
+{
+    if (dt == DT_BF16) return bf16_round_nonan(v);
+    if (dt == DT_F16) return __half2float(__float2half_rn(v));
+    return v;
+}
+
+/* rint(v) clamped to [-128, 127] for |v| < 2^22: adding 1.5·2^23 rounds to
+ * an integer (ties to even) in the low mantissa bits. */
+__device__ __forceinline__ int rint_clamp_s8(float v)
+{
+    int i = (int)__float_as_uint(__fadd_rn(v, 12582912.0f)) - 0x4B400000;
+    return max(-128, min(127, i));
+}
+
 __device__ __forceinline__ float load_f(int dt, const void *p, int64_t i)
 {
     if (dt == DT_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
@@ -102,6 +130,36 @@ __device__ __forceinline__ void epi_store2(const EpiParams &p, int64_t row, int6
         store_one(p, row, col + 1, v1, a1);
     }
     store_one(p, row, col, v0, a0);
+}
+
+/* Two adjacent outputs of a row, both inside N, vector store allowed, no
+ * residual; sw and the (already rounded) bias come from the caller. Same
+ * roundings as epi_value. */
+__device__ __forceinline__ void epi_store_pair(const EpiParams &p, int64_t row, int64_t col, int32_t a0, int32_t a1,
+                                               float sx, float2 sw, float2 bias)
+{
+    const int dt = p.ydt;
+    const int64_t i = row * p.ldy + col;
+    float v0 = __fmul_rn(__int2float_rn(a0), __fmul_rn(sx, sw.x));
+    float v1 = __fmul_rn(__int2float_rn(a1), __fmul_rn(sx, sw.y));
+    if (dt == DT_BF16) {
+        /* integer rounding; a NaN (a row that held NaN/Inf) passes through */
+        v0 = v0 != v0 ? v0 : bf16_round_nonan(v0);
+        v1 = v1 != v1 ? v1 : bf16_round_nonan(v1);
+        if (p.bias) {
+            v0 = __fadd_rn(v0, bias.x), v1 = __fadd_rn(v1, bias.y);
+            v0 = v0 != v0 ? v0 : bf16_round_nonan(v0);
+            v1 = v1 != v1 ? v1 : bf16_round_nonan(v1);
+        }
+        /* both already bf16 values: the store keeps their upper halves */
+        *(uint32_t *)((__nv_bfloat16 *)p.y + i) = (__float_as_uint(v0) >> 16) | (__float_as_uint(v1) & 0xffff0000u);
+        return;
+    }
+    v0 = round_to(dt, v0), v1 = round_to(dt, v1);
+    if (p.bias) v0 = round_to(dt, __fadd_rn(v0, bias.x)), v1 = round_to(dt, __fadd_rn(v1, bias.y));
+    if (dt == DT_BF16) *(__nv_bfloat162 *)((__nv_bfloat16 *)p.y + i) = __floats2bfloat162_rn(v0, v1);
+    else if (dt == DT_F16) *(__half2 *)((__half *)p.y + i) = __floats2half2_rn(v0, v1);
+    else *(float2 *)((float *)p.y + i) = make_float2(v0, v1);
 }
 
 } // namespace qlc

@@ -9,6 +9,7 @@
 #include <cuda.h>
 
 #include "common.cuh"
+#include "async_copy.cuh"
 #include "cuda_internal.h"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -22,37 +23,6 @@ namespace {
 constexpr int BK = 128; /* bytes of K per stage: one 128-byte swizzle row */
 
 #ifdef QLC_SM90A
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t *bar)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
-{
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(smem_u32(bar)), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-__device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, uint64_t *bar, int x, int y)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
-                     smem_u32(dst)),
-                 "l"((uint64_t)map), "r"(smem_u32(bar)), "r"(x), "r"(y)
-                 : "memory");
-}
 /* Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups
  * 1024 bytes apart (leading offset unused for swizzled K-major layouts). */
 __device__ __forceinline__ uint64_t smem_desc(const void *p)
@@ -84,6 +54,9 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     uint64_t *full = (uint64_t *)(smem + STAGES * STAGE_BYTES);
     uint64_t *empty = full + STAGES;
+    /* the tile's weight scales and bias (rounded to the output dtype), read
+     * from shared memory in the epilogue: no global loads between its stores */
+    float *col_sw = (float *)(empty + STAGES), *col_bias = col_sw + BN;
 
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128; /* wg == NWG: the producer warp */
     const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
@@ -91,7 +64,7 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], NWG * 128);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        mbar_init_fence();
     }
     __syncthreads();
     /* Programmatic dependent launch: the activation codes come from the
@@ -113,6 +86,13 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     }
 
     const int c = wg;
+    const bool scaled = p.ydt != DT_I32; /* raw int32 output (the bare GEMM) has no scales */
+    if (scaled)
+        for (int i = threadIdx.x; i < BN; i += NWG * 128) {
+            const int64_t col = n0 + i < n ? n0 + i : n - 1;
+            col_sw[i] = p.sw[p.sw_per_row ? col : 0];
+            col_bias[i] = p.bias ? round_to(p.ydt, p.bias[col]) : 0.0f;
+        }
     int32_t d[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) d[i] = 0;
@@ -137,15 +117,23 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     /* Accumulator layout of wgmma m64nN: warp w of the group owns rows
      * 16w + lane/4 (+8); register 4j+{0,1} holds columns 8j + 2(lane%4) + {0,1}
      * of the first row, 4j+{2,3} the same columns of the second. */
+    /* the column table above is complete once every consumer got here */
+    asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory");
     const int warp = tid / 32, lane = tid % 32;
     const int64_t r0 = m0 + c * 64 + warp * 16 + lane / 4, r1 = r0 + 8;
-    /* raw int32 output (the bare GEMM) has no scales */
-    const bool scaled = p.ydt != DT_I32;
     const float sx0 = scaled && r0 < m ? p.sx[r0] : 0.f, sx1 = scaled && r1 < m ? p.sx[r1] : 0.f;
+    const bool fast = scaled && !p.res && p.vec2;
 #pragma unroll
     for (int j = 0; j < BN / 8; j++) {
-        const int64_t col = n0 + j * 8 + 2 * (lane % 4);
+        const int cl = j * 8 + 2 * (lane % 4);
+        const int64_t col = n0 + cl;
         if (col >= n) continue;
+        if (fast && col + 1 < n) {
+            const float2 sw = *(const float2 *)(col_sw + cl), bs = *(const float2 *)(col_bias + cl);
+            if (r0 < m) epi_store_pair(p, r0, col, d[4 * j], d[4 * j + 1], sx0, sw, bs);
+            if (r1 < m) epi_store_pair(p, r1, col, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs);
+            continue;
+        }
         if (r0 < m) epi_store2(p, r0, col, n, d[4 * j], d[4 * j + 1], sx0);
         if (r1 < m) epi_store2(p, r1, col, n, d[4 * j + 2], d[4 * j + 3], sx1);
     }
@@ -191,7 +179,7 @@ namespace {
 
 template <int NWG, int BN, int STAGES, int CTAS> constexpr size_t smem_bytes()
 {
-    return (size_t)STAGES * (64 * NWG + BN) * BK + 2 * STAGES * sizeof(uint64_t) + 1024;
+    return (size_t)STAGES * (64 * NWG + BN) * BK + 2 * STAGES * sizeof(uint64_t) + 2 * BN * sizeof(float) + 1024;
 }
 
 template <int NWG, int BN, int STAGES, int CTAS>
