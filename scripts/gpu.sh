@@ -7,7 +7,7 @@
 #   bash scripts/gpu.sh stage      (on a machine with apt) copy libjansson's
 #                                  header and static library into .devdeps/,
 #                                  for GPU machines that cannot install it
-#   QL_GPU_SWEEP=1                 also time every Hopper tile at M = 1024/4096/16384
+#   QL_GPU_SWEEP=1                 also time every Hopper tile (QL_GPU_TILES, QL_GPU_SWEEP_M)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = stage ]; then
@@ -60,9 +60,9 @@ else
 fi
 set -e
 if [ "${QL_GPU_SWEEP:-0}" = 1 ]; then
-  for t in 0 1 2 3; do
+  for t in ${QL_GPU_TILES:-0 1 2 3 4 5}; do
     echo "== tile $t"
-    QLINEAR_CUDA_TILE=$t ./build-gpu/qlinear bench --device cuda --m 1024,4096,16384 --reps 5 --no-peak \
+    QLINEAR_CUDA_TILE=$t ./build-gpu/qlinear bench --device cuda --m ${QL_GPU_SWEEP_M:-1024,4096,16384} --reps 5 --no-peak \
       --json "$out/sweep_$t.json" > "$out/sweep_$t.txt" 2>&1 || true
     grep -E "^(M =|total)" "$out/sweep_$t.txt" || tail -n 3 "$out/sweep_$t.txt"
   done

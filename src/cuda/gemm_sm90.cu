@@ -210,7 +210,10 @@ cudaError_t launch_cfg(const CUtensorMap &ma, const CUtensorMap &mb, int m, int 
 
 } // namespace
 
-const Sm90Tile sm90_tiles[] = {{2, 256, 1}, {2, 128, 2}, {1, 128, 2}, {1, 256, 1}};
+/* Two blocks per SM where the grid fills the SMs twice (one block's epilogue
+ * overlaps the other's main loop); deep rings with one block per SM where
+ * it does not (then the load latency is what a block waits for). */
+const Sm90Tile sm90_tiles[] = {{2, 256, 1}, {2, 128, 2}, {1, 128, 2}, {1, 256, 1}, {2, 128, 1}, {1, 128, 1}};
 const int sm90_tile_count = sizeof sm90_tiles / sizeof sm90_tiles[0];
 
 bool make_sm90_maps(int tile, const int8_t *a, int64_t lda, int64_t m, const int8_t *b, int64_t ldb, int64_t n,
@@ -228,7 +231,9 @@ cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorM
     case 0: return launch_cfg<2, 256, 4, 1>(ma, mb, im, in, ik, p, stream, pdl);
     case 1: return launch_cfg<2, 128, 3, 2>(ma, mb, im, in, ik, p, stream, pdl);
     case 2: return launch_cfg<1, 128, 4, 2>(ma, mb, im, in, ik, p, stream, pdl);
-    default: return launch_cfg<1, 256, 5, 1>(ma, mb, im, in, ik, p, stream, pdl);
+    case 3: return launch_cfg<1, 256, 5, 1>(ma, mb, im, in, ik, p, stream, pdl);
+    case 4: return launch_cfg<2, 128, 6, 1>(ma, mb, im, in, ik, p, stream, pdl);
+    default: return launch_cfg<1, 128, 8, 1>(ma, mb, im, in, ik, p, stream, pdl);
     }
 }
 

@@ -40,8 +40,8 @@ struct ql_cuda_linear {
     int force;   /* QLINEAR_CUDA_GEMM: 0 auto, 1 sm90, 2 mma, 3 gemv */
     int force_tile; /* QLINEAR_CUDA_TILE: -1 auto, else an index into sm90_tiles */
     char kernel[48];
-    CUtensorMap bmap[4]; /* the weight's TMA descriptor per Hopper tile, made on first use */
-    bool bmap_ok[4];
+    CUtensorMap bmap[8]; /* the weight's TMA descriptor per Hopper tile, made on first use */
+    bool bmap_ok[8];
 };
 
 namespace {
@@ -103,20 +103,16 @@ int env_choice(const char *name, const char *const *values, int count)
     return 0;
 }
 
-/* Tile for the Hopper kernel: the most work per CTA that still fills the
- * SMs in whole waves (tile throughput factors from the sweep in gpu.sh). */
+/* Tile for the Hopper kernel (indices into sm90_tiles), from the H200 sweeps
+ * in gpu.sh: 128x128 two blocks per SM when the grid fills the SMs at least
+ * 1.5 times; else 128x128 with a 6-deep ring, one block per SM; else 64x128
+ * with an 8-deep ring (more blocks for short N). */
 int pick_tile(int64_t m, int64_t n, int sms)
 {
-    static const double factor[] = {0.8, 1.0, 0.85, 0.6}; /* from the tile sweep on an H200 */
-    int best = 0;
-    double best_score = -1;
-    for (int t = 0; t < sm90_tile_count; t++) {
-        int64_t ctas = ((m + 64 * sm90_tiles[t].wgs - 1) / (64 * sm90_tiles[t].wgs)) * ((n + sm90_tiles[t].bn - 1) / sm90_tiles[t].bn);
-        int64_t waves = (ctas + sms - 1) / sms;
-        double score = (double)ctas / (double)(waves * sms) * factor[t];
-        if (score > best_score + 1e-9) best_score = score, best = t;
-    }
-    return best;
+    const int64_t ctas = ((m + 127) / 128) * ((n + 127) / 128);
+    if (ctas * 2 >= (int64_t)sms * 3) return 1;
+    if (ctas * 2 >= (int64_t)sms) return 4;
+    return 5;
 }
 
 int dtype_code(ql_dtype dt) { return (int)dt; } /* DT_* are the ql_dtype values */
