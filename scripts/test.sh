@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build and run every test: release build and tests, 60 s of libFuzzer on the
+# Build and run every test: release build and tests (C, install, Python), 60 s of libFuzzer on the
 # checkpoint reader, then the whole suite again under AddressSanitizer +
 # UndefinedBehaviorSanitizer.
 set -euo pipefail
@@ -10,6 +10,9 @@ echo "== release build + tests"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
+echo "== Python tests (pytest, Debian's /usr/bin/python3)"
+QLINEAR_LIBRARY="$PWD/build/libqlinear.so" QLINEAR_CLI="$PWD/build/qlinear" PYTHONDONTWRITEBYTECODE=1 \
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests
 echo "== libFuzzer on the checkpoint reader (60 s, ASan + UBSan)"
 CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQL_BUILD_FUZZ=ON -DQL_SANITIZE=ON \
   -DQL_BUILD_TESTS=OFF -DQL_CUDA=OFF >/dev/null
