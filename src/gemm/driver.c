@@ -37,7 +37,7 @@ const ql_s8_kernel *ql_s8_kernel_rows(ql_isa isa, int rows)
 ql_status ql_pack_b_s8(const ql_s8_kernel *kern, const int8_t *w, int64_t n, int64_t k, int64_t ldw, ql_packed_b *out)
 {
     const int nr = kern->nr;
-    ql_packed_b b = {n, k, ql_kpad(kern, k) / 4, ql_panels(n, nr), nr, kern->b_offset128, NULL};
+    ql_packed_b b = {n, k, ql_kpad(kern, k) / 4, ql_panels(n, nr), nr, kern->b_offset128, NULL, NULL, NULL};
     size_t bytes = (size_t)(b.panels * b.k4 * nr * 4);
     b.data = ql_aligned_alloc(bytes);
     if (!b.data) return ql_fail(QL_ERR_OUT_OF_MEMORY, "pack weight: cannot allocate %zu bytes", bytes);
@@ -114,14 +114,17 @@ ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const void *pack
     const int64_t blocks = mblocks * nblocks;
     if (threads > blocks) threads = (int)(blocks > 0 ? blocks : 1);
     const size_t cbytes = (size_t)(mc * nc * mr * nr) * sizeof(int32_t);
-    /* int16 kernels: one widened B micro-panel slice per thread */
+    /* int16 kernels: one widened B micro-panel slice per thread; weights
+     * decoded in the GEMM (W4A8/W6A8): the block's decoded K slice */
     const size_t wbytes = kern->tile_b16 ? (size_t)(kc4 * nr * 4) * sizeof(int16_t) : 0;
+    const size_t dbytes = b->decode ? (size_t)(nc * (k4 < kc4 ? k4 : kc4) * nr * 4) : 0;
     const char *pa = packed_a;
     int failed = 0;
 #pragma omp parallel num_threads(threads)
     {
-        int32_t *cbuf = ql_aligned_alloc(cbytes + wbytes);
+        int32_t *cbuf = ql_aligned_alloc(cbytes + wbytes + dbytes);
         int16_t *bw = cbuf ? (int16_t *)((char *)cbuf + cbytes) : NULL;
+        uint8_t *dbuf = cbuf ? (uint8_t *)cbuf + cbytes + wbytes : NULL;
         if (!cbuf) {
 #pragma omp atomic write
             failed = 1;
@@ -134,12 +137,13 @@ ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const void *pack
                 const int64_t kc = k4 - pc < kc4 ? k4 - pc : kc4;
                 const int last = pc + kc >= k4;
                 const int64_t ni = bk.ip1 - bk.ip0, nj = bk.jp1 - bk.jp0;
+                if (b->decode) b->decode(b->src, bk.jp0, bk.jp1, pc, kc, dbuf);
                 for (int64_t t = 0; t < ni * nj; t++) {
                     const int64_t ip = bk.ip0 + (kern->a_outer ? t / nj : t % ni);
                     const int64_t jp = bk.jp0 + (kern->a_outer ? t % nj : t / ni);
                     int32_t *c = cbuf + ((jp - bk.jp0) * mc + (ip - bk.ip0)) * mr * nr;
                     const int8_t *a = (const int8_t *)(pa + ip * a_panel + pc * mr * 4 * aes);
-                    const uint8_t *bs = b->data + jp * b_panel + pc * nr * 4;
+                    const uint8_t *bs = b->decode ? dbuf + (jp - bk.jp0) * kc * nr * 4 : b->data + jp * b_panel + pc * nr * 4;
                     if (kern->tile_b16) { /* B weight-stationary (a_outer false): widen once per slice */
                         if (ip == bk.ip0) kern->widen((const int8_t *)bs, bw, kc * nr * 4);
                         kern->tile_b16(kc, a, (const uint8_t *)bw, c, pc > 0);
@@ -154,7 +158,7 @@ ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const void *pack
         }
         ql_aligned_free(cbuf);
     }
-    if (failed) return ql_fail(QL_ERR_OUT_OF_MEMORY, "int8 gemm: cannot allocate %zu bytes of tile buffer", cbytes);
+    if (failed) return ql_fail(QL_ERR_OUT_OF_MEMORY, "int8 gemm: cannot allocate %zu bytes of tile buffer", cbytes + wbytes + dbytes);
     return QL_OK;
 }
 

@@ -9,9 +9,11 @@
 
 #include "../gemm/f32.h"
 #include "../gemm/gemm.h"
+#include "../gemm/wxa8_panels.h"
 #include "kernels.h"
 #include "lora.h"
 #include "../cuda/cuda_backend.h"
+#include "wxa8_linear.h"
 
 /* Rows quantized and multiplied per step: bounds the packed-activation
  * buffer (rows·K bytes) for very tall inputs. A multiple of every MR. */
@@ -39,6 +41,11 @@ struct ql_linear {
     float *bias[3];
     /* W8A8 epilogue facts (see ql_w8a8_epi.finite_weights), per output dtype */
     bool finite_weights[3];
+    /* W4A8/W6A8: codes decoded inside the GEMM (b8 decodes from wp), and
+     * the asymmetric correction [k/corr_group, n] (fp32), NULL if none */
+    ql_wxa8_panels *wp;
+    float *corr;
+    int64_t corr_group;
     ql_lora_set *lora; /* unmerged LoRAs (W8A8 only); NULL: none */
 };
 
@@ -65,6 +72,9 @@ void ql_linear_destroy(ql_linear *l)
     ql_packed_f32_free(&l->bf);
     ql_aligned_free(l->sw);
     ql_aligned_free(l->codes);
+    ql_wxa8_panels_free(l->wp);
+    free(l->wp);
+    ql_aligned_free(l->corr);
     for (int i = 0; i < 3; i++) ql_aligned_free(l->bias[i]);
     ql_lora_set_free(l->lora);
     free(l);
@@ -79,7 +89,7 @@ static ql_status copy_bias(ql_linear *l, const void *bias, ql_dtype dt, int64_t 
     return QL_OK;
 }
 
-static ql_status create_int8(ql_linear *l, const ql_linear_desc *d)
+static ql_status create_int8(ql_linear *l, const ql_linear_desc *d, const ql_wxa8_weight *packed)
 {
     const ql_int8_weight *w = &d->int8;
     QL_TRY(ql_check_int8_weight("ql_linear_create", w));
@@ -99,6 +109,15 @@ static ql_status create_int8(ql_linear *l, const ql_linear_desc *d)
     }
     if (d->kind == QL_LINEAR_W8A8) {
         l->s8 = ql_s8_kernel_for(l->ctx->isa);
+        /* W4A8/W6A8 decode to int8 panels of 4-byte k groups and read int8
+         * activations back for the correction: on the int16 (AVX2) kernel
+         * they run on the generic one (not yet widened; see README) */
+        if (l->s8->aes == 2 && (packed || l->corr)) l->s8 = &ql_s8_gemm_4x8c4__generic;
+        if (packed) {
+            l->wp = calloc(1, sizeof *l->wp);
+            if (!l->wp) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_create: out of memory");
+            return ql_wxa8_panels_pack(l->s8, packed, l->wp, &l->b8);
+        }
         return ql_pack_b_s8(l->s8, w->q, w->n, w->k, w->ldq, &l->b8);
     }
     l->f32 = ql_f32_kernel_for(l->ctx->isa);
@@ -119,6 +138,9 @@ static ql_status create_cuda(ql_linear *l, const ql_linear_desc *d)
     const char *fn = "ql_linear_create";
     if (d->kind != QL_LINEAR_W8A8)
         return ql_fail(QL_ERR_UNSUPPORTED, "%s: only W8A8 linears run on CUDA devices (kind %d asked)", fn, (int)d->kind);
+    if (d->wxa8.bits)
+        return ql_fail(QL_ERR_UNSUPPORTED,
+                       "%s: W4A8/W6A8 layers run on the CPU (on CUDA: decode with ql_wxa8_decode into an int8 layer)", fn);
     QL_TRY(ql_check_int8_weight(fn, &d->int8));
     l->n = d->int8.n;
     l->k = d->int8.k;
@@ -157,7 +179,13 @@ ql_status ql_linear_create(ql_context *ctx, const ql_linear_desc *d, ql_linear *
     switch (d->kind) {
     case QL_LINEAR_W8A8:
     case QL_LINEAR_WEIGHT_ONLY:
-    case QL_LINEAR_DEQUANT: st = create_int8(l, d); break;
+    case QL_LINEAR_DEQUANT:
+    case QL_LINEAR_WXA8_PACKED:
+        if (d->wxa8.bits) st = ql_wxa8_linear_create(d, &l->corr, &l->corr_group, &l->kind, create_int8, l);
+        else if (d->kind == QL_LINEAR_WXA8_PACKED)
+            st = ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: kind WXA8_PACKED needs a W4A8/W6A8 weight (desc.wxa8)", fn);
+        else st = create_int8(l, d, NULL);
+        break;
     case QL_LINEAR_DENSE:
         if ((st = ql_check_float_dtype(fn, "weight", d->weight_dtype)) != QL_OK) break;
         if ((st = ql_check_matrix(fn, "weight", d->weight, d->n, d->k, d->ld_weight)) != QL_OK) break;
@@ -189,7 +217,9 @@ size_t ql_linear_weight_bytes(const ql_linear *l)
 {
     if (!l) return 0;
     if (l->cuda) return ql_cuda_linear_weight_bytes(l->cuda);
-    if (l->kind == QL_LINEAR_W8A8) return (size_t)(l->b8.panels * l->b8.k4 * l->b8.nr * 4) + (size_t)l->n_sw * 4;
+    const size_t corr = l->corr ? (size_t)(l->k / l->corr_group * l->n) * 4 : 0;
+    if (l->wp) return ql_wxa8_panels_bytes(l->wp) + (size_t)l->n_sw * 4 + corr;
+    if (l->kind == QL_LINEAR_W8A8) return (size_t)(l->b8.panels * l->b8.k4 * l->b8.nr * 4) + (size_t)l->n_sw * 4 + corr;
     if (l->kind == QL_LINEAR_DEQUANT) return (size_t)(l->n * l->k) + (size_t)l->n_sw * 4;
     return ql_packed_f32_bytes(&l->bf) + (size_t)l->n_sw * 4;
 }
@@ -218,7 +248,9 @@ static void prologue_panels(const ql_s8_kernel *kern, isa_ops ops, ql_dtype xdt,
 static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t m, int64_t ldx, void *y,
                               ql_dtype ydt, int64_t ldy, const ql_epi_plan *plan)
 {
-    const ql_s8_plan sp = ql_s8_plan_limit(l->s8->isa, m, l->n, l->k, l->ctx->small_m);
+    /* weights decoded in the GEMM (W4A8/W6A8) and asymmetric corrections run blocked */
+    const ql_s8_plan sp = l->corr || l->b8.decode ? (ql_s8_plan){l->s8, false}
+                                                  : ql_s8_plan_limit(l->s8->isa, m, l->n, l->k, l->ctx->small_m);
     const ql_s8_kernel *kern = sp.kern;
     const isa_ops ops = ops_for(kern->isa);
     const int threads = l->ctx->threads, mr = kern->mr, aes = kern->aes ? kern->aes : 1;
@@ -247,6 +279,10 @@ static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t
         ql_w8a8_epi e = {sx, rowsum, kern->b_offset128, l->sw, l->n_sw == 1, *plan,
                          ql_row_ptr(ydt, y, m0, ldy), ldy, NULL, 0, l->finite_weights[ydt], NULL};
         if (e.plan.residual) e.plan.residual = ql_row_cptr(ydt, e.plan.residual, m0, e.plan.ld_residual);
+        if (l->corr && lora) {
+            st = ql_fail(QL_ERR_UNSUPPORTED, "ql_linear_forward: unmerged LoRA on an asymmetric W4A8 layer is not supported");
+            goto done;
+        }
         if (lora) {
             lr.base = e;
             lr.inner = ops.epilogue;
@@ -283,7 +319,9 @@ static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t
                 if (lora) ql_lora_down_panel(&lr, p, mc, k, packed, sx, rowsum, t);
             }
         }
-        if ((st = ql_gemm_s8_run(threads, kern, packed, mc, &l->b8, epi, epi_arg)) != QL_OK) goto done;
+        st = l->corr ? ql_wxa8_gemm_corrected(threads, kern, packed, mc, &l->b8, &e, l->corr, l->corr_group, l->k)
+                     : ql_gemm_s8_run(threads, kern, packed, mc, &l->b8, epi, epi_arg);
+        if (st != QL_OK) goto done;
     }
 done:
     ql_scratch_release(l->ctx, ws, arena);
@@ -431,7 +469,8 @@ void ql_linear_describe(const ql_linear *l, int64_t m, char *buf, size_t len)
         return;
     }
     if (l->kind == QL_LINEAR_W8A8) {
-        const ql_s8_plan sp = ql_s8_plan_limit(l->s8->isa, m, l->n, l->k, l->ctx->small_m);
+        const ql_s8_plan sp = l->corr || l->b8.decode ? (ql_s8_plan){l->s8, false}
+                                                      : ql_s8_plan_limit(l->s8->isa, m, l->n, l->k, l->ctx->small_m);
         snprintf(buf, len, "%s%s", sp.kern->name, sp.small ? " small-M" : "");
         return;
     }
