@@ -188,10 +188,11 @@ void ql_gemm_s8_small_part(const ql_s8_kernel *kern, const void *packed_a, int64
     }
 }
 
-/* Up to this many rows the small-M path is taken (per ISA; measured with
- * `qlinear bench --m 1,2,...` on the qwen3-te and anima shapes: see README).
- * Its row count per tile is then fitted to M: ceil(M / max rows) row panels
- * of equal height. */
+/* Up to this many rows the small-M path is taken (per ISA). AVX-512:
+ * measured, QLINEAR_SMALL_M=0 against =1000 over `qlinear bench --profile
+ * qwen3-te --m 8,16,32,48,64,96` (small-M faster up to 48, blocked from 64;
+ * README); the others are estimates. Its row count per tile is then fitted
+ * to M: ceil(M / max rows) row panels of equal height. */
 static int64_t small_m_limit(ql_isa isa)
 {
     switch (isa) {

@@ -45,8 +45,8 @@ static void small_generic(int rows, int panels, int64_t k, const float *a, int64
 const ql_f32_kernel ql_f32_gemm_4x16__generic = {"f32_gemm_4x16__generic", 4, 16, tile_4x16_generic, decode_generic,
                                                  "f32_gemv_4x32__generic", 4, small_generic};
 
-/* Up to this many rows the float paths take the small-M route (measured:
- * see README). */
+/* Up to this many rows the float paths take the small-M route (a first
+ * estimate, to be measured like the int8 limit in driver.c). */
 #define QL_F_SMALL_M 16
 
 bool ql_f32_small_m(const ql_f32_kernel *kern, int64_t m, int64_t limit)
