@@ -3,6 +3,8 @@ in PyTorch, with its linears as PyTorch fp32 / oneDNN fp32 / bf16 or as qlinear.
 
     python3 -m qlinear.e2e [--blocks 28] [--tokens 1024] [--paths LIST] [--reps N]
                            [--threads N] [--json FILE] [--plot FILE.png] [--seed S]
+                           [--quantize REGEX] [--spin]
+    python3 -m qlinear.e2e --overhead [--calls N] [--threads N] [--json FILE]
 
 The model (random weights N(0, 0.02²), four input channels ×10 in every
 linear): `blocks` transformer blocks of hidden size 2048 with 16 heads; each
@@ -24,7 +26,13 @@ any dtype, and the output's rel-L2 against the fp32 path.
 OpenBLAS 0.3.21 (Debian 12) does not know recent CPUs and falls back to its
 slowest kernels; as qlinear bench does, this sets OPENBLAS_CORETYPE (and
 OPENBLAS_NUM_THREADS = --threads) before OpenBLAS loads, by re-executing
-itself once, and says so.
+itself once, and says so. It also makes idle pool workers sleep (POOL_ENV:
+OPENBLAS_THREAD_TIMEOUT=4, OMP_WAIT_POLICY=passive; --spin leaves the
+runtimes' defaults), the same setup for every path, and prints it.
+
+--overhead times the binding per call at M = 1: QLinear(x), Linear.forward on
+torch and numpy inputs, against ql_linear_forward called through cffi with
+prepared arguments (the C API floor), each call timed on its own, medians.
 """
 import argparse
 import json
