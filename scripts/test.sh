@@ -10,6 +10,22 @@ echo "== release build + tests"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
+if [ "$(uname -m)" = x86_64 ]; then
+  # The ARM backend (src/arm) on this x86 machine: the cross-built suite under
+  # qemu-user, once per CPU model: max (every ISA: generic, neon, neondot,
+  # i8mm), neoverse-n1 (dot product, no i8mm), cortex-a57 (NEON only). The
+  # dispatch tests pin each model themselves. test_large (4 GiB, 64-bit
+  # indexing) runs under max only: emulated, it takes minutes.
+  echo "== AArch64 cross build + tests under qemu-user"
+  bash scripts/deps.sh arm
+  cmake -S . -B build-arm -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build build-arm -j "$jobs"
+  for cpu in max neoverse-n1 cortex-a57; do
+    echo "-- qemu-aarch64 -cpu $cpu"
+    skip=(); [ "$cpu" = max ] || skip=(-E '^test_large$')
+    QEMU_CPU=$cpu OMP_WAIT_POLICY=passive ctest --test-dir build-arm --output-on-failure -j "$jobs" "${skip[@]}"
+  done
+fi
 echo "== libFuzzer on the checkpoint reader (60 s, ASan + UBSan)"
 CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQL_BUILD_FUZZ=ON -DQL_SANITIZE=ON \
   -DQL_BUILD_TESTS=OFF >/dev/null

@@ -187,10 +187,7 @@ typedef struct {
 static int run_gemm(void *a)
 {
     gemm_run *g = a;
-    ql_tile_epilogue_fn epi = g->kern->isa == QL_ISA_AVX512VNNI ? ql_w8a8_epilogue_avx512
-                            : g->kern->isa == QL_ISA_GENERIC    ? ql_w8a8_epilogue_generic
-                                                                : ql_w8a8_epilogue_avx2;
-    return ql_gemm_s8_run(g->threads, g->kern, g->pa, g->m, &g->pb, epi, &g->e) != QL_OK;
+    return ql_gemm_s8_run(g->threads, g->kern, g->pa, g->m, &g->pb, ql_w8a8_epilogue_for(g->kern->isa), &g->e) != QL_OK;
 }
 
 typedef struct {

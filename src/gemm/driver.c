@@ -5,9 +5,16 @@
 const ql_s8_kernel *ql_s8_kernel_for(ql_isa isa)
 {
     switch (isa) {
+#if QL_X86
     case QL_ISA_AVX512VNNI: return &ql_s8_gemm_12x32c4__avx512vnni;
     case QL_ISA_AVXVNNI: return &ql_s8_gemm_6x16c4__avxvnni;
     case QL_ISA_AVX2: return &ql_s8_gemm_4x8c4__avx2;
+#endif
+#if QL_ARM64
+    case QL_ISA_I8MM: return &ql_s8_gemm_8x12c8__i8mm;
+    case QL_ISA_NEONDOT: return &ql_s8_gemm_8x12c4__neondot;
+    case QL_ISA_NEON: return &ql_s8_gemm_4x8c4__neon;
+#endif
     default: return &ql_s8_gemm_4x8c4__generic;
     }
 }
@@ -20,6 +27,7 @@ ql_status ql_pack_b_s8(const ql_s8_kernel *kern, const int8_t *w, int64_t n, int
     b.data = ql_aligned_alloc(bytes);
     if (!b.data) return ql_fail(QL_ERR_OUT_OF_MEMORY, "pack weight: cannot allocate %zu bytes", bytes);
     const uint8_t off = kern->b_offset128 ? 128 : 0;
+    const int bb = kern->kb == 8 ? 8 : 4; /* k per column group: 8 for SMMLA (gemm.h) */
     for (int64_t p = 0; p < b.panels; p++) {
         uint8_t *dst = b.data + (size_t)(p * b.k4 * nr * 4);
         for (int64_t pos = 0; pos < b.k4 * 4; pos++) {
@@ -27,7 +35,7 @@ ql_status ql_pack_b_s8(const ql_s8_kernel *kern, const int8_t *w, int64_t n, int
             for (int j = 0; j < nr; j++) {
                 const int64_t col = p * nr + j;
                 const int8_t v = (col < n && kk < k) ? w[col * ldw + kk] : 0;
-                dst[((pos / 4) * nr + j) * 4 + pos % 4] = (uint8_t)((uint8_t)v + off);
+                dst[((pos / bb) * nr + j) * bb + pos % bb] = (uint8_t)((uint8_t)v + off);
             }
         }
     }

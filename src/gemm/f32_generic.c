@@ -29,9 +29,11 @@ const ql_f32_kernel ql_f32_gemm_4x16__generic = {"f32_gemm_4x16__generic", 4, 16
 const ql_f32_kernel *ql_f32_kernel_for(ql_isa isa)
 {
     switch (isa) {
+#if QL_X86
     case QL_ISA_AVX512VNNI: return &ql_f32_gemm_12x32__avx512;
     case QL_ISA_AVXVNNI:
     case QL_ISA_AVX2: return &ql_f32_gemm_6x16__avx2;
+#endif
     default: return &ql_f32_gemm_4x16__generic;
     }
 }

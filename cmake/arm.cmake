@@ -1,0 +1,9 @@
+# AArch64 kernels (src/arm). Each ISA level's file gets its own -march, so the
+# library runs on any ARMv8-A CPU and dispatches at run time (src/core/cpu.c);
+# the prologue, epilogues and float kernels use only ARMv8.0 Advanced SIMD.
+set(QL_ARM_SOURCES
+  src/arm/ukernel_neon.c src/arm/ukernel_neondot.c src/arm/ukernel_i8mm.c
+  src/arm/prologue_neon.c src/arm/epilogue_neon.c)
+list(APPEND QL_CORE_SOURCES ${QL_ARM_SOURCES})
+set_source_files_properties(src/arm/ukernel_neondot.c PROPERTIES COMPILE_OPTIONS "-march=armv8.2-a+dotprod")
+set_source_files_properties(src/arm/ukernel_i8mm.c PROPERTIES COMPILE_OPTIONS "-march=armv8.2-a+dotprod+i8mm")
