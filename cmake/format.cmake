@@ -15,6 +15,8 @@ set(QL_FORMAT_SOURCES
 target_sources(qlinear_objs PRIVATE ${QL_FORMAT_SOURCES})
 if(QL_JANSSON_INCLUDE)
   target_include_directories(qlinear_objs PRIVATE ${QL_JANSSON_INCLUDE})
+  target_include_directories(qlinear PRIVATE ${QL_JANSSON_INCLUDE}) # the tool reads JSON too
+  include_directories(${QL_JANSSON_INCLUDE})                         # and the format tests below
 endif()
 target_link_libraries(qlinear_objs PUBLIC ${QL_JANSSON_LIB})
 target_link_libraries(qlinear_static PUBLIC ${QL_JANSSON_LIB})

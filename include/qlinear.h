@@ -106,6 +106,25 @@ int ql_context_threads(const ql_context *ctx);
 ql_status ql_context_set_isa(ql_context *ctx, ql_isa isa);
 ql_isa ql_context_isa(const ql_context *ctx);
 
+/* Devices. A context runs its linears (and ql_gemm_s8s8s32) on the CPU by
+ * default. QL_DEVICE_CUDA (index = CUDA device ordinal) moves them to an
+ * NVIDIA GPU, compute capability 8.0 or newer (Hopper gets its own wgmma
+ * kernels): linears created afterwards upload their weight once, and
+ * ql_linear_forward / ql_gemm_s8s8s32 then take DEVICE pointers for x, y and
+ * the epilogue tensors and queue the work on the context's stream without
+ * waiting for it. Only QL_LINEAR_W8A8 runs on the GPU. QL_ERR_UNSUPPORTED when
+ * the library was built without CUDA, no device is present or the GPU is too
+ * old. Set the device before creating linears; a linear keeps its device. */
+typedef enum ql_device { QL_DEVICE_CPU = 0, QL_DEVICE_CUDA = 1 } ql_device;
+ql_status ql_context_set_device(ql_context *ctx, ql_device device, int index);
+ql_device ql_context_device(const ql_context *ctx);
+/* The cudaStream_t (as void *) forwards are queued on; NULL: the default stream. */
+ql_status ql_context_set_cuda_stream(ql_context *ctx, void *stream);
+/* Number of CUDA devices (0 without a driver, a device, or CUDA support). */
+int ql_cuda_device_count(void);
+/* "NVIDIA H200 (sm_90, 132 SMs, 60 MB L2)". */
+ql_status ql_cuda_device_name(int index, char *buf, size_t len);
+
 /* ------------------------------------------------- reference numerics
  * These follow comfy-kitchen's eager backend (FORMATS.md §3–§4) and are the
  * twins every fast path is tested against. Single-threaded, plain C. */

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build and run every test: release build and tests, 60 s of libFuzzer on the
+# Build and run every test: release build and tests, the AArch64 cross build's
+# tests under qemu-user (three CPU models), 60 s of libFuzzer on the
 # checkpoint reader, then the whole suite again under AddressSanitizer +
 # UndefinedBehaviorSanitizer.
 set -euo pipefail
@@ -18,7 +19,8 @@ if [ "$(uname -m)" = x86_64 ]; then
   # indexing) runs under max only: emulated, it takes minutes.
   echo "== AArch64 cross build + tests under qemu-user"
   bash scripts/deps.sh arm
-  cmake -S . -B build-arm -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake -S . -B build-arm -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release \
+    -DQL_CUDA=OFF >/dev/null
   cmake --build build-arm -j "$jobs"
   for cpu in max neoverse-n1 cortex-a57; do
     echo "-- qemu-aarch64 -cpu $cpu"
@@ -28,13 +30,13 @@ if [ "$(uname -m)" = x86_64 ]; then
 fi
 echo "== libFuzzer on the checkpoint reader (60 s, ASan + UBSan)"
 CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQL_BUILD_FUZZ=ON -DQL_SANITIZE=ON \
-  -DQL_BUILD_TESTS=OFF >/dev/null
+  -DQL_BUILD_TESTS=OFF -DQL_CUDA=OFF >/dev/null
 cmake --build build-fuzz --target fuzz_checkpoint fuzz_make_seeds
 rm -rf build-fuzz/corpus && build-fuzz/fuzz_make_seeds build-fuzz/corpus
 build-fuzz/fuzz_checkpoint -dict=fuzz/checkpoint.dict -artifact_prefix=build-fuzz/ -max_total_time=60 \
   -max_len=65536 -timeout=10 -rss_limit_mb=2048 build-fuzz/corpus 2>&1 | tail -n 3
 echo "== ASan + UBSan build + tests"
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQL_SANITIZE=ON >/dev/null
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQL_SANITIZE=ON -DQL_CUDA=OFF >/dev/null
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"

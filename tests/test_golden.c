@@ -1,4 +1,4 @@
-/* Reproduce the reference implementation's own outputs (../shared/golden):
+/* Reproduce the reference implementation's own outputs (tests/data, or shared/golden):
  * comfy-kitchen eager quantize_int8_rowwise / _tensorwise, ConvRot weight
  * quantization (G = 256, 64), its rotation and dequantization, and the
  * Hadamard matrices. Row-wise and tensor-wise must match bit for bit; after a

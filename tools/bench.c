@@ -405,6 +405,15 @@ static void openblas_coretype(char **argv)
 
 int ql_cmd_bench(int argc, char **argv)
 {
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--device") && strcmp(argv[i + 1], "cpu")) {
+#ifdef QL_HAVE_CUDA_BENCH
+            return ql_cmd_bench_cuda(argc, argv);
+#else
+            fprintf(stderr, "qlinear bench: --device %s: this qlinear was built without CUDA (nvcc not found)\n", argv[i + 1]);
+            return 1;
+#endif
+        }
     openblas_coretype(argv);
     const profile *prof = &profiles[0];
     profile single = {"shape", 1024, {{0, 0, 0, 1}}, 1}; /* --shape NxK: one layer, count 1 */
@@ -443,6 +452,7 @@ int ql_cmd_bench(int argc, char **argv)
         } else if (!strcmp(a, "--reps")) {
             if (!parse_int(v, 1, 64, &reps)) { fprintf(stderr, "qlinear bench: --reps %s is not in 1..64\n", v); return 2; }
         } else if (!strcmp(a, "--json")) json_path = v;
+        else if (!strcmp(a, "--device")) continue; /* "cpu": this bench */
         else if (!strcmp(a, "--paths")) {
             for (int p = 0; p < NPATHS; p++) want[p] = 0;
             char *list = strdup(v), *save = NULL;

@@ -552,8 +552,9 @@ static int same_file(const char *a, const char *b)
 int ql_cmd_forward(int argc, char **argv)
 {
     const char *usage = "CKPT LAYER IN.safetensors OUT.safetensors [--input NAME] [--out-dtype fp32|bf16|fp16] "
-                        "[--bias|--no-bias]";
+                        "[--bias|--no-bias] [--device cpu|cuda[:N]]";
     const char *pos[4] = {0};
+    int cuda_dev = -1; /* --device cuda[:N] */
     int npos = 0;
     const char *input = NULL, *out_dtype = NULL;
     int bias_mode = 0; /* 0 default, 1 --bias, -1 --no-bias */
@@ -566,6 +567,11 @@ int ql_cmd_forward(int argc, char **argv)
             if (i + 1 >= argc) return usage_err("forward", "option needs a value", usage);
             if (!strcmp(a, "--input")) input = argv[++i];
             else out_dtype = argv[++i];
+        } else if (!strcmp(a, "--device")) {
+            if (i + 1 >= argc) return usage_err("forward", "option needs a value", usage);
+            const char *v = argv[++i];
+            if (!strncmp(v, "cuda", 4) && (!v[4] || v[4] == ':')) cuda_dev = v[4] ? atoi(v + 5) : 0;
+            else if (strcmp(v, "cpu")) return usage_err("forward", "--device must be cpu, cuda or cuda:N", usage);
         } else if (!strcmp(a, "--bias")) bias_mode = 1;
         else if (!strcmp(a, "--no-bias")) bias_mode = -1;
         else if (a[0] == '-' && a[1]) return usage_err("forward", "unknown option", usage);
@@ -653,7 +659,9 @@ int ql_cmd_forward(int argc, char **argv)
         fprintf(stderr, "' has K = %lld\n", (long long)lk);
         goto done;
     }
-    if (ql_context_create(&ctx) != QL_OK || ql_linear_create(ctx, &d, &lin) != QL_OK) {
+    if (ql_context_create(&ctx) != QL_OK ||
+        (cuda_dev >= 0 && ql_context_set_device(ctx, QL_DEVICE_CUDA, cuda_dev) != QL_OK) ||
+        ql_linear_create(ctx, &d, &lin) != QL_OK) {
         rc = fail_lib("forward");
         goto done;
     }
@@ -665,7 +673,8 @@ int ql_cmd_forward(int argc, char **argv)
         goto done;
     }
     memcpy(x, xt.data, (size_t)xt.bytes);
-    if (ql_linear_forward(lin, x, xdt, m, k, y, ydt, n, NULL) != QL_OK) {
+    if ((cuda_dev >= 0 ? ql_tool_device_forward(lin, x, xdt, m, k, y, ydt, n)
+                       : ql_linear_forward(lin, x, xdt, m, k, y, ydt, n, NULL)) != QL_OK) {
         rc = fail_lib("forward");
         goto done;
     }
@@ -695,3 +704,13 @@ done:
     ql_checkpoint_close(xin);
     return rc;
 }
+
+#ifndef QL_HAVE_CUDA_BENCH
+/* Built without CUDA: the context refuses the device before this is reached. */
+ql_status ql_tool_device_forward(ql_linear *lin, const void *x, ql_dtype xdt, int64_t m, int64_t k, void *y,
+                                 ql_dtype ydt, int64_t n)
+{
+    (void)lin, (void)x, (void)xdt, (void)m, (void)k, (void)y, (void)ydt, (void)n;
+    return ql_fail(QL_ERR_UNSUPPORTED, "qlinear forward: this qlinear was built without CUDA");
+}
+#endif

@@ -1,4 +1,5 @@
 #include "core.h"
+#include "../cuda/cuda_backend.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -23,7 +24,7 @@ ql_status ql_context_create(ql_context **out)
 {
     QL_CHECK_PTR("ql_context_create", out);
     *out = NULL;
-    ql_context c = {default_threads(), ql_isa_best(), NULL, 0, 0};
+    ql_context c = {default_threads(), ql_isa_best(), NULL, 0, 0, QL_DEVICE_CPU, 0, NULL, NULL};
     const char *t = getenv("QLINEAR_THREADS");
     if (t && *t) {
         char *end;
@@ -51,7 +52,10 @@ ql_status ql_context_create(ql_context **out)
 
 void ql_context_destroy(ql_context *ctx)
 {
-    if (ctx) ql_aligned_free(ctx->arena);
+    if (ctx) {
+        ql_aligned_free(ctx->arena);
+        ql_cuda_workspace_free(ctx->cuda_ws);
+    }
     free(ctx);
 }
 
@@ -102,3 +106,31 @@ ql_status ql_context_set_isa(ql_context *ctx, ql_isa isa)
 }
 
 ql_isa ql_context_isa(const ql_context *ctx) { return ctx ? ctx->isa : QL_ISA_GENERIC; }
+
+ql_status ql_context_set_device(ql_context *ctx, ql_device device, int index)
+{
+    const char *fn = "ql_context_set_device";
+    QL_CHECK_PTR(fn, ctx);
+    if (device == QL_DEVICE_CPU) {
+        ctx->device = QL_DEVICE_CPU;
+        return QL_OK;
+    }
+    if (device != QL_DEVICE_CUDA) return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: unknown device %d", fn, (int)device);
+    QL_TRY(ql_cuda_check_device(fn, index));
+    if (ctx->cuda_ws && index != ctx->device_index) { /* the workspace lives on the old device */
+        ql_cuda_workspace_free(ctx->cuda_ws);
+        ctx->cuda_ws = NULL;
+    }
+    ctx->device = QL_DEVICE_CUDA;
+    ctx->device_index = index;
+    return QL_OK;
+}
+
+ql_device ql_context_device(const ql_context *ctx) { return ctx ? ctx->device : QL_DEVICE_CPU; }
+
+ql_status ql_context_set_cuda_stream(ql_context *ctx, void *stream)
+{
+    QL_CHECK_PTR("ql_context_set_cuda_stream", ctx);
+    ctx->cuda_stream = stream;
+    return QL_OK;
+}

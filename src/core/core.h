@@ -114,6 +114,11 @@ struct ql_context {
     void *arena;
     size_t arena_bytes;
     int arena_busy;
+    /* where linears run (QL_DEVICE_CUDA: device index, stream, workspace) */
+    ql_device device;
+    int device_index;
+    void *cuda_stream;
+    struct ql_cuda_workspace *cuda_ws;
 };
 
 /* A 64-byte aligned buffer of `bytes` for one call; release with the same

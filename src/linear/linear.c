@@ -9,6 +9,7 @@
 #include "../gemm/f32.h"
 #include "../gemm/gemm.h"
 #include "kernels.h"
+#include "../cuda/cuda_backend.h"
 
 /* Rows quantized and multiplied per step: bounds the packed-activation
  * buffer (rows·K bytes) for very tall inputs. A multiple of every MR. */
@@ -16,6 +17,7 @@
 
 struct ql_linear {
     ql_context *ctx;
+    struct ql_cuda_linear *cuda; /* set when the layer runs on a CUDA device */
     ql_linear_kind kind;
     int64_t n, k;
     /* int8 weight (W8A8): packed for the kernel, plus its scales */
@@ -65,6 +67,7 @@ static isa_ops ops_for(ql_isa isa)
 void ql_linear_destroy(ql_linear *l)
 {
     if (!l) return;
+    ql_cuda_linear_destroy(l->cuda);
     ql_packed_b_free(&l->b8);
     ql_packed_f32_free(&l->bf);
     ql_aligned_free(l->sw);
@@ -116,6 +119,26 @@ static ql_status create_int8(ql_linear *l, const ql_linear_desc *d)
     return QL_OK;
 }
 
+/* A W8A8 layer on the context's CUDA device: weight, scales, bias uploaded once. */
+static ql_status create_cuda(ql_linear *l, const ql_linear_desc *d)
+{
+    const char *fn = "ql_linear_create";
+    if (d->kind != QL_LINEAR_W8A8)
+        return ql_fail(QL_ERR_UNSUPPORTED, "%s: only W8A8 linears run on CUDA devices (kind %d asked)", fn, (int)d->kind);
+    QL_TRY(ql_check_int8_weight(fn, &d->int8));
+    l->n = d->int8.n;
+    l->k = d->int8.k;
+    float *bias = NULL;
+    if (d->int8.bias) {
+        bias = malloc((size_t)(l->n > 0 ? l->n : 1) * sizeof(float));
+        if (!bias) return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+        for (int64_t i = 0; i < l->n; i++) bias[i] = ql_load_f(d->int8.bias_dtype, d->int8.bias, i);
+    }
+    ql_status st = ql_cuda_linear_create(l->ctx->device_index, &d->int8, bias, &l->cuda);
+    free(bias);
+    return st;
+}
+
 ql_status ql_linear_create(ql_context *ctx, const ql_linear_desc *d, ql_linear **out)
 {
     const char *fn = "ql_linear_create";
@@ -128,6 +151,15 @@ ql_status ql_linear_create(ql_context *ctx, const ql_linear_desc *d, ql_linear *
     l->ctx = ctx;
     l->kind = d->kind;
     ql_status st;
+    if (ctx->device == QL_DEVICE_CUDA) {
+        st = create_cuda(l, d);
+        if (st != QL_OK) {
+            ql_linear_destroy(l);
+            return st;
+        }
+        *out = l;
+        return QL_OK;
+    }
     switch (d->kind) {
     case QL_LINEAR_W8A8:
     case QL_LINEAR_WEIGHT_ONLY:
@@ -157,9 +189,12 @@ ql_status ql_linear_create(ql_context *ctx, const ql_linear_desc *d, ql_linear *
     return QL_OK;
 }
 
+const char *ql_linear_cuda_kernel(const ql_linear *l) { return l && l->cuda ? ql_cuda_linear_kernel(l->cuda) : ""; }
+
 size_t ql_linear_weight_bytes(const ql_linear *l)
 {
     if (!l) return 0;
+    if (l->cuda) return ql_cuda_linear_weight_bytes(l->cuda);
     if (l->kind == QL_LINEAR_W8A8) return (size_t)(l->b8.panels * l->b8.k4 * l->b8.nr * 4) + (size_t)l->n_sw * 4;
     if (l->kind == QL_LINEAR_DEQUANT) return (size_t)(l->n * l->k) + (size_t)l->n_sw * 4;
     return ql_packed_f32_bytes(&l->bf) + (size_t)l->n_sw * 4;
@@ -311,6 +346,8 @@ ql_status ql_linear_forward(ql_linear *l, const void *x, ql_dtype xdt, int64_t m
     QL_CHECK_PTR(fn, l);
     QL_TRY(ql_check_forward_args(fn, l->n, l->k, x, xdt, m, ldx, y, ydt, ldy, epi));
     if (m == 0 || l->n == 0) return QL_OK;
+    if (l->cuda)
+        return ql_cuda_linear_forward(l->cuda, &l->ctx->cuda_ws, l->ctx->cuda_stream, x, xdt, m, ldx, y, ydt, ldy, epi);
     ql_epi_plan plan = {ydt, NULL, epi ? epi->residual : NULL, epi ? epi->ld_residual : 0,
                         epi ? epi->residual_scale : NULL};
     plan.bias = l->bias[ydt];
@@ -338,6 +375,8 @@ ql_status ql_gemm_s8s8s32(ql_context *ctx, int64_t m, int64_t n, int64_t k, cons
     if (k > QL_MAX_K)
         return ql_fail(QL_ERR_UNSUPPORTED, "%s: K = %lld exceeds %d, where int32 accumulation could overflow", fn,
                        (long long)k, QL_MAX_K);
+    if (ctx->device == QL_DEVICE_CUDA)
+        return ql_cuda_gemm_s8s8s32(ctx->device_index, ctx->cuda_stream, m, n, k, a, lda, b, ldb, c, ldc);
     if (m == 0 || n == 0) return QL_OK;
     const ql_s8_kernel *kern = ql_s8_kernel_for(ctx->isa);
     ql_packed_b pb;

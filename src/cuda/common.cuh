@@ -1,0 +1,165 @@
+/* Device-side pieces shared by the CUDA kernels: exact dtype conversions (the
+ * CPU's ql_round_to, bit for bit), the fused epilogue, launch-check macros. */
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "cuda_backend.h"
+
+namespace qlc {
+
+/* ql_dtype values, usable in device code. */
+enum : int { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, DT_I32 = 5 };
+
+/* Every float operation below is an explicit _rn intrinsic: the reference
+ * rounds after each operation and nvcc would otherwise contract a*b+c. */
+__device__ __forceinline__ float round_to(int dt, float v)
+{
+    if (dt == DT_BF16) return __bfloat162float(__float2bfloat16_rn(v));
+    if (dt == DT_F16) return __half2float(__float2half_rn(v));
+    return v;
+}
+
+/* Round-to-nearest-even fp32 -> bf16 (result as fp32) in integer arithmetic:
+ * the conversion unit runs at a quarter of the integer rate, and these
+ * kernels round every element two or three times. Exact for every finite
+ * value and ±Inf (overflow gives Inf, as RNE must); NOT for NaN, which the
+ * callers test beforehand. */
+__device__ __forceinline__ float bf16_round_nonan(float v)
+{
+    uint32_t u = __float_as_uint(v);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return __uint_as_float(u & 0xffff0000u);
+}
+
+/* round_to for values known not to be NaN. */
+__device__ __forceinline__ float round_to_nonan(int dt, float v)
+{
+    if (dt == DT_BF16) return bf16_round_nonan(v);
+    if (dt == DT_F16) return __half2float(__float2half_rn(v));
+    return v;
+}
+
+/* rint(v) clamped to [-128, 127] for |v| < 2^22: adding 1.5·2^23 rounds to
+ * an integer (ties to even) in the low mantissa bits. */
+__device__ __forceinline__ int rint_clamp_s8(float v)
+{
+    int i = (int)__float_as_uint(__fadd_rn(v, 12582912.0f)) - 0x4B400000;
+    return max(-128, min(127, i));
+}
+
+__device__ __forceinline__ float load_f(int dt, const void *p, int64_t i)
+{
+    if (dt == DT_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (dt == DT_F16) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+/* What the epilogue needs; pointers are device pointers. */
+struct EpiParams {
+    void *y;
+    int64_t ldy;
+    int ydt;             /* DT_I32: raw accumulators, nothing else applies */
+    const float *sx;     /* [M] activation scales */
+    const float *sw;     /* [N] or [1] weight scales */
+    int sw_per_row;      /* 1: sw has N entries */
+    const float *bias;   /* [N] fp32 or NULL; rounded to ydt here */
+    const void *res;     /* [M, ldr] in ydt or NULL */
+    int64_t ldr;
+    const void *rs;      /* [N] in ydt */
+    int vec2;            /* y and ldy allow 2-element vector stores */
+};
+
+/* y = round(acc·(s_x·s_w)); y = round(y + round(bias)); y = round(res + rs·y):
+ * ql_epilogue_scalar's roundings in its order. */
+__device__ __forceinline__ float epi_value(const EpiParams &p, int32_t acc, float sx, int64_t row, int64_t col)
+{
+    const int dt = p.ydt;
+    float sw = p.sw[p.sw_per_row ? col : 0];
+    float y = round_to(dt, __fmul_rn(__int2float_rn(acc), __fmul_rn(sx, sw)));
+    if (p.bias) y = round_to(dt, __fadd_rn(y, round_to(dt, p.bias[col])));
+    if (p.res) {
+        float r = load_f(dt, p.res, row * p.ldr + col);
+        float rs = load_f(dt, p.rs, col);
+        y = round_to(dt, __fadd_rn(r, __fmul_rn(rs, y)));
+    }
+    return y;
+}
+
+__device__ __forceinline__ void store_one(const EpiParams &p, int64_t row, int64_t col, float v, int32_t acc)
+{
+    int64_t i = row * p.ldy + col;
+    switch (p.ydt) {
+    case DT_I32: ((int32_t *)p.y)[i] = acc; break;
+    case DT_BF16: ((__nv_bfloat16 *)p.y)[i] = __float2bfloat16_rn(v); break;
+    case DT_F16: ((__half *)p.y)[i] = __float2half_rn(v); break;
+    default: ((float *)p.y)[i] = v; break;
+    }
+}
+
+/* Two adjacent outputs (col, col+1) of one row; col+1 may be past N. */
+__device__ __forceinline__ void epi_store2(const EpiParams &p, int64_t row, int64_t col, int64_t n, int32_t a0,
+                                           int32_t a1, float sx)
+{
+    if (p.ydt == DT_I32) {
+        if (p.vec2 && col + 1 < n) {
+            *(int2 *)((int32_t *)p.y + row * p.ldy + col) = make_int2(a0, a1);
+        } else {
+            store_one(p, row, col, 0.f, a0);
+            if (col + 1 < n) store_one(p, row, col + 1, 0.f, a1);
+        }
+        return;
+    }
+    float v0 = epi_value(p, a0, sx, row, col);
+    if (col + 1 < n) {
+        float v1 = epi_value(p, a1, sx, row, col + 1);
+        if (p.vec2) {
+            int64_t i = row * p.ldy + col;
+            if (p.ydt == DT_BF16) {
+                *(__nv_bfloat162 *)((__nv_bfloat16 *)p.y + i) = __floats2bfloat162_rn(v0, v1);
+                return;
+            }
+            if (p.ydt == DT_F16) {
+                *(__half2 *)((__half *)p.y + i) = __floats2half2_rn(v0, v1);
+                return;
+            }
+            *(float2 *)((float *)p.y + i) = make_float2(v0, v1);
+            return;
+        }
+        store_one(p, row, col + 1, v1, a1);
+    }
+    store_one(p, row, col, v0, a0);
+}
+
+/* Two adjacent outputs of a row, both inside N, vector store allowed, no
+ * residual; sw and the (already rounded) bias come from the caller. Same
+ * roundings as epi_value. */
+__device__ __forceinline__ void epi_store_pair(const EpiParams &p, int64_t row, int64_t col, int32_t a0, int32_t a1,
+                                               float sx, float2 sw, float2 bias)
+{
+    const int dt = p.ydt;
+    const int64_t i = row * p.ldy + col;
+    float v0 = __fmul_rn(__int2float_rn(a0), __fmul_rn(sx, sw.x));
+    float v1 = __fmul_rn(__int2float_rn(a1), __fmul_rn(sx, sw.y));
+    if (dt == DT_BF16) {
+        /* integer rounding; a NaN (a row that held NaN/Inf) passes through */
+        v0 = v0 != v0 ? v0 : bf16_round_nonan(v0);
+        v1 = v1 != v1 ? v1 : bf16_round_nonan(v1);
+        if (p.bias) {
+            v0 = __fadd_rn(v0, bias.x), v1 = __fadd_rn(v1, bias.y);
+            v0 = v0 != v0 ? v0 : bf16_round_nonan(v0);
+            v1 = v1 != v1 ? v1 : bf16_round_nonan(v1);
+        }
+        /* both already bf16 values: the store keeps their upper halves */
+        *(uint32_t *)((__nv_bfloat16 *)p.y + i) = (__float_as_uint(v0) >> 16) | (__float_as_uint(v1) & 0xffff0000u);
+        return;
+    }
+    v0 = round_to(dt, v0), v1 = round_to(dt, v1);
+    if (p.bias) v0 = round_to(dt, __fadd_rn(v0, bias.x)), v1 = round_to(dt, __fadd_rn(v1, bias.y));
+    if (dt == DT_BF16) *(__nv_bfloat162 *)((__nv_bfloat16 *)p.y + i) = __floats2bfloat162_rn(v0, v1);
+    else if (dt == DT_F16) *(__half2 *)((__half *)p.y + i) = __floats2half2_rn(v0, v1);
+    else *(float2 *)((float *)p.y + i) = make_float2(v0, v1);
+}
+
+} // namespace qlc

@@ -1,0 +1,53 @@
+/* The CUDA backend's entry points in a build without nvcc: every device
+ * call is refused with a message that says why. */
+#include "cuda_backend.h"
+#include "../core/core.h"
+
+static ql_status absent(const char *fn)
+{
+    return ql_fail(QL_ERR_UNSUPPORTED, "%s: this qlinear was built without CUDA (nvcc was not found at configure time)",
+                   fn);
+}
+
+ql_status ql_cuda_check_device(const char *fn, int index)
+{
+    (void)index;
+    return absent(fn);
+}
+void ql_cuda_workspace_free(ql_cuda_workspace *ws) { (void)ws; }
+ql_status ql_cuda_linear_create(int device, const ql_int8_weight *w, const float *bias_f32, ql_cuda_linear **out)
+{
+    (void)device, (void)w, (void)bias_f32;
+    *out = NULL;
+    return absent("ql_linear_create");
+}
+void ql_cuda_linear_destroy(ql_cuda_linear *l) { (void)l; }
+size_t ql_cuda_linear_weight_bytes(const ql_cuda_linear *l)
+{
+    (void)l;
+    return 0;
+}
+ql_status ql_cuda_linear_forward(ql_cuda_linear *l, ql_cuda_workspace **ws, void *stream, const void *x, ql_dtype xdt,
+                                 int64_t m, int64_t ldx, void *y, ql_dtype ydt, int64_t ldy, const ql_epilogue *epi)
+{
+    (void)l, (void)ws, (void)stream, (void)x, (void)xdt, (void)m, (void)ldx, (void)y, (void)ydt, (void)ldy, (void)epi;
+    return absent("ql_linear_forward");
+}
+const char *ql_cuda_linear_kernel(const ql_cuda_linear *l)
+{
+    (void)l;
+    return "";
+}
+ql_status ql_cuda_gemm_s8s8s32(int device, void *stream, int64_t m, int64_t n, int64_t k, const int8_t *a, int64_t lda,
+                               const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc)
+{
+    (void)device, (void)stream, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)c, (void)ldc;
+    return absent("ql_gemm_s8s8s32");
+}
+int ql_cuda_device_count(void) { return 0; }
+ql_status ql_cuda_device_name(int index, char *buf, size_t len)
+{
+    (void)index;
+    if (buf && len) buf[0] = '\0';
+    return absent("ql_cuda_device_name");
+}

@@ -1,0 +1,47 @@
+/* The CUDA backend as the rest of the library sees it: plain C, no CUDA
+ * types. Built from the .cu files beside it when nvcc is found; otherwise
+ * cuda_absent.c answers every call with QL_ERR_UNSUPPORTED. */
+#ifndef QL_CUDA_BACKEND_H
+#define QL_CUDA_BACKEND_H
+
+#include "qlinear.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ql_cuda_linear ql_cuda_linear;
+
+/* QL_OK when device `index` exists and can run the backend (sm_80 or newer). */
+ql_status ql_cuda_check_device(const char *fn, int index);
+
+/* Per-context device state: the activation workspace (codes and scales of
+ * one call), reused by every layer of the context on its stream. */
+typedef struct ql_cuda_workspace ql_cuda_workspace;
+void ql_cuda_workspace_free(ql_cuda_workspace *ws);
+
+/* Uploads the int8 weight [n, k] (rows padded to 16 bytes), its scales and
+ * the bias once. The caller has validated the weight (ql_check_int8_weight)
+ * and converted the bias to fp32 (bias_f32: NULL or n values). */
+ql_status ql_cuda_linear_create(int device, const ql_int8_weight *w, const float *bias_f32, ql_cuda_linear **out);
+void ql_cuda_linear_destroy(ql_cuda_linear *l);
+size_t ql_cuda_linear_weight_bytes(const ql_cuda_linear *l);
+/* x, y and the epilogue tensors are device pointers on the layer's device;
+ * the work is queued on `stream` (cudaStream_t; NULL: the default stream). */
+ql_status ql_cuda_linear_forward(ql_cuda_linear *l, ql_cuda_workspace **ws, void *stream, const void *x, ql_dtype xdt, int64_t m,
+                                 int64_t ldx, void *y, ql_dtype ydt, int64_t ldy, const ql_epilogue *epi);
+/* Name of the GEMM kernel the last forward of `l` ran ("sm90 128x256", ...). */
+const char *ql_cuda_linear_kernel(const ql_cuda_linear *l);
+
+/* The GEMM kernel the last forward of a ql_linear ran on its CUDA device ("" on the CPU). */
+const char *ql_linear_cuda_kernel(const ql_linear *l);
+
+/* Exact C[M,N] = A[M,K]·B[N,K]ᵀ with device pointers. */
+ql_status ql_cuda_gemm_s8s8s32(int device, void *stream, int64_t m, int64_t n, int64_t k, const int8_t *a,
+                               int64_t lda, const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,42 @@
+/* Kernel launchers shared by the CUDA backend's host code (C++ only). */
+#pragma once
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "common.cuh"
+
+namespace qlc {
+
+int log4_of(int64_t g);
+
+/* Prologue: x [m, k] (ldx elements) -> codes q [m, ldq] (zero-padded past k)
+ * and scales sx [m]. group 0: no rotation. */
+cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m, int64_t k, int64_t group,
+                                 int8_t *q, int64_t ldq, float *sx, cudaStream_t stream);
+/* Shared memory the prologue needs for a row of k (it refuses rows that do not fit). */
+size_t quantize_rows_smem(int64_t k);
+cudaError_t prepare_quantize_rows(int64_t k);
+
+/* Hopper (sm_90a) GEMM tiles: consumer warpgroups (64 rows each) × columns. */
+struct Sm90Tile {
+    int wgs, bn, ctas_per_sm;
+};
+extern const Sm90Tile sm90_tiles[];
+extern const int sm90_tile_count;
+/* TMA descriptors of the operands for a tile (either may be NULL: not made).
+ * a, b: 16-byte aligned, lda/ldb multiples of 16 bytes. False: refused. */
+bool make_sm90_maps(int tile, const int8_t *a, int64_t lda, int64_t m, const int8_t *b, int64_t ldb, int64_t n,
+                    int64_t k, CUtensorMap *ma, CUtensorMap *mb);
+/* pdl: may start while the previous kernel on the stream finishes (it waits for its results). */
+cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorMap &mb, int64_t m, int64_t n,
+                                int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl);
+/* Portable tensor-core GEMM (mma.sync, sm_80+): any K, any pitch and alignment. */
+cudaError_t launch_s8_gemm_mma(const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m, int64_t n,
+                               int64_t k, const EpiParams &p, cudaStream_t stream);
+/* Few rows (m <= QLC_GEMV_MAX_M): one warp per output column streams its
+ * weight row once; 16-byte aligned operands with pitches multiple of 16. */
+#define QLC_GEMV_MAX_M 8
+cudaError_t launch_s8_gemv(const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m, int64_t n,
+                           int64_t k, const EpiParams &p, cudaStream_t stream);
+
+} // namespace qlc

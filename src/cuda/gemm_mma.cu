@@ -1,0 +1,164 @@
+/* The portable int8 GEMMs of the CUDA backend, with the fused epilogue:
+ * a tensor-core kernel on mma.sync m16n8k32 (sm_80 and newer; any K, pitch
+ * or alignment) and a GEMV-like kernel for a few rows, where the weight
+ * stream is the whole cost. */
+#include "common.cuh"
+#include "cuda_internal.h"
+
+namespace qlc {
+namespace {
+
+constexpr int MB = 128, NB = 128, KB = 64; /* block tile; K slice in bytes */
+constexpr int PITCH = KB + 16;             /* shared-memory row pitch: no bank conflicts on fragment loads */
+constexpr int MMA_THREADS = 256;           /* 8 warps: 2 (M) × 4 (N), each 64 × 32 */
+
+/* 16 bytes of row `r`, columns k0..k0+15, zero outside [0, rows) × [0, k). */
+__device__ __forceinline__ uint4 load_chunk(const int8_t *base, int64_t ld, int64_t rows, int64_t k, int64_t r,
+                                            int64_t k0, bool vec)
+{
+    if (r >= rows) return make_uint4(0, 0, 0, 0);
+    const int8_t *p = base + r * ld + k0;
+    if (vec && k0 + 16 <= k) return *(const uint4 *)p;
+    uint4 u;
+    int8_t *b = (int8_t *)&u;
+#pragma unroll
+    for (int i = 0; i < 16; i++) b[i] = k0 + i < k ? p[i] : 0;
+    return u;
+}
+
+__device__ __forceinline__ void mma_s8(int32_t (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+__global__ void __launch_bounds__(MMA_THREADS) s8_gemm_mma_kernel(const int8_t *a, int64_t lda, const int8_t *b,
+                                                                   int64_t ldb, int64_t m, int64_t n, int64_t k,
+                                                                   bool vec, EpiParams p)
+{
+    __shared__ __align__(16) int8_t as[MB * PITCH];
+    __shared__ __align__(16) int8_t bs[NB * PITCH];
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int wm = warp / 4, wn = warp % 4; /* warp tile: rows 64·wm.., columns 32·wn.. */
+    const int grp = lane / 4, tig = lane % 4;
+    const int64_t m0 = (int64_t)blockIdx.y * MB, n0 = (int64_t)blockIdx.x * NB;
+    int32_t acc[4][4][4] = {};
+
+    for (int64_t k0 = 0; k0 < k; k0 += KB) {
+        /* 128 rows × 64 bytes = 512 chunks of 16 bytes per operand: 2 per thread. */
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            int ch = tid + i * MMA_THREADS, r = ch / 4, kc = (ch % 4) * 16;
+            *(uint4 *)(as + r * PITCH + kc) = load_chunk(a, lda, m, k, m0 + r, k0 + kc, vec);
+            *(uint4 *)(bs + r * PITCH + kc) = load_chunk(b, ldb, n, k, n0 + r, k0 + kc, vec);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < KB; kk += 32) {
+            uint32_t af[4][4], bf[4][2];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int8_t *r0 = as + (wm * 64 + i * 16 + grp) * PITCH + kk + tig * 4;
+                af[i][0] = *(const uint32_t *)r0;
+                af[i][1] = *(const uint32_t *)(r0 + 8 * PITCH);
+                af[i][2] = *(const uint32_t *)(r0 + 16);
+                af[i][3] = *(const uint32_t *)(r0 + 8 * PITCH + 16);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int8_t *c0 = bs + (wn * 32 + j * 8 + grp) * PITCH + kk + tig * 4;
+                bf[j][0] = *(const uint32_t *)c0;
+                bf[j][1] = *(const uint32_t *)(c0 + 16);
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) mma_s8(acc[i][j], af[i], bf[j]);
+        }
+        __syncthreads();
+    }
+    /* C fragment: c0,c1 at (grp, 2·tig + {0,1}), c2,c3 at (grp + 8, same). */
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int64_t r0 = m0 + wm * 64 + i * 16 + grp, r1 = r0 + 8;
+        /* raw int32 output (the bare GEMM) has no scales */
+    const bool scaled = p.ydt != DT_I32;
+    const float sx0 = scaled && r0 < m ? p.sx[r0] : 0.f, sx1 = scaled && r1 < m ? p.sx[r1] : 0.f;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int64_t col = n0 + wn * 32 + j * 8 + 2 * tig;
+            if (col >= n) continue;
+            if (r0 < m) epi_store2(p, r0, col, n, acc[i][j][0], acc[i][j][1], sx0);
+            if (r1 < m) epi_store2(p, r1, col, n, acc[i][j][2], acc[i][j][3], sx1);
+        }
+    }
+}
+
+constexpr int GEMV_WARPS = 8;
+
+template <int MR>
+__global__ void __launch_bounds__(GEMV_WARPS * 32) s8_gemv_kernel(const int8_t *a, int64_t lda, const int8_t *b,
+                                                                   int64_t ldb, int64_t n, int64_t k, EpiParams p)
+{
+    const int lane = threadIdx.x % 32;
+    const int64_t col = (int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
+    if (col >= n) return;
+    const int8_t *w = b + col * ldb;
+    int32_t acc[MR] = {};
+    for (int64_t k0 = (int64_t)lane * 16; k0 < k; k0 += 32 * 16) {
+        /* k is a multiple of 16 here (the pitch pads with zeros). */
+        const int4 wv = __ldg((const int4 *)(w + k0));
+#pragma unroll
+        for (int r = 0; r < MR; r++) {
+            const int4 xv = __ldg((const int4 *)(a + r * lda + k0));
+            acc[r] = __dp4a(xv.x, wv.x, acc[r]);
+            acc[r] = __dp4a(xv.y, wv.y, acc[r]);
+            acc[r] = __dp4a(xv.z, wv.z, acc[r]);
+            acc[r] = __dp4a(xv.w, wv.w, acc[r]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < MR; r++)
+        for (int o = 16; o; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+    if (lane < MR) {
+        int32_t v = acc[0];
+#pragma unroll
+        for (int r = 1; r < MR; r++)
+            if (lane == r) v = acc[r];
+        if (p.ydt == DT_I32) store_one(p, lane, col, 0.f, v);
+        else store_one(p, lane, col, epi_value(p, v, p.sx[lane], lane, col), v);
+    }
+}
+
+} // namespace
+
+cudaError_t launch_s8_gemm_mma(const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m, int64_t n,
+                               int64_t k, const EpiParams &p, cudaStream_t stream)
+{
+    const bool vec = (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0 && lda % 16 == 0 && ldb % 16 == 0;
+    dim3 grid((unsigned)((n + NB - 1) / NB), (unsigned)((m + MB - 1) / MB));
+    s8_gemm_mma_kernel<<<grid, MMA_THREADS, 0, stream>>>(a, lda, b, ldb, m, n, k, vec, p);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_s8_gemv(const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m, int64_t n,
+                           int64_t k, const EpiParams &p, cudaStream_t stream)
+{
+    dim3 grid((unsigned)((n + GEMV_WARPS - 1) / GEMV_WARPS));
+    const int64_t kp = (k + 15) / 16 * 16;
+    switch (m) {
+#define QLC_GEMV_CASE(R)                                                                                              \
+    case R: s8_gemv_kernel<R><<<grid, GEMV_WARPS * 32, 0, stream>>>(a, lda, b, ldb, n, kp, p); break;
+        QLC_GEMV_CASE(1) QLC_GEMV_CASE(2) QLC_GEMV_CASE(3) QLC_GEMV_CASE(4)
+        QLC_GEMV_CASE(5) QLC_GEMV_CASE(6) QLC_GEMV_CASE(7) QLC_GEMV_CASE(8)
+#undef QLC_GEMV_CASE
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+} // namespace qlc

@@ -1,0 +1,240 @@
+/* Hopper int8 GEMM with the W8A8 epilogue fused: C = A[M,K]·B[N,K]ᵀ, both
+ * operands K-major int8 in global memory (row pitch a multiple of 16 bytes).
+ * One producer warp streams 128-byte K slices of the A and B tiles into a
+ * ring of shared-memory stages with the tensor-memory accelerator (TMA,
+ * 128-byte swizzle, completion on an mbarrier); one or two consumer
+ * warpgroups run wgmma m64nBNk32 (s32 += s8·s8) on them and apply the
+ * epilogue straight from the accumulator registers. Out-of-range rows and
+ * K columns arrive as zeros from TMA, so tails need no code in the loop. */
+#include <cuda.h>
+
+#include "common.cuh"
+#include "async_copy.cuh"
+#include "cuda_internal.h"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define QLC_SM90A 1
+#include "wgmma_s8.cuh"
+#endif
+
+namespace qlc {
+namespace {
+
+constexpr int BK = 128; /* bytes of K per stage: one 128-byte swizzle row */
+
+#ifdef QLC_SM90A
+/* Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups
+ * 1024 bytes apart (leading offset unused for swizzled K-major layouts). */
+__device__ __forceinline__ uint64_t smem_desc(const void *p)
+{
+    uint64_t a = smem_u32(p);
+    return ((a & 0x3ffff) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+template <int BN> __device__ __forceinline__ void wgmma_tile(int32_t (&d)[BN / 2], uint64_t da, uint64_t db, int acc)
+{
+    if constexpr (BN == 256) wgmma_m64n256k32_s8(d, da, db, acc);
+    else if constexpr (BN == 128) wgmma_m64n128k32_s8(d, da, db, acc);
+    else wgmma_m64n64k32_s8(d, da, db, acc);
+}
+#endif
+
+/* NWG consumer warpgroups (BM = 64·NWG rows; warps 0 .. 4·NWG-1, aligned as
+ * wgmma wants) and one producer warp after them; BN columns; a STAGES-deep
+ * ring; CTAS blocks per SM (2 lets one block's epilogue overlap the other's
+ * main loop). */
+template <int NWG, int BN, int STAGES, int CTAS>
+__global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
+    s8_gemm_sm90_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b, int m,
+                        int n, int k, EpiParams p)
+{
+#ifdef QLC_SM90A
+    constexpr int BM = 64 * NWG;
+    constexpr int A_BYTES = BM * BK, B_BYTES = BN * BK, STAGE_BYTES = A_BYTES + B_BYTES;
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    uint64_t *full = (uint64_t *)(smem + STAGES * STAGE_BYTES);
+    uint64_t *empty = full + STAGES;
+    /* the tile's weight scales and bias (rounded to the output dtype), read
+     * from shared memory in the epilogue: no global loads between its stores */
+    float *col_sw = (float *)(empty + STAGES), *col_bias = col_sw + BN;
+
+    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128; /* wg == NWG: the producer warp */
+    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+    const int kt_count = (k + BK - 1) / BK;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], NWG * 128);
+        mbar_init_fence();
+    }
+    __syncthreads();
+    /* Programmatic dependent launch: the activation codes come from the
+     * prologue kernel just before; everything above overlapped its tail. */
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+
+    if (wg == NWG) {
+        if (tid == 0) {
+            for (int kt = 0; kt < kt_count; kt++) {
+                const int s = kt % STAGES;
+                if (kt >= STAGES) mbar_wait(&empty[s], ((kt / STAGES) - 1) & 1);
+                uint8_t *st = smem + s * STAGE_BYTES;
+                mbar_expect_tx(&full[s], STAGE_BYTES);
+                tma_load_2d(st, &tma_a, &full[s], kt * BK, m0);
+                tma_load_2d(st + A_BYTES, &tma_b, &full[s], kt * BK, n0);
+            }
+        }
+        return;
+    }
+
+    const int c = wg;
+    const bool scaled = p.ydt != DT_I32; /* raw int32 output (the bare GEMM) has no scales */
+    if (scaled)
+        for (int i = threadIdx.x; i < BN; i += NWG * 128) {
+            const int64_t col = n0 + i < n ? n0 + i : n - 1;
+            col_sw[i] = p.sw[p.sw_per_row ? col : 0];
+            col_bias[i] = p.bias ? round_to(p.ydt, p.bias[col]) : 0.0f;
+        }
+    int32_t d[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) d[i] = 0;
+    for (int kt = 0; kt < kt_count; kt++) {
+        const int s = kt % STAGES;
+        mbar_wait(&full[s], (kt / STAGES) & 1);
+        const uint8_t *a = smem + s * STAGE_BYTES + c * 64 * BK;
+        const uint8_t *b = smem + s * STAGE_BYTES + A_BYTES;
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < BK / 32; kk++) wgmma_tile<BN>(d, smem_desc(a + kk * 32), smem_desc(b + kk * 32), 1);
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        /* Keep one group in flight: the previous stage is free once the
+         * group before this one has retired. */
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        if (kt > 0) mbar_arrive(&empty[(kt - 1) % STAGES]);
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) asm volatile("" : "+r"(d[i])::"memory");
+
+    /* Accumulator layout of wgmma m64nN: warp w of the group owns rows
+     * 16w + lane/4 (+8); register 4j+{0,1} holds columns 8j + 2(lane%4) + {0,1}
+     * of the first row, 4j+{2,3} the same columns of the second. */
+    /* the column table above is complete once every consumer got here */
+    asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory");
+    const int warp = tid / 32, lane = tid % 32;
+    const int64_t r0 = m0 + c * 64 + warp * 16 + lane / 4, r1 = r0 + 8;
+    const float sx0 = scaled && r0 < m ? p.sx[r0] : 0.f, sx1 = scaled && r1 < m ? p.sx[r1] : 0.f;
+    const bool fast = scaled && !p.res && p.vec2;
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+        const int cl = j * 8 + 2 * (lane % 4);
+        const int64_t col = n0 + cl;
+        if (col >= n) continue;
+        if (fast && col + 1 < n) {
+            const float2 sw = *(const float2 *)(col_sw + cl), bs = *(const float2 *)(col_bias + cl);
+            if (r0 < m) epi_store_pair(p, r0, col, d[4 * j], d[4 * j + 1], sx0, sw, bs);
+            if (r1 < m) epi_store_pair(p, r1, col, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs);
+            continue;
+        }
+        if (r0 < m) epi_store2(p, r0, col, n, d[4 * j], d[4 * j + 1], sx0);
+        if (r1 < m) epi_store2(p, r1, col, n, d[4 * j + 2], d[4 * j + 3], sx1);
+    }
+#endif
+}
+
+/* cuTensorMapEncodeTiled, fetched from the driver at run time (no -lcuda). */
+typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                     const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                     CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+encode_tiled_fn get_encode()
+{
+    static encode_tiled_fn fn = nullptr;
+    if (!fn) {
+        void *f = nullptr;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) ==
+                cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = (encode_tiled_fn)f;
+    }
+    return fn;
+}
+
+} // namespace
+
+/* A 2-D int8 tensor map over [rows, cols] with row pitch `ld` bytes. */
+bool make_map(CUtensorMap *map, const int8_t *base, int64_t rows, int64_t cols, int64_t ld, int box_rows)
+{
+    encode_tiled_fn enc = get_encode();
+    if (!enc) return false;
+    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+    cuuint64_t strides[1] = {(cuuint64_t)ld};
+    cuuint32_t box[2] = {BK, (cuuint32_t)box_rows};
+    cuuint32_t estr[2] = {1, 1};
+    return enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)base, dims, strides, box, estr,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+namespace {
+
+template <int NWG, int BN, int STAGES, int CTAS> constexpr size_t smem_bytes()
+{
+    return (size_t)STAGES * (64 * NWG + BN) * BK + 2 * STAGES * sizeof(uint64_t) + 2 * BN * sizeof(float) + 1024;
+}
+
+template <int NWG, int BN, int STAGES, int CTAS>
+cudaError_t launch_cfg(const CUtensorMap &ma, const CUtensorMap &mb, int m, int n, int k, const EpiParams &p,
+                       cudaStream_t stream, bool pdl)
+{
+    auto kern = s8_gemm_sm90_kernel<NWG, BN, STAGES, CTAS>;
+    constexpr size_t smem = smem_bytes<NWG, BN, STAGES, CTAS>();
+    static_assert(smem * CTAS <= 227 * 1024, "shared memory per SM");
+    static bool attr_set = false; /* per process: the attribute is per function */
+    if (!attr_set) {
+        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+        attr_set = true;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)((n + BN - 1) / BN), (unsigned)((m + 64 * NWG - 1) / (64 * NWG)), 1);
+    cfg.blockDim = dim3(NWG * 128 + 32, 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kern, ma, mb, m, n, k, p);
+}
+
+} // namespace
+
+/* Two blocks per SM where the grid fills the SMs twice (one block's epilogue
+ * overlaps the other's main loop); deep rings with one block per SM where
+ * it does not (then the load latency is what a block waits for). */
+const Sm90Tile sm90_tiles[] = {{2, 256, 1}, {2, 128, 2}, {1, 128, 2}, {1, 256, 1}, {2, 128, 1}, {1, 128, 1}};
+const int sm90_tile_count = sizeof sm90_tiles / sizeof sm90_tiles[0];
+
+bool make_sm90_maps(int tile, const int8_t *a, int64_t lda, int64_t m, const int8_t *b, int64_t ldb, int64_t n,
+                    int64_t k, CUtensorMap *ma, CUtensorMap *mb)
+{
+    const Sm90Tile t = sm90_tiles[tile];
+    return (!ma || make_map(ma, a, m, k, lda, 64 * t.wgs)) && (!mb || make_map(mb, b, n, k, ldb, t.bn));
+}
+
+cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorMap &mb, int64_t m, int64_t n,
+                                int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl)
+{
+    const int im = (int)m, in = (int)n, ik = (int)k;
+    switch (tile) {
+    case 0: return launch_cfg<2, 256, 4, 1>(ma, mb, im, in, ik, p, stream, pdl);
+    case 1: return launch_cfg<2, 128, 3, 2>(ma, mb, im, in, ik, p, stream, pdl);
+    case 2: return launch_cfg<1, 128, 4, 2>(ma, mb, im, in, ik, p, stream, pdl);
+    case 3: return launch_cfg<1, 256, 5, 1>(ma, mb, im, in, ik, p, stream, pdl);
+    case 4: return launch_cfg<2, 128, 6, 1>(ma, mb, im, in, ik, p, stream, pdl);
+    default: return launch_cfg<1, 128, 8, 1>(ma, mb, im, in, ik, p, stream, pdl);
+    }
+}
+
+} // namespace qlc

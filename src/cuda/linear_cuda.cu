@@ -1,0 +1,379 @@
+/* Host side of the CUDA backend: device checks, weight upload, the
+ * activation workspace, kernel choice, and status codes with messages. */
+#include <cuda_runtime.h>
+
+#include <mutex>
+#include <new>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#include "cuda_internal.h"
+
+extern "C" ql_status ql_fail(ql_status status, const char *fmt, ...);
+
+using namespace qlc;
+
+struct ql_cuda_workspace {
+    int device = -1;
+    int8_t *q = nullptr;
+    float *sx = nullptr;
+    size_t q_bytes = 0, rows = 0;
+    std::mutex lock; /* one call's prologue + GEMM are queued as a unit */
+    /* TMA descriptor of the codes for the last (m, k, tile) (encoding one costs microseconds of host time) */
+    CUtensorMap amap;
+    int64_t amap_m = -1, amap_k = -1;
+    int amap_tile = -1;
+};
+
+struct ql_cuda_linear {
+    int device;
+    int64_t n, k, kp; /* kp: row pitch of the codes, k rounded up to 16 */
+    int64_t group;
+    int8_t *w;
+    float *sw;
+    int sw_per_row;
+    float *bias;
+    bool sm90;   /* Hopper kernels usable on this device */
+    int sms;
+    int force;   /* QLINEAR_CUDA_GEMM: 0 auto, 1 sm90, 2 mma, 3 gemv */
+    int force_tile; /* QLINEAR_CUDA_TILE: -1 auto, else an index into sm90_tiles */
+    char kernel[48];
+    CUtensorMap bmap[8]; /* the weight's TMA descriptor per Hopper tile, made on first use */
+    bool bmap_ok[8];
+};
+
+namespace {
+
+ql_status cuda_fail(const char *fn, const char *what, cudaError_t e)
+{
+    ql_status st = e == cudaErrorMemoryAllocation ? QL_ERR_OUT_OF_MEMORY : QL_ERR_UNSUPPORTED;
+    if (e == cudaErrorInvalidValue || e == cudaErrorInvalidDevicePointer) st = QL_ERR_INVALID_ARGUMENT;
+    return ql_fail(st, "%s: %s failed: %s (%s)", fn, what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+#define QLC_CUDA(fn, what, call)                                                                                     \
+    do {                                                                                                              \
+        cudaError_t e_ = (call);                                                                                      \
+        if (e_ != cudaSuccess) return cuda_fail(fn, what, e_);                                                        \
+    } while (0)
+
+/* Restores the caller's current device on every return path. */
+struct DeviceScope {
+    int prev = -1;
+    explicit DeviceScope(int d)
+    {
+        if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
+        if (prev != d) cudaSetDevice(d);
+    }
+    ~DeviceScope()
+    {
+        int cur;
+        if (prev >= 0 && cudaGetDevice(&cur) == cudaSuccess && cur != prev) cudaSetDevice(prev);
+    }
+};
+
+/* A pointer the kernels may read or write on `device`. */
+ql_status check_device_ptr(const char *fn, const char *name, const void *p, int device)
+{
+    if (!p) return QL_OK;
+    cudaPointerAttributes a;
+    cudaError_t e = cudaPointerGetAttributes(&a, p);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: %s is not a CUDA pointer (%s)", fn, name, cudaGetErrorString(e));
+    }
+    if (a.type == cudaMemoryTypeManaged) return QL_OK;
+    if (a.type != cudaMemoryTypeDevice)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: %s is %s memory; the layer runs on CUDA device %d and needs a device pointer",
+                       fn, name, a.type == cudaMemoryTypeHost ? "pinned host" : "host", device);
+    if (a.device != device)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: %s lives on CUDA device %d; the layer runs on CUDA device %d", fn,
+                       name, a.device, device);
+    return QL_OK;
+}
+
+int env_choice(const char *name, const char *const *values, int count)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return 0;
+    for (int i = 0; i < count; i++)
+        if (!strcmp(v, values[i])) return i;
+    return 0;
+}
+
+/* Tile for the Hopper kernel (indices into sm90_tiles), from the H200 sweeps
+ * in gpu.sh: 128x128 two blocks per SM when the grid fills the SMs at least
+ * 1.5 times; else 128x128 with a 6-deep ring, one block per SM; else 64x128
+ * with an 8-deep ring (more blocks for short N). */
+int pick_tile(int64_t m, int64_t n, int sms)
+{
+    const int64_t ctas = ((m + 127) / 128) * ((n + 127) / 128);
+    if (ctas * 2 >= (int64_t)sms * 3) return 1;
+    if (ctas * 2 >= (int64_t)sms) return 4;
+    return 5;
+}
+
+int dtype_code(ql_dtype dt) { return (int)dt; } /* DT_* are the ql_dtype values */
+
+} // namespace
+
+extern "C" ql_status ql_cuda_check_device(const char *fn, int index)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return ql_fail(QL_ERR_UNSUPPORTED, "%s: no usable CUDA device (%s)", fn, cudaGetErrorString(e));
+    }
+    if (count == 0) return ql_fail(QL_ERR_UNSUPPORTED, "%s: no CUDA device", fn);
+    if (index < 0 || index >= count)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: CUDA device %d does not exist (%d present)", fn, index, count);
+    cudaDeviceProp prop;
+    QLC_CUDA(fn, "cudaGetDeviceProperties", cudaGetDeviceProperties(&prop, index));
+    if (prop.major < 8)
+        return ql_fail(QL_ERR_UNSUPPORTED, "%s: CUDA device %d (%s) has compute capability %d.%d; qlinear needs 8.0 or newer",
+                       fn, index, prop.name, prop.major, prop.minor);
+    return QL_OK;
+}
+
+extern "C" ql_status ql_cuda_device_name(int index, char *buf, size_t len)
+{
+    const char *fn = "ql_cuda_device_name";
+    if (!buf || len == 0) return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: buf is NULL or empty", fn);
+    ql_status st = ql_cuda_check_device(fn, index);
+    if (st != QL_OK) return st;
+    cudaDeviceProp prop;
+    QLC_CUDA(fn, "cudaGetDeviceProperties", cudaGetDeviceProperties(&prop, index));
+    snprintf(buf, len, "%s (sm_%d%d, %d SMs, %.0f MB L2)", prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+             prop.l2CacheSize / 1048576.0);
+    return QL_OK;
+}
+
+extern "C" int ql_cuda_device_count(void)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return count;
+}
+
+extern "C" void ql_cuda_workspace_free(ql_cuda_workspace *ws)
+{
+    if (!ws) return;
+    if (ws->device >= 0) {
+        DeviceScope ds(ws->device);
+        cudaFree(ws->q);
+        cudaFree(ws->sx);
+    }
+    delete ws;
+}
+
+extern "C" void ql_cuda_linear_destroy(ql_cuda_linear *l)
+{
+    if (!l) return;
+    DeviceScope ds(l->device);
+    cudaFree(l->w);
+    cudaFree(l->sw);
+    cudaFree(l->bias);
+    free(l);
+}
+
+extern "C" ql_status ql_cuda_linear_create(int device, const ql_int8_weight *w, const float *bias_f32,
+                                           ql_cuda_linear **out)
+{
+    const char *fn = "ql_linear_create";
+    *out = nullptr;
+    ql_status st = ql_cuda_check_device(fn, device);
+    if (st != QL_OK) return st;
+    if (quantize_rows_smem(w->k) == 0)
+        return ql_fail(QL_ERR_UNSUPPORTED, "%s: K = %lld is too long for the CUDA prologue (a row must fit in shared memory)",
+                       fn, (long long)w->k);
+    DeviceScope ds(device);
+    ql_cuda_linear *l = (ql_cuda_linear *)calloc(1, sizeof *l);
+    if (!l) return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    l->device = device;
+    l->n = w->n, l->k = w->k, l->kp = (w->k + 15) / 16 * 16, l->group = w->convrot_group;
+    l->sw_per_row = w->n_scale != 1;
+    cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, device);
+    l->sm90 = prop.major == 9;
+    l->sms = prop.multiProcessorCount;
+    static const char *const gemms[] = {"auto", "sm90", "mma", "gemv"};
+    l->force = env_choice("QLINEAR_CUDA_GEMM", gemms, 4);
+    const char *tile = getenv("QLINEAR_CUDA_TILE");
+    l->force_tile = tile && *tile ? atoi(tile) % sm90_tile_count : -1;
+    snprintf(l->kernel, sizeof l->kernel, "none");
+
+    /* The codes, each row padded with zeros to the 16-byte pitch TMA wants. */
+    std::vector<int8_t> host;
+    const int8_t *src = w->q;
+    int64_t ld = w->ldq;
+    if (l->kp != w->k || w->ldq != l->kp) {
+        try {
+            host.assign((size_t)(l->n * l->kp), 0);
+        } catch (const std::bad_alloc &) {
+            free(l);
+            return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: cannot stage a %lld x %lld weight", fn, (long long)l->n,
+                           (long long)l->kp);
+        }
+        for (int64_t r = 0; r < l->n; r++) memcpy(&host[(size_t)(r * l->kp)], w->q + r * w->ldq, (size_t)w->k);
+        src = host.data(), ld = l->kp;
+    }
+    cudaError_t e = cudaMalloc(&l->w, (size_t)(l->n * l->kp > 0 ? l->n * l->kp : 16));
+    if (e == cudaSuccess && l->n > 0) e = cudaMemcpy(l->w, src, (size_t)(l->n * ld), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaMalloc(&l->sw, (size_t)w->n_scale * sizeof(float) + 4);
+    if (e == cudaSuccess) e = cudaMemcpy(l->sw, w->scale, (size_t)w->n_scale * sizeof(float), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess && bias_f32) {
+        e = cudaMalloc(&l->bias, (size_t)l->n * sizeof(float) + 4);
+        if (e == cudaSuccess) e = cudaMemcpy(l->bias, bias_f32, (size_t)l->n * sizeof(float), cudaMemcpyHostToDevice);
+    }
+    if (e == cudaSuccess) e = prepare_quantize_rows(l->k);
+    if (e != cudaSuccess) {
+        ql_cuda_linear_destroy(l);
+        return cuda_fail(fn, "uploading the weight", e);
+    }
+    *out = l;
+    return QL_OK;
+}
+
+extern "C" size_t ql_cuda_linear_weight_bytes(const ql_cuda_linear *l)
+{
+    return (size_t)(l->n * l->kp) + (size_t)(l->sw_per_row ? l->n : 1) * 4;
+}
+
+extern "C" const char *ql_cuda_linear_kernel(const ql_cuda_linear *l) { return l ? l->kernel : ""; }
+
+namespace {
+
+/* Descriptor caches of a call (NULL: none; the maps are made for this call). */
+struct MapCache {
+    CUtensorMap *amap;
+    int64_t *amap_m, *amap_k;
+    int *amap_tile;
+    CUtensorMap *bmap;
+    bool *bmap_ok;
+};
+
+/* Runs C = A·Bᵀ with epilogue p: the GEMV for few rows, the Hopper kernel
+ * where it can run, else the portable tensor-core kernel. */
+cudaError_t run_gemm(int force, int force_tile, bool sm90, int sms, const int8_t *a, int64_t lda, const int8_t *b,
+                     int64_t ldb, int64_t m, int64_t n, int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl,
+                     char *name, size_t name_len, const MapCache *cache)
+{
+    const bool aligned = (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0 && lda % 16 == 0 && ldb % 16 == 0;
+    const bool gemv_ok = aligned && k % 16 == 0 && m <= QLC_GEMV_MAX_M;
+    const bool sm90_ok = sm90 && aligned && m <= INT32_MAX && n <= INT32_MAX;
+    int use = force;
+    if ((use == 1 && !sm90_ok) || (use == 3 && !gemv_ok)) use = 0;
+    if (k == 0) use = 2; /* no K slices: the tile loop never runs, the epilogue sees zeros */
+    if (use == 0) use = gemv_ok ? 3 : sm90_ok ? 1 : 2;
+    if (use == 3) {
+        snprintf(name, name_len, "gemv dp4a");
+        return launch_s8_gemv(a, lda, b, ldb, m, n, k, p, stream);
+    }
+    if (use == 1) {
+        const int t = force_tile >= 0 ? force_tile : pick_tile(m, n, sms);
+        CUtensorMap ma_local, mb_local;
+        CUtensorMap *ma = &ma_local, *mb = &mb_local;
+        if (cache) {
+            ma = cache->amap;
+            if (*cache->amap_m != m || *cache->amap_k != k || *cache->amap_tile != t) {
+                if (!make_sm90_maps(t, a, lda, m, b, ldb, n, k, ma, nullptr)) return cudaErrorInvalidValue;
+                *cache->amap_m = m, *cache->amap_k = k, *cache->amap_tile = t;
+            }
+            mb = &cache->bmap[t];
+            if (!cache->bmap_ok[t]) {
+                if (!make_sm90_maps(t, a, lda, m, b, ldb, n, k, nullptr, mb)) return cudaErrorInvalidValue;
+                cache->bmap_ok[t] = true;
+            }
+        } else if (!make_sm90_maps(t, a, lda, m, b, ldb, n, k, ma, mb)) return cudaErrorInvalidValue;
+        snprintf(name, name_len, "sm90 wgmma %dx%d%s", 64 * sm90_tiles[t].wgs, sm90_tiles[t].bn,
+                 sm90_tiles[t].ctas_per_sm > 1 ? " x2/SM" : "");
+        return launch_s8_gemm_sm90(t, *ma, *mb, m, n, k, p, stream, pdl);
+    }
+    snprintf(name, name_len, "mma.sync 128x128");
+    return launch_s8_gemm_mma(a, lda, b, ldb, m, n, k, p, stream);
+}
+
+} // namespace
+
+extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *l, ql_cuda_workspace **wsp, void *stream, const void *x,
+                                            ql_dtype xdt, int64_t m, int64_t ldx, void *y, ql_dtype ydt, int64_t ldy,
+                                            const ql_epilogue *epi)
+{
+    const char *fn = "ql_linear_forward";
+    ql_status st;
+    if ((st = check_device_ptr(fn, "x", x, l->device)) != QL_OK) return st;
+    if ((st = check_device_ptr(fn, "y", y, l->device)) != QL_OK) return st;
+    if (epi && epi->residual) {
+        if ((st = check_device_ptr(fn, "residual", epi->residual, l->device)) != QL_OK) return st;
+        if ((st = check_device_ptr(fn, "residual_scale", epi->residual_scale, l->device)) != QL_OK) return st;
+    }
+    if (!*wsp) {
+        *wsp = new (std::nothrow) ql_cuda_workspace;
+        if (!*wsp) return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+        (*wsp)->device = l->device;
+    }
+    ql_cuda_workspace *ws = *wsp;
+    if (ws->device != l->device)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: the context's workspace is on CUDA device %d, the layer on %d", fn,
+                       ws->device, l->device);
+    DeviceScope ds(l->device);
+    std::lock_guard<std::mutex> guard(ws->lock);
+    const size_t q_bytes = (size_t)(m * l->kp);
+    if (q_bytes > ws->q_bytes || (size_t)m > ws->rows) {
+        /* Grown once per larger M; cudaFree waits for queued work that may still read the old one. */
+        cudaFree(ws->q), cudaFree(ws->sx);
+        ws->q = nullptr, ws->sx = nullptr, ws->q_bytes = ws->rows = 0;
+        ws->amap_m = -1; /* the descriptor named the old buffer */
+        size_t qb = q_bytes > ws->q_bytes ? q_bytes : ws->q_bytes;
+        QLC_CUDA(fn, "allocating the activation workspace", cudaMalloc(&ws->q, qb));
+        QLC_CUDA(fn, "allocating the activation workspace", cudaMalloc(&ws->sx, (size_t)m * sizeof(float)));
+        ws->q_bytes = qb, ws->rows = (size_t)m;
+    }
+    cudaStream_t s = (cudaStream_t)stream;
+    QLC_CUDA(fn, "the prologue kernel",
+             launch_quantize_rows(x, dtype_code(xdt), ldx, m, l->k, l->group, ws->q, l->kp, ws->sx, s));
+    EpiParams p = {};
+    p.y = y, p.ldy = ldy, p.ydt = dtype_code(ydt);
+    p.sx = ws->sx, p.sw = l->sw, p.sw_per_row = l->sw_per_row, p.bias = l->bias;
+    if (epi && epi->residual) p.res = epi->residual, p.ldr = epi->ld_residual, p.rs = epi->residual_scale;
+    const size_t es = ql_dtype_size(ydt);
+    p.vec2 = (uintptr_t)y % (2 * es) == 0 && ldy % 2 == 0;
+    const MapCache cache = {&ws->amap, &ws->amap_m, &ws->amap_k, &ws->amap_tile, l->bmap, l->bmap_ok};
+    QLC_CUDA(fn, "the GEMM kernel",
+             run_gemm(l->force, l->force_tile, l->sm90, l->sms, ws->q, l->kp, l->w, l->kp, m, l->n, l->k, p, s, true,
+                      l->kernel, sizeof l->kernel, &cache));
+    return QL_OK;
+}
+
+extern "C" ql_status ql_cuda_gemm_s8s8s32(int device, void *stream, int64_t m, int64_t n, int64_t k, const int8_t *a,
+                                          int64_t lda, const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc)
+{
+    const char *fn = "ql_gemm_s8s8s32";
+    ql_status st = ql_cuda_check_device(fn, device);
+    if (st != QL_OK) return st;
+    if ((st = check_device_ptr(fn, "a", a, device)) != QL_OK) return st;
+    if ((st = check_device_ptr(fn, "b", b, device)) != QL_OK) return st;
+    if ((st = check_device_ptr(fn, "c", c, device)) != QL_OK) return st;
+    if (m == 0 || n == 0) return QL_OK;
+    DeviceScope ds(device);
+    int major = 0, sms = 0;
+    QLC_CUDA(fn, "cudaDeviceGetAttribute", cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    QLC_CUDA(fn, "cudaDeviceGetAttribute", cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    static const char *const gemms[] = {"auto", "sm90", "mma", "gemv"};
+    const char *tile = getenv("QLINEAR_CUDA_TILE");
+    EpiParams p = {};
+    p.y = c, p.ldy = ldc, p.ydt = DT_I32;
+    p.vec2 = (uintptr_t)c % 8 == 0 && ldc % 2 == 0;
+    char name[48];
+    QLC_CUDA(fn, "the GEMM kernel",
+             run_gemm(env_choice("QLINEAR_CUDA_GEMM", gemms, 4), tile && *tile ? atoi(tile) % sm90_tile_count : -1,
+                      major == 9, sms, a, lda, b, ldb, m, n, k, p, (cudaStream_t)stream,
+                      false, name, sizeof name, nullptr));
+    return QL_OK;
+}

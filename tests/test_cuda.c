@@ -1,0 +1,229 @@
+/* The CUDA backend against the CPU reference: int32 GEMM results exactly
+ * equal to ql_gemm_s8s8s32_ref for every kernel (Hopper wgmma tiles, the
+ * portable mma.sync kernel, the GEMV) and every tail; the full W8A8 pipeline
+ * bit-identical to ql_int8_linear_ref for every dtype, group, bias, residual
+ * and stride; outputs poisoned first so unwritten elements show; bad input
+ * (host pointers, unsupported kinds) refused with a message. Without a
+ * device (or a CUDA build) it checks that device calls fail cleanly and
+ * says "skipped: no CUDA device". */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "testutil.h"
+
+#ifdef QL_TEST_CUDA
+#include <cuda_runtime_api.h>
+
+static void *dev_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        fprintf(stderr, "cudaMalloc(%zu) failed\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+static void *dev_copy(const void *h, size_t bytes)
+{
+    void *d = dev_alloc(bytes);
+    cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
+    return d;
+}
+
+static const char *gemm_kernels[] = {"auto", "sm90", "mma", "gemv"};
+
+static void fill_codes(int8_t *p, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t r = tu_next();
+        p[i] = (r & 0xf00) == 0 ? ((r & 1) ? 127 : -128) : (int8_t)(r & 0xff); /* the limits, often */
+    }
+}
+
+static void gemm_case(ql_context *ctx, int64_t m, int64_t n, int64_t k, int64_t pad, const char *kernel, int tile)
+{
+    const int64_t lda = k + pad, ldb = k + pad, ldc = n + (pad ? 3 : 0);
+    int8_t *a = malloc((size_t)(m * lda + 1)), *b = malloc((size_t)(n * ldb + 1));
+    int32_t *c0 = malloc((size_t)(m * ldc + 1) * 4), *c1 = malloc((size_t)(m * ldc + 1) * 4);
+    fill_codes(a, m * lda);
+    fill_codes(b, n * ldb);
+    CHECK_OK(ql_gemm_s8s8s32_ref(m, n, k, a, lda, b, ldb, c0, ldc));
+    void *da = dev_copy(a, (size_t)(m * lda)), *db = dev_copy(b, (size_t)(n * ldb));
+    int32_t *dc = dev_alloc((size_t)(m * ldc) * 4);
+    cudaMemset(dc, 0x7b, (size_t)(m * ldc) * 4); /* poison */
+    setenv("QLINEAR_CUDA_GEMM", kernel, 1);
+    char t[8];
+    snprintf(t, sizeof t, "%d", tile);
+    if (tile >= 0) setenv("QLINEAR_CUDA_TILE", t, 1);
+    else unsetenv("QLINEAR_CUDA_TILE");
+    CHECK_OK(ql_gemm_s8s8s32(ctx, m, n, k, da, lda, db, ldb, dc, ldc));
+    CHECK(cudaDeviceSynchronize() == cudaSuccess, "kernel failed: %s", cudaGetErrorString(cudaGetLastError()));
+    cudaMemcpy(c1, dc, (size_t)(m * ldc) * 4, cudaMemcpyDeviceToHost);
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++)
+            if (c0[i * ldc + j] != c1[i * ldc + j] && bad++ == 0) first = i * ldc + j;
+    CHECK(bad == 0, "gemm %s tile %d M=%lld N=%lld K=%lld pad %lld: %lld of %lld differ (first at %lld: %d vs %d)",
+          kernel, tile, (long long)m, (long long)n, (long long)k, (long long)pad, (long long)bad, (long long)(m * n),
+          (long long)first, first >= 0 ? c1[first] : 0, first >= 0 ? c0[first] : 0);
+    cudaFree(da), cudaFree(db), cudaFree(dc);
+    free(a), free(b), free(c0), free(c1);
+}
+
+static void test_gemm(ql_context *ctx)
+{
+    static const int64_t shapes[][3] = {{37, 80, 256},  {1, 2048, 2048}, {5, 300, 1000}, {128, 256, 128},
+                                        {129, 257, 384}, {300, 520, 4096}, {8, 64, 16},   {64, 192, 8192},
+                                        {1000, 2048, 2048}, {17, 33, 48}, {250, 6144, 256}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int kern = 0; kern < 4; kern++) {
+            int tiles = kern == 1 ? 6 : 1; /* every Hopper tile */
+            for (int t = 0; t < tiles; t++)
+                gemm_case(ctx, shapes[s][0], shapes[s][1], shapes[s][2], s % 3 == 2 ? 5 : 0, gemm_kernels[kern],
+                          kern == 1 ? t : -1);
+        }
+    unsetenv("QLINEAR_CUDA_GEMM");
+    unsetenv("QLINEAR_CUDA_TILE");
+}
+
+static int same_bits(ql_dtype dt, const void *a, const void *b, int64_t m, int64_t n, int64_t ld, int64_t *first)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float x = ql_load_f(dt, a, i * ld + j), y = ql_load_f(dt, b, i * ld + j);
+            if (!(memcmp(&x, &y, 4) == 0 || (isnan(x) && isnan(y)))) {
+                *first = i * ld + j;
+                return 0;
+            }
+        }
+    return 1;
+}
+
+static void linear_case(ql_context *gpu, int64_t m, int64_t n, int64_t k, int64_t g, ql_dtype xdt, ql_dtype ydt,
+                        int bias_on, int res_on, const char *kernel)
+{
+    const int64_t ldx = k + tu_range(0, 1) * 8, ldy = n + tu_range(0, 1) * 2, nscale = tu_range(0, 3) ? n : 1;
+    const size_t xs = ql_dtype_size(xdt), ys = ql_dtype_size(ydt);
+    int8_t *q = malloc((size_t)(n * k + 1));
+    float *scale = malloc((size_t)nscale * 4);
+    fill_codes(q, n * k);
+    for (int64_t i = 0; i < nscale; i++) scale[i] = (float)((0.5 + tu_uniform()) * 1e-3);
+    void *x = malloc((size_t)(m * ldx + 1) * xs), *bias = malloc((size_t)n * 4);
+    tu_fill_gauss(xdt, x, m * ldx, 1.0);
+    for (int64_t r = 0; r < m; r++) ql_store_f(xdt, x, r * ldx + (r * 13) % k, 60.0f); /* outliers */
+    if (m > 3) {
+        ql_store_f(xdt, x, 2 * ldx + k / 2, NAN); /* a NaN row */
+        for (int64_t j = 0; j < k; j++) ql_store_f(xdt, x, 3 * ldx + j, 0.0f); /* a zero row */
+    }
+    tu_fill_gauss(QL_BF16, bias, n, 0.5);
+    void *res = malloc((size_t)(m * ldy + 1) * ys), *rs = malloc((size_t)n * ys);
+    tu_fill_gauss(ydt, res, m * ldy, 1.0);
+    tu_fill_gauss(ydt, rs, n, 1.0);
+    ql_int8_weight w = {n, k, q, k, scale, nscale, g, bias_on ? bias : NULL, QL_BF16};
+    void *y0 = malloc((size_t)(m * ldy + 1) * ys), *y1 = malloc((size_t)(m * ldy + 1) * ys);
+    ql_epilogue epi_h = {res, ldy, rs};
+    CHECK_OK(ql_int8_linear_ref(&w, x, xdt, m, ldx, y0, ydt, ldy, res_on ? &epi_h : NULL));
+
+    setenv("QLINEAR_CUDA_GEMM", kernel, 1);
+    ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};
+    ql_linear *lin = NULL;
+    CHECK_OK(ql_linear_create(gpu, &d, &lin));
+    void *dx = dev_copy(x, (size_t)(m * ldx) * xs), *dy = dev_alloc((size_t)(m * ldy) * ys);
+    void *dres = dev_copy(res, (size_t)(m * ldy) * ys), *drs = dev_copy(rs, (size_t)n * ys);
+    cudaMemset(dy, 0x7f, (size_t)(m * ldy) * ys); /* poison: NaN-free pattern, never a valid result by chance */
+    ql_epilogue epi_d = {dres, ldy, drs};
+    if (lin) CHECK_OK(ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, res_on ? &epi_d : NULL));
+    CHECK(cudaDeviceSynchronize() == cudaSuccess, "kernel failed: %s", cudaGetErrorString(cudaGetLastError()));
+    cudaMemcpy(y1, dy, (size_t)(m * ldy) * ys, cudaMemcpyDeviceToHost);
+    int64_t first = -1;
+    CHECK(same_bits(ydt, y0, y1, m, n, ldy, &first),
+          "linear %s M=%lld N=%lld K=%lld g=%lld %s->%s bias %d res %d: first difference at %lld (%.9g vs ref %.9g)",
+          kernel, (long long)m, (long long)n, (long long)k, (long long)g, ql_dtype_name(xdt), ql_dtype_name(ydt),
+          bias_on, res_on, (long long)first, first >= 0 ? ql_load_f(ydt, y1, first) : 0.0,
+          first >= 0 ? ql_load_f(ydt, y0, first) : 0.0);
+    ql_linear_destroy(lin);
+    cudaFree(dx), cudaFree(dy), cudaFree(dres), cudaFree(drs);
+    free(q), free(scale), free(x), free(bias), free(res), free(rs), free(y0), free(y1);
+}
+
+static void test_linear(ql_context *gpu)
+{
+    static const ql_dtype dts[] = {QL_F32, QL_BF16, QL_F16};
+    static const int64_t ms[] = {1, 3, 8, 9, 130, 700};
+    static const int64_t gs[] = {256, 0, 64, 4, 1024};
+    int i = 0;
+    for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+        for (size_t gi = 0; gi < sizeof gs / sizeof gs[0]; gi++)
+            for (int xd = 0; xd < 3; xd++, i++) {
+                int64_t g = gs[gi], k = g ? g * tu_range(1, 3) : tu_range(1, 300);
+                if (g == 4) k = 4 * tu_range(1, 200);
+                int64_t n = tu_range(1, 3) == 1 ? 256 : tu_range(1, 600);
+                linear_case(gpu, ms[mi], n, k, g, dts[xd], dts[(xd + i) % 3], i % 2, i % 3 == 0, gemm_kernels[i % 4]);
+            }
+    /* the anima shapes at a real M, every output dtype */
+    for (int yd = 0; yd < 3; yd++) linear_case(gpu, 1024, 2048, 2048, 256, QL_BF16, dts[yd], 1, yd == 1, "auto");
+    linear_case(gpu, 1100, 6144, 256, 256, QL_BF16, QL_BF16, 1, 0, "auto");
+    linear_case(gpu, 333, 2048, 8192, 256, QL_F16, QL_BF16, 0, 1, "auto");
+    unsetenv("QLINEAR_CUDA_GEMM");
+}
+
+static void test_bad_input(ql_context *gpu)
+{
+    int8_t q[256 * 4];
+    float s[4] = {1, 1, 1, 1};
+    fill_codes(q, 1024);
+    ql_int8_weight w = {4, 256, q, 256, s, 4, 256, NULL, QL_F32};
+    ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};
+    ql_linear *lin = NULL;
+    CHECK_OK(ql_linear_create(gpu, &d, &lin));
+    float hx[256] = {1}, hy[4];
+    void *dy = dev_alloc(16);
+    ql_status st = ql_linear_forward(lin, hx, QL_F32, 1, 256, dy, QL_F32, 4, NULL);
+    CHECK(st == QL_ERR_INVALID_ARGUMENT && strstr(ql_last_error(), "x is host memory"), "host x: %s: %s",
+          ql_status_string(st), ql_last_error());
+    void *dx = dev_alloc(1024);
+    st = ql_linear_forward(lin, dx, QL_F32, 1, 256, hy, QL_F32, 4, NULL);
+    CHECK(st == QL_ERR_INVALID_ARGUMENT && strstr(ql_last_error(), "y is host memory"), "host y: %s", ql_last_error());
+    ql_linear_destroy(lin);
+    d.kind = QL_LINEAR_WEIGHT_ONLY;
+    st = ql_linear_create(gpu, &d, &lin);
+    CHECK(st == QL_ERR_UNSUPPORTED && strstr(ql_last_error(), "only W8A8"), "weight-only on CUDA: %s", ql_last_error());
+    d.kind = QL_LINEAR_W8A8;
+    d.int8.k = 200; /* not a multiple of the group */
+    st = ql_linear_create(gpu, &d, &lin);
+    CHECK(st == QL_ERR_INVALID_ARGUMENT && strstr(ql_last_error(), "multiple"), "K %% group: %s", ql_last_error());
+    st = ql_context_set_device(gpu, QL_DEVICE_CUDA, 999);
+    CHECK(st == QL_ERR_INVALID_ARGUMENT && strstr(ql_last_error(), "does not exist"), "device 999: %s", ql_last_error());
+    cudaFree(dy), cudaFree(dx);
+}
+#endif
+
+int main(void)
+{
+    tu_init("test_cuda");
+    ql_context *ctx = NULL;
+    CHECK_OK(ql_context_create(&ctx));
+    if (ql_cuda_device_count() == 0) {
+        /* Without a device every device call is refused with a reason. */
+        ql_status st = ql_context_set_device(ctx, QL_DEVICE_CUDA, 0);
+        CHECK(st == QL_ERR_UNSUPPORTED && strlen(ql_last_error()) > 20, "set_device without a GPU: %s: %s",
+              ql_status_string(st), ql_last_error());
+        CHECK(ql_context_device(ctx) == QL_DEVICE_CPU, "the context stays on the CPU");
+        printf("skipped: no CUDA device (%s)\n", ql_last_error());
+        ql_context_destroy(ctx);
+        return tu_finish();
+    }
+#ifdef QL_TEST_CUDA
+    char name[128];
+    CHECK_OK(ql_cuda_device_name(0, name, sizeof name));
+    printf("device: %s\n", name);
+    CHECK_OK(ql_context_set_device(ctx, QL_DEVICE_CUDA, 0));
+    test_gemm(ctx);
+    test_linear(ctx);
+    test_bad_input(ctx);
+#endif
+    ql_context_destroy(ctx);
+    return tu_finish();
+}

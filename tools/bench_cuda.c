@@ -1,0 +1,391 @@
+/* qlinear bench --device cuda: the W8A8 ConvRot pipeline and our int8 GEMM
+ * on the GPU, side by side with cuBLASLt bf16, fp16 and int8 (s8·s8→s32, TN)
+ * in the same run. Each cuBLASLt shape uses the fastest of its heuristic's
+ * top 8 algorithms (64 MB workspace). CUDA events; median of samples; every
+ * sample cycles through several input/weight sets larger than twice the L2,
+ * so the cache does not flatter; paths are interleaved within each round. */
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "core/core.h"
+#include "cuda/cuda_backend.h"
+#include "qlinear.h"
+
+enum { C_BF16, C_FP16, C_INT8, C_W8A8, C_GEMM, NPATHS };
+static const char *names[NPATHS] = {"cublas-bf16", "cublas-fp16", "cublaslt-int8", "w8a8-convrot", "int8-gemm"};
+static const char *notes[NPATHS] = {
+    "peer: cuBLASLt bf16 in/out, fp32 accumulate, the dequantized un-rotated weight (the same function in bf16)",
+    "peer: cuBLASLt fp16 in/out, fp32 accumulate",
+    "peer: cuBLASLt s8*s8->s32 TN, the bare GEMM (no rotation, no quantization, int32 out)",
+    "ours: full pipeline, bf16 in -> rotate + quantize (prologue kernel) -> int8 GEMM + scale restore + bias -> bf16",
+    "ours: the int8 GEMM alone, s8*s8->s32 (ql_gemm_s8s8s32 on the device)"};
+
+typedef struct { int64_t n, k, count; } shape;
+static const shape anima[] = {{2048, 2048, 168}, {256, 2048, 84}, {6144, 256, 84},
+                              {2048, 1024, 56},  {8192, 2048, 28}, {2048, 8192, 28}};
+
+#define CK(call)                                                                                                     \
+    do {                                                                                                             \
+        cudaError_t e_ = (call);                                                                                     \
+        if (e_ != cudaSuccess) {                                                                                     \
+            fprintf(stderr, "qlinear bench: %s: %s\n", #call, cudaGetErrorString(e_));                               \
+            exit(1);                                                                                                 \
+        }                                                                                                            \
+    } while (0)
+#define CKB(call)                                                                                                    \
+    do {                                                                                                             \
+        cublasStatus_t s_ = (call);                                                                                  \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                           \
+            fprintf(stderr, "qlinear bench: %s: cuBLAS status %d\n", #call, (int)s_);                                \
+            exit(1);                                                                                                 \
+        }                                                                                                            \
+    } while (0)
+
+static void *dmalloc(size_t b)
+{
+    void *p = NULL;
+    CK(cudaMalloc(&p, b ? b : 16));
+    return p;
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t next(void)
+{
+    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static float gauss(void)
+{
+    double u = ((double)(next() >> 11) + 0.5) * 0x1.0p-53, v = (double)(next() >> 11) * 0x1.0p-53;
+    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+
+/* One cuBLASLt matmul Y[M,N] = X[M,K]·W[N,K]ᵀ in the TN layout with its chosen algorithm. */
+typedef struct {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+    int int8;
+} ltmm;
+
+static cublasLtHandle_t lt;
+static void *lt_ws;
+static const size_t lt_ws_bytes = 64u << 20;
+
+static void lt_run(const ltmm *g, const void *w, const void *x, void *y, cudaStream_t s)
+{
+    float a = 1, b = 0;
+    int32_t ai = 1, bi = 0;
+    const void *alpha = g->int8 ? (const void *)&ai : (const void *)&a, *beta = g->int8 ? (const void *)&bi : (const void *)&b;
+    CKB(cublasLtMatmul(lt, g->op, alpha, w, g->la, x, g->lb, beta, y, g->lc, y, g->lc, &g->algo, lt_ws, lt_ws_bytes, s));
+}
+
+static float event_ms(cudaEvent_t a, cudaEvent_t b)
+{
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    return ms;
+}
+
+/* Picks the fastest of the heuristic's top 8 on these buffers. */
+static int lt_setup(ltmm *g, int kind, int64_t m, int64_t n, int64_t k, const void *w, const void *x, void *y,
+                    cudaStream_t s)
+{
+    cudaDataType_t t = kind == C_BF16 ? CUDA_R_16BF : kind == C_FP16 ? CUDA_R_16F : CUDA_R_8I;
+    cudaDataType_t tc = kind == C_INT8 ? CUDA_R_32I : t;
+    g->int8 = kind == C_INT8;
+    CKB(cublasLtMatmulDescCreate(&g->op, g->int8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
+                                 g->int8 ? CUDA_R_32I : CUDA_R_32F));
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    CKB(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CKB(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    CKB(cublasLtMatrixLayoutCreate(&g->la, t, (uint64_t)k, (uint64_t)n, k));
+    CKB(cublasLtMatrixLayoutCreate(&g->lb, t, (uint64_t)k, (uint64_t)m, k));
+    CKB(cublasLtMatrixLayoutCreate(&g->lc, tc, (uint64_t)n, (uint64_t)m, n));
+    cublasLtMatmulPreference_t pref;
+    CKB(cublasLtMatmulPreferenceCreate(&pref));
+    CKB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt_ws_bytes,
+                                             sizeof lt_ws_bytes));
+    cublasLtMatmulHeuristicResult_t res[8];
+    int found = 0;
+    CKB(cublasLtMatmulAlgoGetHeuristic(lt, g->op, g->la, g->lb, g->lc, g->lc, pref, 8, res, &found));
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (found == 0) return 0;
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    float best = INFINITY;
+    int best_i = 0;
+    for (int i = 0; i < found; i++) {
+        g->algo = res[i].algo;
+        lt_run(g, w, x, y, s);
+        CK(cudaEventRecord(e0, s));
+        for (int r = 0; r < 5; r++) lt_run(g, w, x, y, s);
+        CK(cudaEventRecord(e1, s));
+        CK(cudaEventSynchronize(e1));
+        float ms = event_ms(e0, e1);
+        if (ms < best) best = ms, best_i = i;
+    }
+    g->algo = res[best_i].algo;
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return 1;
+}
+
+static void lt_free(ltmm *g)
+{
+    cublasLtMatrixLayoutDestroy(g->la);
+    cublasLtMatrixLayoutDestroy(g->lb);
+    cublasLtMatrixLayoutDestroy(g->lc);
+    cublasLtMatmulDescDestroy(g->op);
+}
+
+static int cmpf(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct { double ms[NPATHS]; double rel_l2; char kernel[48]; } shape_result;
+
+static double rel_l2_bf16(const uint16_t *a, const uint16_t *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double x = ql_bf16_to_fp32(a[i]), y = ql_bf16_to_fp32(b[i]);
+        num += (x - y) * (x - y), den += y * y;
+    }
+    return sqrt(num / (den > 0 ? den : 1));
+}
+
+static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps, size_t l2, shape_result *out)
+{
+    const int64_t g = 256;
+    /* host data: codes, scales, the equivalent bf16 weight (dequantized, un-rotated), activations */
+    int8_t *q = malloc((size_t)(n * k));
+    float *sw = malloc((size_t)n * 4), *bias = malloc((size_t)n * 4);
+    uint16_t *wb = malloc((size_t)(n * k) * 2), *xb = malloc((size_t)(m * k) * 2), *bb = malloc((size_t)n * 2);
+    for (int64_t i = 0; i < n * k; i++) q[i] = (int8_t)(next() & 0xff);
+    for (int64_t i = 0; i < n; i++) sw[i] = 2e-4f * (0.5f + (float)(next() >> 40) * 0x1.0p-24f);
+    for (int64_t i = 0; i < n; i++) bb[i] = ql_fp32_to_bf16(0.1f * gauss());
+    for (int64_t i = 0; i < n; i++) bias[i] = ql_bf16_to_fp32(bb[i]);
+    ql_dequantize(q, n, k, k, sw, n, g, QL_BF16, wb, k);
+    const int64_t fresh = (m < 2048 ? m : 2048) * k; /* random rows, then repeated: timing needs no more */
+    for (int64_t i = 0; i < m * k; i++) xb[i] = i < fresh ? ql_fp32_to_bf16(gauss()) : xb[i % fresh];
+    (void)bias;
+    /* enough sets that one round's data is larger than twice the L2 */
+    const size_t set_bytes = (size_t)(m * k) * 3 + (size_t)(n * k) * 3 + (size_t)(m * n) * 6;
+    int sets = (int)((2 * l2 + set_bytes - 1) / set_bytes);
+    if (sets < 2) sets = 2;
+    if (sets > 16) sets = 16;
+    void *dxb[16], *dwb[16], *dxq[16], *dwq[16], *dyb[16], *dyi[16];
+    ql_linear *lin[16];
+    ql_int8_weight w8 = {n, k, q, k, sw, n, g, bb, QL_BF16};
+    ql_linear_desc desc = {.kind = QL_LINEAR_W8A8, .int8 = w8};
+    for (int s = 0; s < sets; s++) {
+        dxb[s] = dmalloc((size_t)(m * k) * 2), dwb[s] = dmalloc((size_t)(n * k) * 2);
+        dxq[s] = dmalloc((size_t)(m * k)), dwq[s] = dmalloc((size_t)(n * k));
+        dyb[s] = dmalloc((size_t)(m * n) * 2), dyi[s] = dmalloc((size_t)(m * n) * 4);
+        CK(cudaMemcpy(dxb[s], xb, (size_t)(m * k) * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dwb[s], wb, (size_t)(n * k) * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dwq[s], q, (size_t)(n * k), cudaMemcpyHostToDevice));
+        /* int8 activations for the bare GEMMs: any codes do */
+        CK(cudaMemcpy(dxq[s], q, (size_t)(m * k < n * k ? m * k : n * k), cudaMemcpyHostToDevice));
+        if (ql_linear_create(ctx, &desc, &lin[s]) != QL_OK) {
+            fprintf(stderr, "qlinear bench: %s\n", ql_last_error());
+            exit(1);
+        }
+    }
+    cudaStream_t st = NULL;
+    ltmm gb, gh, gi;
+    int have[NPATHS] = {1, 1, 1, 1, 1};
+    have[C_BF16] = lt_setup(&gb, C_BF16, m, n, k, dwb[0], dxb[0], dyb[0], st);
+    have[C_FP16] = lt_setup(&gh, C_FP16, m, n, k, dwb[0], dxb[0], dyb[0], st);
+    have[C_INT8] = lt_setup(&gi, C_INT8, m, n, k, dwq[0], dxq[0], dyi[0], st);
+    /* calls per sample: enough to cover all sets and ~2 ms */
+    int calls = sets;
+    {
+        cudaEvent_t a, b;
+        CK(cudaEventCreate(&a));
+        CK(cudaEventCreate(&b));
+        CK(cudaEventRecord(a, st));
+        for (int s = 0; s < sets; s++) ql_linear_forward(lin[s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, NULL);
+        CK(cudaEventRecord(b, st));
+        CK(cudaEventSynchronize(b));
+        float per = event_ms(a, b) / sets;
+        while (calls * per < 2.0f && calls < 4096) calls += sets;
+        cudaEventDestroy(a), cudaEventDestroy(b);
+    }
+    float *samples[NPATHS];
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int p = 0; p < NPATHS; p++) samples[p] = calloc((size_t)reps, sizeof(float));
+    for (int r = -1; r < reps; r++) /* round -1 warms up */
+        for (int p = 0; p < NPATHS; p++) {
+            if (!have[p]) continue;
+            CK(cudaEventRecord(e0, st));
+            for (int c = 0; c < calls; c++) {
+                int s = c % sets;
+                ql_status qs = QL_OK;
+                switch (p) {
+                case C_BF16: lt_run(&gb, dwb[s], dxb[s], dyb[s], st); break;
+                case C_FP16: lt_run(&gh, dwb[s], dxb[s], dyb[s], st); break;
+                case C_INT8: lt_run(&gi, dwq[s], dxq[s], dyi[s], st); break;
+                case C_W8A8: qs = ql_linear_forward(lin[s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, NULL); break;
+                case C_GEMM: qs = ql_gemm_s8s8s32(ctx, m, n, k, dxq[s], k, dwq[s], k, dyi[s], n); break;
+                }
+                if (qs != QL_OK) {
+                    fprintf(stderr, "qlinear bench: %s\n", ql_last_error());
+                    exit(1);
+                }
+            }
+            CK(cudaEventRecord(e1, st));
+            CK(cudaEventSynchronize(e1));
+            if (r >= 0) samples[p][r] = event_ms(e0, e1) / calls;
+        }
+    CK(cudaGetLastError());
+    for (int p = 0; p < NPATHS; p++) {
+        qsort(samples[p], (size_t)reps, sizeof(float), cmpf);
+        out->ms[p] = have[p] ? samples[p][reps / 2] : NAN;
+        free(samples[p]);
+    }
+    /* agreement: ours vs cuBLAS bf16 on the same function (set 0) */
+    uint16_t *y0 = malloc((size_t)(m * n) * 2), *y1 = malloc((size_t)(m * n) * 2);
+    ql_linear_forward(lin[0], dxb[0], QL_BF16, m, k, dyb[0], QL_BF16, n, NULL);
+    CK(cudaMemcpy(y0, dyb[0], (size_t)(m * n) * 2, cudaMemcpyDeviceToHost));
+    snprintf(out->kernel, sizeof out->kernel, "%s", ql_linear_cuda_kernel(lin[0]));
+    /* cuBLAS has no bias: add it on the host to its output */
+    lt_run(&gb, dwb[0], dxb[0], dyb[0], st);
+    CK(cudaMemcpy(y1, dyb[0], (size_t)(m * n) * 2, cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < m * n; i++) y1[i] = ql_fp32_to_bf16(ql_bf16_to_fp32(y1[i]) + ql_bf16_to_fp32(bb[i % n]));
+    out->rel_l2 = rel_l2_bf16(y0, y1, (size_t)(m * n));
+    free(y0), free(y1);
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    if (have[C_BF16]) lt_free(&gb);
+    if (have[C_FP16]) lt_free(&gh);
+    if (have[C_INT8]) lt_free(&gi);
+    for (int s = 0; s < sets; s++) {
+        ql_linear_destroy(lin[s]);
+        cudaFree(dxb[s]), cudaFree(dwb[s]), cudaFree(dxq[s]), cudaFree(dwq[s]), cudaFree(dyb[s]), cudaFree(dyi[s]);
+    }
+    free(q), free(sw), free(bias), free(wb), free(xb), free(bb);
+}
+
+int ql_cmd_bench_cuda(int argc, char **argv)
+{
+    int64_t ms_list[16] = {1024, 4096, 16384, 1};
+    int nm = 4, reps = 9, device = 0, peak = 1;
+    const char *json_path = NULL;
+    shape single[1];
+    const shape *shapes = anima;
+    int nshapes = 6;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--no-peak")) { peak = 0; continue; }
+        if (!v) { fprintf(stderr, "qlinear bench: %s needs a value\n", a); return 2; }
+        i++;
+        if (!strcmp(a, "--device")) {
+            if (strncmp(v, "cuda", 4) || (v[4] && v[4] != ':')) { fprintf(stderr, "qlinear bench: --device %s is not cpu, cuda or cuda:N\n", v); return 2; }
+            device = v[4] ? atoi(v + 5) : 0;
+        } else if (!strcmp(a, "--m")) {
+            nm = 0;
+            char *list = strdup(v), *save = NULL;
+            for (char *t = strtok_r(list, ",", &save); t && nm < 16; t = strtok_r(NULL, ",", &save)) {
+                long x = strtol(t, NULL, 10);
+                if (x < 1 || x > (1 << 20)) { fprintf(stderr, "qlinear bench: --m %s: %s is not in 1..1048576\n", v, t); free(list); return 2; }
+                ms_list[nm++] = x;
+            }
+            free(list);
+        } else if (!strcmp(a, "--reps")) {
+            reps = atoi(v);
+            if (reps < 1 || reps > 64) { fprintf(stderr, "qlinear bench: --reps %s is not in 1..64\n", v); return 2; }
+        } else if (!strcmp(a, "--json")) json_path = v;
+        else if (!strcmp(a, "--shape")) {
+            long n = 0, k = 0;
+            if (sscanf(v, "%ldx%ld", &n, &k) != 2 || n < 1 || k < 1 || k > 65536) { fprintf(stderr, "qlinear bench: --shape %s is not NxK\n", v); return 2; }
+            single[0] = (shape){n, k, 1};
+            shapes = single, nshapes = 1;
+        } else if (!strcmp(a, "--profile")) {
+            if (strcmp(v, "anima")) { fprintf(stderr, "qlinear bench --device cuda: profile '%s' is not available on CUDA (anima)\n", v); return 2; }
+        } else { fprintf(stderr, "qlinear bench --device cuda: unknown option '%s'\n", a); return 2; }
+    }
+    ql_context *ctx;
+    if (ql_context_create(&ctx) != QL_OK || ql_context_set_device(ctx, QL_DEVICE_CUDA, device) != QL_OK) {
+        fprintf(stderr, "qlinear bench: %s\n", ql_last_error());
+        return 1;
+    }
+    CK(cudaSetDevice(device));
+    char dev[160];
+    ql_cuda_device_name(device, dev, sizeof dev);
+    int l2 = 0;
+    CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+    int ver = 0;
+    cudaRuntimeGetVersion(&ver);
+    CKB(cublasLtCreate(&lt));
+    lt_ws = dmalloc(lt_ws_bytes);
+    printf("qlinear bench --device cuda: %s, CUDA runtime %d.%d, cuBLASLt %zu\n", dev, ver / 1000, (ver % 1000) / 10,
+           cublasLtGetVersion());
+    printf("median of %d samples; each sample cycles input/weight sets > 2x L2; CUDA events; no graphs\n", reps);
+    for (int p = 0; p < NPATHS; p++) printf("  %-14s %s\n", names[p], notes[p]);
+    FILE *js = json_path ? fopen(json_path, "w") : NULL;
+    if (json_path && !js) { fprintf(stderr, "qlinear bench: cannot write %s\n", json_path); return 1; }
+    if (js) fprintf(js, "{\"device\": \"%s\", \"reps\": %d, \"results\": [\n", dev, reps);
+    int first_js = 1;
+    for (int mi = 0; mi < nm; mi++) {
+        const int64_t m = ms_list[mi];
+        double tot[NPATHS] = {0};
+        printf("\nM = %lld\n%-12s %6s | %9s %9s %9s | %9s %9s | %6s %6s %6s | %8s %8s | %s\n", (long long)m, "N x K",
+               "count", "bf16 ms", "fp16 ms", "int8 ms", "w8a8 ms", "gemm ms", "w8/bf", "w8/i8", "gm/i8", "gemm TOP",
+               "rel-L2", "kernel");
+        for (int si = 0; si < nshapes; si++) {
+            const shape *sh = &shapes[si];
+            shape_result r;
+            run_shape(ctx, m, sh->n, sh->k, reps, (size_t)l2, &r);
+            char nk[32];
+            snprintf(nk, sizeof nk, "%lldx%lld", (long long)sh->n, (long long)sh->k);
+            printf("%-12s %6lld | %9.4f %9.4f %9.4f | %9.4f %9.4f | %6.2f %6.2f %6.2f | %8.0f %8.1e | %s\n", nk,
+                   (long long)sh->count, r.ms[C_BF16], r.ms[C_FP16], r.ms[C_INT8], r.ms[C_W8A8], r.ms[C_GEMM],
+                   r.ms[C_W8A8] / r.ms[C_BF16], r.ms[C_W8A8] / r.ms[C_INT8], r.ms[C_GEMM] / r.ms[C_INT8],
+                   2.0 * m * sh->n * sh->k / (r.ms[C_GEMM] * 1e9), r.rel_l2, r.kernel);
+            fflush(stdout);
+            for (int p = 0; p < NPATHS; p++) tot[p] += r.ms[p] * (double)sh->count;
+            if (js) {
+                fprintf(js, "%s  {\"m\": %lld, \"n\": %lld, \"k\": %lld, \"count\": %lld, \"kernel\": \"%s\", \"rel_l2_vs_cublas_bf16\": %.3e",
+                        first_js ? "" : ",\n", (long long)m, (long long)sh->n, (long long)sh->k, (long long)sh->count,
+                        r.kernel, r.rel_l2);
+                for (int p = 0; p < NPATHS; p++) fprintf(js, ", \"%s_ms\": %.6f", names[p], r.ms[p]);
+                fprintf(js, "}");
+                first_js = 0;
+            }
+        }
+        printf("%-12s %6s | %9.3f %9.3f %9.3f | %9.3f %9.3f | %6.2f %6.2f %6.2f |  (weighted totals, ms)\n", "total", "",
+               tot[C_BF16], tot[C_FP16], tot[C_INT8], tot[C_W8A8], tot[C_GEMM], tot[C_W8A8] / tot[C_BF16],
+               tot[C_W8A8] / tot[C_INT8], tot[C_GEMM] / tot[C_INT8]);
+    }
+    if (peak) {
+        shape_result r;
+        run_shape(ctx, 8192, 8192, 8192, reps, (size_t)l2, &r);
+        const double op = 2.0 * 8192.0 * 8192.0 * 8192.0;
+        printf("\n8192^3: int8-gemm %.1f TOP/s (%.3f ms), cuBLASLt int8 %.1f TOP/s, cuBLASLt bf16 %.1f TFLOP/s; w8a8-convrot %.1f TOP/s\n",
+               op / (r.ms[C_GEMM] * 1e9), r.ms[C_GEMM], op / (r.ms[C_INT8] * 1e9), op / (r.ms[C_BF16] * 1e9),
+               op / (r.ms[C_W8A8] * 1e9));
+        if (js) fprintf(js, "%s  {\"m\": 8192, \"n\": 8192, \"k\": 8192, \"count\": 0, \"int8-gemm_ms\": %.6f, \"cublaslt-int8_ms\": %.6f, \"cublas-bf16_ms\": %.6f, \"w8a8-convrot_ms\": %.6f}",
+                        first_js ? "" : ",\n", r.ms[C_GEMM], r.ms[C_INT8], r.ms[C_BF16], r.ms[C_W8A8]);
+    }
+    if (js) {
+        fprintf(js, "\n]}\n");
+        fclose(js);
+    }
+    cudaFree(lt_ws);
+    cublasLtDestroy(lt);
+    ql_context_destroy(ctx);
+    return 0;
+}
