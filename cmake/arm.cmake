@@ -3,7 +3,16 @@
 # the prologue, epilogues and float kernels use only ARMv8.0 Advanced SIMD.
 set(QL_ARM_SOURCES
   src/arm/ukernel_neon.c src/arm/ukernel_neondot.c src/arm/ukernel_i8mm.c
-  src/arm/prologue_neon.c src/arm/epilogue_neon.c)
+  src/arm/prologue_neon.c src/arm/epilogue_neon.c src/arm/f32_neon.c)
 list(APPEND QL_CORE_SOURCES ${QL_ARM_SOURCES})
-set_source_files_properties(src/arm/ukernel_neondot.c PROPERTIES COMPILE_OPTIONS "-march=armv8.2-a+dotprod")
-set_source_files_properties(src/arm/ukernel_i8mm.c PROPERTIES COMPILE_OPTIONS "-march=armv8.2-a+dotprod+i8mm")
+# GCC's pre-allocation scheduler hoists every load and product of an unrolled
+# k step ahead of its accumulations and then spills accumulators (seen in the
+# disassembly of the NEON and SMMLA loops); without it the loops keep every
+# accumulator in a register.
+set(QL_ARM_KFLAGS)
+if(CMAKE_C_COMPILER_ID STREQUAL "GNU")
+  set(QL_ARM_KFLAGS -fno-schedule-insns)
+endif()
+set_source_files_properties(src/arm/ukernel_neon.c src/arm/f32_neon.c PROPERTIES COMPILE_OPTIONS "${QL_ARM_KFLAGS}")
+set_source_files_properties(src/arm/ukernel_neondot.c PROPERTIES COMPILE_OPTIONS "-march=armv8.2-a+dotprod;${QL_ARM_KFLAGS}")
+set_source_files_properties(src/arm/ukernel_i8mm.c PROPERTIES COMPILE_OPTIONS "-march=armv8.2-a+dotprod+i8mm;${QL_ARM_KFLAGS}")

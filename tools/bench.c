@@ -517,7 +517,7 @@ int ql_cmd_bench(int argc, char **argv)
                    (double)r->wbytes / 1e6);
         }
         if (peak[s] > 0) {
-            printf("%-11s %6s %5s  int8 peak %.0f GOP/s (vpdpbusd loop, median of the same rounds):", "", "", "", peak[s]);
+            printf("%-11s %6s %5s  int8 peak %.0f GOP/s (dot-product loop, median of the same rounds):", "", "", "", peak[s]);
             const int int8_paths[] = {P_W8A8, P_GEMM, P_ONEDNN_INT8};
             for (int i = 0; i < 3; i++)
                 if (all[s][int8_paths[i]].ok)

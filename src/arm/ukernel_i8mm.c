@@ -4,7 +4,7 @@
  * packed in 8-k blocks (kb = 8, gemm.h): A as [K/8][8 rows][8] (rows r, r+1
  * adjacent: one 16-byte load is a 2×8 block), B as [K/8][12 columns][8]
  * (columns j, j+1 adjacent). 24 accumulators of 2×2 outputs; per 8-k step
- * four A loads, six B loads and 24 SMMLAs. */
+ * four A loads, six B loads and 24 SMMLAs (768 MACs). */
 #include <arm_neon.h>
 
 #include "../gemm/gemm.h"
@@ -30,14 +30,17 @@ static void tile_8x12c8_i8mm(int64_t k4, const int8_t *a, const uint8_t *b, int3
                 acc[p][j + 1] = zip_hi(r0, r1);
             } else acc[p][j] = acc[p][j + 1] = vdupq_n_s32(0);
         }
+    /* 24 accumulators + 4 A blocks leave 4 registers: B is streamed one
+     * column pair at a time (all six at once would spill accumulators) */
     for (int64_t q = 0; q < k4; q += 2, a += 64, b += 96) {
-        int8x16_t bv[6];
-        for (int j = 0; j < 6; j++) bv[j] = vld1q_s8((const int8_t *)b + 16 * j);
-#pragma GCC unroll 4
-        for (int p = 0; p < 4; p++) {
-            const int8x16_t av = vld1q_s8(a + 16 * p);
+        const int8x16_t a0 = vld1q_s8(a), a1 = vld1q_s8(a + 16), a2 = vld1q_s8(a + 32), a3 = vld1q_s8(a + 48);
 #pragma GCC unroll 6
-            for (int j = 0; j < 6; j++) acc[p][j] = vmmlaq_s32(acc[p][j], av, bv[j]);
+        for (int j = 0; j < 6; j++) {
+            const int8x16_t bj = vld1q_s8((const int8_t *)b + 16 * j);
+            acc[0][j] = vmmlaq_s32(acc[0][j], a0, bj);
+            acc[1][j] = vmmlaq_s32(acc[1][j], a1, bj);
+            acc[2][j] = vmmlaq_s32(acc[2][j], a2, bj);
+            acc[3][j] = vmmlaq_s32(acc[3][j], a3, bj);
         }
     }
     for (int p = 0; p < 4; p++)

@@ -34,6 +34,11 @@ const ql_f32_kernel *ql_f32_kernel_for(ql_isa isa)
     case QL_ISA_AVXVNNI:
     case QL_ISA_AVX2: return &ql_f32_gemm_6x16__avx2;
 #endif
+#if QL_ARM64
+    case QL_ISA_NEON:
+    case QL_ISA_NEONDOT:
+    case QL_ISA_I8MM: return &ql_f32_gemm_8x8__neon;
+#endif
     default: return &ql_f32_gemm_4x16__generic;
     }
 }

@@ -62,6 +62,7 @@ typedef struct ql_f32_epi {
 void ql_f32_epilogue_generic(void *arg, const float *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
 void ql_f32_epilogue_avx2(void *arg, const float *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
 void ql_f32_epilogue_avx512(void *arg, const float *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
+void ql_f32_epilogue_neon(void *arg, const float *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
 void ql_rows_to_f32_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t r0, int64_t r1, int64_t k, int64_t group,
                            int round_bf16, float *out, int64_t ldo);
 

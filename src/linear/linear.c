@@ -295,6 +295,8 @@ static ql_status forward_float(ql_linear *l, const ql_packed_f32 *b, int64_t gro
     ql_f32_epilogue_fn epi = l->f32 == &ql_f32_gemm_12x32__avx512 ? ql_f32_epilogue_avx512
                            : l->f32 == &ql_f32_gemm_6x16__avx2  ? ql_f32_epilogue_avx2
                                                                 : ql_f32_epilogue_generic;
+#elif QL_ARM64
+    ql_f32_epilogue_fn epi = l->f32 == &ql_f32_gemm_8x8__neon ? ql_f32_epilogue_neon : ql_f32_epilogue_generic;
 #else
     ql_f32_epilogue_fn epi = ql_f32_epilogue_generic;
 #endif
