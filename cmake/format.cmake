@@ -10,7 +10,9 @@ set(QL_FORMAT_SOURCES
   src/format/writer.c
   src/format/comfy_quant.c
   src/format/layers.c
-  src/format/quantize_ckpt.c)
+  src/format/quantize_ckpt.c
+  src/format/lora_file.c
+  src/format/merge_lora.c)
 
 target_sources(qlinear_objs PRIVATE ${QL_FORMAT_SOURCES})
 if(QL_JANSSON_INCLUDE)
@@ -20,7 +22,7 @@ if(QL_JANSSON_INCLUDE)
 endif()
 target_link_libraries(qlinear_objs PUBLIC ${QL_JANSSON_LIB})
 target_link_libraries(qlinear_static PUBLIC ${QL_JANSSON_LIB})
-target_link_libraries(qlinear_shared PUBLIC ${QL_JANSSON_LIB})
+target_link_libraries(qlinear_shared PRIVATE ${QL_JANSSON_LIB})
 
 if(QL_BUILD_TESTS)
   # Library-level tests: reader rules, hostile files, writer bytes, layers,
@@ -39,6 +41,13 @@ if(QL_BUILD_TESTS)
   target_include_directories(test_format_cli PRIVATE src tests)
   add_test(NAME test_format_cli COMMAND test_format_cli ${CMAKE_CROSSCOMPILING_EMULATOR} $<TARGET_FILE:qlinear>)
   add_dependencies(test_format_cli qlinear)
+
+  # LoRA files, merging, stochastic rounding, merge-lora / forward --lora.
+  add_executable(test_merge tests/test_merge.c tests/testutil.c)
+  target_link_libraries(test_merge PRIVATE qlinear_static)
+  target_include_directories(test_merge PRIVATE src tests)
+  add_test(NAME test_merge COMMAND test_merge $<TARGET_FILE:qlinear>)
+  add_dependencies(test_merge qlinear)
 endif()
 
 if(QL_BUILD_FUZZ)

@@ -29,6 +29,10 @@ extern "C" {
 #define QL_VERSION_MINOR 1
 #define QL_VERSION_PATCH 0
 
+/* Version of the library actually linked ("MAJOR.MINOR.PATCH"), which may
+ * differ from the QL_VERSION_* of the header a program was compiled with. */
+const char *ql_version(void);
+
 /* ---------------------------------------------------------------- status */
 
 typedef enum ql_status {
@@ -166,6 +170,23 @@ ql_status ql_quantize_convrot_weight(ql_dtype dtype, const void *w, int64_t n, i
 ql_status ql_dequantize(const int8_t *q, int64_t n, int64_t k, int64_t ldq, const float *scale,
                         int64_t n_scale, int64_t group, ql_dtype out_dtype, void *out, int64_t ldo);
 
+/* Stochastic rounding, reproducible bit for bit with comfy-kitchen's CUDA
+ * int8 quantizers (FORMATS.md §4.2): element idx (flat index in the tensor)
+ * gets noise = (pcg_hash(lo32(idx + seed) ^ hi32(idx + seed)) >> 8)·2^-24 in
+ * [0, 1); code = clamp(floor(fp32(v/s) + noise), -128, 127) with the CUDA
+ * scale s = max(min(max|row|, FLT_MAX)·fp32(1/127), 1e-30). ComfyUI seeds
+ * it with the CRC-32 of the parameter key (ql_crc32_key). */
+uint32_t ql_pcg_hash(uint32_t x);
+float ql_sr_noise(int64_t idx, uint64_t seed);
+/* ComfyUI's string_to_seed: CRC-32 (0xEDB88320, init and final xor
+ * 0xFFFFFFFF) of the key's characters (code points of the UTF-8 text). */
+uint32_t ql_crc32_key(const char *key);
+/* Row-wise int8 of fp32 rows with stochastic rounding; row r's element j has
+ * flat index idx0 + r·k + j. seed 0 rounds to nearest (as the CUDA kernel
+ * does for seed 0). A non-finite row: codes 0, scale NaN, QL_ERR_NONFINITE. */
+ql_status ql_quantize_rowwise_sr(const float *x, int64_t rows, int64_t k, int64_t ldx, int64_t idx0, uint64_t seed,
+                                 int8_t *q, int64_t ldq, float *scale);
+
 /* Exact int8×int8→int32: C[M,N] = A[M,K]·B[N,K]ᵀ, plain loops. */
 ql_status ql_gemm_s8s8s32_ref(int64_t m, int64_t n, int64_t k, const int8_t *a, int64_t lda,
                               const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc);
@@ -233,6 +254,48 @@ ql_status ql_linear_forward(ql_linear *lin, const void *x, ql_dtype x_dtype, int
                             ql_dtype y_dtype, int64_t ldy, const ql_epilogue *epi);
 /* Bytes the packed weight occupies (what stays resident). */
 size_t ql_linear_weight_bytes(const ql_linear *lin);
+
+/* --------------------------------------------------- unmerged LoRA
+ * A low-rank term added inside the W8A8 pipeline: y = x·Wᵀ + Σ_i
+ * scale_i·(x·down_iᵀ)·up_iᵀ, with down_i [R_i, K], up_i [N, R_i] and
+ * scale_i = strength·alpha/R (ql_lora_scale). The base weight is never
+ * repacked: LoRAs are packed on their own, once when added or removed.
+ * How it runs (no extra pass over X or Y): down is rotated once (ConvRot:
+ * H is symmetric and an involution, so x·downᵀ = (x·H)·(down·H)ᵀ) and
+ * quantized to int8 with power-of-two row scales; each activation panel the
+ * prologue has just quantized is multiplied by it while hot (t, exact int32),
+ * t is requantized per row to int8, and every output tile adds the int8
+ * product t_q·u_qᵀ (up with the down scales and `scale` folded in, int8 per
+ * row) to acc·(s_x·s_w) in fp32 before the first rounding. The low-rank term
+ * thus sees the same quantized activation as the base (a LoRA that cancels
+ * the weight gives exactly 0) and carries three more int8 roundings (down,
+ * t, up): its relative error is of the order of the base's own (measured
+ * figures in the README). Zero-scale LoRAs are ignored (bit-identical to the
+ * base). Only QL_LINEAR_W8A8 linears take LoRAs (QL_ERR_UNSUPPORTED
+ * otherwise). Not thread-safe against a concurrent forward of the same linear. */
+typedef struct ql_lora_desc {
+    int64_t rank;          /* R >= 1 */
+    const void *down;      /* [R, K], row stride ld_down */
+    ql_dtype down_dtype;   /* fp32, fp16 or bf16 */
+    int64_t ld_down;
+    const void *up;        /* [N, R], row stride ld_up */
+    ql_dtype up_dtype;
+    int64_t ld_up;
+    double scale;          /* strength·alpha/R */
+} ql_lora_desc;
+
+/* strength·alpha/rank, with alpha = rank when has_alpha is 0 (what ComfyUI
+ * does when the file stores no alpha). */
+double ql_lora_scale(double strength, double alpha, int has_alpha, int64_t rank);
+
+/* Add a LoRA; *id (may be NULL) receives a handle for ql_linear_remove_lora.
+ * Values must be finite (QL_ERR_NONFINITE otherwise), shapes must match the
+ * layer. */
+ql_status ql_linear_add_lora(ql_linear *lin, const ql_lora_desc *lora, int *id);
+ql_status ql_linear_remove_lora(ql_linear *lin, int id);
+/* LoRAs attached (zero-scale ones included) and their total rank. */
+int ql_linear_lora_count(const ql_linear *lin);
+int64_t ql_linear_lora_rank(const ql_linear *lin);
 
 /* Exact int8 GEMM through the context's packed kernels (same driver as the
  * W8A8 linear): C[M,N] = A[M,K]·B[N,K]ᵀ. Packs B on every call; for repeated
@@ -475,6 +538,73 @@ ql_status ql_checkpoint_quantize(const char *in_path, const char *out_path, cons
  * Returns the length (72 for G = 256), like snprintf: writes at most cap
  * bytes including a terminating NUL. */
 size_t ql_comfy_quant_json(ql_quant_target target, int64_t group, char *buf, size_t cap);
+
+/* ------------------------------------------------------------ LoRA files
+ * Which module of a LoRA file targets which linear layer of a base
+ * checkpoint (its int8 layers and its 2-D float `P.weight`s). Names:
+ *   kohya / ComfyUI: lora_unet_<path, '.' -> '_'>.lora_down.weight,
+ *                    .lora_up.weight, .alpha (a scalar);
+ *   PEFT / diffusers: <path>.lora_A.weight (down), .lora_B.weight (up),
+ *                    optional <path>.alpha;
+ * with or without the prefixes diffusion_model., model.diffusion_model.,
+ * transformer., unet. (kohya: the same with '_') on either side. Every
+ * matched module is checked (both matrices present, 2-D float, ranks equal,
+ * down's K and up's N those of the layer, alpha a finite scalar); a module
+ * two layers could answer to, two modules for one layer, or a file that
+ * matches nothing is a format error naming the file and tensors. Tensors
+ * that match no layer are listed (ql_lora_plan_unmatched). */
+typedef struct ql_lora_module {
+    const char *layer;  /* the base layer's prefix, as the base names it */
+    const char *module; /* the module name in the LoRA file (without suffix) */
+    int64_t down, up, alpha; /* tensor indices in the LoRA checkpoint; alpha -1: none */
+    int64_t rank, n, k;
+    int has_alpha;
+    double alpha_value; /* the stored alpha, or the rank */
+    int quantized;      /* 1: an int8 layer of the base; 0: a float weight */
+} ql_lora_module;
+
+typedef struct ql_lora_plan ql_lora_plan;
+ql_status ql_lora_plan_create(const ql_checkpoint *base, const ql_checkpoint *lora, ql_lora_plan **out);
+void ql_lora_plan_destroy(ql_lora_plan *plan);
+int64_t ql_lora_plan_module_count(const ql_lora_plan *plan);
+const ql_lora_module *ql_lora_plan_module(const ql_lora_plan *plan, int64_t index);
+int64_t ql_lora_plan_unmatched_count(const ql_lora_plan *plan);
+const char *ql_lora_plan_unmatched(const ql_lora_plan *plan, int64_t index);
+/* down [rank·k] and up [n·rank] as fp32 (QL_ERR_NONFINITE names a NaN/Inf). */
+ql_status ql_lora_module_load(const ql_checkpoint *lora, const ql_lora_module *module, float *down, float *up);
+
+/* ------------------------------------------------------- LoRA merge
+ * For every layer a LoRA targets: dequantize (int8: w = q·s, ConvRot
+ * un-rotated in fp32; float: as stored), add each LoRA's delta in fp32 as
+ * ComfyUI does — W += fp32(strength·alpha/R)·(up·down), up·down summed in
+ * fp32 in rank order — and requantize into the same layout (tensor-wise or
+ * row-wise scale, ConvRot group): stochastically (ql_quantize_rowwise_sr,
+ * the CUDA quantizer's arithmetic, seeded by ql_crc32_key(seed_prefix +
+ * <layer path without the base's prefix> + ".weight"), ComfyUI's key) or
+ * to nearest (the eager quantizers). Float weights are rounded to nearest
+ * in their dtype. Everything else is copied byte for byte; the output is
+ * written atomically and never replaces an input. */
+typedef struct ql_lora_input {
+    const char *path;
+    double strength;
+} ql_lora_input;
+
+typedef struct ql_merge_options {
+    int stochastic;          /* 1: stochastic rounding (ComfyUI's default); 0: nearest */
+    const char *seed_prefix; /* NULL: "diffusion_model." */
+    int threads;             /* 0 = OpenMP's default */
+    int (*progress)(void *user, const ql_quantize_progress *p); /* as for ql_checkpoint_quantize */
+    void *user;
+} ql_merge_options;
+
+typedef struct ql_merge_result {
+    int64_t layers_merged, tensors_copied;
+    uint64_t bytes_in, bytes_out;
+    double seconds;
+} ql_merge_result;
+
+ql_status ql_checkpoint_merge_lora(const char *base_path, const ql_lora_input *loras, int64_t n_loras,
+                                   const char *out_path, const ql_merge_options *opt, ql_merge_result *result);
 
 #ifdef __cplusplus
 }

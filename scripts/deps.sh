@@ -2,7 +2,8 @@
 # Install what building, testing and benchmarking qlinear needs, if missing
 # (Debian 12; apt-get as root). Everything else is built from this tree.
 set -euo pipefail
-pkgs=(gcc g++ make cmake ninja-build clang libclang-rt-14-dev libjansson-dev libopenblas-dev libdnnl-dev)
+pkgs=(gcc g++ make cmake ninja-build clang libclang-rt-14-dev libjansson-dev libopenblas-dev libdnnl-dev pkgconf
+  python3-numpy python3-torch python3-pytest python3-cffi python3-matplotlib)
 # `deps.sh arm`: the AArch64 cross build and its emulator (scripts/test.sh) on
 # an x86-64 host: Debian's cross gcc, qemu-user, and the arm64 multiarch
 # runtime the emulated tests load (libc6, libgomp1, libjansson).

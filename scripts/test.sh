@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Build and run every test: release build and tests, the AArch64 cross build's
-# tests under qemu-user (three CPU models), 60 s of libFuzzer on the
-# checkpoint reader, then the whole suite again under AddressSanitizer +
-# UndefinedBehaviorSanitizer.
+# Build and run every test: release build and tests (C, install, Python), the
+# AArch64 cross build's tests under qemu-user (three CPU models), 60 s of
+# libFuzzer on the checkpoint reader, then the whole suite again under
+# AddressSanitizer + UndefinedBehaviorSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -11,12 +11,16 @@ echo "== release build + tests"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
+echo "== Python tests (pytest, Debian's /usr/bin/python3)"
+QLINEAR_LIBRARY="$PWD/build/libqlinear.so" QLINEAR_CLI="$PWD/build/qlinear" PYTHONDONTWRITEBYTECODE=1 \
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests
 if [ "$(uname -m)" = x86_64 ]; then
   # The ARM backend (src/arm) on this x86 machine: the cross-built suite under
   # qemu-user, once per CPU model: max (every ISA: generic, neon, neondot,
   # i8mm), neoverse-n1 (dot product, no i8mm), cortex-a57 (NEON only). The
   # dispatch tests pin each model themselves. test_large (4 GiB, 64-bit
-  # indexing) runs under max only: emulated, it takes minutes.
+  # indexing) runs under max only: emulated, it takes minutes. test_install
+  # is left out: it compiles and runs consumers with the host's tools.
   echo "== AArch64 cross build + tests under qemu-user"
   bash scripts/deps.sh arm
   cmake -S . -B build-arm -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release \
@@ -24,8 +28,8 @@ if [ "$(uname -m)" = x86_64 ]; then
   cmake --build build-arm -j "$jobs"
   for cpu in max neoverse-n1 cortex-a57; do
     echo "-- qemu-aarch64 -cpu $cpu"
-    skip=(); [ "$cpu" = max ] || skip=(-E '^test_large$')
-    QEMU_CPU=$cpu OMP_WAIT_POLICY=passive ctest --test-dir build-arm --output-on-failure -j "$jobs" "${skip[@]}"
+    skip='^(test_install)$'; [ "$cpu" = max ] || skip='^(test_install|test_large)$'
+    QEMU_CPU=$cpu OMP_WAIT_POLICY=passive ctest --test-dir build-arm --output-on-failure -j "$jobs" -E "$skip"
   done
 fi
 echo "== libFuzzer on the checkpoint reader (60 s, ASan + UBSan)"

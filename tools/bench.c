@@ -35,9 +35,9 @@ static const profile profiles[] = {
 };
 
 enum {
-    P_FP32, P_BF16, P_DEQUANT, P_WONLY, P_W8A8, P_GEMM, P_OPENBLAS, P_ONEDNN_F32, P_ONEDNN_BF16, P_ONEDNN_INT8, NPATHS
+    P_FP32, P_BF16, P_DEQUANT, P_WONLY, P_W8A8, P_W8A8_LORA, P_GEMM, P_OPENBLAS, P_ONEDNN_F32, P_ONEDNN_BF16, P_ONEDNN_INT8, NPATHS
 };
-static const char *path_names[NPATHS] = {"fp32", "bf16", "dequant", "weight-only", "w8a8-convrot", "int8-gemm",
+static const char *path_names[NPATHS] = {"fp32", "bf16", "dequant", "weight-only", "w8a8-convrot", "w8a8-convrot+lora64", "int8-gemm",
                                          "openblas-fp32", "onednn-fp32", "onednn-bf16", "onednn-int8"};
 static const char *path_notes[NPATHS] = {
     "ours, dense fp32 (x fp32 -> y fp32, + bias)",
@@ -45,6 +45,7 @@ static const char *path_notes[NPATHS] = {
     "ours, dequantize the ConvRot weight every call, un-rotate, dense fp32",
     "ours, int8 ConvRot codes resident, decoded in the GEMM; x bf16 rotated, not quantized -> y bf16",
     "ours, full pipeline: rotate + quantize x (bf16) + int8 GEMM + scale restore + bias -> y bf16",
+    "ours, the same with one rank-64 LoRA unmerged (down after the prologue, up in the epilogue)",
     "ours, the int8 GEMM alone (prepacked A and B, int32 out)",
     "peer: OpenBLAS cblas_sgemm (fp32)",
     "peer: oneDNN matmul f32, prepacked weights",
@@ -88,9 +89,14 @@ typedef struct {
     int8_t *q;
     float *sw;
     double *ref; /* float64 reference on the sampled rows */
+    float *down, *up; /* a rank-64 LoRA [64, K], [N, 64] (scale BENCH_LORA_SCALE) */
+    double *ref_lora; /* the reference with it */
     int64_t rows[16];
     int nrows;
 } layer_data;
+
+#define BENCH_LORA_RANK 64
+#define BENCH_LORA_SCALE 0.5 /* strength 1, alpha 32 */
 
 static void make_data(layer_data *d, int64_t m, int64_t n, int64_t k)
 {
@@ -127,20 +133,41 @@ static void make_data(layer_data *d, int64_t m, int64_t n, int64_t k)
             d->ref[i * n + j] = s;
         }
     }
+    /* a LoRA whose delta is about a tenth of W (random directions) */
+    const int64_t rk = BENCH_LORA_RANK;
+    d->down = malloc((size_t)(rk * k) * 4);
+    d->up = malloc((size_t)(n * rk) * 4);
+    d->ref_lora = malloc((size_t)(d->nrows * n) * sizeof(double));
+    for (int64_t i = 0; i < rk * k; i++) d->down[i] = (float)(gauss() / sqrt((double)k));
+    for (int64_t i = 0; i < n * rk; i++) d->up[i] = (float)(gauss() * 0.002 * sqrt((double)k / (double)rk) / BENCH_LORA_SCALE);
+    for (int i = 0; i < d->nrows; i++) {
+        double t[BENCH_LORA_RANK];
+        const float *xr = d->x + d->rows[i] * k;
+        for (int64_t r = 0; r < rk; r++) {
+            t[r] = 0;
+            for (int64_t p = 0; p < k; p++) t[r] += (double)xr[p] * d->down[r * k + p];
+        }
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0;
+            for (int64_t r = 0; r < rk; r++) s += t[r] * d->up[j * rk + r];
+            d->ref_lora[i * n + j] = d->ref[i * n + j] + BENCH_LORA_SCALE * s;
+        }
+    }
 }
 
 static void free_data(layer_data *d)
 {
     free(d->w); free(d->x); free(d->xb); free(d->bias); free(d->biasb); free(d->q); free(d->sw); free(d->ref);
+    free(d->down); free(d->up); free(d->ref_lora);
 }
 
 /* rel L2 of an output (fp32 / bf16 values; with_bias says whether y includes it) */
-static double rel_l2(const layer_data *d, ql_dtype dt, const void *y, int with_bias)
+static double rel_l2(const layer_data *d, ql_dtype dt, const void *y, int with_bias, int lora)
 {
     double num = 0, den = 0;
     for (int i = 0; i < d->nrows; i++)
         for (int64_t j = 0; j < d->n; j++) {
-            double r = d->ref[i * d->n + j] - (with_bias ? 0.0 : d->bias[j]);
+            double r = (lora ? d->ref_lora : d->ref)[i * d->n + j] - (with_bias ? 0.0 : d->bias[j]);
             double v = ql_load_f(dt, y, d->rows[i] * d->n + j);
             num += (v - r) * (v - r);
             den += r * r;
@@ -212,7 +239,7 @@ static int prepare(ql_context *ctx, const layer_data *d, int p, runner *rn, size
     rn->ydt = QL_F32;
     rn->with_bias = 1;
     rn->has_error = 1;
-    if (p == P_FP32 || p == P_BF16 || p == P_DEQUANT || p == P_WONLY || p == P_W8A8) {
+    if (p == P_FP32 || p == P_BF16 || p == P_DEQUANT || p == P_WONLY || p == P_W8A8 || p == P_W8A8_LORA) {
         ql_linear_desc desc = {0};
         ql_dtype xdt = QL_F32;
         const void *x = d->x;
@@ -222,13 +249,19 @@ static int prepare(ql_context *ctx, const layer_data *d, int p, runner *rn, size
                                     .bias = d->bias, .bias_dtype = QL_F32};
             if (p == P_BF16) { xdt = rn->ydt = QL_BF16; x = d->xb; }
         } else {
-            desc.kind = p == P_W8A8 ? QL_LINEAR_W8A8 : p == P_WONLY ? QL_LINEAR_WEIGHT_ONLY : QL_LINEAR_DEQUANT;
+            desc.kind = p == P_W8A8 || p == P_W8A8_LORA ? QL_LINEAR_W8A8 : p == P_WONLY ? QL_LINEAR_WEIGHT_ONLY : QL_LINEAR_DEQUANT;
             desc.int8 = (ql_int8_weight){n, k, d->q, k, d->sw, n, 256, d->biasb, QL_BF16};
             if (p != P_DEQUANT) { xdt = rn->ydt = QL_BF16; x = d->xb; }
         }
         ql_linear *lin = NULL;
         if (ql_linear_create(ctx, &desc, &lin) != QL_OK) {
             fprintf(stderr, "\n  %s: %s\n", path_names[p], ql_last_error());
+            return 0;
+        }
+        const ql_lora_desc ld = {BENCH_LORA_RANK, d->down, QL_F32, k, d->up, QL_F32, BENCH_LORA_RANK, BENCH_LORA_SCALE};
+        if (p == P_W8A8_LORA && ql_linear_add_lora(lin, &ld, NULL) != QL_OK) {
+            fprintf(stderr, "\n  %s: %s\n", path_names[p], ql_last_error());
+            ql_linear_destroy(lin);
             return 0;
         }
         lin_run *r = malloc(sizeof *r);
@@ -253,7 +286,7 @@ static int prepare(ql_context *ctx, const layer_data *d, int p, runner *rn, size
         ql_pack_a_s8(g->kern, xq, m, k, k, g->pa, g->rowsum);
         free(xq); free(sx); free(xr);
         if (ql_pack_b_s8(g->kern, d->q, n, k, k, &g->pb) != QL_OK) return 0;
-        g->e = (ql_w8a8_epi){NULL, g->rowsum, g->kern->b_offset128, NULL, false, {0}, NULL, 0, rn->y, n, false};
+        g->e = (ql_w8a8_epi){NULL, g->rowsum, g->kern->b_offset128, NULL, false, {0}, NULL, 0, rn->y, n, false, NULL};
         rn->fn = run_gemm;
         rn->arg = g;
         rn->has_error = 0;
@@ -326,7 +359,7 @@ static void bench_shape(ql_context *ctx, const layer_data *d, const int *want, i
         fprintf(stderr, "\r  preparing %-14s N=%-5lld K=%-5lld M=%-5lld   ", path_names[p], (long long)d->n, (long long)d->k, (long long)d->m);
         if (!prepare(ctx, d, p, &rn[p], &res[p].wbytes)) continue;
         rn[p].ok = rn[p].fn(rn[p].arg) == 0;
-        res[p].rel_l2 = rn[p].ok && rn[p].has_error ? rel_l2(d, rn[p].ydt, rn[p].y, rn[p].with_bias) : NAN;
+        res[p].rel_l2 = rn[p].ok && rn[p].has_error ? rel_l2(d, rn[p].ydt, rn[p].y, rn[p].with_bias, p == P_W8A8_LORA) : NAN;
     }
     for (int r = 0; r < reps; r++) {
         fprintf(stderr, "\r  timing N=%-5lld K=%-5lld M=%-5lld round %d/%d        ", (long long)d->n, (long long)d->k, (long long)d->m, r + 1, reps);
@@ -486,8 +519,8 @@ int ql_cmd_bench(int argc, char **argv)
     printf("data: W ~ N(0, 0.02²) fp32 quantized INT8 ConvRot G=256; X ~ N(0,1) with 8 input channels ×30, bf16 values\n");
     printf("rel_l2: vs a float64 reference of the unquantized layer (+ bias), on %d sampled rows\n\n", 16);
     for (int p = 0; p < NPATHS; p++)
-        if (want[p]) printf("  %-14s %s\n", path_names[p], path_notes[p]);
-    printf("\n%-11s %6s %5s  %-14s %10s %9s %8s %9s %10s\n", "N x K", "M", "count", "path", "ms", "GOP/s", "vs fp32",
+        if (want[p]) printf("  %-19s %s\n", path_names[p], path_notes[p]);
+    printf("\n%-11s %6s %5s  %-19s %10s %9s %8s %9s %10s\n", "N x K", "M", "count", "path", "ms", "GOP/s", "vs fp32",
            "rel_l2", "weight MB");
 
     result all[8][NPATHS];
@@ -512,10 +545,13 @@ int ql_cmd_bench(int argc, char **argv)
             totals[p] += r->ms * (double)sh->count;
             char rel[16] = "-";
             if (!isnan(r->rel_l2)) snprintf(rel, sizeof rel, "%.5f", r->rel_l2);
-            printf("%-11s %6lld %5lld  %-14s %10.3f %9.1f %7.2fx %9s %10.1f\n", p == 0 ? nk : "", (long long)m,
+            printf("%-11s %6lld %5lld  %-19s %10.3f %9.1f %7.2fx %9s %10.1f\n", p == 0 ? nk : "", (long long)m,
                    (long long)sh->count, path_names[p], r->ms, r->gops, all[s][P_FP32].ms / r->ms, rel,
                    (double)r->wbytes / 1e6);
         }
+        if (all[s][P_W8A8].ok && all[s][P_W8A8_LORA].ok)
+            printf("%-11s %6s %5s  rank-64 LoRA unmerged: %+.1f%% time over w8a8-convrot\n", "", "", "",
+                   100.0 * (all[s][P_W8A8_LORA].ms / all[s][P_W8A8].ms - 1.0));
         if (peak[s] > 0) {
             printf("%-11s %6s %5s  int8 peak %.0f GOP/s (dot-product loop, median of the same rounds):", "", "", "", peak[s]);
             const int int8_paths[] = {P_W8A8, P_GEMM, P_ONEDNN_INT8};
@@ -531,10 +567,15 @@ int ql_cmd_bench(int argc, char **argv)
         int complete = 1;
         for (int s = 0; s < prof->nshapes; s++) complete &= all[s][p].ok;
         if (!complete) continue;
-        printf("  %-14s %10.1f ms   %6.2fx vs fp32", path_names[p], totals[p], totals[P_FP32] / totals[p]);
+        printf("  %-19s %10.1f ms   %6.2fx vs fp32", path_names[p], totals[p], totals[P_FP32] / totals[p]);
         if (all[0][P_ONEDNN_INT8].ok) printf("   %5.2fx the time of onednn-int8", totals[p] / totals[P_ONEDNN_INT8]);
         printf("\n");
     }
+    int lora_total = 1;
+    for (int s = 0; s < prof->nshapes; s++) lora_total &= all[s][P_W8A8].ok && all[s][P_W8A8_LORA].ok;
+    if (lora_total)
+        printf("  rank-64 LoRA unmerged: %+.1f%% weighted time over w8a8-convrot\n",
+               100.0 * (totals[P_W8A8_LORA] / totals[P_W8A8] - 1.0));
 
     if (json_path) {
         char tmp[4096];

@@ -552,9 +552,13 @@ static int same_file(const char *a, const char *b)
 int ql_cmd_forward(int argc, char **argv)
 {
     const char *usage = "CKPT LAYER IN.safetensors OUT.safetensors [--input NAME] [--out-dtype fp32|bf16|fp16] "
-                        "[--bias|--no-bias] [--device cpu|cuda[:N]]";
+                        "[--bias|--no-bias] [--device cpu|cuda[:N]] [--lora FILE[:STRENGTH]]...";
     const char *pos[4] = {0};
     int cuda_dev = -1; /* --device cuda[:N] */
+    char *lora_args[64];
+    int nlora = 0;
+    ql_cli_lora *loras = NULL;
+    float *wmerged = NULL;
     int npos = 0;
     const char *input = NULL, *out_dtype = NULL;
     int bias_mode = 0; /* 0 default, 1 --bias, -1 --no-bias */
@@ -567,6 +571,10 @@ int ql_cmd_forward(int argc, char **argv)
             if (i + 1 >= argc) return usage_err("forward", "option needs a value", usage);
             if (!strcmp(a, "--input")) input = argv[++i];
             else out_dtype = argv[++i];
+        } else if (!strcmp(a, "--lora")) {
+            if (i + 1 >= argc) return usage_err("forward", "option needs a value", usage);
+            if (nlora == 64) return usage_err("forward", "more than 64 --lora", usage);
+            lora_args[nlora++] = argv[++i];
         } else if (!strcmp(a, "--device")) {
             if (i + 1 >= argc) return usage_err("forward", "option needs a value", usage);
             const char *v = argv[++i];
@@ -659,11 +667,39 @@ int ql_cmd_forward(int argc, char **argv)
         fprintf(stderr, "' has K = %lld\n", (long long)lk);
         goto done;
     }
+    /* LoRAs: unmerged on an int8 layer; merged into an fp32 copy of a float weight */
+    if (nlora && ql_cli_loras_load("forward", ck, layer, lora_args, nlora, &loras)) goto done;
+    if (nlora && !quantized) {
+        wmerged = malloc((size_t)(n * lk) * 4 + 4);
+        if (!wmerged || ql_convert(d.weight, d.weight_dtype, wmerged, QL_F32, n * lk) != QL_OK) {
+            rc = fail_lib("forward");
+            goto done;
+        }
+        for (int l = 0; l < nlora; l++)
+            for (int64_t r = 0; r < n; r++)
+                for (int64_t c = 0; c < lk; c++) {
+                    double s = 0;
+                    for (int64_t q = 0; q < loras[l].m->rank; q++)
+                        s += (double)loras[l].up[r * loras[l].m->rank + q] * loras[l].down[q * lk + c];
+                    wmerged[r * lk + c] = (float)(wmerged[r * lk + c] + loras[l].scale * s);
+                }
+        d.weight = wmerged;
+        d.weight_dtype = QL_F32;
+        d.ld_weight = lk;
+    }
     if (ql_context_create(&ctx) != QL_OK ||
         (cuda_dev >= 0 && ql_context_set_device(ctx, QL_DEVICE_CUDA, cuda_dev) != QL_OK) ||
         ql_linear_create(ctx, &d, &lin) != QL_OK) {
         rc = fail_lib("forward");
         goto done;
+    }
+    for (int l = 0; quantized && l < nlora; l++) {
+        const ql_lora_desc ld = {loras[l].m->rank, loras[l].down, QL_F32, lk, loras[l].up, QL_F32, loras[l].m->rank,
+                                 loras[l].scale};
+        if (ql_linear_add_lora(lin, &ld, NULL) != QL_OK) {
+            rc = fail_lib("forward");
+            goto done;
+        }
     }
     x = malloc(xt.bytes ? (size_t)xt.bytes : 1);
     size_t ybytes = (size_t)m * (size_t)n * ql_dtype_size(ydt);
@@ -702,6 +738,8 @@ done:
     ql_context_destroy(ctx);
     ql_checkpoint_close(ck);
     ql_checkpoint_close(xin);
+    ql_cli_loras_free(loras, nlora);
+    free(wmerged);
     return rc;
 }
 

@@ -14,6 +14,9 @@ static void usage(FILE *f)
             "  inspect  FILE [--json]\n"
             "  quantize IN OUT --format int8|int8-convrot [--group 256] [--include REGEX] [--exclude REGEX] [--threads N]\n"
             "  forward  CKPT LAYER IN.safetensors OUT.safetensors [--input NAME] [--out-dtype fp32|bf16|fp16] [--bias|--no-bias]\n"
+            "           [--lora FILE[:STRENGTH]]...\n"
+            "  merge-lora BASE LORA... OUT [--strength S] [--stochastic|--nearest] [--threads N] [--seed-prefix P]\n"
+            "  merge-lora BASE OUT --lora FILE[:S] [--lora FILE[:S]]... [options]\n"
             "  version\n");
 }
 
@@ -28,9 +31,9 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "inspect")) return ql_cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "quantize")) return ql_cmd_quantize(argc - 1, argv + 1);
     if (!strcmp(cmd, "forward")) return ql_cmd_forward(argc - 1, argv + 1);
+    if (!strcmp(cmd, "merge-lora")) return ql_cmd_merge_lora(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        printf("qlinear %d.%d.%d (best ISA: %s)\n", QL_VERSION_MAJOR, QL_VERSION_MINOR, QL_VERSION_PATCH,
-               ql_isa_name(ql_isa_best()));
+        printf("qlinear %s (best ISA: %s)\n", ql_version(), ql_isa_name(ql_isa_best()));
         return 0;
     }
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {

@@ -29,6 +29,15 @@ static inline __m256i bf16_rne_nonan(__m256 v)
                             _mm256_set1_epi32((int)0xffff0000u));
 }
 
+/* The LoRA term of 8 outputs (ql_lora_term). */
+static inline __m256 lora_term(const ql_w8a8_epi *e, int nr, int r, int j, int64_t row, int64_t col)
+{
+    const ql_lora_tile *t = e->lora;
+    const __m256i a = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(t->c + r * nr + j)),
+                                       _mm256_set1_epi32(e->offset128 ? 128 * t->rowsum[row] : 0));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(a), _mm256_mul_ps(_mm256_set1_ps(t->st[row]), _mm256_loadu_ps(t->su + col)));
+}
+
 /* bf16 output, optional bias, no residual, 8 columns at a time, for tiles
  * where no NaN can arise (finite weight scales and bias, see
  * ql_w8a8_epi.finite_weights, and no NaN row): the NaN-quietening half of
@@ -38,6 +47,10 @@ static bool tile_nan_free(const ql_w8a8_epi *e, int64_t m0, int mr_eff)
     if (!e->finite_weights) return false;
     for (int r = 0; r < mr_eff; r++)
         if (isnan(e->sx[m0 + r])) return false;
+    /* with a LoRA term: |acc·s_x·s_w| < 2^127 and |term| < 2^114, so no
+     * Inf - Inf either */
+    for (int r = 0; e->lora && r < mr_eff; r++)
+        if (!(fabsf(e->sx[m0 + r]) <= 0x1p90f && fabsf(e->lora->st[m0 + r]) <= 0x1p90f)) return false;
     return true;
 }
 
@@ -51,7 +64,9 @@ static void tile_bf16(const ql_w8a8_epi *e, const int32_t *c, int nr, int64_t m0
             const int64_t col = n0 + j;
             const __m256i acc = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(c + r * nr + j)), corr);
             const __m256 sw = e->sw_scalar ? _mm256_set1_ps(e->sw[0]) : _mm256_loadu_ps(e->sw + col);
-            __m256i y = bf16_rne_nonan(_mm256_mul_ps(_mm256_cvtepi32_ps(acc), _mm256_mul_ps(sxv, sw)));
+            __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), _mm256_mul_ps(sxv, sw));
+            if (e->lora) v = _mm256_add_ps(v, lora_term(e, nr, r, j, row, col));
+            __m256i y = bf16_rne_nonan(v);
             if (e->plan.bias) y = bf16_rne_nonan(_mm256_add_ps(_mm256_castsi256_ps(y), _mm256_loadu_ps(e->plan.bias + col)));
             y = _mm256_srli_epi32(y, 16);
             _mm_storeu_si128((__m128i *)((uint16_t *)e->y + row * e->ldy + col),
@@ -82,14 +97,18 @@ void ql_w8a8_epilogue_avx2(void *arg, const int32_t *c, int nr, int64_t m0, int6
                 continue;
             }
             __m256 sw = e->sw_scalar ? _mm256_set1_ps(e->sw[0]) : _mm256_loadu_ps(e->sw + col);
-            finish(&e->plan, _mm256_mul_ps(_mm256_cvtepi32_ps(acc), _mm256_mul_ps(sxv, sw)), row, col, e->y, e->ldy);
+            __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), _mm256_mul_ps(sxv, sw));
+            if (e->lora) v = _mm256_add_ps(v, lora_term(e, nr, r, j, row, col));
+            finish(&e->plan, v, row, col, e->y, e->ldy);
         }
         for (int j = full; j < nr_eff; j++) {
             const int64_t col = n0 + j;
             int32_t acc = c[r * nr + j] - corr_s;
             if (e->c_out) { e->c_out[row * e->ldc + col] = acc; continue; }
             float sxw = e->sx[row] * e->sw[e->sw_scalar ? 0 : col];
-            ql_store_f(dt, e->y, row * e->ldy + col, ql_epilogue_scalar(&e->plan, (float)acc * sxw, row, col));
+            float v = (float)acc * sxw;
+            if (e->lora) v += ql_lora_term(e, nr, r, j, row, col);
+            ql_store_f(dt, e->y, row * e->ldy + col, ql_epilogue_scalar(&e->plan, v, row, col));
         }
     }
 }

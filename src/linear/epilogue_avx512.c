@@ -40,6 +40,36 @@ static inline void finish(const ql_epi_plan *p, __m512 v, int64_t row, int64_t c
     ql512_store_exact(dt, y, row * ldy + col, r, mk);
 }
 
+/* The LoRA term of 16 outputs (ql_lora_term). */
+static inline __m512 lora_term(const ql_w8a8_epi *e, int nr, int r, int j, int64_t row, int64_t col, __mmask16 mk)
+{
+    const ql_lora_tile *t = e->lora;
+    const __m512i a = _mm512_sub_epi32(_mm512_maskz_loadu_epi32(mk, t->c + r * nr + j),
+                                       _mm512_set1_epi32(e->offset128 ? 128 * t->rowsum[row] : 0));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(_mm512_set1_ps(t->st[row]), _mm512_maskz_loadu_ps(mk, t->su + col)));
+}
+
+/* One row of a tile, any output: the exact path. */
+static void row_exact(const ql_w8a8_epi *e, const int32_t *c, int nr, int r, int64_t m0, int64_t n0, int nr_eff, bool fbf)
+{
+    const int64_t row = m0 + r;
+    const __m512i corr = _mm512_set1_epi32(e->offset128 ? 128 * e->rowsum[row] : 0);
+    const __m512 sxv = _mm512_set1_ps(e->c_out ? 0.0f : e->sx[row]);
+    for (int j = 0; j < nr_eff; j += 16) {
+        const __mmask16 mk = ql512_mask(nr_eff - j);
+        const int64_t col = n0 + j;
+        __m512i acc = _mm512_sub_epi32(_mm512_loadu_si512((const void *)(c + r * nr + j)), corr);
+        if (e->c_out) {
+            _mm512_mask_storeu_epi32(e->c_out + row * e->ldc + col, mk, acc);
+            continue;
+        }
+        __m512 sw = e->sw_scalar ? _mm512_set1_ps(e->sw[0]) : _mm512_maskz_loadu_ps(mk, e->sw + col);
+        __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(sxv, sw));
+        if (e->lora) v = _mm512_add_ps(v, lora_term(e, nr, r, j, row, col, mk));
+        finish(&e->plan, v, row, col, mk, fbf, e->y, e->ldy);
+    }
+}
+
 /* Full 32-column tiles with bf16 output, optional bias, no residual: the
  * common case, two vectors at a time. vcvtne2ps2bf16 rounds 32 values in one
  * instruction and vpunpck{l,h}wd widen them back to fp32 (columns 0-3, 8-11,
@@ -48,9 +78,11 @@ static inline void finish(const ql_epi_plan *p, __m512 v, int64_t row, int64_t c
  * instruction flushes denormal inputs, so the caller only comes here when
  * none can occur: |s_x·s_w| >= 2^-126 (then a nonzero |acc·s_x·s_w| is
  * normal) and every bias is 0 or >= 2^-118 in magnitude (then a nonzero
- * rounded value plus it is a multiple of an ulp >= 2^-126, or >= 2^-119). */
+ * rounded value plus it is a multiple of an ulp >= 2^-126, or >= 2^-119).
+ * With a LoRA term the sum itself is checked: a row with a denormal lane
+ * takes the exact path. */
 static void tile32_bf16(const ql_w8a8_epi *e, const int32_t *c, int64_t m0, int64_t n0, int mr_eff, __m512 sw0,
-                        __m512 sw1, bool has_bias, __m512 blo, __m512 bhi)
+                        __m512 sw1, bool has_bias, __m512 blo, __m512 bhi, bool fbf)
 {
     const __m512i order = _mm512_set_epi16(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10, 9, 8, 23, 22, 21, 20,
                                            7, 6, 5, 4, 19, 18, 17, 16, 3, 2, 1, 0);
@@ -59,10 +91,18 @@ static void tile32_bf16(const ql_w8a8_epi *e, const int32_t *c, int64_t m0, int6
         const int64_t row = m0 + r;
         const __m512i corr = _mm512_set1_epi32(e->offset128 ? 128 * e->rowsum[row] : 0);
         const __m512 sx = _mm512_set1_ps(e->sx[row]);
-        const __m512 v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512((const void *)(c + 32 * r)), corr)),
-                                        _mm512_mul_ps(sx, sw0));
-        const __m512 v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512((const void *)(c + 32 * r + 16)), corr)),
-                                        _mm512_mul_ps(sx, sw1));
+        __m512 v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512((const void *)(c + 32 * r)), corr)),
+                                  _mm512_mul_ps(sx, sw0));
+        __m512 v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512((const void *)(c + 32 * r + 16)), corr)),
+                                  _mm512_mul_ps(sx, sw1));
+        if (e->lora) {
+            v0 = _mm512_add_ps(v0, lora_term(e, 32, r, 0, row, n0, 0xFFFF));
+            v1 = _mm512_add_ps(v1, lora_term(e, 32, r, 16, row, n0 + 16, 0xFFFF));
+            if (_mm512_fpclass_ps_mask(v0, 0x20) | _mm512_fpclass_ps_mask(v1, 0x20)) {
+                row_exact(e, c, 32, r, m0, n0, 32, fbf);
+                continue;
+            }
+        }
         __m512i y = (__m512i)_mm512_cvtne2ps_pbh(v1, v0); /* columns 0..31 */
         if (has_bias) {
             const __m512 lo = _mm512_add_ps(_mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, y)), blo);
@@ -85,6 +125,11 @@ void ql_w8a8_epilogue_avx512(void *arg, const int32_t *c, int nr, int64_t m0, in
         const __m512 swmin = _mm512_set1_ps(_mm512_reduce_min_ps(_mm512_min_ps(_mm512_abs_ps(sw0), _mm512_abs_ps(sw1))));
         const __m512 sxw = _mm512_mul_ps(_mm512_abs_ps(_mm512_maskz_loadu_ps(rows, e->sx + m0)), swmin);
         bool ok = _mm512_mask_cmp_ps_mask(rows, sxw, _mm512_set1_ps(0x1p-126f), _CMP_GE_OQ) == rows;
+        if (ok && e->lora) { /* no Inf - Inf: |acc·s_x·s_w| < 2^127, |term| < 2^114 */
+            const __m512 lim = _mm512_set1_ps(0x1p90f);
+            ok = _mm512_mask_cmp_ps_mask(rows, _mm512_abs_ps(_mm512_maskz_loadu_ps(rows, e->sx + m0)), lim, _CMP_LE_OQ) == rows &&
+                 _mm512_mask_cmp_ps_mask(rows, _mm512_abs_ps(_mm512_maskz_loadu_ps(rows, e->lora->st + m0)), lim, _CMP_LE_OQ) == rows;
+        }
         __m512 blo = _mm512_setzero_ps(), bhi = blo;
         if (ok && e->plan.bias) {
             const __m512 b0 = _mm512_loadu_ps(e->plan.bias + n0), b1 = _mm512_loadu_ps(e->plan.bias + n0 + 16);
@@ -96,26 +141,11 @@ void ql_w8a8_epilogue_avx512(void *arg, const int32_t *c, int nr, int64_t m0, in
             bhi = _mm512_permutex2var_ps(b0, _mm512_add_epi32(ilo, _mm512_set1_epi32(4)), b1);
         }
         if (ok) {
-            tile32_bf16(e, c, m0, n0, mr_eff, sw0, sw1, e->plan.bias != NULL, blo, bhi);
+            tile32_bf16(e, c, m0, n0, mr_eff, sw0, sw1, e->plan.bias != NULL, blo, bhi, fbf);
             return;
         }
     }
-    for (int r = 0; r < mr_eff; r++) {
-        const int64_t row = m0 + r;
-        const __m512i corr = _mm512_set1_epi32(e->offset128 ? 128 * e->rowsum[row] : 0);
-        const __m512 sxv = _mm512_set1_ps(e->c_out ? 0.0f : e->sx[row]);
-        for (int j = 0; j < nr_eff; j += 16) {
-            const __mmask16 mk = ql512_mask(nr_eff - j);
-            const int64_t col = n0 + j;
-            __m512i acc = _mm512_sub_epi32(_mm512_loadu_si512((const void *)(c + r * nr + j)), corr);
-            if (e->c_out) {
-                _mm512_mask_storeu_epi32(e->c_out + row * e->ldc + col, mk, acc);
-                continue;
-            }
-            __m512 sw = e->sw_scalar ? _mm512_set1_ps(e->sw[0]) : _mm512_maskz_loadu_ps(mk, e->sw + col);
-            finish(&e->plan, _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(sxv, sw)), row, col, mk, fbf, e->y, e->ldy);
-        }
-    }
+    for (int r = 0; r < mr_eff; r++) row_exact(e, c, nr, r, m0, n0, nr_eff, fbf);
 }
 
 /* Dense fp32 tile epilogue (float GEMM result, no scales). */

@@ -25,6 +25,16 @@ void ql_prologue_neon(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_
 void ql_prologue_neon_k8(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
                          int64_t p0, int64_t p1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
 
+/* The unmerged-LoRA term of one output tile (see lora.h): int32 sums c of
+ * t_q·u_qᵀ (row stride nr; u stored + 128 like the weights when offset128,
+ * hence rowsum = Σ t_q), row factors st and column scales su. */
+typedef struct ql_lora_tile {
+    const int32_t *c;
+    const int32_t *rowsum;
+    const float *st;
+    const float *su;
+} ql_lora_tile;
+
 /* State of the W8A8 tile epilogue. With c_out set, the raw exact int32
  * result is stored instead (the bare GEMM). */
 typedef struct ql_w8a8_epi {
@@ -41,7 +51,18 @@ typedef struct ql_w8a8_epi {
     /* every weight scale finite with |s_w| <= 64 (so s_x·s_w is finite for
      * any finite s_x) and every bias finite: only a NaN row can make NaN */
     bool finite_weights;
+    /* NULL, or the LoRA term added to acc·(s_x·s_w) before the first rounding */
+    const ql_lora_tile *lora;
 } ql_w8a8_epi;
+
+/* The LoRA term of tile element (r, j) at (row, col), as every epilogue
+ * computes it: fp32(acc2)·(st[row]·su[col]). */
+static inline float ql_lora_term(const ql_w8a8_epi *e, int nr, int r, int j, int64_t row, int64_t col)
+{
+    const ql_lora_tile *t = e->lora;
+    const int32_t a = t->c[r * nr + j] - (e->offset128 ? 128 * t->rowsum[row] : 0);
+    return (float)a * (t->st[row] * t->su[col]);
+}
 
 void ql_w8a8_epilogue_generic(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
 void ql_w8a8_epilogue_avx2(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);

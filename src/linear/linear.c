@@ -9,6 +9,7 @@
 #include "../gemm/f32.h"
 #include "../gemm/gemm.h"
 #include "kernels.h"
+#include "lora.h"
 #include "../cuda/cuda_backend.h"
 
 /* Rows quantized and multiplied per step: bounds the packed-activation
@@ -37,6 +38,7 @@ struct ql_linear {
     float *bias[3];
     /* W8A8 epilogue facts (see ql_w8a8_epi.finite_weights), per output dtype */
     bool finite_weights[3];
+    ql_lora_set *lora; /* unmerged LoRAs (W8A8 only); NULL: none */
 };
 
 typedef struct {
@@ -73,6 +75,7 @@ void ql_linear_destroy(ql_linear *l)
     ql_aligned_free(l->sw);
     ql_aligned_free(l->codes);
     for (int i = 0; i < 3; i++) ql_aligned_free(l->bias[i]);
+    ql_lora_set_free(l->lora);
     free(l);
 }
 
@@ -214,9 +217,13 @@ static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t
     const size_t a_bytes = (ql_packed_a_bytes(kern, chunk, k) + 63) & ~(size_t)63;
     const size_t v_bytes = ((size_t)chunk * 4 + 63) & ~(size_t)63;
     const size_t scratch_bytes = ((size_t)kp * 5 + 127) & ~(size_t)63;
+    const bool lora = ql_lora_set_active(l->lora);
+    const size_t base_bytes = a_bytes + 2 * v_bytes + scratch_bytes * (size_t)threads;
     bool arena;
-    char *ws = ql_scratch_acquire(l->ctx, a_bytes + 2 * v_bytes + scratch_bytes * (size_t)threads, &arena);
+    char *ws = ql_scratch_acquire(l->ctx, base_bytes + (lora ? ql_lora_ws_bytes(l->lora, kern, chunk, threads) : 0), &arena);
     if (!ws) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot allocate the activation buffers");
+    ql_lora_run lr;
+    if (lora) ql_lora_run_init(&lr, l->lora, kern, ws + base_bytes, chunk, threads);
     int8_t *packed = (int8_t *)ws;
     float *sx = (float *)(ws + a_bytes);
     int32_t *rowsum = (int32_t *)(ws + a_bytes + v_bytes);
@@ -230,13 +237,21 @@ static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t
         {
             float *scr = (float *)(scratch + scratch_bytes * (size_t)omp_get_thread_num());
 #pragma omp for schedule(static)
-            for (int64_t p = 0; p < panels; p++)
+            for (int64_t p = 0; p < panels; p++) {
                 ops.prologue(xdt, xc, ldx, mc, k, l->group, mr, p, p + 1, packed, sx, rowsum, scr);
+                if (lora) ql_lora_down_panel(&lr, p, mc, k, packed, sx, rowsum, omp_get_thread_num());
+            }
         }
         ql_w8a8_epi e = {sx, rowsum, kern->b_offset128, l->sw, l->n_sw == 1, *plan,
-                         ql_row_ptr(ydt, y, m0, ldy), ldy, NULL, 0, l->finite_weights[ydt]};
+                         ql_row_ptr(ydt, y, m0, ldy), ldy, NULL, 0, l->finite_weights[ydt], NULL};
         if (e.plan.residual) e.plan.residual = ql_row_cptr(ydt, e.plan.residual, m0, e.plan.ld_residual);
-        if ((st = ql_gemm_s8_run(threads, kern, packed, mc, &l->b8, ops.epilogue, &e)) != QL_OK) goto done;
+        if (lora) {
+            lr.base = e;
+            lr.inner = ops.epilogue;
+        }
+        st = lora ? ql_gemm_s8_run(threads, kern, packed, mc, &l->b8, ql_lora_epilogue, &lr)
+                  : ql_gemm_s8_run(threads, kern, packed, mc, &l->b8, ops.epilogue, &e);
+        if (st != QL_OK) goto done;
     }
 done:
     ql_scratch_release(l->ctx, ws, arena);
@@ -364,6 +379,26 @@ ql_status ql_linear_forward(ql_linear *l, const void *x, ql_dtype xdt, int64_t m
     return st;
 }
 
+/* ---- unmerged LoRA (lora.c) */
+
+ql_status ql_linear_add_lora(ql_linear *l, const ql_lora_desc *d, int *id)
+{
+    QL_CHECK_PTR("ql_linear_add_lora", l);
+    if (l->kind != QL_LINEAR_W8A8)
+        return ql_fail(QL_ERR_UNSUPPORTED, "ql_linear_add_lora: only W8A8 linears take unmerged LoRAs (this one is kind %d)",
+                       (int)l->kind);
+    if (l->cuda)
+        return ql_fail(QL_ERR_UNSUPPORTED, "ql_linear_add_lora: unmerged LoRAs run on the CPU backends only, not on CUDA devices");
+    return ql_lora_set_add(&l->lora, l->s8, l->n, l->k, l->group, d, id);
+}
+ql_status ql_linear_remove_lora(ql_linear *l, int id)
+{
+    QL_CHECK_PTR("ql_linear_remove_lora", l);
+    return ql_lora_set_remove(l->lora, id);
+}
+int ql_linear_lora_count(const ql_linear *l) { return l ? ql_lora_set_count(l->lora) : 0; }
+int64_t ql_linear_lora_rank(const ql_linear *l) { return l ? ql_lora_set_rank(l->lora) : 0; }
+
 /* ---- bare GEMM */
 
 ql_status ql_gemm_s8s8s32(ql_context *ctx, int64_t m, int64_t n, int64_t k, const int8_t *a, int64_t lda,
@@ -392,7 +427,7 @@ ql_status ql_gemm_s8s8s32(ql_context *ctx, int64_t m, int64_t n, int64_t k, cons
         return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
     ql_pack_a_s8(kern, a, m, k, lda, pa, rowsum);
-    ql_w8a8_epi e = {NULL, rowsum, kern->b_offset128, NULL, false, {0}, NULL, 0, c, ldc, false};
+    ql_w8a8_epi e = {NULL, rowsum, kern->b_offset128, NULL, false, {0}, NULL, 0, c, ldc, false, NULL};
     ql_status st = ql_gemm_s8_run(ctx->threads, kern, pa, m, &pb, ops_for(kern->isa).epilogue, &e);
     ql_packed_b_free(&pb);
     ql_aligned_free(pa);

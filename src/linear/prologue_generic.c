@@ -31,7 +31,9 @@ void ql_w8a8_epilogue_generic(void *arg, const int32_t *c, int nr, int64_t m0, i
             int32_t acc = c[r * nr + j] - corr;
             if (e->c_out) { e->c_out[row * e->ldc + col] = acc; continue; }
             float sxw = e->sx[row] * e->sw[e->sw_scalar ? 0 : col];
-            ql_store_f(e->plan.y_dtype, e->y, row * e->ldy + col, ql_epilogue_scalar(&e->plan, (float)acc * sxw, row, col));
+            float v = (float)acc * sxw;
+            if (e->lora) v += ql_lora_term(e, nr, r, j, row, col);
+            ql_store_f(e->plan.y_dtype, e->y, row * e->ldy + col, ql_epilogue_scalar(&e->plan, v, row, col));
         }
     }
 }

@@ -43,4 +43,11 @@ int8_t ql_quantize_value(ql_dtype dtype, float v, float st);
  * the rotated values to dtype, as the reference rotates in dtype). */
 void ql_load_row_rotated(ql_dtype dtype, const void *src, int64_t k, int64_t group, float *dst);
 
+/* The CUDA quantizer's scale: max(min(a, FLT_MAX)·fp32(1/127), 1e-30) (a
+ * multiplication, where the eager reference divides). */
+float ql_sr_scale(float absmax);
+/* One code the CUDA way for fp32 input: y = v/s; seed != 0: floor(y + noise(idx,
+ * seed)) (the sum rounded to fp32), seed 0: rne(y); clamp to [-128, 127]. */
+int8_t ql_sr_code(float v, float s, int64_t idx, uint64_t seed);
+
 #endif

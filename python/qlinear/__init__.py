@@ -1,0 +1,454 @@
+"""qlinear for Python: quantized linear layers in ComfyUI's INT8 / INT8-ConvRot
+formats, over the C library libqlinear (pure Python, cffi in ABI mode).
+
+    import qlinear
+    with qlinear.Checkpoint("model.safetensors") as ck:
+        print(ck.layers())
+        lin = qlinear.Linear.from_checkpoint(ck, "blocks.0.attn.q")
+    y = lin.forward(x)                    # numpy fp32/fp16, bf16 as uint16, or torch CPU tensors
+    lin = qlinear.Linear.from_weight(w, format="int8-convrot")
+    qlinear.quantize_file("in.safetensors", "out.safetensors", format="int8-convrot")
+
+bf16 arrays in numpy are uint16 arrays holding the bit patterns. Errors from
+the library are raised as QlinearError with its message. PyTorch modules are
+in qlinear.torch; the end-to-end benchmark is `python3 -m qlinear.e2e`.
+"""
+import os
+from collections import namedtuple
+
+import numpy as np
+
+from ._lib import QlinearError, library_path, load
+
+__all__ = ["Checkpoint", "Linear", "QlinearError", "quantize_file", "version", "library_path", "TensorInfo",
+           "LayerInfo"]
+
+# ql_dtype values (qlinear.h) and their names
+_F32, _F16, _BF16 = 0, 1, 2
+_DT_NAMES = {_F32: "fp32", _F16: "fp16", _BF16: "bf16"}
+_DT_ALIASES = {"fp32": _F32, "float32": _F32, "float": _F32, "fp16": _F16, "float16": _F16, "half": _F16,
+               "bf16": _BF16, "bfloat16": _BF16}
+_NP_OF = {_F32: np.dtype(np.float32), _F16: np.dtype(np.float16), _BF16: np.dtype(np.uint16)}
+
+_KINDS = {"w8a8": 0, "weight-only": 1, "dense": 2, "dequant": 3}
+_KIND_NAMES = {v: k for k, v in _KINDS.items()}
+
+TensorInfo = namedtuple("TensorInfo", "name dtype shape bytes")
+LayerInfo = namedtuple("LayerInfo", "name format convrot group n k bytes has_bias supported reason")
+
+
+def version():
+    """Version of the loaded libqlinear ("MAJOR.MINOR.PATCH")."""
+    ffi, lib = load()
+    return ffi.string(lib.ql_version()).decode()
+
+
+def _check(st, what=""):
+    if st:
+        from ._lib import check
+        check(st, what)
+
+
+def _dtype_code(d, what="dtype"):
+    """A ql_dtype from "bf16"/np.float16/torch.float32/..."""
+    if isinstance(d, str):
+        if d.lower() in _DT_ALIASES:
+            return _DT_ALIASES[d.lower()]
+    elif _is_torch_dtype(d):
+        import torch
+        m = {torch.float32: _F32, torch.float16: _F16, torch.bfloat16: _BF16}
+        if d in m:
+            return m[d]
+    else:
+        try:
+            nd = np.dtype(d)
+        except TypeError:
+            nd = None
+        for code, npd in _NP_OF.items():
+            if nd == npd:
+                return code
+    raise TypeError(f"qlinear: {what} {d!r} is not one of fp32, fp16, bf16")
+
+
+def _is_torch_dtype(d):
+    return type(d).__name__ == "dtype" and type(d).__module__ == "torch"
+
+
+def _is_torch(x):
+    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
+
+
+class _Context:
+    """A ql_context: thread count and ISA. The context outlives its linears."""
+
+    def __init__(self, threads=None):
+        ffi, lib = load()
+        p = ffi.new("ql_context **")
+        _check(lib.ql_context_create(p), "ql_context_create")
+        self._lib = lib
+        self.ptr = ffi.gc(p[0], lib.ql_context_destroy)
+        self.threads = lib.ql_context_threads(self.ptr)
+        if threads is not None:
+            self.set_threads(threads)
+
+    def set_threads(self, threads):
+        if not isinstance(threads, int) or isinstance(threads, bool):
+            raise TypeError(f"qlinear: threads must be an int, not {type(threads).__name__}")
+        _check(self._lib.ql_context_set_threads(self.ptr, threads), "ql_context_set_threads")
+        self.threads = threads
+
+    @property
+    def isa(self):
+        ffi, lib = load()
+        return ffi.string(lib.ql_isa_name(lib.ql_context_isa(self.ptr))).decode()
+
+
+_default_ctx = None
+
+
+def _default_context():
+    global _default_ctx
+    if _default_ctx is None:
+        _default_ctx = _Context()
+    return _default_ctx
+
+
+# ------------------------------------------------------------------ checkpoints
+
+class Checkpoint:
+    """An open safetensors checkpoint (memory-mapped, validated on open).
+
+    `layers()` lists the quantized layers, `tensors()` every tensor, `tensor(name)`
+    returns one as a numpy array (a copy; bf16 as uint16), `metadata()` the
+    __metadata__ dict. Use as a context manager, or call close()."""
+
+    _NP_ST = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I64": np.int64,
+              "I32": np.int32, "I16": np.int16, "I8": np.int8, "U64": np.uint64, "U32": np.uint32,
+              "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_, "F8_E4M3": np.uint8, "F8_E5M2": np.uint8,
+              "F8_E8M0": np.uint8, "F8_E4M3FNUZ": np.uint8, "F8_E5M2FNUZ": np.uint8}
+
+    def __init__(self, path):
+        ffi, lib = load()
+        self._ffi, self._lib = ffi, lib
+        self.path = os.fspath(path)
+        p = ffi.new("ql_checkpoint **")
+        _check(lib.ql_checkpoint_open(self.path.encode(), p), "ql_checkpoint_open")
+        self._ptr = p[0]
+
+    @property
+    def ptr(self):
+        if self._ptr is None:
+            raise QlinearError(f"qlinear: checkpoint {self.path} is closed")
+        return self._ptr
+
+    def close(self):
+        if self._ptr is not None:
+            self._lib.ql_checkpoint_close(self._ptr)
+            self._ptr = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_ptr", None) is not None:
+            self.close()
+
+    def __repr__(self):
+        state = "closed" if self._ptr is None else f"{len(self.tensors())} tensors"
+        return f"<qlinear.Checkpoint {self.path!r} ({state})>"
+
+    @property
+    def file_bytes(self):
+        return int(self._lib.ql_checkpoint_file_bytes(self.ptr))
+
+    def _info(self, i):
+        t = self._ffi.new("ql_tensor_info *")
+        _check(self._lib.ql_checkpoint_tensor(self.ptr, i, t))
+        return t
+
+    def _tensor_info(self, t):
+        ffi, lib = self._ffi, self._lib
+        return TensorInfo(ffi.string(t.name).decode(), ffi.string(lib.ql_st_dtype_name(t.dtype)).decode(),
+                          tuple(t.shape[j] for j in range(t.ndim)), int(t.bytes))
+
+    def tensors(self):
+        """Every tensor, in header order: TensorInfo(name, dtype, shape, bytes)."""
+        return [self._tensor_info(self._info(i)) for i in range(self._lib.ql_checkpoint_tensor_count(self.ptr))]
+
+    def metadata(self):
+        ffi, lib = self._ffi, self._lib
+        k, v = ffi.new("char **"), ffi.new("char **")
+        out = {}
+        for i in range(lib.ql_checkpoint_metadata_count(self.ptr)):
+            _check(lib.ql_checkpoint_metadata(self.ptr, i, k, v))
+            out[ffi.string(k[0]).decode()] = ffi.string(v[0]).decode()
+        return out
+
+    def layers(self):
+        """The quantized layers: LayerInfo(name, format, convrot, group, n, k, bytes,
+        has_bias, supported, reason). `bytes` counts every tensor of the layer."""
+        ffi, lib = self._ffi, self._lib
+        out = []
+        li = ffi.new("ql_layer_info *")
+        for i in range(lib.ql_checkpoint_layer_count(self.ptr)):
+            _check(lib.ql_checkpoint_layer(self.ptr, i, li))
+            nbytes = sum(int(self._info(j).bytes) for j in (li.weight, li.weight_scale, li.bias, li.comfy_quant)
+                         if j >= 0)
+            out.append(LayerInfo(ffi.string(li.prefix).decode(), ffi.string(li.format).decode(), bool(li.convrot),
+                                 int(li.convrot_group) if li.convrot else 0, int(li.n), int(li.k), nbytes,
+                                 li.bias >= 0, bool(li.supported),
+                                 ffi.string(li.unsupported_reason).decode() if li.unsupported_reason else None))
+        return out
+
+    def tensor(self, name):
+        """One tensor as a numpy array (a copy). bf16 comes as uint16 bit
+        patterns, float8 as uint8; 4/6-bit and complex dtypes are refused."""
+        ffi, lib = self._ffi, self._lib
+        i = lib.ql_checkpoint_find(self.ptr, name.encode())
+        if i < 0:
+            raise QlinearError(f"{self.path}: no tensor '{name}'", "invalid argument")
+        t = self._info(i)
+        info = self._tensor_info(t)
+        npd = self._NP_ST.get(info.dtype)
+        if npd is None:
+            raise QlinearError(f"{self.path}: tensor '{name}' has dtype {info.dtype}, which numpy cannot hold",
+                               "unsupported")
+        buf = ffi.buffer(t.data, info.bytes)
+        return np.frombuffer(buf, dtype=npd).reshape(info.shape).copy()
+
+
+# ------------------------------------------------------------------ linear layers
+
+def _host_array(x, what):
+    """(pointer, ql_dtype, shape, strides in elements) of a numpy array or a CPU
+    torch tensor, without copying; TypeError/QlinearError where the library
+    cannot take it as it is."""
+    if _is_torch(x):
+        if x.device.type != "cpu":
+            raise QlinearError(f"qlinear: {what} is on {x.device}; the Python binding runs on the CPU "
+                               "(it does not drive the CUDA backend yet): move it with .cpu()", "unsupported")
+        if x.is_sparse or x.is_quantized or getattr(x, "is_mkldnn", False):
+            raise TypeError(f"qlinear: {what} must be a dense strided tensor, not {x.layout}")
+        code = _dtype_code(x.dtype, f"{what} dtype")
+        return x.data_ptr(), code, tuple(x.shape), tuple(x.stride())
+    if isinstance(x, np.ndarray):
+        if not x.dtype.isnative:
+            raise TypeError(f"qlinear: {what} has non-native byte order {x.dtype}")
+        if x.dtype not in (np.float32, np.float16, np.uint16):
+            raise TypeError(f"qlinear: {what} dtype {x.dtype} is not float32, float16 or uint16 (bf16 bits)")
+        ptr = x.__array_interface__["data"][0]
+        isz = x.dtype.itemsize
+        if ptr % isz or any(s % isz for s in x.strides):
+            raise QlinearError(f"qlinear: {what} is not aligned to its {isz}-byte elements", "invalid argument")
+        return ptr, _DT_ALIASES[{"float32": "fp32", "float16": "fp16", "uint16": "bf16"}[x.dtype.name]], \
+            x.shape, tuple(s // isz for s in x.strides)
+    raise TypeError(f"qlinear: {what} must be a numpy array or a torch tensor, not {type(x).__name__}")
+
+
+def _rows(shape, strides, k, what):
+    """Leading dimensions as M rows of a fixed stride: (m, ld)."""
+    if len(shape) == 0:
+        raise QlinearError(f"qlinear: {what} is a scalar; expected [..., {k}]", "invalid argument")
+    if shape[-1] != k:
+        raise QlinearError(f"qlinear: {what} has shape {list(shape)}, its last dimension must be K = {k}",
+                           "invalid argument")
+    m = 1
+    for s in shape[:-1]:
+        m *= s
+    if m == 0:
+        return 0, k
+    if k > 1 and strides[-1] != 1:
+        raise QlinearError(f"qlinear: {what} has strides {list(strides)}: its last dimension must be contiguous "
+                           "(make a contiguous copy first)", "invalid argument")
+    # Walk the leading dims from the innermost: each must step by the next one's span.
+    lead = [(n, s) for n, s in zip(shape[:-1], strides[:-1]) if n != 1]
+    ld = lead[-1][1] if lead else k
+    span = ld
+    for n, s in reversed(lead):
+        if s != span:
+            raise QlinearError(f"qlinear: {what} has shape {list(shape)} and strides {list(strides)}: its rows are "
+                               "not evenly spaced (make a contiguous copy first)", "invalid argument")
+        span = s * n
+    if ld < k:
+        raise QlinearError(f"qlinear: {what} rows overlap (row stride {ld} < K = {k})", "invalid argument")
+    return m, ld
+
+
+class Linear:
+    """A qlinear layer: the weight packed once for this CPU, run by forward().
+
+    kind: "w8a8" (int8 weights, activations quantized per row: the fast path),
+    "weight-only" (int8 codes resident, float activations), "dequant"
+    (expand the weight on every call; a baseline), "dense" (float weights)."""
+
+    def __init__(self, ptr, ctx, n, k, kind, fmt, group, has_bias):
+        self._ptr, self._ctx = ptr, ctx
+        self._ffi, self._lib = load()
+        self.n, self.k, self.kind, self.format, self.group, self.has_bias = n, k, kind, fmt, group, has_bias
+
+    # -- construction
+    @classmethod
+    def _create(cls, desc, ctx, threads, fmt, group, has_bias):
+        ffi, lib = load()
+        if ctx is None:
+            ctx = _default_context() if threads is None else _Context(threads)
+        p = ffi.new("ql_linear **")
+        _check(lib.ql_linear_create(ctx.ptr, desc, p), "ql_linear_create")
+        return cls(ffi.gc(p[0], lib.ql_linear_destroy), ctx, int(desc.n), int(desc.k), _KIND_NAMES[desc.kind], fmt,
+                   group, has_bias)
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint, name, kind=None, threads=None, _context=None):
+        """Layer `name` (a prefix such as "blocks.0.attn.q") of a checkpoint (a
+        path or an open Checkpoint). Quantized layers run as kind "w8a8" (the
+        default), "weight-only" or "dequant"; float layers as "dense"."""
+        if not isinstance(checkpoint, Checkpoint):
+            with Checkpoint(checkpoint) as ck:
+                return cls.from_checkpoint(ck, name, kind, threads, _context)
+        ffi, lib = load()
+        if kind is None:
+            prefix = name[:-7] if name.endswith(".weight") else name
+            kind = "w8a8" if lib.ql_checkpoint_find_layer(checkpoint.ptr, prefix.encode()) >= 0 else "dense"
+        kcode = _kind_code(kind)
+        desc = ffi.new("ql_linear_desc *")
+        _check(lib.ql_checkpoint_linear_desc(checkpoint.ptr, name.encode(), kcode, desc))
+        if desc.kind == _KINDS["dense"]:
+            fmt, group, has_bias = "float", 0, desc.bias != ffi.NULL
+        else:
+            group = int(desc.int8.convrot_group)
+            fmt, has_bias = ("int8-convrot" if group else "int8"), desc.int8.bias != ffi.NULL
+        return cls._create(desc, _context, threads, fmt, group, has_bias)
+
+    @classmethod
+    def from_weight(cls, w, format="int8-convrot", bias=None, group=256, kind="w8a8", threads=None, _context=None):
+        """A layer from a float weight [N, K] (numpy fp32/fp16/bf16-as-uint16 or a
+        torch CPU tensor; read in place, not kept). format "int8-convrot"
+        (rotated with groups of `group`, K % group == 0), "int8" (row-wise) or
+        "float" (kind "dense": the weight stays float, fp32 arithmetic). The
+        codes and scales are the reference quantizer's."""
+        ffi, lib = load()
+        ptr, code, shape, strides = _host_array(w, "weight")
+        if len(shape) != 2:
+            raise QlinearError(f"qlinear: weight has shape {list(shape)}; expected [N, K]", "invalid argument")
+        n, k = shape
+        if n == 0 or k == 0:
+            raise QlinearError(f"qlinear: weight has shape {list(shape)}; N and K must be positive",
+                               "invalid argument")
+        if strides[1] != 1 and k > 1:
+            raise QlinearError(f"qlinear: weight has strides {list(strides)}: rows must be contiguous",
+                               "invalid argument")
+        ldw = strides[0] if n > 1 else k
+        desc = ffi.new("ql_linear_desc *")
+        bptr, bcode = ffi.NULL, 0
+        if bias is not None:
+            bp, bcode, bshape, bstr = _host_array(bias, "bias")
+            if bshape != (n,) or (n > 1 and bstr[0] != 1):
+                raise QlinearError(f"qlinear: bias has shape {list(bshape)}; expected a contiguous [{n}]",
+                                   "invalid argument")
+            bptr = ffi.cast("void *", bp)
+        if format in ("float", "dense"):
+            desc.kind, desc.n, desc.k = _KINDS["dense"], n, k
+            desc.weight, desc.ld_weight, desc.weight_dtype, desc.compute_dtype = ffi.cast("void *", ptr), ldw, code, _F32
+            desc.bias, desc.bias_dtype = bptr, bcode
+            return cls._create(desc, _context, threads, "float", 0, bias is not None)
+        if format not in ("int8", "int8-convrot"):
+            raise QlinearError(f"qlinear: format {format!r} is not one of int8-convrot, int8, float",
+                               "invalid argument")
+        g = int(group) if format == "int8-convrot" else 0
+        q = np.empty((n, k), np.int8)
+        s = np.empty((n,), np.float32)
+        qp, sp = ffi.cast("int8_t *", q.ctypes.data), ffi.cast("float *", s.ctypes.data)
+        if g:
+            _check(lib.ql_quantize_convrot_weight(code, ffi.cast("void *", ptr), n, k, ldw, g, qp, k, sp))
+        else:
+            _check(lib.ql_quantize_rowwise(code, ffi.cast("void *", ptr), n, k, ldw, qp, k, sp))
+        kcode = _kind_code(kind)
+        if kcode == _KINDS["dense"]:
+            raise QlinearError("qlinear: kind 'dense' needs format 'float'", "invalid argument")
+        desc.kind, desc.n, desc.k = kcode, n, k
+        wq = desc.int8
+        wq.n, wq.k, wq.q, wq.ldq, wq.scale, wq.n_scale, wq.convrot_group = n, k, qp, k, sp, n, g
+        wq.bias, wq.bias_dtype = bptr, bcode
+        return cls._create(desc, _context, threads, format, g, bias is not None)
+
+    # -- properties
+    @property
+    def weight_bytes(self):
+        """Bytes of the packed weight (what stays resident)."""
+        return int(self._lib.ql_linear_weight_bytes(self._ptr))
+
+    @property
+    def threads(self):
+        return self._ctx.threads
+
+    def set_threads(self, threads):
+        """Use `threads` threads from now on (this layer gets its own context)."""
+        if self._ctx is _default_ctx:
+            raise QlinearError("qlinear: this layer shares the default context; pass threads= when creating it, "
+                               "or set QLINEAR_THREADS", "invalid argument")
+        self._ctx.set_threads(threads)
+
+    def __repr__(self):
+        return (f"<qlinear.Linear {self.n}x{self.k} {self.format}"
+                f"{'/' + str(self.group) if self.group else ''} {self.kind}, {self.threads} threads>")
+
+    # -- running
+    def forward(self, x, out_dtype=None):
+        """y = x·Wᵀ (+ bias) for x of shape [..., K]; returns [..., N] of the same
+        kind (numpy array or torch tensor). fp32/fp16/bf16 in (numpy bf16 as
+        uint16), out_dtype defaults to the input's. Rows may be strided; the
+        last dimension must be contiguous."""
+        ptr, code, shape, strides = _host_array(x, "x")
+        m, ld = _rows(shape, strides, self.k, "x")
+        ocode = code if out_dtype is None else _dtype_code(out_dtype, "out_dtype")
+        oshape = tuple(shape[:-1]) + (self.n,)
+        if _is_torch(x):
+            import torch
+            y = torch.empty(oshape, dtype=(torch.float32, torch.float16, torch.bfloat16)[ocode])
+            yp = y.data_ptr()
+        else:
+            y = np.empty(oshape, _NP_OF[ocode])
+            yp = y.__array_interface__["data"][0]
+        if m:
+            ffi = self._ffi
+            st = self._lib.ql_linear_forward(self._ptr, ffi.cast("void *", ptr), code, m, ld,
+                                             ffi.cast("void *", yp), ocode, self.n, ffi.NULL)
+            if st:
+                _check(st, "ql_linear_forward")
+        return y
+
+    __call__ = forward
+
+
+def _kind_code(kind):
+    if kind not in _KINDS:
+        raise QlinearError(f"qlinear: kind {kind!r} is not one of {', '.join(_KINDS)}", "invalid argument")
+    return _KINDS[kind]
+
+
+# ------------------------------------------------------------------ checkpoint quantization
+
+def quantize_file(inp, out, format="int8-convrot", group=256, include=None, exclude=None, threads=0):
+    """Quantize a float safetensors checkpoint into ComfyUI INT8 (format "int8")
+    or INT8-ConvRot ("int8-convrot"), as `qlinear quantize` does: written
+    atomically, never over the input. include/exclude: POSIX extended regexes
+    on tensor names. Returns a dict with layers_quantized, tensors_copied,
+    bytes_in, bytes_out, seconds."""
+    ffi, lib = load()
+    targets = {"int8": 0, "int8-convrot": 1}
+    if format not in targets:
+        raise QlinearError(f"qlinear: format {format!r} is not one of int8, int8-convrot", "invalid argument")
+    opt = ffi.new("ql_quantize_options *")
+    opt.target, opt.group, opt.threads = targets[format], group, threads
+    keep = []
+    for field, val in (("include", include), ("exclude", exclude)):
+        if val is not None:
+            keep.append(ffi.new("char[]", val.encode()))
+            setattr(opt, field, keep[-1])
+    res = ffi.new("ql_quantize_result *")
+    _check(lib.ql_checkpoint_quantize(os.fsencode(inp), os.fsencode(out), opt, res))
+    return {"layers_quantized": int(res.layers_quantized), "tensors_copied": int(res.tensors_copied),
+            "bytes_in": int(res.bytes_in), "bytes_out": int(res.bytes_out), "seconds": float(res.seconds)}

@@ -1,0 +1,173 @@
+"""Loading libqlinear through cffi (ABI mode: nothing compiled).
+
+The declarations come from the library's own header, qlinear.h, read at run
+time, so struct layouts cannot drift from the C side; the header's version must
+match ql_version() of the library that was loaded.
+"""
+import ctypes.util
+import os
+import re
+from pathlib import Path
+
+import cffi
+
+
+class QlinearError(Exception):
+    """A failure reported by libqlinear (its one-line message), or a missing library.
+
+    `status` is the library's status name ("invalid argument", "format error", ...),
+    or None for errors raised on the Python side."""
+
+    def __init__(self, message, status=None):
+        super().__init__(message)
+        self.status = status
+
+
+_HERE = Path(__file__).resolve().parent
+
+
+def _installed():
+    try:
+        from . import _installed as inst  # written by cmake --install
+    except ImportError:
+        return None, None
+    return Path(os.path.normpath(_HERE / inst.LIBRARY)), Path(os.path.normpath(_HERE / inst.HEADER))
+
+
+def _library_candidates():
+    env = os.environ.get("QLINEAR_LIBRARY")
+    if env:
+        return [Path(env)], True
+    c = sorted(_HERE.glob("libqlinear.so*"))  # next to the package
+    lib, _ = _installed()
+    if lib:
+        c.append(lib)
+    c.append(_HERE.parent.parent / "build" / "libqlinear.so")  # a source tree's build/
+    sys_lib = ctypes.util.find_library("qlinear")
+    c.append(Path(sys_lib) if sys_lib else Path("libqlinear.so"))
+    return c, False
+
+
+def _header_candidates(lib_path):
+    env = os.environ.get("QLINEAR_HEADER")
+    if env:
+        return [Path(env)]
+    c = [_HERE / "qlinear.h"]
+    _, h = _installed()
+    if h:
+        c.append(h)
+    c.append(_HERE.parent.parent / "include" / "qlinear.h")
+    if lib_path is not None and lib_path.is_absolute():
+        # <prefix>/lib[/<triplet>]/libqlinear.so -> <prefix>/include/qlinear.h
+        for up in (lib_path.parent.parent, lib_path.parent.parent.parent):
+            c.append(up / "include" / "qlinear.h")
+    c += [Path("/usr/local/include/qlinear.h"), Path("/usr/include/qlinear.h")]
+    return c
+
+
+def _cdef_source(text):
+    """qlinear.h reduced to what cffi's cdef takes: no comments, no
+    preprocessor lines except integer #defines, no extern "C" wrapper."""
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    text = re.sub(r"//[^\n]*", "", text)
+    out, skip = [], []
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("#"):
+            d = s[1:].strip()
+            if d.startswith(("if", "ifdef", "ifndef")):
+                skip.append("__cplusplus" in d)
+            elif d.startswith("endif"):
+                skip.pop()
+            elif d.startswith("else"):
+                skip[-1] = not skip[-1] and "__cplusplus" not in d
+            elif d.startswith("define") and not any(skip):
+                m = re.match(r"define\s+(QL_\w+)\s+(-?\d+)\s*$", d)
+                if m:
+                    out.append(f"#define {m.group(1)} {m.group(2)}")
+            continue
+        if not any(skip):
+            out.append(line)
+    return "\n".join(out)
+
+
+_state = {}
+
+
+def _how_to_build():
+    return ("build it (cmake -S . -B build && cmake --build build: a source tree's build/ is found), "
+            "install it (cmake --install build), or set QLINEAR_LIBRARY=/path/to/libqlinear.so")
+
+
+def load():
+    """(ffi, lib), loaded once per process. QlinearError if not found."""
+    if "lib" in _state:
+        return _state["ffi"], _state["lib"]
+    cands, from_env = _library_candidates()
+    tried, lib_path, handle_errors = [], None, []
+    ffi = cffi.FFI()
+    for p in cands:
+        tried.append(str(p))
+        if p.is_absolute() or "/" in str(p):
+            if not p.exists():
+                continue
+        try:
+            ctypes.CDLL(str(p))  # probe (raises OSError with the loader's reason)
+        except OSError as e:
+            handle_errors.append(f"{p}: {e}")
+            continue
+        lib_path = p
+        break
+    if lib_path is None:
+        why = "; ".join(handle_errors)
+        where = "QLINEAR_LIBRARY=" + tried[0] if from_env else "tried " + ", ".join(tried)
+        raise QlinearError(f"qlinear: cannot load libqlinear ({where}{'; ' + why if why else ''}): {_how_to_build()}")
+    header = next((h for h in _header_candidates(lib_path) if h.is_file()), None)
+    if header is None:
+        raise QlinearError(f"qlinear: found {lib_path} but not its header qlinear.h "
+                           "(looked next to the package, in the install prefix and the source tree; "
+                           "set QLINEAR_HEADER=/path/to/qlinear.h)")
+    src = header.read_text()
+    try:
+        ffi.cdef(_cdef_source(src))
+    except Exception as e:  # pycparser / cffi errors have no common base
+        raise QlinearError(f"qlinear: cannot read the declarations of {header}: {e}") from e
+    lib = ffi.dlopen(str(lib_path))
+    want = ".".join(str(getattr(lib, "QL_VERSION_" + p)) for p in ("MAJOR", "MINOR", "PATCH"))
+    have = ffi.string(lib.ql_version()).decode()
+    if have != want:
+        raise QlinearError(f"qlinear: {lib_path} is version {have} but {header} is {want}; point "
+                           "QLINEAR_LIBRARY and QLINEAR_HEADER at one build")
+    resolved = lib_path
+    if not lib_path.is_absolute():
+        resolved = _loaded_path(lib_path.name) or lib_path
+    _state.update(ffi=ffi, lib=lib, path=str(resolved), header=str(header))
+    return ffi, lib
+
+
+def _loaded_path(name):
+    """The absolute path the dynamic loader picked for a bare soname."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                p = line.split()[-1]
+                if os.path.basename(p).startswith("libqlinear.so"):
+                    return p
+    except OSError:
+        pass
+    return None
+
+
+def library_path():
+    """Absolute path of the libqlinear that was loaded."""
+    load()
+    return _state["path"]
+
+
+def check(status, what=""):
+    """Raise QlinearError with the library's message when status != QL_OK."""
+    if status != 0:
+        ffi, lib = _state["ffi"], _state["lib"]
+        msg = ffi.string(lib.ql_last_error()).decode("utf-8", "replace")
+        name = ffi.string(lib.ql_status_string(status)).decode()
+        raise QlinearError(msg or f"{what}: {name}", name)

@@ -1,0 +1,441 @@
+"""End-to-end: one forward step of a diffusion transformer with the anima shapes,
+in PyTorch, with its linears as PyTorch fp32 / oneDNN fp32 / bf16 or as qlinear.
+
+    python3 -m qlinear.e2e [--blocks 28] [--tokens 1024] [--paths LIST] [--reps N]
+                           [--threads N] [--json FILE] [--plot FILE.png] [--seed S]
+
+The model (random weights N(0, 0.02²), four input channels ×10 in every
+linear): `blocks` transformer blocks of hidden size 2048 with 16 heads; each
+has self-attention over the M image tokens (q, k, v, o 2048×2048),
+cross-attention to 512 text tokens of width 1024 (q, o 2048×2048; k, v
+2048×1024), an MLP 2048→8192→2048 with GELU, and three adaLN-LoRA modulations
+(shift, scale, gate) from a [1, 2048] time embedding, each 2048→256→6144: the
+448 linears of the `anima` profile at 28 blocks. LayerNorm without affine
+before each sub-layer; attention in PyTorch (softmax(q·kᵀ/√d)·v).
+
+Paths: fp32 (PyTorch; its matmuls go through the system OpenBLAS), onednn-fp32
+(PyTorch's oneDNN linears, torch.utils.mkldnn), bf16 (the whole model in bf16),
+w8a8-convrot (every linear a qlinear.torch.QLinear, activations fp32 in and
+out), weight-only (qlinear, int8 weights decoded inside the GEMM). Reported per
+path: median step time, time inside the linears (the rest: attention, norms,
+modulation), speed-ups over PyTorch's best fp32 path and its fastest path of
+any dtype, and the output's rel-L2 against the fp32 path.
+
+OpenBLAS 0.3.21 (Debian 12) does not know recent CPUs and falls back to its
+slowest kernels; as qlinear bench does, this sets OPENBLAS_CORETYPE (and
+OPENBLAS_NUM_THREADS = --threads) before OpenBLAS loads, by re-executing
+itself once, and says so.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+ALL_PATHS = ["fp32", "onednn-fp32", "bf16", "w8a8-convrot", "weight-only"]
+TORCH_PATHS = {"fp32", "onednn-fp32", "bf16"}
+TORCH_FP32_PATHS = {"fp32", "onednn-fp32"}
+NOTES = {
+    "fp32": "PyTorch fp32, nn.Linear through OpenBLAS",
+    "onednn-fp32": "PyTorch fp32, linears as torch.utils.mkldnn (oneDNN) modules",
+    "bf16": "PyTorch, whole model in bf16",
+    "w8a8-convrot": "qlinear W8A8 INT8-ConvRot G=256 linears (fp32 activations in/out), rest PyTorch fp32",
+    "weight-only": "qlinear int8 weights decoded in the GEMM, fp32 activations, rest PyTorch fp32",
+}
+
+
+def _cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _reexec_for_openblas(argv, threads):
+    """Set OPENBLAS_CORETYPE / OPENBLAS_NUM_THREADS before any BLAS loads."""
+    if os.environ.get("QL_E2E_REEXEC"):
+        return
+    env = dict(os.environ, QL_E2E_REEXEC="1")
+    notes = []
+    if "OPENBLAS_CORETYPE" not in env:
+        flags = _cpu_flags()
+        core = "SkylakeX" if "avx512f" in flags else "Haswell" if "avx2" in flags else None
+        if core:
+            env["OPENBLAS_CORETYPE"] = core
+            notes.append(f"OPENBLAS_CORETYPE={core}")
+    if "OPENBLAS_NUM_THREADS" not in env:
+        env["OPENBLAS_NUM_THREADS"] = str(threads)
+        notes.append(f"OPENBLAS_NUM_THREADS={threads}")
+    env["QL_E2E_NOTE"] = " ".join(notes)
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "qlinear.e2e", *argv], env)
+
+
+def _parse(argv):
+    p = argparse.ArgumentParser(prog="python3 -m qlinear.e2e", description=__doc__.split("\n\n")[0])
+    p.add_argument("--blocks", type=int, default=28)
+    p.add_argument("--tokens", type=int, default=1024, help="image tokens M (default 1024)")
+    p.add_argument("--text-tokens", type=int, default=512)
+    p.add_argument("--paths", default=",".join(ALL_PATHS), help="comma-separated, from: " + ", ".join(ALL_PATHS))
+    p.add_argument("--reps", type=int, default=3, help="timed steps per path (median)")
+    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--json", metavar="FILE")
+    p.add_argument("--plot", metavar="FILE.png")
+    p.add_argument("--overhead", action="store_true",
+                   help="measure the binding's per-call overhead at M = 1 instead")
+    a = p.parse_args(argv)
+    a.paths = [x for x in a.paths.split(",") if x]
+    bad = [x for x in a.paths if x not in ALL_PATHS]
+    if bad:
+        p.error(f"unknown path(s) {', '.join(bad)}; choose from {', '.join(ALL_PATHS)}")
+    if a.blocks < 1 or a.tokens < 1 or a.text_tokens < 1 or a.reps < 1 or a.threads < 1:
+        p.error("--blocks, --tokens, --text-tokens, --reps and --threads must be positive")
+    return a
+
+
+# ----------------------------------------------------------------------------- the model
+
+HIDDEN, HEADS, TEXT_DIM, MLP, LORA = 2048, 16, 1024, 8192, 256
+
+
+def build(torch, nn, blocks, seed, path):
+    """The model for one path. Weights are drawn layer by layer from per-layer
+    seeds (every path gets the same numbers) and converted at once, so the
+    peak memory is the path's model plus one fp32 layer."""
+    import qlinear.torch as qt
+
+    counter = [0]
+
+    def make(k, n, bias=True):
+        g = torch.Generator()
+        g.manual_seed(seed * 1_000_003 + counter[0])
+        counter[0] += 1
+        lin = nn.Linear(k, n, bias=bias)
+        with torch.no_grad():
+            lin.weight.normal_(0.0, 0.02, generator=g)
+            lin.weight[:, torch.randperm(k, generator=g)[:4]] *= 10.0
+            if bias:
+                lin.bias.normal_(0.0, 0.02, generator=g)
+        if path == "onednn-fp32":
+            from torch.utils import mkldnn as mk
+            return mk.MkldnnLinear(lin, torch.float32)
+        if path == "w8a8-convrot":
+            return qt.QLinear.from_linear(lin, format="int8-convrot")
+        if path == "weight-only":
+            return qt.QLinear.from_linear(lin, format="int8-convrot", kind="weight-only")
+        if path == "bf16":
+            return lin.to(torch.bfloat16)
+        return lin
+
+    class Attention(nn.Module):
+        def __init__(self, ctx_dim):
+            super().__init__()
+            self.q, self.k, self.v, self.o = make(HIDDEN, HIDDEN), make(ctx_dim, HIDDEN), make(ctx_dim, HIDDEN), \
+                make(HIDDEN, HIDDEN)
+
+        def forward(self, x, ctx):
+            b, m, _ = x.shape
+            t = ctx.shape[1]
+            d = HIDDEN // HEADS
+            q = self.q(x).view(b, m, HEADS, d).transpose(1, 2)
+            k = self.k(ctx).view(b, t, HEADS, d).transpose(1, 2)
+            v = self.v(ctx).view(b, t, HEADS, d).transpose(1, 2)
+            a = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * d ** -0.5, dim=-1)
+            return self.o(torch.matmul(a, v).transpose(1, 2).reshape(b, m, HIDDEN))
+
+    class Modulation(nn.Module):  # adaLN-LoRA: shift, scale, gate from the time embedding
+        def __init__(self):
+            super().__init__()
+            self.down, self.up = make(HIDDEN, LORA, bias=False), make(LORA, 3 * HIDDEN, bias=False)
+
+        def forward(self, t):
+            return self.up(self.down(t)).unsqueeze(1).chunk(3, dim=-1)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.self_attn, self.cross_attn = Attention(HIDDEN), Attention(TEXT_DIM)
+            self.fc1, self.fc2 = make(HIDDEN, MLP), make(MLP, HIDDEN)
+            self.mods = nn.ModuleList([Modulation() for _ in range(3)])
+
+        def forward(self, x, t, ctx):
+            t = nn.functional.silu(t)
+            for i, mod in enumerate(self.mods):
+                shift, scale, gate = mod(t)
+                h = nn.functional.layer_norm(x, (HIDDEN,), eps=1e-6) * (1 + scale) + shift
+                if i == 0:
+                    h = self.self_attn(h, h)
+                elif i == 1:
+                    h = self.cross_attn(h, ctx)
+                else:
+                    h = self.fc2(nn.functional.gelu(self.fc1(h)))
+                x = x + gate * h
+            return x
+
+    class DiT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([Block() for _ in range(blocks)])
+
+        def forward(self, x, t, ctx):
+            for blk in self.blocks:
+                x = blk(x, t, ctx)
+            return x
+
+    model = DiT().eval()
+    return model
+
+
+def linear_modules(model):
+    import qlinear.torch as qt
+    from torch import nn
+    from torch.utils import mkldnn as mk
+    return [m for m in model.modules() if isinstance(m, (nn.Linear, qt.QLinear, mk.MkldnnLinear))]
+
+
+class LinearTimer:
+    """Time spent inside the linear modules, through forward hooks."""
+
+    def __init__(self, model):
+        self.total, self._t0, self.calls = 0.0, 0.0, 0
+        self._handles = []
+        for m in linear_modules(model):
+            self._handles.append(m.register_forward_pre_hook(self._pre))
+            self._handles.append(m.register_forward_hook(self._post))
+
+    def _pre(self, mod, inp):
+        self._t0 = time.perf_counter()
+
+    def _post(self, mod, inp, out):
+        self.total += time.perf_counter() - self._t0
+        self.calls += 1
+
+    def reset(self):
+        self.total, self.calls = 0.0, 0
+
+
+def _median(v):
+    s = sorted(v)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def _mem_available():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _model_bytes(path, blocks):
+    per_block = 4 * 2048 * 2048 + 2 * 2048 * 2048 + 2 * 2048 * 1024 + 2 * 8192 * 2048 + 3 * (256 * 2048 + 6144 * 256)
+    per = {"fp32": 4, "onednn-fp32": 4, "bf16": 2, "w8a8-convrot": 1, "weight-only": 1}[path]
+    return per_block * blocks * per
+
+
+# ----------------------------------------------------------------------------- the benchmark
+
+def run(a):
+    import numpy as np
+    import torch
+    from torch import nn
+
+    import qlinear
+
+    torch.set_num_threads(a.threads)
+    note = os.environ.get("QL_E2E_NOTE", "")
+    paths = ["fp32"] + [p for p in a.paths if p != "fp32"]  # fp32 is the reference of rel-L2
+    n_lin = 16 * a.blocks
+    print(f"qlinear e2e: DiT with the anima shapes: {a.blocks} blocks (hidden {HIDDEN}, {HEADS} heads), "
+          f"M = {a.tokens} image tokens, {a.text_tokens} text tokens of width {TEXT_DIM}; {n_lin} linears")
+    print(f"torch {torch.__version__}, qlinear {qlinear.version()} ({qlinear.library_path()}), "
+          f"{a.threads} threads, {a.reps} timed steps per path (median), seed {a.seed}")
+    if note:
+        print(f"note: {note} set by qlinear.e2e (OpenBLAS 0.3.21 falls back to its slowest kernels on CPUs it does "
+              "not know; this gives PyTorch's fp32 matmuls its fast ones)")
+    else:
+        print(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
+    for p in paths:
+        print(f"  {p:<13} {NOTES[p]}")
+    g = torch.Generator()
+    g.manual_seed(a.seed)
+    x = torch.randn(1, a.tokens, HIDDEN, generator=g)
+    t = torch.randn(1, HIDDEN, generator=g)
+    ctx = torch.randn(1, a.text_tokens, TEXT_DIM, generator=g)
+    inputs = {torch.float32: (x, t, ctx), torch.bfloat16: (x.bfloat16(), t.bfloat16(), ctx.bfloat16())}
+
+    # Interleave the paths round by round when every model fits in memory at once
+    # (a slow spell of the machine then hits all paths); else one path at a time.
+    need = sum(_model_bytes(p, a.blocks) for p in paths)
+    interleave = need < 0.6 * _mem_available()
+    print(f"weights of all paths: {need / 2**30:.1f} GiB; "
+          + ("paths interleaved round by round" if interleave else "one path after another (not enough memory to "
+                                                                    "hold every model at once)"))
+    res = {p: {"path": p, "step_ms_all": [], "linear_ms_all": []} for p in paths}
+    outs = {}
+
+    def one_step(p, model, timer):
+        dt = torch.bfloat16 if p == "bf16" else torch.float32
+        timer.reset()
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            y = model(*inputs[dt])
+            el = time.perf_counter() - t0
+        res[p]["step_ms_all"].append(el * 1e3)
+        res[p]["linear_ms_all"].append(timer.total * 1e3)
+        assert timer.calls == n_lin, (timer.calls, n_lin)
+        return y
+
+    def prepare(p):
+        t0 = time.perf_counter()
+        model = build(torch, nn, a.blocks, a.seed, p)
+        timer = LinearTimer(model)
+        res[p]["build_s"] = time.perf_counter() - t0
+        dt = torch.bfloat16 if p == "bf16" else torch.float32
+        with torch.no_grad():  # warm-up on the real shapes (oneDNN primitives, allocator): two blocks
+            xx, tt, cc = inputs[dt]
+            for blk in model.blocks[:2]:
+                xx = blk(xx, tt, cc)
+        return model, timer
+
+    if interleave:
+        models = {p: prepare(p) for p in paths}
+        for r in range(a.reps):
+            for p in paths:
+                outs[p] = one_step(p, *models[p])
+        del models
+    else:
+        for p in paths:
+            model, timer = prepare(p)
+            for r in range(a.reps):
+                outs[p] = one_step(p, model, timer)
+            outs[p] = outs[p].float()
+            del model, timer
+
+    ref = outs["fp32"].double()
+    for p in paths:
+        r = res[p]
+        r["step_ms"] = _median(r["step_ms_all"])
+        r["linear_ms"] = _median(r["linear_ms_all"])
+        r["rel_l2"] = float((outs[p].double() - ref).norm() / ref.norm())
+        r["blocks"], r["tokens"], r["threads"], r["reps"] = a.blocks, a.tokens, a.threads, a.reps
+    torch_paths = [p for p in paths if p in TORCH_PATHS]
+    best_fp32 = min((p for p in paths if p in TORCH_FP32_PATHS), key=lambda p: res[p]["step_ms"])
+    fastest = min(torch_paths, key=lambda p: res[p]["step_ms"])
+    print(f"\n{'path':<14} {'step ms':>9} {'linears ms':>11} {'share':>6} {'rest ms':>9} "
+          f"{'vs ' + best_fp32:>16} {'vs ' + fastest:>16} {'rel-L2 vs fp32':>15}")
+    for p in paths:
+        r = res[p]
+        r["speedup_vs_best_fp32"] = res[best_fp32]["step_ms"] / r["step_ms"]
+        r["speedup_vs_fastest_torch"] = res[fastest]["step_ms"] / r["step_ms"]
+        print(f"{p:<14} {r['step_ms']:9.0f} {r['linear_ms']:11.0f} {r['linear_ms'] / r['step_ms']:6.0%} "
+              f"{r['step_ms'] - r['linear_ms']:9.0f} {r['speedup_vs_best_fp32']:15.2f}x "
+              f"{r['speedup_vs_fastest_torch']:15.2f}x {r['rel_l2']:15.3g}")
+    print(f"\nPyTorch's best fp32 path: {best_fp32}; its fastest path of any dtype: {fastest}")
+    for p in paths:
+        if p not in TORCH_PATHS:
+            print(f"{p}: {res[p]['speedup_vs_best_fp32']:.2f}x PyTorch's best fp32 ({best_fp32}), "
+                  f"{res[p]['speedup_vs_fastest_torch']:.2f}x its fastest ({fastest}), rel-L2 {res[p]['rel_l2']:.3g}")
+    records = [res[p] for p in paths]
+    if a.json:
+        tmp = a.json + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"model": {"blocks": a.blocks, "tokens": a.tokens, "text_tokens": a.text_tokens,
+                                 "hidden": HIDDEN, "heads": HEADS, "linears": n_lin},
+                       "threads": a.threads, "reps": a.reps, "torch": torch.__version__, "note": note,
+                       "best_fp32": best_fp32, "fastest_torch": fastest, "paths": records}, f, indent=1)
+        os.replace(tmp, a.json)
+        print(f"wrote {a.json}")
+    if a.plot:
+        plot(records, a, best_fp32, fastest)
+    return 0
+
+
+def plot(records, a, best_fp32, fastest):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = [r["path"] for r in records]
+    lin = [r["linear_ms"] / 1e3 for r in records]
+    rest = [(r["step_ms"] - r["linear_ms"]) / 1e3 for r in records]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.bar(names, lin, label="linears", color="#4c72b0")
+    ax.bar(names, rest, bottom=lin, label="rest (attention, norms, modulation)", color="#dd8452")
+    for i, r in enumerate(records):
+        ax.text(i, r["step_ms"] / 1e3, f"{r['speedup_vs_fastest_torch']:.2f}x", ha="center", va="bottom")
+    ax.set_ylabel("seconds per step")
+    ax.set_title(f"DiT step, {a.blocks} blocks, M = {a.tokens}, {a.threads} threads "
+                 f"(labels: speed-up over {fastest})")
+    ax.legend()
+    fig.tight_layout()
+    tmp = a.plot + ".tmp.png"
+    fig.savefig(tmp, dpi=120)
+    os.replace(tmp, a.plot)
+    print(f"wrote {a.plot}")
+
+
+# ----------------------------------------------------------------------------- binding overhead
+
+def overhead(a):
+    """Per-call cost of QLinear.forward and Linear.forward beyond the C call, at M = 1."""
+    import numpy as np
+    import torch
+
+    import qlinear
+    import qlinear.torch as qt
+
+    torch.set_num_threads(a.threads)
+    print(f"binding overhead at M = 1, {a.threads} threads, qlinear {qlinear.version()}, torch {torch.__version__}")
+    ffi, lib = qlinear._lib.load()
+    for n, k in ((256, 256), (2048, 2048)):
+        lin = torch.nn.Linear(k, n)
+        q = qt.QLinear.from_linear(lin)
+        x = torch.randn(1, k)
+        xn = x.numpy()
+        y = torch.empty(1, n)
+        raw_args = (q.linear._ptr, ffi.cast("void *", x.data_ptr()), 0, 1, k, ffi.cast("void *", y.data_ptr()), 0, n,
+                    ffi.NULL)
+        fns = {
+            "C call alone (cffi, prepared args)": lambda: lib.ql_linear_forward(*raw_args),
+            "qlinear.torch.QLinear(x)": lambda: q(x),
+            "qlinear.Linear.forward(numpy x)": lambda: q.linear.forward(xn),
+            "torch nn.Linear(x) (for scale)": lambda: lin(x),
+        }
+        with torch.no_grad():
+            res = {}
+            for name, fn in fns.items():
+                for _ in range(200):
+                    fn()
+            for rnd in range(7):  # interleaved rounds, median
+                for name, fn in fns.items():
+                    iters = 2000 if n == 256 else 300
+                    t0 = time.perf_counter()
+                    for _ in range(iters):
+                        fn()
+                    res.setdefault(name, []).append((time.perf_counter() - t0) / iters * 1e6)
+        base = _median(res["C call alone (cffi, prepared args)"])
+        print(f"\n{n}x{k}, M = 1:")
+        for name in fns:
+            med = _median(res[name])
+            extra = "" if name.startswith("C call") or name.startswith("torch") else f"  (+{med - base:.1f} us)"
+            print(f"  {name:<38} {med:9.2f} us{extra}")
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    a = _parse(argv)
+    _reexec_for_openblas(argv, a.threads)
+    return overhead(a) if a.overhead else run(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""PyTorch modules over qlinear (CPU, inference).
+
+    from qlinear.torch import QLinear, quantize_module, load_comfy
+    report = quantize_module(model, format="int8-convrot")   # swaps nn.Linear in place
+    print(report)
+    load_comfy(model, "model_int8_convrot.safetensors")     # ComfyUI INT8 / ConvRot files
+
+QLinear.forward takes CPU tensors of any leading shape in fp32, bf16 or fp16
+and returns the input's dtype; the input is read in place through its data
+pointer (rows may be strided, the last dimension must be contiguous) and the
+packed weight is never touched per call. The thread count follows
+torch.get_num_threads() unless a layer was given threads=. Outputs carry no
+autograd history (inference only).
+"""
+import re
+
+import torch
+from torch import nn
+
+import qlinear as _ql
+from . import QlinearError, _host_array, _rows, load
+
+__all__ = ["QLinear", "quantize_module", "load_comfy", "SwapReport"]
+
+_OUT = {0: torch.float32, 1: torch.float16, 2: torch.bfloat16}
+_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+
+_follow_ctx = None  # one context shared by every layer that follows torch's thread count
+
+
+def _torch_context():
+    global _follow_ctx
+    if _follow_ctx is None:
+        _follow_ctx = _ql._Context(torch.get_num_threads())
+    return _follow_ctx
+
+
+class QLinear(nn.Module):
+    """An nn.Module holding a qlinear layer (see qlinear.Linear)."""
+
+    def __init__(self, linear, follow_torch_threads=True):
+        """Wrap a qlinear.Linear; with follow_torch_threads, every call first sets
+        its context's thread count to torch.get_num_threads()."""
+        super().__init__()
+        if not isinstance(linear, _ql.Linear):
+            raise TypeError(f"QLinear wraps a qlinear.Linear, not {type(linear).__name__}; "
+                            "use QLinear.from_linear(nn.Linear)")
+        self.in_features, self.out_features = linear.k, linear.n
+        self.linear = linear
+        self._follow = follow_torch_threads
+        ffi, lib = load()
+        self._fwd, self._ptr = lib.ql_linear_forward, linear._ptr
+        self._cast, self._null = ffi.cast, ffi.NULL
+
+    @classmethod
+    def from_linear(cls, linear, format="int8-convrot", kind="w8a8", group=256, threads=None):
+        """Quantize an nn.Linear's weight (fp32/bf16/fp16, read in place) into a
+        QLinear; the bias is kept in its dtype. The nn.Linear is not changed."""
+        if not isinstance(linear, nn.Linear):
+            raise TypeError(f"from_linear takes an nn.Linear, not {type(linear).__name__}")
+        w = linear.weight.detach()
+        if not w.is_contiguous():
+            raise QlinearError(f"qlinear: weight of {linear} is not contiguous", "invalid argument")
+        b = linear.bias.detach() if linear.bias is not None else None
+        lin = _ql.Linear.from_weight(w, format=format, bias=b, group=group, kind=kind, threads=threads,
+                                     _context=_torch_context() if threads is None else None)
+        return cls(lin, threads is None)
+
+    def extra_repr(self):
+        lin = self.linear
+        g = f", group={lin.group}" if lin.group else ""
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={lin.has_bias}, "
+                f"format={lin.format}{g}, kind={lin.kind}")
+
+    def forward(self, x):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"QLinear takes a torch tensor, not {type(x).__name__}")
+        ptr, code, shape, strides = _host_array(x, "x")
+        m, ld = _rows(shape, strides, self.in_features, "x")
+        ctx = self.linear._ctx
+        if self._follow:
+            t = torch.get_num_threads()
+            if t != ctx.threads:
+                ctx.set_threads(t)
+        y = torch.empty(shape[:-1] + (self.out_features,), dtype=x.dtype)
+        if m:
+            c = self._cast
+            st = self._fwd(self._ptr, c("void *", ptr), code, m, ld, c("void *", y.data_ptr()), code,
+                           self.out_features, self._null)
+            if st:
+                _ql._check(st, "ql_linear_forward")
+        return y
+
+
+class SwapReport:
+    """What quantize_module / load_comfy did: `swapped` module names,
+    `skipped` (name, reason) pairs, and for load_comfy `loaded` float tensors
+    and `unused` file tensors."""
+
+    def __init__(self):
+        self.swapped, self.skipped, self.loaded, self.unused = [], [], [], []
+
+    def __repr__(self):
+        lines = [f"qlinear: swapped {len(self.swapped)} linear layers"
+                 + (f", loaded {len(self.loaded)} float tensors" if self.loaded else "")
+                 + (f", skipped {len(self.skipped)}" if self.skipped else "")
+                 + (f", {len(self.unused)} file tensors unused" if self.unused else "")]
+        lines += [f"  skipped {n}: {why}" for n, why in self.skipped]
+        return "\n".join(lines)
+
+
+def _set_module(model, name, new):
+    parent, _, leaf = name.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, leaf, new)
+
+
+def quantize_module(model, format="int8-convrot", include=None, exclude=None, kind="w8a8", group=256,
+                    threads=None):
+    """Swap every eligible nn.Linear of `model` for a QLinear, in place.
+
+    Eligible: an nn.Linear whose weight is a CPU fp32/bf16/fp16 tensor and, for
+    "int8-convrot", whose in_features is a multiple of `group`; with `include`
+    (a regex, re.search on the module's qualified name) only matching names,
+    with `exclude` none of the matching ones. Returns a SwapReport."""
+    inc = re.compile(include) if include else None
+    exc = re.compile(exclude) if exclude else None
+    rep = SwapReport()
+    todo = []
+    for name, mod in model.named_modules():
+        if not isinstance(mod, nn.Linear) or not name:
+            continue
+        if inc and not inc.search(name):
+            continue
+        if exc and exc.search(name):
+            rep.skipped.append((name, f"excluded by {exclude!r}"))
+            continue
+        w = mod.weight
+        if w.device.type != "cpu":
+            rep.skipped.append((name, f"weight on {w.device}"))
+        elif w.dtype not in _CODE:
+            rep.skipped.append((name, f"weight dtype {w.dtype}"))
+        elif format == "int8-convrot" and mod.in_features % group:
+            rep.skipped.append((name, f"in_features {mod.in_features} is not a multiple of the ConvRot group {group}"))
+        else:
+            todo.append((name, mod))
+    for name, mod in todo:
+        _set_module(model, name, QLinear.from_linear(mod, format=format, kind=kind, group=group, threads=threads))
+        rep.swapped.append(name)
+    return rep
+
+
+def _tensor_from_numpy(a, st_dtype):
+    t = torch.from_numpy(a)
+    if st_dtype == "BF16":
+        t = t.view(torch.int16).view(torch.bfloat16)
+    return t
+
+
+def load_comfy(model, path, prefix=None, kind="w8a8", threads=None, strict=False):
+    """Load a ComfyUI INT8 / INT8-ConvRot safetensors file into `model`.
+
+    Every quantized layer `P` of the file replaces the model's nn.Linear (or
+    QLinear) named `P` (after removing `prefix`, by default the part before the
+    first name the model has, e.g. "model.diffusion_model.") with a QLinear
+    packed from the file; every other tensor whose name and shape match a
+    parameter or buffer of the model is copied into it. Shapes must agree.
+    strict=True raises when a quantized layer has no module in the model.
+    Returns a SwapReport (swapped, loaded, skipped, unused)."""
+    modules = dict(model.named_modules())
+    params = dict(model.state_dict(keep_vars=True))
+    rep = SwapReport()
+    with _ql.Checkpoint(path) as ck:
+        layers = ck.layers()
+        names = [t.name for t in ck.tensors()]
+        if prefix is None:
+            prefix = _guess_prefix([l.name for l in layers] + names, modules, params)
+        layer_tensors = set()
+        for l in layers:
+            for suffix in (".weight", ".weight_scale", ".bias", ".comfy_quant", ".input_scale"):
+                layer_tensors.add(l.name + suffix)
+            mname = l.name[len(prefix):] if l.name.startswith(prefix) else None
+            mod = modules.get(mname) if mname else None
+            if mod is None or not isinstance(mod, (nn.Linear, QLinear)):
+                why = f"no nn.Linear called '{mname}' in the model"
+                if strict:
+                    raise QlinearError(f"{path}: layer '{l.name}': {why}", "invalid argument")
+                rep.skipped.append((l.name, why))
+                continue
+            if (mod.out_features, mod.in_features) != (l.n, l.k):
+                raise QlinearError(f"{path}: layer '{l.name}' is {l.n}x{l.k} but the model's '{mname}' is "
+                                   f"{mod.out_features}x{mod.in_features}", "invalid argument")
+            if not l.supported:
+                rep.skipped.append((l.name, f"format {l.format}: {l.reason}"))
+                continue
+            lin = _ql.Linear.from_checkpoint(ck, l.name, kind=kind, threads=threads,
+                                             _context=_torch_context() if threads is None else None)
+            _set_module(model, mname, QLinear(lin, threads is None))
+            rep.swapped.append(mname)
+        with torch.no_grad():
+            for info in ck.tensors():
+                if info.name in layer_tensors:
+                    continue
+                key = info.name[len(prefix):] if info.name.startswith(prefix) else None
+                dst = params.get(key) if key else None
+                if dst is None or not isinstance(dst, torch.Tensor) or _owner_swapped(key, rep.swapped):
+                    rep.unused.append(info.name)
+                    continue
+                if tuple(dst.shape) != info.shape:
+                    raise QlinearError(f"{path}: tensor '{info.name}' has shape {list(info.shape)} but the model's "
+                                       f"'{key}' has {list(dst.shape)}", "invalid argument")
+                dst.copy_(_tensor_from_numpy(ck.tensor(info.name), info.dtype).to(dst.dtype))
+                rep.loaded.append(key)
+    return rep
+
+
+def _owner_swapped(key, swapped):
+    owner = key.rpartition(".")[0]
+    return owner in swapped
+
+
+def _guess_prefix(file_names, modules, params):
+    """The prefix to drop from the file's names: the shortest one after which
+    a name of the file is a module or parameter of the model."""
+    known = set(modules) | set(params)
+    best = None
+    for n in file_names:
+        parts = n.split(".")
+        for i in range(len(parts)):
+            if ".".join(parts[i:]) in known:
+                p = ".".join(parts[:i]) + ("." if i else "")
+                if best is None or len(p) < len(best):
+                    best = p
+                break
+    return best or ""

@@ -1,0 +1,49 @@
+"""The end-to-end benchmark and the bench plot, run small: they work, their
+JSON says what the README says, their numbers are sane (not timed)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, run_cli
+
+
+def _run(args, **kw):
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    r = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, env=env, **kw)
+    return r
+
+
+def test_e2e_small(tmp_path):
+    js, png = tmp_path / "e2e.json", tmp_path / "e2e.png"
+    r = _run(["qlinear.e2e", "--blocks", "1", "--tokens", "24", "--text-tokens", "8", "--reps", "1", "--threads", "2",
+              "--json", str(js), "--plot", str(png)], timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "OPENBLAS_CORETYPE" in r.stdout
+    d = json.loads(js.read_text())
+    assert d["model"] == {"blocks": 1, "tokens": 24, "text_tokens": 8, "hidden": 2048, "heads": 16, "linears": 16}
+    recs = {p["path"]: p for p in d["paths"]}
+    assert set(recs) == {"fp32", "onednn-fp32", "bf16", "w8a8-convrot", "weight-only"}
+    for p in recs.values():
+        assert 0 < p["linear_ms"] < p["step_ms"] and p["reps"] == 1
+    assert recs["fp32"]["rel_l2"] == 0.0
+    assert recs["onednn-fp32"]["rel_l2"] < 1e-5  # the same model in fp32, another GEMM
+    assert 1e-4 < recs["w8a8-convrot"]["rel_l2"] < 3e-2
+    assert recs["weight-only"]["rel_l2"] < recs["w8a8-convrot"]["rel_l2"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = _run(["qlinear.e2e", "--paths", "fp32,fp8"])
+    assert bad.returncode != 0 and "unknown path(s) fp8" in bad.stderr
+
+
+def test_bench_plot(tmp_path, cli):
+    js, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    run_cli(cli, "bench", "--shape", "256x512", "--m", "8", "--reps", "1", "--paths", "fp32,w8a8-convrot,int8-gemm",
+            "--json", js)
+    r = _run(["qlinear.plot", str(js), str(png)])
+    assert r.returncode == 0, r.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (tmp_path / "broken.json").write_text('{"records": []}')
+    r = _run(["qlinear.plot", str(tmp_path / "broken.json"), str(tmp_path / "x.png")])
+    assert r.returncode == 1 and "no records" in r.stderr and not (tmp_path / "x.png").exists()

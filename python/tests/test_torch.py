@@ -1,0 +1,190 @@
+"""qlinear.torch: QLinear against float64 of the unquantized nn.Linear,
+quantize_module's selection, load_comfy round trips, threads, error cases."""
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import qlinear
+from qlinear.torch import QLinear, load_comfy, quantize_module
+from conftest import rel_l2, run_cli, write_safetensors
+
+BOUND = 2e-2  # W8A8 ConvRot vs float64 (README; measured ~1.1e-2 on this data)
+
+
+def make_linear(gen, k, n, bias=True, dtype=torch.float32):
+    lin = nn.Linear(k, n, bias=bias)
+    with torch.no_grad():
+        lin.weight.normal_(0.0, 0.02, generator=gen)
+        lin.weight[:, torch.randperm(k, generator=gen)[:4]] *= 10.0  # outlier input channels
+        if bias:
+            lin.bias.normal_(0.0, 0.1, generator=gen)
+    return lin.to(dtype)
+
+
+@pytest.fixture
+def gen(rng):
+    g = torch.Generator()
+    g.manual_seed(int(rng.integers(1 << 62)))
+    return g
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_qlinear_vs_float64(gen, dtype):
+    ref_lin = make_linear(gen, 1024, 192, dtype=dtype)  # weights read in their dtype
+    q = QLinear.from_linear(ref_lin)
+    x = torch.randn(2, 9, 1024, generator=gen).to(dtype)  # [B, T, K]
+    with torch.no_grad():
+        y = q(x)
+        ref = x.double() @ ref_lin.weight.double().T + ref_lin.bias.double()
+    assert y.dtype == dtype and y.shape == (2, 9, 192) and y.grad_fn is None
+    err = rel_l2(y.double().numpy(), ref.numpy())
+    print(f"{dtype}: rel-L2 vs float64 {err:.4g}")
+    assert 1e-4 < err < BOUND
+    # the same as the numpy API on the same weight (one library path)
+    lin = qlinear.Linear.from_weight(ref_lin.weight.detach().to(dtype), bias=ref_lin.bias.detach().to(dtype))
+    assert torch.equal(lin(x), y)
+
+
+def test_qlinear_strided_and_edges(gen):
+    q = QLinear.from_linear(make_linear(gen, 512, 64))
+    x = torch.randn(3, 8, 512, generator=gen)
+    full = q(x)
+    assert torch.equal(q(x[:, ::2]), full[:, ::2])  # strided rows are read in place
+    with pytest.raises(qlinear.QlinearError, match="not evenly spaced"):
+        q(x[:, ::3])  # rows no single stride reaches
+    assert torch.equal(q(x[1, 2]), full[1, 2])  # 1-D input
+    assert q(x[:, :0]).shape == (3, 0, 64)  # M = 0
+    wide = torch.zeros(4, 1024)
+    wide[:, :512] = x[0, :4]
+    assert torch.equal(q(wide[:, :512]), full[0, :4])
+    # the module is usable under autograd mode; outputs carry no history
+    y = q(x.requires_grad_())
+    assert not y.requires_grad
+
+
+def test_threads_follow_torch(gen):
+    q = QLinear.from_linear(make_linear(gen, 512, 256))
+    x = torch.randn(64, 512, generator=gen)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        y1 = q(x)
+        assert q.linear.threads == 1
+        torch.set_num_threads(2)
+        y2 = q(x)
+        assert q.linear.threads == 2
+        assert torch.equal(y1, y2)
+    finally:
+        torch.set_num_threads(before)
+    fixed = QLinear.from_linear(make_linear(gen, 512, 256), threads=1)
+    fixed(x)
+    assert fixed.linear.threads == 1
+
+
+class Block(nn.Module):
+    def __init__(self, gen):
+        super().__init__()
+        self.norm = nn.LayerNorm(512)
+        self.q = make_linear(gen, 512, 512)
+        self.small = make_linear(gen, 100, 512)  # K not a multiple of 256
+        self.mlp = nn.Sequential(make_linear(gen, 512, 1024, bias=False), nn.GELU(), make_linear(gen, 1024, 512))
+        self.conv = nn.Conv1d(4, 4, 3)
+
+    def forward(self, x):
+        h = self.q(self.norm(x))
+        return x + self.mlp(h)
+
+
+class Net(nn.Module):
+    def __init__(self, gen):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(gen), Block(gen)])
+        self.head = make_linear(gen, 512, 10)
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x)
+
+
+def test_quantize_module_selection(gen):
+    net = Net(gen)
+    x = torch.randn(5, 512, generator=gen)
+    with torch.no_grad():
+        ref = net.double()(x.double())
+        net.float()
+    rep = quantize_module(net)
+    eligible = {f"blocks.{i}.{m}" for i in range(2) for m in ("q", "mlp.0", "mlp.2")} | {"head"}
+    assert set(rep.swapped) == eligible
+    assert {n for n, _ in rep.skipped} == {"blocks.0.small", "blocks.1.small"}
+    for name, mod in net.named_modules():
+        if name in eligible:
+            assert isinstance(mod, QLinear), name
+        elif name.endswith("small"):
+            assert type(mod) is nn.Linear
+    assert isinstance(net.blocks[0].conv, nn.Conv1d)
+    with torch.no_grad():
+        assert rel_l2(net(x).double().numpy(), ref.numpy()) < 2 * BOUND
+    # include / exclude
+    net2 = Net(gen)
+    rep2 = quantize_module(net2, include=r"^blocks\.1\.", exclude=r"mlp\.2$")
+    assert set(rep2.swapped) == {"blocks.1.q", "blocks.1.mlp.0"}
+    assert ("blocks.1.mlp.2", "excluded by 'mlp\\\\.2$'") in rep2.skipped
+    assert type(net2.head) is nn.Linear and type(net2.blocks[0].q) is nn.Linear
+    # plain int8 takes any K
+    net3 = Net(gen)
+    assert len(quantize_module(net3, format="int8").swapped) == 9
+    assert "swapped 9 linear layers" in repr(quantize_module(Net(gen), format="int8"))
+
+
+def test_load_comfy_round_trip(tmp_path, gen, cli):
+    """A state dict saved as safetensors, quantized by `qlinear quantize`,
+    loaded into a fresh model: the same outputs, bit for bit, as quantizing
+    the original model in memory."""
+    net = Net(gen)
+    prefix = "model.diffusion_model."
+    sd = {prefix + k: v.detach().numpy() for k, v in net.state_dict().items()}
+    write_safetensors(tmp_path / "float.safetensors", sd)
+    run_cli(cli, "quantize", tmp_path / "float.safetensors", tmp_path / "int8.safetensors", "--format",
+            "int8-convrot")
+    fresh = Net(gen)  # other random weights
+    rep = load_comfy(fresh, tmp_path / "int8.safetensors")
+    eligible = {f"blocks.{i}.{m}" for i in range(2) for m in ("q", "mlp.0", "mlp.2")} | {"head"}
+    assert set(rep.swapped) == eligible
+    assert set(rep.swapped) == {n for n, m in fresh.named_modules() if isinstance(m, QLinear)}
+    # float tensors (norms, the K=100 linears, conv) come from the file
+    assert "blocks.0.norm.weight" in rep.loaded and "blocks.1.small.weight" in rep.loaded
+    assert torch.equal(fresh.blocks[1].norm.weight, net.blocks[1].norm.weight)
+    assert torch.equal(fresh.blocks[0].small.weight, net.blocks[0].small.weight)
+    assert not rep.skipped and not rep.unused
+    quantize_module(net)
+    x = torch.randn(7, 512, generator=gen)
+    with torch.no_grad():
+        assert torch.equal(fresh(x), net(x))
+    # a model whose shapes differ: a clear error
+    other = Net(gen)
+    other.blocks[0].q = nn.Linear(512, 256)
+    with pytest.raises(qlinear.QlinearError, match=r"blocks.0.q' is 512x512 but the model's 'blocks.0.q' is 256x512"):
+        load_comfy(other, tmp_path / "int8.safetensors")
+
+
+def test_bad_input_torch(gen):
+    q = QLinear.from_linear(make_linear(gen, 256, 16))
+    x = torch.randn(4, 256, generator=gen)
+    with pytest.raises(qlinear.QlinearError, match="is on meta.*CPU"):
+        q(torch.empty(4, 256, device="meta"))  # the same check refuses CUDA tensors
+    with pytest.raises(TypeError, match="float64"):
+        q(x.double())
+    with pytest.raises(TypeError, match="int32"):
+        q(x.int())
+    with pytest.raises(TypeError, match="torch tensor"):
+        q(x.numpy())
+    with pytest.raises(qlinear.QlinearError, match="contiguous"):
+        q(torch.randn(256, 4).T)
+    with pytest.raises(qlinear.QlinearError, match="K = 256"):
+        q(x[:, :128])
+    with pytest.raises(TypeError, match="nn.Linear"):
+        QLinear.from_linear(nn.Conv1d(2, 2, 1))
+    with pytest.raises(qlinear.QlinearError, match="multiple"):
+        QLinear.from_linear(nn.Linear(100, 4))

@@ -1,0 +1,473 @@
+/* Merge LoRAs into a checkpoint: dequantize, add the deltas in fp32,
+ * requantize into the same layout (stochastic or nearest), copy the rest. */
+#include "format.h"
+#include "../linear/linear.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "../linear/kernels.h"
+#include "../quant/quant.h"
+
+#define BLOCK_BYTES ((uint64_t)4 << 20) /* fp32 bytes of one block of rows */
+
+typedef struct lora_use {
+    const ql_checkpoint *lc;
+    const ql_lora_module *m;
+    double strength;
+} lora_use;
+
+typedef struct touched {
+    const char *prefix;
+    int quantized;
+    int64_t weight, scale; /* tensor indices in the base (scale -1 for float layers) */
+    int64_t n, k, n_scale, group;
+    lora_use *uses;
+    int n_uses;
+    /* loaded for the merge */
+    float **down, **up, *coef;
+} touched;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const char *strip_prefix(const char *p)
+{
+    static const char *const pre[] = {"model.diffusion_model.", "diffusion_model.", "transformer.", "unet."};
+    for (int i = 0; i < 4; i++) {
+        size_t l = strlen(pre[i]);
+        if (!strncmp(p, pre[i], l) && p[l]) return p + l;
+    }
+    return p;
+}
+
+/* W[rows, k] (row stride ld) += c·(up[rows, R]·down[R, k]), up·down summed
+ * in fp32 in rank order, then scaled and added: a multiplication and an
+ * addition per step (no FMA), lane by lane, so every SIMD width gives the
+ * same bits. Columns in blocks of 512 keep the partial sums in L1. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
+static void add_delta(float *restrict w, int64_t rows, int64_t k, int64_t ld, const float *restrict up, int64_t rank,
+                      const float *restrict down, float c)
+{
+    float acc[512];
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j0 = 0; j0 < k; j0 += 512) {
+            const int64_t jn = k - j0 < 512 ? k - j0 : 512;
+#pragma omp simd
+            for (int64_t j = 0; j < jn; j++) acc[j] = 0.0f;
+            for (int64_t r = 0; r < rank; r++) {
+                const float u = up[i * rank + r];
+                const float *restrict d = down + r * k + j0;
+#pragma omp simd
+                for (int64_t j = 0; j < jn; j++) acc[j] = acc[j] + u * d[j];
+            }
+            float *restrict wr = w + i * ld + j0;
+#pragma omp simd
+            for (int64_t j = 0; j < jn; j++) wr[j] = wr[j] + c * acc[j];
+        }
+}
+
+/* Group-wise rotation of fp32 rows (ld = kp, 64-byte aligned): the AVX-512
+ * twin where the CPU has it (the same operations as ql_fwht_f32). */
+static void rotate_rows(const float *src, int64_t rows, int64_t k, int64_t lds, int64_t group, float *dst, int64_t ldd)
+{
+    if (ql_isa_supported(QL_ISA_AVX512VNNI)) {
+        ql_rows_to_f32_avx512(QL_F32, src, lds, 0, rows, k, group, 0, dst, ldd);
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++) ql_load_row_rotated(QL_F32, src + r * lds, k, group, dst + r * ldd);
+}
+
+/* Rows [r0, r0 + rows) of the merged weight, fp32, un-rotated, row stride
+ * ld (= k rounded up to 16); tmp is a second buffer of the same size. */
+static void merged_rows(const ql_checkpoint *c, const touched *t, int64_t r0, int64_t rows, int64_t ld, float *w,
+                        float *tmp, const float *scales)
+{
+    const int64_t k = t->k;
+    const ql_st_tensor *wt = &c->tensors[t->weight];
+    const unsigned char *src = ql_st_tensor_data(c, wt);
+    if (t->quantized) { /* w = q·s, then un-rotated (H is an involution) */
+        float *dst = t->group ? tmp : w;
+        for (int64_t i = 0; i < rows; i++) {
+            const float s = scales[t->n_scale == 1 ? 0 : r0 + i];
+            const int8_t *q = (const int8_t *)src + (r0 + i) * k;
+            for (int64_t j = 0; j < k; j++) dst[i * ld + j] = (float)q[j] * s;
+        }
+        if (t->group) rotate_rows(tmp, rows, k, ld, t->group, w, ld);
+    } else {
+        ql_dtype dt;
+        ql_st_dtype_to_ql(wt->dtype, &dt);
+        const size_t es = ql_dtype_size(dt);
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < k; j++) {
+                const size_t off = (size_t)((r0 + i) * k + j) * es;
+                if (dt == QL_F32) memcpy(&w[i * ld + j], src + off, 4);
+                else {
+                    uint16_t h;
+                    memcpy(&h, src + off, 2);
+                    w[i * ld + j] = ql_load_f(dt, &h, 0);
+                }
+            }
+    }
+    for (int u = 0; u < t->n_uses; u++) {
+        if (t->coef[u] == 0.0f) continue;
+        const int64_t rk = t->uses[u].m->rank;
+        add_delta(w, rows, k, ld, t->up[u] + r0 * rk, rk, t->down[u], t->coef[u]);
+    }
+}
+
+typedef struct mjob {
+    const ql_checkpoint *c;
+    ql_st_writer *w;
+    const ql_merge_options *opt;
+    int threads;
+    _Atomic int failed;
+    ql_status err;
+    char errmsg[512];
+} mjob;
+
+static void record(mjob *j, ql_status st)
+{
+    if (st == QL_OK) return;
+#pragma omp critical(ql_merge_error)
+    if (j->err == QL_OK) {
+        j->err = st;
+        snprintf(j->errmsg, sizeof j->errmsg, "%s", ql_last_error());
+        atomic_store(&j->failed, 1);
+    }
+}
+
+static ql_status nonfinite_row(const mjob *j, const touched *t, int64_t row)
+{
+    ql_name_buf a;
+    return ql_fail_file(j->c, QL_ERR_NONFINITE, "layer '%s': row %lld of the merged weight holds NaN or Inf",
+                        ql_show(&a, t->prefix), (long long)row);
+}
+
+static ql_status merge_layer(mjob *j, touched *t)
+{
+    const ql_checkpoint *c = j->c;
+    const int64_t n = t->n, k = t->k;
+    const int sr = j->opt->stochastic;
+    char key[4096];
+    snprintf(key, sizeof key, "%s%s.weight", j->opt->seed_prefix ? j->opt->seed_prefix : "diffusion_model.",
+             strip_prefix(t->prefix));
+    const uint64_t seed = ql_crc32_key(key);
+    /* the stored scales, aligned */
+    float *scales = NULL;
+    if (t->quantized) {
+        scales = malloc((size_t)t->n_scale * 4);
+        if (!scales) return ql_fail(QL_ERR_OUT_OF_MEMORY, "merge: out of memory");
+        memcpy(scales, ql_st_tensor_data(c, &c->tensors[t->scale]), (size_t)t->n_scale * 4);
+    }
+    const int64_t ld = (k + 15) & ~(int64_t)15;
+    int64_t rows = (int64_t)(BLOCK_BYTES / ((uint64_t)(ld > 0 ? ld : 1) * 4));
+    if (rows < 1) rows = 1;
+    if (rows > n) rows = n;
+    const int64_t nblocks = n > 0 ? (n + rows - 1) / rows : 0;
+    const size_t fbytes = (size_t)(rows * ld) * 4 + 64;
+    const int tensorwise = t->quantized && t->n_scale == 1;
+    float gmax = 0.0f, gscale = 0.0f;
+    if (tensorwise) { /* pass 1: the merged tensor's absmax */
+#pragma omp parallel num_threads(j->threads)
+        {
+            float *w = ql_aligned_alloc(fbytes), *tmp = ql_aligned_alloc(fbytes);
+            float lmax = 0.0f;
+            if (!w || !tmp) record(j, ql_fail(QL_ERR_OUT_OF_MEMORY, "merge: out of memory"));
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t b = 0; b < nblocks; b++) {
+                if (atomic_load(&j->failed)) continue;
+                const int64_t r0 = b * rows, nr = n - r0 < rows ? n - r0 : rows;
+                merged_rows(c, t, r0, nr, ld, w, tmp, scales);
+                for (int64_t i = 0; i < nr; i++)
+                    for (int64_t x = 0; x < k; x++) {
+                        const float v = fabsf(w[i * ld + x]);
+                        if (!(v <= 3.40282347e38f)) {
+                            record(j, nonfinite_row(j, t, r0 + i));
+                            i = nr;
+                            break;
+                        }
+                        lmax = v > lmax ? v : lmax;
+                    }
+            }
+#pragma omp critical(ql_merge_max)
+            gmax = lmax > gmax ? lmax : gmax;
+            ql_aligned_free(w);
+            ql_aligned_free(tmp);
+        }
+        if (j->err != QL_OK) {
+            free(scales);
+            return ql_fail(j->err, "%s", j->errmsg);
+        }
+        gscale = sr ? ql_sr_scale(gmax) : ql_scale_from_absmax(gmax);
+    }
+#pragma omp parallel num_threads(j->threads)
+    {
+        float *w = ql_aligned_alloc(fbytes), *tmp = ql_aligned_alloc(fbytes);
+        int8_t *q = malloc((size_t)(rows * k) + 1);
+        float *s = malloc((size_t)rows * 4);
+        if (!w || !tmp || !q || !s) record(j, ql_fail(QL_ERR_OUT_OF_MEMORY, "merge: out of memory"));
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t b = 0; b < nblocks; b++) {
+            if (atomic_load(&j->failed)) continue;
+            const int64_t r0 = b * rows, nr = n - r0 < rows ? n - r0 : rows;
+            merged_rows(c, t, r0, nr, ld, w, tmp, scales);
+            ql_status st = QL_OK;
+            if (!t->quantized) { /* rounded to nearest in the weight's dtype, written compact */
+                const ql_st_tensor *wt = &c->tensors[t->weight];
+                ql_dtype dt;
+                ql_st_dtype_to_ql(wt->dtype, &dt);
+                for (int64_t i = 0; i < nr && st == QL_OK; i++)
+                    for (int64_t x = 0; x < k; x++) {
+                        if (!isfinite(w[i * ld + x])) {
+                            st = nonfinite_row(j, t, r0 + i);
+                            break;
+                        }
+                        ql_store_f(dt, tmp, i * k + x, w[i * ld + x]);
+                    }
+                if (st == QL_OK)
+                    st = ql_st_writer_write(j->w, t->weight, (uint64_t)(r0 * k) * ql_dtype_size(dt), tmp,
+                                            (size_t)(nr * k) * ql_dtype_size(dt));
+                record(j, st);
+                continue;
+            }
+            if (tensorwise) {
+                for (int64_t i = 0; i < nr; i++)
+                    for (int64_t x = 0; x < k; x++)
+                        q[i * k + x] = sr ? ql_sr_code(w[i * ld + x], gscale, (r0 + i) * k + x, seed)
+                                          : ql_quantize_value(QL_F32, w[i * ld + x], gscale);
+            } else if (!sr) {
+                st = ql_quantize_weight_rows(QL_F32, w, nr, k, ld, t->group, q, k, s);
+            } else {
+                const float *rw = w;
+                if (t->group > 0) {
+                    rotate_rows(w, nr, k, ld, t->group, tmp, ld);
+                    rw = tmp;
+                }
+                st = ql_quantize_rowwise_sr(rw, nr, k, ld, r0 * k, seed, q, k, s);
+            }
+            if (st == QL_ERR_NONFINITE) {
+                int64_t bad = 0;
+                while (bad < nr && s[bad] == s[bad]) bad++;
+                st = nonfinite_row(j, t, r0 + bad);
+            }
+            if (st == QL_OK) st = ql_st_writer_write(j->w, t->weight, (uint64_t)(r0 * k), q, (size_t)(nr * k));
+            if (st == QL_OK && !tensorwise) st = ql_st_writer_write(j->w, t->scale, (uint64_t)r0 * 4, s, (size_t)nr * 4);
+            record(j, st);
+        }
+        ql_aligned_free(w);
+        ql_aligned_free(tmp);
+        free(q);
+        free(s);
+    }
+    free(scales);
+    if (j->err != QL_OK) return ql_fail(j->err, "%s", j->errmsg);
+    if (tensorwise) return ql_st_writer_write(j->w, t->scale, 0, &gscale, 4);
+    return QL_OK;
+}
+
+static int same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    if (!strcmp(a, b)) return 1;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+static int cmp_begin(const void *a, const void *b, void *ctx)
+{
+    const ql_st_tensor *t = ctx;
+    uint64_t x = t[*(const int64_t *)a].begin, y = t[*(const int64_t *)b].begin;
+    return x < y ? -1 : x > y;
+}
+
+ql_status ql_checkpoint_merge_lora(const char *base_path, const ql_lora_input *loras, int64_t n_loras,
+                                   const char *out_path, const ql_merge_options *opt, ql_merge_result *result)
+{
+    const char *fn = "ql_checkpoint_merge_lora";
+    QL_CHECK_PTR(fn, base_path);
+    QL_CHECK_PTR(fn, out_path);
+    QL_CHECK_PTR(fn, opt);
+    if (n_loras < 1 || !loras) return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: no LoRA given", fn);
+    if (result) memset(result, 0, sizeof *result);
+    for (int64_t i = 0; i < n_loras; i++) {
+        QL_CHECK_PTR(fn, loras[i].path);
+        if (!isfinite(loras[i].strength))
+            return ql_fail_path(loras[i].path, QL_ERR_INVALID_ARGUMENT, "strength %g is not finite", loras[i].strength);
+        if (same_file(out_path, loras[i].path) || same_file(out_path, base_path))
+            return ql_fail_path(out_path, QL_ERR_INVALID_ARGUMENT, "refusing to write over an input");
+    }
+    const double t0 = now_s();
+    ql_checkpoint *base = NULL;
+    ql_checkpoint **lc = calloc((size_t)n_loras, sizeof *lc);
+    ql_lora_plan **plans = calloc((size_t)n_loras, sizeof *plans);
+    touched *tl = NULL;
+    int64_t ntl = 0, *by_tensor = NULL, *order = NULL;
+    ql_tensor_spec *specs = NULL;
+    ql_st_writer *w = NULL;
+    mjob j;
+    memset(&j, 0, sizeof j);
+    ql_status st = lc && plans ? QL_OK : ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    if (st == QL_OK) st = ql_checkpoint_open(base_path, &base);
+    for (int64_t i = 0; i < n_loras && st == QL_OK; i++) {
+        st = ql_checkpoint_open(loras[i].path, &lc[i]);
+        if (st == QL_OK) st = ql_lora_plan_create(base, lc[i], &plans[i]);
+    }
+    if (st != QL_OK) goto done;
+    /* the touched layers, and which base tensor belongs to which */
+    int64_t maxl = 0;
+    for (int64_t i = 0; i < n_loras; i++) maxl += ql_lora_plan_module_count(plans[i]);
+    tl = calloc((size_t)(maxl + 1), sizeof *tl);
+    by_tensor = malloc((size_t)(base->n_tensors + 1) * sizeof *by_tensor);
+    if (!tl || !by_tensor) {
+        st = ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+        goto done;
+    }
+    for (int64_t i = 0; i < base->n_tensors; i++) by_tensor[i] = -1;
+    for (int64_t i = 0; i < n_loras; i++)
+        for (int64_t m = 0; m < ql_lora_plan_module_count(plans[i]); m++) {
+            const ql_lora_module *md = ql_lora_plan_module(plans[i], m);
+            int64_t widx;
+            if (md->quantized) {
+                ql_layer_info li;
+                ql_checkpoint_layer(base, ql_checkpoint_find_layer(base, md->layer), &li);
+                widx = li.weight;
+            } else {
+                char *nm = malloc(strlen(md->layer) + 8);
+                if (!nm) { st = ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn); goto done; }
+                sprintf(nm, "%s.weight", md->layer);
+                widx = ql_checkpoint_find(base, nm);
+                free(nm);
+            }
+            int64_t ti = by_tensor[widx];
+            if (ti < 0) {
+                ti = ntl++;
+                touched *t = &tl[ti];
+                t->prefix = md->layer;
+                t->quantized = md->quantized;
+                t->weight = widx;
+                t->scale = -1;
+                t->n = md->n;
+                t->k = md->k;
+                if (md->quantized) {
+                    ql_layer_info li;
+                    ql_checkpoint_layer(base, ql_checkpoint_find_layer(base, md->layer), &li);
+                    t->scale = li.weight_scale;
+                    t->n_scale = li.n_scale;
+                    t->group = li.convrot ? li.convrot_group : 0;
+                    by_tensor[li.weight_scale] = ti;
+                }
+                by_tensor[widx] = ti;
+                t->uses = calloc((size_t)n_loras, sizeof *t->uses);
+                t->down = calloc((size_t)n_loras, sizeof *t->down);
+                t->up = calloc((size_t)n_loras, sizeof *t->up);
+                t->coef = calloc((size_t)n_loras, sizeof *t->coef);
+                if (!t->uses || !t->down || !t->up || !t->coef) {
+                    st = ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+                    goto done;
+                }
+            }
+            touched *t = &tl[ti];
+            t->uses[t->n_uses++] = (lora_use){lc[i], md, loras[i].strength};
+        }
+    /* the output: the base's tensors, same names, dtypes and shapes */
+    specs = calloc((size_t)(base->n_tensors + 1), sizeof *specs);
+    order = calloc((size_t)(base->n_tensors + 1), sizeof *order);
+    if (!specs || !order) {
+        st = ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+        goto done;
+    }
+    uint64_t bytes_total = 0;
+    for (int64_t i = 0; i < base->n_tensors; i++) {
+        const ql_st_tensor *t = &base->tensors[i];
+        specs[i] = (ql_tensor_spec){t->name, t->dtype, t->ndim, t->shape};
+        bytes_total += t->end - t->begin;
+        order[i] = i;
+    }
+    st = ql_st_writer_open(out_path, specs, base->n_tensors, (const char *const *)base->meta_keys,
+                           (const char *const *)base->meta_values, base->n_meta, base_path, &w);
+    if (st != QL_OK) goto done;
+    j.c = base;
+    j.w = w;
+    j.opt = opt;
+    j.threads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
+    if (j.threads < 1) j.threads = 1;
+    qsort_r(order, (size_t)base->n_tensors, sizeof *order, cmp_begin, base->tensors);
+    ql_quantize_progress prog = {0, ntl, 0, bytes_total, 0.0, NULL};
+    for (int64_t ii = 0; ii < base->n_tensors && st == QL_OK; ii++) {
+        const int64_t i = order[ii];
+        const ql_st_tensor *bt = &base->tensors[i];
+        const uint64_t bytes = bt->end - bt->begin;
+        prog.current = bt->name;
+        if (by_tensor[i] < 0) {
+            st = ql_st_writer_write(w, i, 0, ql_st_tensor_data(base, bt), (size_t)bytes);
+            if (result) result->tensors_copied++;
+        } else if (i == tl[by_tensor[i]].weight) {
+            touched *t = &tl[by_tensor[i]];
+            for (int u = 0; u < t->n_uses && st == QL_OK; u++) {
+                const ql_lora_module *md = t->uses[u].m;
+                t->down[u] = malloc((size_t)(md->rank * md->k) * 4 + 4);
+                t->up[u] = malloc((size_t)(md->n * md->rank) * 4 + 4);
+                t->coef[u] = (float)ql_lora_scale(t->uses[u].strength, md->alpha_value, md->has_alpha, md->rank);
+                st = t->down[u] && t->up[u] ? ql_lora_module_load(t->uses[u].lc, md, t->down[u], t->up[u])
+                                            : ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+            }
+            int any = 0;
+            for (int u = 0; u < t->n_uses; u++) any |= t->coef[u] != 0.0f;
+            if (st == QL_OK && !any) { /* strength 0: the layer is left as it is, bit for bit */
+                st = ql_st_writer_write(w, i, 0, ql_st_tensor_data(base, bt), (size_t)bytes);
+                if (st == QL_OK && t->scale >= 0) {
+                    const ql_st_tensor *sct = &base->tensors[t->scale];
+                    st = ql_st_writer_write(w, t->scale, 0, ql_st_tensor_data(base, sct), (size_t)(sct->end - sct->begin));
+                }
+            } else if (st == QL_OK) st = merge_layer(&j, t);
+            for (int u = 0; u < t->n_uses; u++) {
+                free(t->down[u]);
+                free(t->up[u]);
+                t->down[u] = t->up[u] = NULL;
+            }
+            prog.layers_done++;
+        } /* else: a touched layer's scale, written with its weight */
+        prog.bytes_done += bytes;
+        prog.seconds = now_s() - t0;
+        if (st == QL_OK && opt->progress && opt->progress(opt->user, &prog)) st = ql_fail_path(base_path, QL_ERR_IO, "cancelled");
+    }
+    if (st != QL_OK) goto done;
+    st = ql_st_writer_finish(w);
+    w = NULL;
+    if (st == QL_OK && result) {
+        result->layers_merged = ntl;
+        result->bytes_in = bytes_total;
+        result->seconds = now_s() - t0;
+        struct stat sb;
+        if (stat(out_path, &sb) == 0) result->bytes_out = (uint64_t)sb.st_size;
+    }
+done:
+    if (w) ql_st_writer_abort(w);
+    for (int64_t i = 0; tl && i < ntl; i++) {
+        free(tl[i].uses);
+        free(tl[i].down);
+        free(tl[i].up);
+        free(tl[i].coef);
+    }
+    free(tl);
+    free(by_tensor);
+    free(order);
+    free(specs);
+    for (int64_t i = 0; i < n_loras; i++) {
+        if (plans) ql_lora_plan_destroy(plans[i]);
+        if (lc) ql_checkpoint_close(lc[i]);
+    }
+    free(plans);
+    free(lc);
+    ql_checkpoint_close(base);
+    return st;
+}

@@ -1,0 +1,458 @@
+/* Unmerged LoRA in the W8A8 linear: every ISA equals the generic twin bit for
+ * bit (rank, N and K tails, dtypes, groups, threads); the result against a
+ * float64 computation of x·(W + scale·up·down)ᵀ stays within the documented
+ * bound (the low-rank term's error is below the base layer's own
+ * quantization error); a LoRA that cancels the weight gives exactly 0;
+ * strength 0 and add-then-remove are the identity bit for bit; extreme
+ * scales give the same, finite result; bad arguments fail with a message. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "testutil.h"
+
+static const ql_isa isas[] = {QL_ISA_GENERIC, QL_ISA_AVX2, QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI};
+
+typedef struct lcase {
+    int64_t m, n, k, g, nscale;
+    ql_dtype xdt, ydt;
+    int8_t *q;
+    float *sw;
+    float *bias; /* fp32 [n] or NULL */
+    void *x;     /* [m, k] xdt */
+    int nl;      /* LoRAs */
+    int64_t rank[3];
+    float *down[3], *up[3];
+    double scale[3];
+} lcase;
+
+static void free_case(lcase *c)
+{
+    free(c->q); free(c->sw); free(c->bias); free(c->x);
+    for (int i = 0; i < c->nl; i++) { free(c->down[i]); free(c->up[i]); }
+}
+
+/* Float64: the dequantized weight un-rotated with H (double), plus the LoRAs. */
+static double *dense64(const lcase *c)
+{
+    const int64_t n = c->n, k = c->k, g = c->g;
+    double *w = calloc((size_t)(n * k), sizeof(double));
+    float *h = g ? malloc((size_t)(g * g) * 4) : NULL;
+    if (g) ql_hadamard(g, h);
+    for (int64_t r = 0; r < n; r++) {
+        const double s = c->sw[c->nscale == 1 ? 0 : r];
+        for (int64_t j = 0; j < k; j++) {
+            if (!g) { w[r * k + j] = c->q[r * k + j] * s; continue; }
+            const int64_t b = j / g * g, jj = j % g;
+            double acc = 0;
+            for (int64_t i = 0; i < g; i++) acc += c->q[r * k + b + i] * s * h[i * g + jj];
+            w[r * k + j] = acc;
+        }
+    }
+    free(h);
+    return w;
+}
+
+static void forward64(const lcase *c, const double *w, int with_lora, double *y)
+{
+    const int64_t m = c->m, n = c->n, k = c->k;
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++) {
+            double acc = 0;
+            for (int64_t p = 0; p < k; p++) acc += ql_load_f(c->xdt, c->x, i * k + p) * w[j * k + p];
+            y[i * n + j] = acc + (c->bias ? c->bias[j] : 0.0);
+        }
+        for (int l = 0; with_lora && l < c->nl; l++) {
+            const int64_t rk = c->rank[l];
+            double *t = calloc((size_t)rk, sizeof(double));
+            for (int64_t r = 0; r < rk; r++)
+                for (int64_t p = 0; p < k; p++) t[r] += ql_load_f(c->xdt, c->x, i * k + p) * c->down[l][r * k + p];
+            for (int64_t j = 0; j < n; j++) {
+                double acc = 0;
+                for (int64_t r = 0; r < rk; r++) acc += t[r] * c->up[l][j * rk + r];
+                y[i * n + j] += c->scale[l] * acc;
+            }
+            free(t);
+        }
+    }
+}
+
+static ql_linear *make_linear(ql_context *ctx, const lcase *c, int with_lora)
+{
+    ql_int8_weight w = {c->n, c->k, c->q, c->k, c->sw, c->nscale, c->g, c->bias, QL_F32};
+    ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};
+    ql_linear *lin = NULL;
+    CHECK_OK(ql_linear_create(ctx, &d, &lin));
+    for (int l = 0; lin && with_lora && l < c->nl; l++) {
+        ql_lora_desc ld = {c->rank[l], c->down[l], QL_F32, c->k, c->up[l], QL_F32, c->rank[l], c->scale[l]};
+        CHECK_OK(ql_linear_add_lora(lin, &ld, NULL));
+    }
+    return lin;
+}
+
+static void *run(ql_context *ctx, const lcase *c, int with_lora)
+{
+    void *y = malloc((size_t)(c->m * c->n + 1) * 4);
+    memset(y, 0x5a, (size_t)(c->m * c->n + 1) * 4);
+    ql_linear *lin = make_linear(ctx, c, with_lora);
+    if (lin) CHECK_OK(ql_linear_forward(lin, c->x, c->xdt, c->m, c->k, y, c->ydt, c->n, NULL));
+    ql_linear_destroy(lin);
+    return y;
+}
+
+static double l2diff(const lcase *c, const void *y, const double *ref, const double *add)
+{
+    double e = 0;
+    for (int64_t i = 0; i < c->m * c->n; i++) {
+        double d = ql_load_f(c->ydt, y, i) - ref[i] - (add ? add[i] : 0.0);
+        e += d * d;
+    }
+    return sqrt(e);
+}
+static double l2(const double *a, const double *b, int64_t n)
+{
+    double e = 0;
+    for (int64_t i = 0; i < n; i++) e += (a[i] - (b ? b[i] : 0)) * (a[i] - (b ? b[i] : 0));
+    return sqrt(e);
+}
+
+static void random_case(lcase *c, int64_t m, int64_t n, int64_t k, int64_t g, int nl, const int64_t *ranks,
+                        double lora_mag)
+{
+    memset(c, 0, sizeof *c);
+    c->m = m; c->n = n; c->k = k; c->g = g;
+    c->nscale = tu_range(0, 3) == 0 ? 1 : n;
+    const ql_dtype dts[] = {QL_F32, QL_BF16, QL_F16};
+    c->xdt = dts[tu_range(0, 2)];
+    c->ydt = dts[tu_range(0, 2)];
+    c->q = malloc((size_t)(n * k + 1));
+    c->sw = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n * k; i++) c->q[i] = (int8_t)tu_range(-127, 127);
+    for (int64_t i = 0; i < n; i++) c->sw[i] = (float)((0.5 + tu_uniform()) * 1e-3);
+    if (tu_range(0, 1)) {
+        c->bias = malloc((size_t)n * 4);
+        for (int64_t i = 0; i < n; i++) c->bias[i] = (float)(0.1 * tu_gauss());
+    }
+    c->x = malloc((size_t)(m * k + 1) * 4);
+    tu_fill_gauss(c->xdt, c->x, m * k, 1.0);
+    c->nl = nl;
+    for (int l = 0; l < nl; l++) {
+        const int64_t rk = ranks[l];
+        c->rank[l] = rk;
+        c->down[l] = malloc((size_t)(rk * k) * 4);
+        c->up[l] = malloc((size_t)(n * rk) * 4);
+        tu_fill_gauss(QL_F32, c->down[l], rk * k, 1.0 / sqrt((double)k));
+        tu_fill_gauss(QL_F32, c->up[l], n * rk, lora_mag * 1e-3 * sqrt((double)k / (double)rk) * 58.0);
+        c->scale[l] = ql_lora_scale(tu_range(1, 4) * 0.25, (double)rk / 2, tu_range(0, 1), rk);
+    }
+}
+
+static int same_bits(const lcase *c, const void *a, const void *b, int64_t *first)
+{
+    for (int64_t i = 0; i < c->m * c->n; i++) {
+        float x = ql_load_f(c->ydt, a, i), y = ql_load_f(c->ydt, b, i);
+        if (!(memcmp(&x, &y, 4) == 0 || (isnan(x) && isnan(y)))) { *first = i; return 0; }
+    }
+    return 1;
+}
+
+/* Every ISA (and 1 or 2 threads) equals the generic twin bit for bit; the
+ * generic result meets the float64 bound. */
+static double stats[5]; /* fp32 output, one LoRA: max and sum of the LoRA term's and the base term's relative errors, count */
+static void test_isas_and_bound(void)
+{
+    static const int64_t ranks[] = {1, 3, 17, 64, 128};
+    static const int64_t groups[] = {0, 16, 256};
+    for (int it = 0; it < 30; it++) {
+        const int64_t g = groups[it % 3];
+        int64_t k = g == 256 ? 256 * tu_range(1, 2) : g == 16 ? 16 * tu_range(1, 40) : tu_range(1, 300);
+        const int64_t n = tu_range(1, 90), m = tu_range(1, 30);
+        int64_t rk[3] = {ranks[it % 5], ranks[tu_range(0, 4)], tu_range(1, 9)};
+        const int nl = it % 4 == 3 ? 3 : 1;
+        lcase c;
+        random_case(&c, m, n, k, g, nl, rk, it % 2 ? 1.0 : 0.25);
+        ql_context *ctx = NULL;
+        CHECK_OK(ql_context_create(&ctx));
+        ql_context_set_threads(ctx, 1);
+        ql_context_set_isa(ctx, QL_ISA_GENERIC);
+        void *y0 = run(ctx, &c, 1);
+        for (int ii = 1; ii < 4; ii++) {
+            if (!ql_isa_supported(isas[ii])) continue;
+            for (int th = 1; th <= 2; th++) {
+                ql_context_set_isa(ctx, isas[ii]);
+                ql_context_set_threads(ctx, th);
+                void *y1 = run(ctx, &c, 1);
+                int64_t first = -1;
+                CHECK(same_bits(&c, y0, y1, &first), "%s t%d M=%lld N=%lld K=%lld G=%lld ranks=%lld,%lld,%lld (%d LoRAs) "
+                      "x=%s y=%s: differs from generic at %lld", ql_isa_name(isas[ii]), th, (long long)m, (long long)n,
+                      (long long)k, (long long)g, (long long)rk[0], (long long)rk[1], (long long)rk[2], nl,
+                      ql_dtype_name(c.xdt), ql_dtype_name(c.ydt), (long long)first);
+                free(y1);
+            }
+        }
+        /* float64: base and base + LoRA */
+        double *w = dense64(&c), *yb = malloc((size_t)(m * n) * 8), *yl = malloc((size_t)(m * n) * 8);
+        forward64(&c, w, 0, yb);
+        forward64(&c, w, 1, yl);
+        ql_context_set_isa(ctx, QL_ISA_GENERIC);
+        void *ybase = run(ctx, &c, 0);
+        /* the LoRA term's error: (unmerged - base_q) vs (yl - yb) */
+        double *lt = malloc((size_t)(m * n) * 8), *lq = malloc((size_t)(m * n) * 8);
+        for (int64_t i = 0; i < m * n; i++) {
+            lt[i] = yl[i] - yb[i];
+            lq[i] = (double)ql_load_f(c.ydt, y0, i) - ql_load_f(c.ydt, ybase, i);
+        }
+        const double base_err = l2diff(&c, ybase, yb, NULL), lora_err = l2(lq, lt, m * n), lora_norm = l2(lt, NULL, m * n);
+        const double out_ulp = c.ydt == QL_F32 ? 0x1p-23 : c.ydt == QL_BF16 ? 0x1p-8 : 0x1p-11;
+        const double yl_norm = l2(yl, NULL, m * n);
+        /* bound: the LoRA term (here about as large as the base) is off by
+         * less than the base layer's own quantization error, plus output
+         * rounding (the difference of two rounded outputs) */
+        const double slack = 2 * out_ulp * yl_norm, base_norm = l2(yb, NULL, m * n);
+        const double bound = nl == 1 ? 0.05 : 0.08;
+        CHECK(lora_err <= bound * lora_norm + slack, "M=%lld N=%lld K=%lld G=%lld ranks %lld,%lld,%lld (%d LoRAs): LoRA-term "
+              "error %.3g > %.0f%% of its norm %.3g (+ rounding %.3g)", (long long)m, (long long)n, (long long)k,
+              (long long)g, (long long)rk[0], (long long)rk[1], (long long)rk[2], nl, lora_err, bound * 100, lora_norm, slack);
+        if (lora_norm <= 0.25 * base_norm && k >= 32)
+            CHECK(lora_err <= base_err + slack, "M=%lld N=%lld K=%lld G=%lld rank %lld: LoRA term at %.2f of the base: "
+                  "error %.3g > the base's own %.3g (+ rounding %.3g)", (long long)m, (long long)n, (long long)k,
+                  (long long)g, (long long)rk[0], lora_norm / base_norm, lora_err, base_err, slack);
+        if (c.ydt == QL_F32 && nl == 1 && m * n >= 64 && k >= 32) {
+            stats[0] = fmax(stats[0], lora_err / lora_norm);
+            stats[1] += lora_err / lora_norm;
+            stats[2] = fmax(stats[2], base_err / base_norm);
+            stats[3] += base_err / base_norm;
+            stats[4] += 1;
+        }
+        free(lt); free(lq);
+        free(w); free(yb); free(yl); free(ybase); free(y0);
+        ql_context_destroy(ctx);
+        free_case(&c);
+    }
+    if (stats[4] > 0)
+        printf("  relative L2 error vs float64 over %.0f single-LoRA cases: low-rank term mean %.4f max %.4f; base term mean %.4f max %.4f\n",
+               stats[4], stats[1] / stats[4], stats[0], stats[3] / stats[4], stats[2]);
+}
+
+/* A LoRA equal to minus the dequantized weight (up = -W_rot, down = H, or
+ * the identity without ConvRot): x·(W + up·down)ᵀ = 0 exactly, for any x;
+ * the unmerged path must return exactly 0. Weight scales are powers of two,
+ * fp32 activations. */
+static void test_cancel(void)
+{
+    for (int ii = 0; ii < 4; ii++) {
+        if (!ql_isa_supported(isas[ii])) continue;
+        const int64_t gs[] = {0, 16, 64};
+        for (int gi = 0; gi < 3; gi++) {
+            const int64_t g = gs[gi], k = g ? g * 2 : 37, n = tu_range(5, 70), m = tu_range(1, 26);
+            lcase c;
+            random_case(&c, m, n, k, g, 0, NULL, 1.0);
+            c.xdt = QL_F32;
+            tu_fill_gauss(QL_F32, c.x, m * k, 1.0);
+            c.ydt = (ql_dtype)(ii % 3 == 0 ? QL_F32 : ii % 3 == 1 ? QL_BF16 : QL_F16);
+            free(c.bias);
+            c.bias = NULL;
+            /* real weights have a ±127 code in every row; cancellation is
+             * exact where the up row's scale max|up|/127 gives s_w back
+             * (fl(fl(127·s_w)/127) = s_w: nearly every s_w) */
+            int64_t exact_rows = 0;
+            for (int64_t i = 0; i < n; i++) {
+                c.q[i * k + tu_range(0, k - 1)] = tu_range(0, 1) ? 127 : -127;
+                c.sw[i] = tu_range(0, 3) ? c.sw[i] : ldexpf(1.0f, -(int)tu_range(3, 12));
+                if ((float)((double)(127.0f * c.sw[i]) / 127.0) != c.sw[i]) c.sw[i] = ldexpf(1.0f, -7);
+                else exact_rows++;
+            }
+            CHECK(exact_rows >= n * 8 / 10, "only %lld of %lld random weight scales round-trip", (long long)exact_rows,
+                  (long long)n);
+            c.nscale = n;
+            c.nl = 1;
+            c.rank[0] = k;
+            c.scale[0] = 1.0;
+            c.down[0] = calloc((size_t)(k * k), 4);
+            c.up[0] = malloc((size_t)(n * k) * 4);
+            float *h = g ? malloc((size_t)(g * g) * 4) : NULL;
+            if (g) ql_hadamard(g, h);
+            for (int64_t r = 0; r < k; r++)
+                for (int64_t j = 0; j < k; j++)
+                    c.down[0][r * k + j] = !g ? (r == j) : (r / g == j / g) ? h[(r % g) * g + j % g] : 0.0f;
+            for (int64_t r = 0; r < n; r++)
+                for (int64_t j = 0; j < k; j++) c.up[0][r * k + j] = -(float)c.q[r * k + j] * c.sw[c.nscale == 1 ? 0 : r];
+            ql_context *ctx = NULL;
+            CHECK_OK(ql_context_create(&ctx));
+            ql_context_set_isa(ctx, isas[ii]);
+            void *y = run(ctx, &c, 1);
+            int64_t nonzero = 0;
+            for (int64_t i = 0; i < m * n; i++) nonzero += ql_load_f(c.ydt, y, i) != 0.0f;
+            CHECK(nonzero == 0, "%s G=%lld M=%lld N=%lld K=%lld: a cancelling LoRA left %lld of %lld outputs non-zero",
+                  ql_isa_name(isas[ii]), (long long)g, (long long)m, (long long)n, (long long)k, (long long)nonzero,
+                  (long long)(m * n));
+            free(y);
+            free(h);
+            ql_context_destroy(ctx);
+            free_case(&c);
+        }
+    }
+}
+
+/* Strength 0, and adding then removing a LoRA, change no bit; a second LoRA
+ * after removing the first equals that LoRA alone. */
+static void test_identity(void)
+{
+    for (int ii = 0; ii < 4; ii++) {
+        if (!ql_isa_supported(isas[ii])) continue;
+        int64_t rk[2] = {tu_range(1, 70), tu_range(1, 20)};
+        lcase c;
+        random_case(&c, tu_range(1, 40), tu_range(1, 80), 256, 256, 2, rk, 1.0);
+        c.ydt = QL_BF16;
+        ql_context *ctx = NULL;
+        CHECK_OK(ql_context_create(&ctx));
+        ql_context_set_isa(ctx, isas[ii]);
+        void *y0 = run(ctx, &c, 0), *y1 = malloc((size_t)(c.m * c.n) * 4), *y2 = malloc((size_t)(c.m * c.n) * 4);
+        ql_linear *lin = make_linear(ctx, &c, 0);
+        ql_lora_desc d0 = {rk[0], c.down[0], QL_F32, c.k, c.up[0], QL_F32, rk[0], ql_lora_scale(0.0, 8.0, 1, rk[0])};
+        int id = 0, id2 = 0;
+        CHECK_OK(ql_linear_add_lora(lin, &d0, &id));
+        CHECK_OK(ql_linear_forward(lin, c.x, c.xdt, c.m, c.k, y1, c.ydt, c.n, NULL));
+        int64_t first = -1;
+        CHECK(same_bits(&c, y0, y1, &first), "%s: strength 0 changed output %lld", ql_isa_name(isas[ii]), (long long)first);
+        CHECK_OK(ql_linear_remove_lora(lin, id));
+        d0.scale = 0.7;
+        CHECK_OK(ql_linear_add_lora(lin, &d0, &id));
+        CHECK_OK(ql_linear_forward(lin, c.x, c.xdt, c.m, c.k, y1, c.ydt, c.n, NULL));
+        CHECK(ql_linear_lora_count(lin) == 1 && ql_linear_lora_rank(lin) == rk[0], "count/rank after add");
+        CHECK_OK(ql_linear_remove_lora(lin, id));
+        CHECK_OK(ql_linear_forward(lin, c.x, c.xdt, c.m, c.k, y2, c.ydt, c.n, NULL));
+        CHECK(same_bits(&c, y0, y2, &first), "%s: add + remove changed output %lld", ql_isa_name(isas[ii]), (long long)first);
+        CHECK(ql_linear_remove_lora(lin, id) == QL_ERR_INVALID_ARGUMENT && strstr(ql_last_error(), "no LoRA"),
+              "removing twice: %s", ql_last_error());
+        /* LoRA 1 after LoRA 0 was removed == LoRA 1 alone on a fresh linear */
+        ql_lora_desc d1 = {rk[1], c.down[1], QL_F32, c.k, c.up[1], QL_F32, rk[1], 0.5};
+        CHECK_OK(ql_linear_add_lora(lin, &d0, &id));
+        CHECK_OK(ql_linear_add_lora(lin, &d1, &id2));
+        CHECK_OK(ql_linear_remove_lora(lin, id));
+        CHECK_OK(ql_linear_forward(lin, c.x, c.xdt, c.m, c.k, y1, c.ydt, c.n, NULL));
+        ql_linear *lin2 = make_linear(ctx, &c, 0);
+        CHECK_OK(ql_linear_add_lora(lin2, &d1, NULL));
+        CHECK_OK(ql_linear_forward(lin2, c.x, c.xdt, c.m, c.k, y2, c.ydt, c.n, NULL));
+        CHECK(same_bits(&c, y1, y2, &first), "%s: remove of the first of two LoRAs differs at %lld", ql_isa_name(isas[ii]),
+              (long long)first);
+        ql_linear_destroy(lin);
+        ql_linear_destroy(lin2);
+        free(y0); free(y1); free(y2);
+        ql_context_destroy(ctx);
+        free_case(&c);
+    }
+}
+
+/* scale·up and down rescaled by powers of two as large as 2^±120 give the
+ * same bits as the moderate LoRA, and finite outputs; a strength of 1e-30
+ * gives the base result up to one output rounding. */
+static void test_extreme_scales(void)
+{
+    for (int ii = 0; ii < 4; ii++) {
+        if (!ql_isa_supported(isas[ii])) continue;
+        int64_t rk[1] = {tu_range(1, 64)};
+        lcase c;
+        random_case(&c, tu_range(1, 30), tu_range(1, 70), 64, 16, 1, rk, 1.0);
+        ql_context *ctx = NULL;
+        CHECK_OK(ql_context_create(&ctx));
+        ql_context_set_isa(ctx, isas[ii]);
+        void *y0 = run(ctx, &c, 1);
+        const int sh[][2] = {{100, -100}, {-100, 100}, {120, 0}, {-120, 0}}; /* (up or down exponent, scale exponent) */
+        for (int v = 0; v < 4; v++) {
+            lcase d = c;
+            float *up = malloc((size_t)(c.n * rk[0]) * 4), *down = malloc((size_t)(rk[0] * c.k) * 4);
+            for (int64_t i = 0; i < c.n * rk[0]; i++) up[i] = v < 2 ? ldexpf(c.up[0][i], sh[v][0]) : c.up[0][i];
+            for (int64_t i = 0; i < rk[0] * c.k; i++) down[i] = v >= 2 ? ldexpf(c.down[0][i], sh[v][0]) : c.down[0][i];
+            d.up[0] = up;
+            d.down[0] = down;
+            d.scale[0] = ldexp(c.scale[0], v < 2 ? sh[v][1] : -sh[v][0]);
+            void *y1 = run(ctx, &d, 1);
+            int64_t first = -1, nonfinite = 0;
+            for (int64_t i = 0; i < c.m * c.n; i++) nonfinite += !isfinite(ql_load_f(c.ydt, y1, i));
+            CHECK(nonfinite == 0 && same_bits(&c, y0, y1, &first), "%s: extreme scale variant %d: %lld non-finite, differs at %lld",
+                  ql_isa_name(isas[ii]), v, (long long)nonfinite, (long long)first);
+            free(y1); free(up); free(down);
+        }
+        lcase t = c;
+        t.scale[0] = 1e-30;
+        void *yt = run(ctx, &t, 1), *yb = run(ctx, &c, 0);
+        int64_t off = 0;
+        for (int64_t i = 0; i < c.m * c.n; i++) {
+            float a = ql_load_f(c.ydt, yt, i), b = ql_load_f(c.ydt, yb, i);
+            off += !isfinite(a) || a != b;
+        }
+        CHECK(off == 0, "%s: strength 1e-30 moved %lld outputs", ql_isa_name(isas[ii]), (long long)off);
+        free(yt); free(yb); free(y0);
+        ql_context_destroy(ctx);
+        free_case(&c);
+    }
+}
+
+/* NaN activation rows stay NaN rows; M = 0 writes nothing; bad arguments. */
+static void test_edges_and_errors(void)
+{
+    int64_t rk[1] = {5};
+    lcase c;
+    random_case(&c, 6, 40, 64, 64, 1, rk, 1.0);
+    c.xdt = QL_F32;
+    tu_fill_gauss(QL_F32, c.x, c.m * c.k, 1.0);
+    ((float *)c.x)[2 * c.k + 7] = NAN;
+    ql_context *ctx = NULL;
+    CHECK_OK(ql_context_create(&ctx));
+    void *y = run(ctx, &c, 1);
+    int nan_row = 1, finite_other = 1;
+    for (int64_t j = 0; j < c.n; j++) {
+        nan_row &= isnan(ql_load_f(c.ydt, y, 2 * c.n + j));
+        finite_other &= isfinite(ql_load_f(c.ydt, y, 3 * c.n + j));
+    }
+    CHECK(nan_row && finite_other, "NaN row with a LoRA: nan_row=%d finite_other=%d", nan_row, finite_other);
+    free(y);
+    ql_linear *lin = make_linear(ctx, &c, 1);
+    float dummy = 7.0f;
+    CHECK_OK(ql_linear_forward(lin, c.x, c.xdt, 0, c.k, &dummy, c.ydt, c.n, NULL));
+    CHECK(dummy == 7.0f, "M = 0 wrote the output");
+    ql_lora_desc d = {0, c.down[0], QL_F32, c.k, c.up[0], QL_F32, 5, 1.0};
+    CHECK(ql_linear_add_lora(lin, &d, NULL) == QL_ERR_INVALID_ARGUMENT && strstr(ql_last_error(), "rank"), "rank 0: %s",
+          ql_last_error());
+    d.rank = 5;
+    d.scale = NAN;
+    CHECK(ql_linear_add_lora(lin, &d, NULL) == QL_ERR_INVALID_ARGUMENT && strstr(ql_last_error(), "scale"), "NaN scale: %s",
+          ql_last_error());
+    d.scale = 1.0;
+    c.up[0][3 * 5 + 2] = INFINITY;
+    CHECK(ql_linear_add_lora(lin, &d, NULL) == QL_ERR_NONFINITE && strstr(ql_last_error(), "up[3, 2]"), "Inf in up: %s",
+          ql_last_error());
+    c.up[0][3 * 5 + 2] = 0;
+    c.down[0][c.k + 1] = NAN;
+    CHECK(ql_linear_add_lora(lin, &d, NULL) == QL_ERR_NONFINITE && strstr(ql_last_error(), "down[1, 1]"), "NaN in down: %s",
+          ql_last_error());
+    d.ld_down = c.k - 1;
+    CHECK(ql_linear_add_lora(lin, &d, NULL) == QL_ERR_INVALID_ARGUMENT && strstr(ql_last_error(), "down"), "bad ld: %s",
+          ql_last_error());
+    CHECK(ql_linear_lora_count(lin) == 1, "failed adds left %d LoRAs", ql_linear_lora_count(lin));
+    ql_linear_destroy(lin);
+    /* other kinds refuse */
+    ql_int8_weight w = {c.n, c.k, c.q, c.k, c.sw, c.nscale, c.g, NULL, QL_F32};
+    ql_linear_desc ld = {.kind = QL_LINEAR_WEIGHT_ONLY, .int8 = w};
+    CHECK_OK(ql_linear_create(ctx, &ld, &lin));
+    c.down[0][c.k + 1] = 0;
+    d.ld_down = c.k;
+    CHECK(ql_linear_add_lora(lin, &d, NULL) == QL_ERR_UNSUPPORTED && strstr(ql_last_error(), "W8A8"), "weight-only: %s",
+          ql_last_error());
+    ql_linear_destroy(lin);
+    ql_context_destroy(ctx);
+    free_case(&c);
+}
+
+int main(void)
+{
+    tu_init("test_lora");
+    test_isas_and_bound();
+    test_cancel();
+    test_identity();
+    test_extreme_scales();
+    test_edges_and_errors();
+    return tu_finish();
+}
