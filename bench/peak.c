@@ -77,10 +77,9 @@ double ql_bench_int8_peak_gops(ql_isa isa, int threads, long iters)
     "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16", \
         "v17", "cc"
 
-static void loop_sdot(long iters)
+__attribute__((target("arch=armv8.2-a+dotprod"))) static void loop_sdot(long iters)
 {
-    __asm__ volatile(".arch_extension dotprod\n\t"
-                     "movi v16.16b, #1\n\t"
+    __asm__ volatile("movi v16.16b, #1\n\t"
                      "movi v17.16b, #1\n\t"
                      "1:\n\t" QL_A64("sdot") "subs %0, %0, #1\n\t"
                      "b.ne 1b\n\t"
@@ -89,10 +88,9 @@ static void loop_sdot(long iters)
                      : QL_A64_CLOBBER);
 }
 
-static void loop_smmla(long iters)
+__attribute__((target("arch=armv8.2-a+dotprod+i8mm"))) static void loop_smmla(long iters)
 {
-    __asm__ volatile(".arch_extension i8mm\n\t"
-                     "movi v16.16b, #1\n\t"
+    __asm__ volatile("movi v16.16b, #1\n\t"
                      "movi v17.16b, #1\n\t"
                      "1:\n\t" QL_A64("smmla") "subs %0, %0, #1\n\t"
                      "b.ne 1b\n\t"
