@@ -64,40 +64,27 @@ double ql_bench_int8_peak_gops(ql_isa isa, int threads, long iters)
     return ops / (now_s() - t0) / 1e9;
 }
 #elif defined(__aarch64__)
-/* 16 independent accumulators (SDOT/SMMLA latency 3-4 cycles on up to 4
- * pipes), two constant sources. */
-#define QL_A64(op)                                                                                             \
-    op " v0.4s, v16.16b, v17.16b\n\t" op " v1.4s, v16.16b, v17.16b\n\t" op " v2.4s, v16.16b, v17.16b\n\t"     \
-    op " v3.4s, v16.16b, v17.16b\n\t" op " v4.4s, v16.16b, v17.16b\n\t" op " v5.4s, v16.16b, v17.16b\n\t"     \
-    op " v6.4s, v16.16b, v17.16b\n\t" op " v7.4s, v16.16b, v17.16b\n\t" op " v8.4s, v16.16b, v17.16b\n\t"     \
-    op " v9.4s, v16.16b, v17.16b\n\t" op " v10.4s, v16.16b, v17.16b\n\t" op " v11.4s, v16.16b, v17.16b\n\t"  \
-    op " v12.4s, v16.16b, v17.16b\n\t" op " v13.4s, v16.16b, v17.16b\n\t" op " v14.4s, v16.16b, v17.16b\n\t" \
-    op " v15.4s, v16.16b, v17.16b\n\t"
-#define QL_A64_CLOBBER                                                                                         \
-    "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16", \
-        "v17", "cc"
+/* 16 independent accumulators v0..v15 (SDOT/SMMLA latency 3-4 cycles on up
+ * to 4 pipes), sources v16, v17. The instructions are emitted as .inst words
+ * (SDOT 0x4e809400, SMMLA 0x4e80a400 | Vm << 16 | Vn << 5 | Vd), so neither
+ * compiler nor assembler needs to be told the CPU has them. */
+#define QL_A64_1(base, d) ".inst " base " | (17 << 16) | (16 << 5) | " #d "\n\t"
+#define QL_A64(base)                                                                                            \
+    QL_A64_1(base, 0) QL_A64_1(base, 1) QL_A64_1(base, 2) QL_A64_1(base, 3) QL_A64_1(base, 4) QL_A64_1(base, 5)   \
+    QL_A64_1(base, 6) QL_A64_1(base, 7) QL_A64_1(base, 8) QL_A64_1(base, 9) QL_A64_1(base, 10)                    \
+    QL_A64_1(base, 11) QL_A64_1(base, 12) QL_A64_1(base, 13) QL_A64_1(base, 14) QL_A64_1(base, 15)
+#define QL_A64_LOOP(base)                                                                                       \
+    __asm__ volatile("movi v16.16b, #1\n\t"                                                                     \
+                     "movi v17.16b, #1\n\t"                                                                     \
+                     "1:\n\t" QL_A64(base) "subs %0, %0, #1\n\t"                                               \
+                     "b.ne 1b\n\t"                                                                              \
+                     : "+r"(iters)                                                                              \
+                     :                                                                                          \
+                     : "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12", "v13",  \
+                       "v14", "v15", "v16", "v17", "cc")
 
-__attribute__((target("arch=armv8.2-a+dotprod"))) static void loop_sdot(long iters)
-{
-    __asm__ volatile("movi v16.16b, #1\n\t"
-                     "movi v17.16b, #1\n\t"
-                     "1:\n\t" QL_A64("sdot") "subs %0, %0, #1\n\t"
-                     "b.ne 1b\n\t"
-                     : "+r"(iters)
-                     :
-                     : QL_A64_CLOBBER);
-}
-
-__attribute__((target("arch=armv8.2-a+dotprod+i8mm"))) static void loop_smmla(long iters)
-{
-    __asm__ volatile("movi v16.16b, #1\n\t"
-                     "movi v17.16b, #1\n\t"
-                     "1:\n\t" QL_A64("smmla") "subs %0, %0, #1\n\t"
-                     "b.ne 1b\n\t"
-                     : "+r"(iters)
-                     :
-                     : QL_A64_CLOBBER);
-}
+static void loop_sdot(long iters) { QL_A64_LOOP("0x4e809400"); }
+static void loop_smmla(long iters) { QL_A64_LOOP("0x4e80a400"); }
 
 /* AArch64: SDOT (16 MACs) or SMMLA (32 MACs) per instruction; none for
  * plain NEON, whose exact int8 product takes two instructions. */

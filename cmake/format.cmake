@@ -46,7 +46,7 @@ if(QL_BUILD_TESTS)
   add_executable(test_merge tests/test_merge.c tests/testutil.c)
   target_link_libraries(test_merge PRIVATE qlinear_static)
   target_include_directories(test_merge PRIVATE src tests)
-  add_test(NAME test_merge COMMAND test_merge $<TARGET_FILE:qlinear>)
+  add_test(NAME test_merge COMMAND test_merge ${CMAKE_CROSSCOMPILING_EMULATOR} $<TARGET_FILE:qlinear>)
   add_dependencies(test_merge qlinear)
 endif()
 

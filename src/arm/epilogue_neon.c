@@ -1,5 +1,5 @@
-/* W8A8 tile epilogue on Advanced SIMD: int32 tile -> fp32 · (s_x·s_w), cast,
- * bias, residual, store; four outputs at a time with the scalar epilogue's
+/* W8A8 tile epilogue on Advanced SIMD: int32 tile -> fp32 · (s_x·s_w) (+ the
+ * unmerged-LoRA term), cast, bias, residual, store; four outputs at a time with the scalar epilogue's
  * operations in its order (ql_epilogue_scalar), so bit-identical to
  * ql_w8a8_epilogue_generic. SCVTF rounds int32 -> fp32 to nearest even, as
  * C's conversion does. Column tails use the scalar code itself. */
@@ -45,12 +45,21 @@ void ql_w8a8_epilogue_neon(void *arg, const int32_t *c, int nr, int64_t m0, int6
             const int64_t col = n0 + j;
             const float32x4_t sw = e->sw_scalar ? vdupq_n_f32(e->sw[0]) : vld1q_f32(e->sw + col);
             const int32x4_t acc = vsubq_s32(vld1q_s32(cr + j), vdupq_n_s32(corr));
-            finish4(pl, vmulq_f32(vcvtq_f32_s32(acc), vmulq_f32(sxv, sw)), res, y, col);
+            float32x4_t v = vmulq_f32(vcvtq_f32_s32(acc), vmulq_f32(sxv, sw));
+            if (e->lora) { /* + fp32(acc2)·(st[row]·su[col]) (ql_lora_term) */
+                const ql_lora_tile *t = e->lora;
+                const int32x4_t a2 = vsubq_s32(vld1q_s32(t->c + r * nr + j),
+                                               vdupq_n_s32(e->offset128 ? 128 * t->rowsum[row] : 0));
+                v = vaddq_f32(v, vmulq_f32(vcvtq_f32_s32(a2), vmulq_f32(vdupq_n_f32(t->st[row]), vld1q_f32(t->su + col))));
+            }
+            finish4(pl, v, res, y, col);
         }
         for (; j < nr_eff; j++) {
             const int64_t col = n0 + j;
             const float sxw = sx * e->sw[e->sw_scalar ? 0 : col];
-            ql_store_f(dt, e->y, row * e->ldy + col, ql_epilogue_scalar(pl, (float)(cr[j] - corr) * sxw, row, col));
+            float v = (float)(cr[j] - corr) * sxw;
+            if (e->lora) v += ql_lora_term(e, nr, r, j, row, col);
+            ql_store_f(dt, e->y, row * e->ldy + col, ql_epilogue_scalar(pl, v, row, col));
         }
     }
 }
