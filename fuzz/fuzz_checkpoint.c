@@ -45,6 +45,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ql_linear_desc d;
         if (l.supported) {
             if (ql_checkpoint_linear_desc(c, l.prefix, QL_LINEAR_W8A8, &d) != QL_OK) abort();
+            if (l.bits) { /* W4A8/W6A8: the descriptor passes the library's checks and decodes */
+                if (d.wxa8.n != l.n || d.wxa8.k != l.k || d.wxa8.bits != l.bits || ql_wxa8_check(&d.wxa8) != QL_OK) abort();
+                if (l.n * l.k <= 65536) {
+                    int8_t *g = malloc((size_t)(l.n * l.k) + 1);
+                    if (!g || ql_wxa8_decode(&d.wxa8, g, l.k) != QL_OK) abort();
+                    free(g);
+                }
+                continue;
+            }
             /* The descriptor must pass the library's own checks. */
             if (d.int8.n != l.n || d.int8.k != l.k || (d.int8.n_scale != 1 && d.int8.n_scale != d.int8.n)) abort();
             volatile float s = d.int8.n_scale > 0 ? d.int8.scale[d.int8.n_scale - 1] : 0.0f;

@@ -93,6 +93,23 @@ int main(int argc, char **argv)
                                  {"x", QL_ST_F8_E4M3, 1, s2}, {"y", QL_ST_F4, 1, s2}, {"z", QL_ST_C64, 2, s8},
                                  {"u", QL_ST_U64, 1, s2}},
               (const void *[]){q, cq3, q, q, f, f}, 6, NULL, NULL, 0);
+    /* W4A8 (codebook) and W6A8 layers, K = 32, group 16, ConvRot 16 */
+    const char *cq4 = "{\"format\": \"asym_w4a8_int8\", \"group_size\": 16, \"convrot_groupsize\": 16}";
+    const char *cq6 = "{\"format\": \"w6a8_int8\", \"group_size\": 16, \"convrot_groupsize\": 16}";
+    uint8_t srel[8] = {0x38, 0x01, 0x7E, 0x40, 0x30, 0x07, 0x50, 0x20}, wq[96];
+    for (int i = 0; i < 96; i++) wq[i] = (uint8_t)(i * 29 + 7);
+    int64_t scq4[] = {(int64_t)strlen(cq4)}, scq6[] = {(int64_t)strlen(cq6)}, sw4[] = {4, 16}, sw6[] = {4, 24},
+            sr[] = {4, 2}, s16[] = {16};
+    rc |= put(dir, "w4a8.safetensors",
+              (ql_tensor_spec[]){{"w.weight", QL_ST_I8, 2, sw4}, {"w.weight_s_rel", QL_ST_F8_E4M3, 2, sr},
+                                 {"w.weight_s_channel", QL_ST_F32, 1, s4}, {"w.weight_codebook", QL_ST_F32, 1, s16},
+                                 {"w.comfy_quant", QL_ST_U8, 1, scq4}},
+              (const void *[]){wq, srel, s, f, cq4}, 5, NULL, NULL, 0);
+    rc |= put(dir, "w6a8.safetensors",
+              (ql_tensor_spec[]){{"w.weight", QL_ST_I8, 2, sw6}, {"w.weight_s_rel", QL_ST_U8, 2, sr},
+                                 {"w.weight_s_channel", QL_ST_F32, 1, s4}, {"w.bias", QL_ST_BF16, 1, s4},
+                                 {"w.comfy_quant", QL_ST_U8, 1, scq6}},
+              (const void *[]){wq, srel, s, b, cq6}, 5, NULL, NULL, 0);
     /* near-misses */
     rc |= put_raw(dir, "hole.safetensors",
                   "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"

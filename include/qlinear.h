@@ -220,6 +220,84 @@ typedef struct ql_int8_weight {
 ql_status ql_int8_linear_ref(const ql_int8_weight *w, const void *x, ql_dtype x_dtype, int64_t m, int64_t ldx,
                              void *y, ql_dtype y_dtype, int64_t ldy, const ql_epilogue *epi);
 
+/* ------------------------------------------------- W4A8 / W6A8 weights
+ * ComfyUI's asym_w4a8_int8 (4-bit codes, codebook or uniform, optionally
+ * asymmetric) and w6a8_int8 (6-bit) layers (FORMATS.md §5, §5.6): codes
+ * packed per row, a relative scale per group of `group` columns (e4m3 or
+ * fp32), one fp32 scale per row. They decode exactly to an int8 grid, so a
+ * layer runs as W8A8 ConvRot with s_channel as the per-row weight scale. */
+
+/* float8_e4m3fn (torch) <-> fp32. Decoding is exact (subnormals included;
+ * 0x7F and 0xFF are NaN). Encoding rounds to nearest even with subnormals
+ * and, like PyTorch, maps NaN and |x| >= 480 to NaN (0x7F | sign). */
+float ql_e4m3_to_fp32(uint8_t b);
+uint8_t ql_fp32_to_e4m3(float x);
+
+typedef struct ql_wxa8_weight {
+    int64_t n, k;
+    int bits;                 /* 4 or 6 */
+    const uint8_t *q;         /* packed codes, row stride ldq bytes: [n, k/2] or [n, 3k/4] */
+    int64_t ldq;
+    const void *s_rel;        /* [n, k/group], contiguous; e4m3 bytes or fp32 */
+    int s_rel_f32;            /* 0: e4m3, 1: fp32 */
+    const float *s_channel;   /* [n] */
+    const float *codebook;    /* 4-bit: NULL (uniform: level = code - 8) or [16]; 6-bit: NULL */
+    const void *correction;   /* NULL, or [k/group, n] in correction_dtype (asymmetric 4-bit) */
+    ql_dtype correction_dtype;
+    int64_t group;            /* group_size: 4, 8, 16 or a multiple of 16 (6-bit: a multiple of 16) */
+    int64_t convrot_group;    /* ConvRot group of the rotation (the format always rotates) */
+    const void *bias;         /* NULL or [n] */
+    ql_dtype bias_dtype;
+} ql_wxa8_weight;
+
+/* Check a W4A8/W6A8 weight: shapes (K % 16, K % 32 for 6 bits, K % group,
+ * K % convrot group, group rule), no codebook/correction on 6 bits, finite
+ * scales. The message names the rule broken. */
+ql_status ql_wxa8_check(const ql_wxa8_weight *w);
+
+/* Decode to the int8 grid, exactly as the reference (FORMATS.md §5.3):
+ * grid = clamp(rne(value(code) · fp32(s_rel)), -127, 127) with value =
+ * codebook[code], code - 8 (uniform) or code - 32 (6 bits). */
+ql_status ql_wxa8_decode(const ql_wxa8_weight *w, int8_t *grid, int64_t ldg);
+
+/* Dequantize to un-rotated floats (the reference's dequantize_w4a8_int8_weight):
+ * w_rot = fp32(grid)·s_channel (+ correction), rounded to out_dtype, then
+ * rotated back in out_dtype. */
+ql_status ql_wxa8_dequantize(const ql_wxa8_weight *w, ql_dtype out_dtype, void *out, int64_t ldo);
+
+typedef enum ql_wxa8_mode {
+    QL_WXA8_CODEBOOK = 0, /* 4 bits, 16-level codebook, 2 ALS passes, grid re-assignment */
+    QL_WXA8_UNIFORM = 1,  /* 4 bits, symmetric uniform: level = code - 8 */
+    QL_WXA8_ASYM = 2,     /* 4 bits, asymmetric: + correction */
+    QL_WXA8_6BIT = 3      /* 6 bits (w6a8_int8) */
+} ql_wxa8_mode;
+
+typedef struct ql_wxa8_qparams {
+    ql_wxa8_mode mode;
+    int64_t group;         /* 0: 16 */
+    int64_t convrot_group; /* 0: 256 */
+    const float *codebook; /* CODEBOOK: 16 ascending levels (ql_wxa8_fit_codebook, or a stored one) */
+    int scale_search;      /* 6BIT: grid-aware s_rel search (the reference's default when quantizing;
+                            * off when requantizing) */
+} ql_wxa8_qparams;
+
+/* The tensor's codebook (FORMATS.md §5.2 step 1): a row sample, rotated and
+ * group-normalized; excess kurtosis <= -0.1 selects the fixed 16-entry LUT
+ * (*fitted = 0), else Lloyd-Max (*fitted = 1; the reference samples with
+ * torch's RNG there, so that branch is not bit-exact). */
+ql_status ql_wxa8_fit_codebook(ql_dtype dtype, const void *w, int64_t n, int64_t k, int64_t ldw,
+                               const ql_wxa8_qparams *p, float codebook[16], int *fitted);
+
+/* Quantize rows [rows, k] of a float weight (rotated here, in its dtype):
+ * packed codes q (row stride ldq bytes), s_rel as e4m3 bytes [rows, k/group],
+ * s_channel [rows], and for ASYM the correction as fp32 [rows, k/group]
+ * (stored transposed, in the weight's dtype, by the caller). Rows are
+ * independent (any chunking gives the same bytes). A row holding (or rotating
+ * to) NaN/Inf: QL_ERR_NONFINITE naming it. */
+ql_status ql_wxa8_quantize(ql_dtype dtype, const void *w, int64_t rows, int64_t k, int64_t ldw,
+                           const ql_wxa8_qparams *p, uint8_t *q, int64_t ldq, uint8_t *s_rel, float *s_channel,
+                           float *correction);
+
 /* ---------------------------------------------------------- linear layers
  * A ql_linear packs its weight once, when created, for the context's ISA;
  * ql_linear_forward then runs the fused pipeline with the context's threads.
@@ -229,7 +307,8 @@ typedef enum ql_linear_kind {
     QL_LINEAR_W8A8 = 0,        /* int8 weight, activations quantized per row at run time */
     QL_LINEAR_WEIGHT_ONLY = 1, /* int8 weight decoded to float; activations stay float */
     QL_LINEAR_DENSE = 2,       /* float weight (fp32 or bf16 compute) */
-    QL_LINEAR_DEQUANT = 3      /* baseline: dequantize the whole weight on every call, then dense */
+    QL_LINEAR_DEQUANT = 3,     /* baseline: dequantize the whole weight on every call, then dense */
+    QL_LINEAR_WXA8_PACKED = 4  /* W4A8/W6A8: 4/6-bit codes resident, decoded to int8 inside the GEMM */
 } ql_linear_kind;
 
 typedef struct ql_linear_desc {
@@ -244,6 +323,12 @@ typedef struct ql_linear_desc {
     ql_dtype compute_dtype;
     const void *bias;
     ql_dtype bias_dtype;
+    /* W4A8/W6A8 (wxa8.bits != 0; then `int8` is unused): kinds W8A8,
+     * WEIGHT_ONLY and DEQUANT decode the grid once at creation (the int8
+     * layer with s_channel as its scale); WXA8_PACKED keeps the packed
+     * codes and decodes K slices inside the GEMM (W8A8 numerics, bit for
+     * bit). A correction (asymmetric) is supported by W8A8 and WXA8_PACKED. */
+    ql_wxa8_weight wxa8;
 } ql_linear_desc;
 
 typedef struct ql_linear ql_linear;
@@ -425,6 +510,16 @@ typedef struct ql_layer_info {
     int64_t n_scale;           /* int8: 1 or N */
     /* Tensor indices (ql_checkpoint_tensor), -1 when absent. */
     int64_t weight, weight_scale, bias, comfy_quant;
+    /* asym_w4a8_int8 / w6a8_int8: code bits (4 or 6, implied by the packed
+     * row width: K/2 or 3K/4 bytes, K = s_rel columns × group_size), whether
+     * a codebook / correction (asymmetric) is present, s_rel's dtype, and
+     * the tensor indices of weight_s_rel, weight_s_channel, weight_codebook,
+     * weight_correction (-1 when absent). Opening checks every rule of
+     * FORMATS.md §5 (shapes, dtypes, group rules, finite scales). */
+    int bits;
+    int has_codebook, asymmetric;
+    ql_st_dtype s_rel_dtype;
+    int64_t s_rel, s_channel, codebook, correction;
 } ql_layer_info;
 
 int64_t ql_checkpoint_layer_count(const ql_checkpoint *ckpt);
@@ -485,8 +580,11 @@ void ql_st_writer_abort(ql_st_writer *w);
 /* ------------------------------------------------ checkpoint quantization */
 
 typedef enum ql_quant_target {
-    QL_QUANT_INT8 = 0,         /* int8_tensorwise, per-row scales */
-    QL_QUANT_INT8_CONVROT = 1  /* int8_tensorwise with ConvRot */
+    QL_QUANT_INT8 = 0,          /* int8_tensorwise, per-row scales */
+    QL_QUANT_INT8_CONVROT = 1,  /* int8_tensorwise with ConvRot */
+    QL_QUANT_W4A8 = 2,          /* asym_w4a8_int8, codebook (the reference's default) */
+    QL_QUANT_W4A8_UNIFORM = 3,  /* asym_w4a8_int8, symmetric uniform */
+    QL_QUANT_W6A8 = 4           /* w6a8_int8 (grid-aware scale search) */
 } ql_quant_target;
 
 typedef struct ql_quantize_progress {
@@ -506,6 +604,7 @@ typedef struct ql_quantize_options {
      * second at most); return non-zero to cancel (QL_ERR_IO, nothing written). */
     int (*progress)(void *user, const ql_quantize_progress *p);
     void *user;
+    int64_t group_size;    /* W4A8/W6A8 group (group_size); 0 = 16. `group` is the ConvRot group */
 } ql_quantize_options;
 
 typedef struct ql_quantize_result {
@@ -538,6 +637,10 @@ ql_status ql_checkpoint_quantize(const char *in_path, const char *out_path, cons
  * Returns the length (72 for G = 256), like snprintf: writes at most cap
  * bytes including a terminating NUL. */
 size_t ql_comfy_quant_json(ql_quant_target target, int64_t group, char *buf, size_t cap);
+/* The same for W4A8/W6A8: {"format": "asym_w4a8_int8", "group_size": 16,
+ * "convrot_groupsize": 256} ("w6a8_int8" for QL_QUANT_W6A8). */
+size_t ql_comfy_quant_json_wxa8(ql_quant_target target, int64_t group_size, int64_t convrot_group, char *buf,
+                                size_t cap);
 
 /* ------------------------------------------------------------ LoRA files
  * Which module of a LoRA file targets which linear layer of a base

@@ -451,14 +451,14 @@ static void test_layers(void)
     free(keep);
     /* Formats qlinear lists but cannot run; and a float layer. */
     const char *cq8 = "{\"format\": \"float8_e4m3fn\"}";
-    const char *cq4 = "{\"format\": \"asym_w4a8_int8\", \"group_size\": 16, \"convrot_groupsize\": 256}";
+    const char *cq4 = "{\"format\": \"convrot_w4a4\", \"convrot_groupsize\": 256}     "; /* 56 bytes */
     float wf[4 * 8];
     for (int i = 0; i < 32; i++) wf[i] = (float)tu_gauss();
     raw_tensor t3[] = {{"f8.comfy_quant", "U8", "[27]", 27, cq8},
                        {"f8.weight", "F8_E4M3", "[4,8]", 32, NULL},
-                       {"w4.comfy_quant", "U8", "[72]", 72, cq4},
+                       {"w4.comfy_quant", "U8", "[56]", 56, cq4},
                        {"w4.weight", "I8", "[4,128]", 512, NULL},
-                       {"w4.weight_s_rel", "F8_E4M3", "[4,16]", 64, NULL},
+                       {"w4.weight_scale", "F32", "[4]", 16, NULL},
                        {"odd", "U8", "[1]", 1, NULL}, /* leaves the next tensor unaligned */
                        {"dense.weight", "F32", "[4,8]", 128, wf}};
     c = open_raw(t3, 7, NULL, &keep);
@@ -469,9 +469,9 @@ static void test_layers(void)
         ql_checkpoint_layer(c, i8, &l);
         CHECK(!l.supported && l.unsupported_reason && l.n == 4 && l.k == 8, "fp8 layer listed, unsupported");
         ql_checkpoint_layer(c, i4, &l);
-        CHECK(!l.supported && l.n == 4 && l.k == 256 && l.group_size == 16 && l.convrot_group == 256, "w4a8 layer listed");
+        CHECK(!l.supported && l.n == 4 && l.k == 256 && l.convrot_group == 256, "convrot_w4a4 layer listed");
         ql_linear_desc d;
-        CHECK(ql_checkpoint_linear_desc(c, "w4", QL_LINEAR_W8A8, &d) == QL_ERR_UNSUPPORTED, "w4a8 not runnable: %s",
+        CHECK(ql_checkpoint_linear_desc(c, "w4", QL_LINEAR_W8A8, &d) == QL_ERR_UNSUPPORTED, "w4a4 not runnable: %s",
               ql_last_error());
         CHECK_OK(ql_checkpoint_linear_desc(c, "dense", QL_LINEAR_DENSE, &d));
         CHECK(d.kind == QL_LINEAR_DENSE && d.n == 4 && d.k == 8 && d.weight_dtype == QL_F32 &&
@@ -640,7 +640,7 @@ static void test_quantize_roundtrip(void)
     for (int pass = 0; pass < 2; pass++) {
         int64_t group = pass ? 256 : 0;
         const char *out = tpath(pass ? "convrot.safetensors" : "int8.safetensors");
-        ql_quantize_options opt = {pass ? QL_QUANT_INT8_CONVROT : QL_QUANT_INT8, 0, NULL, NULL, 2, NULL, NULL};
+        ql_quantize_options opt = {pass ? QL_QUANT_INT8_CONVROT : QL_QUANT_INT8, 0, NULL, NULL, 2, NULL, NULL, 0};
         ql_quantize_result r;
         CHECK_OK(ql_checkpoint_quantize(in, out, &opt, &r));
         int expect_layers = 0;
@@ -685,7 +685,7 @@ static void test_quantize_roundtrip(void)
 
     /* --include / --exclude (POSIX extended regex on tensor names). */
     const char *out = tpath("sel.safetensors");
-    ql_quantize_options opt = {QL_QUANT_INT8, 0, "^blocks\\.0\\.(attn|mlp)\\.", "fc2", 1, NULL, NULL};
+    ql_quantize_options opt = {QL_QUANT_INT8, 0, "^blocks\\.0\\.(attn|mlp)\\.", "fc2", 1, NULL, NULL, 0};
     ql_quantize_result r;
     CHECK_OK(ql_checkpoint_quantize(in, out, &opt, &r));
     ql_checkpoint *c = NULL;
@@ -729,7 +729,7 @@ static void test_quantize_roundtrip(void)
     ((float *)bad[0].data)[3 * 256 + 17] = NAN;
     const char *bin = tpath("nan.safetensors");
     write_model(bin, bad, 1, 0);
-    opt = (ql_quantize_options){QL_QUANT_INT8_CONVROT, 0, NULL, NULL, 2, NULL, NULL};
+    opt = (ql_quantize_options){QL_QUANT_INT8_CONVROT, 0, NULL, NULL, 2, NULL, NULL, 0};
     CHECK(ql_checkpoint_quantize(bin, out, &opt, &r) == QL_ERR_NONFINITE &&
               strstr(ql_last_error(), "tensor 'l.weight': row 3 holds (or rotates to) NaN or Inf"),
           "NaN: %s", ql_last_error());
@@ -761,7 +761,7 @@ static void test_quantize_cancel_and_unaligned(void)
     CHECK(write_file(in, b, size) == 0, "write");
     free(b);
     int calls = 0;
-    ql_quantize_options opt = {QL_QUANT_INT8_CONVROT, 0, NULL, NULL, 2, NULL, NULL};
+    ql_quantize_options opt = {QL_QUANT_INT8_CONVROT, 0, NULL, NULL, 2, NULL, NULL, 0};
     ql_quantize_result r;
     CHECK_OK(ql_checkpoint_quantize(in, out, &opt, &r));
     ql_checkpoint *c = NULL;

@@ -2,6 +2,7 @@
 #include "test_format_cases.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,26 @@ static const hostile_case cases[] = {
     {"qmeta_unknown_format", QL_ERR_FORMAT, "__metadata__ '_quantization_metadata' layer 'l': unknown format 'fp3'"},
     {"qmeta_conflict", QL_ERR_FORMAT, "layer 'l': tensor 'l.comfy_quant' and __metadata__ '_quantization_metadata' declare different configurations"},
     {"qmeta_weight_float", QL_ERR_FORMAT, "tensor 'l.weight': int8_tensorwise weight has dtype BF16; it must be I8"},
+    /* W4A8 / W6A8 layers (§5, §5.6) */
+    {"w4_srel_missing", QL_ERR_FORMAT, "layer 'l': asym_w4a8_int8 needs tensor 'l.weight_s_rel', which is missing"},
+    {"w4_schannel_missing", QL_ERR_FORMAT, "layer 'l': asym_w4a8_int8 needs tensor 'l.weight_s_channel', which is missing"},
+    {"w4_srel_wrong_dtype", QL_ERR_FORMAT, "tensor 'l.weight_s_rel': s_rel has dtype BF16; it must be F8_E4M3, F32 or U8"},
+    {"w4_srel_wrong_rows", QL_ERR_FORMAT, "tensor 'l.weight_s_rel': s_rel must be [N, K/group_size] with N = 4"},
+    {"w4_srel_wrong_cols", QL_ERR_FORMAT, "tensor 'l.weight': row width 16 is neither K/2 nor 3K/4 for K = 48"},
+    {"w4_row_width", QL_ERR_FORMAT, "tensor 'l.weight': row width 20 is neither K/2 nor 3K/4 for K = 32"},
+    {"w4_codebook_length", QL_ERR_FORMAT, "tensor 'l.weight_codebook': the codebook must be F32 [16] (it is F32 with 15 elements)"},
+    {"w6_codebook", QL_ERR_FORMAT, "tensor 'l.weight_codebook': a 6-bit layer has no codebook"},
+    {"w6_correction", QL_ERR_FORMAT, "tensor 'l.weight_correction': a 6-bit layer has no correction"},
+    {"w6_width_4bit", QL_ERR_FORMAT, "tensor 'l.weight': a w6a8_int8 weight must be [N, 3K/4] = [4, 24]"},
+    {"w4_k_not_16", QL_ERR_FORMAT, "layer 'l': K = 8 is not a multiple of 16 (4-bit codes)"},
+    {"w6_k_not_32", QL_ERR_FORMAT, "layer 'l': K = 16 is not a multiple of 32 (6-bit codes)"},
+    {"w4_k_not_convrot", QL_ERR_FORMAT, "layer 'l': K = 32 is not a multiple of the ConvRot group 64"},
+    {"w4_bad_group", QL_ERR_FORMAT, "layer 'l': group_size 12 neither divides 16 nor is a multiple of it"},
+    {"w6_bad_group", QL_ERR_FORMAT, "layer 'l': group_size 8 must be a multiple of 16 for 6-bit codes"},
+    {"w4_srel_nan", QL_ERR_FORMAT, "tensor 'l.weight_s_rel': s_rel[1, 0] is NaN"},
+    {"w4_schannel_nan", QL_ERR_FORMAT, "tensor 'l.weight_s_channel': s_channel[2] is NaN"},
+    {"w4_schannel_wrong_dtype", QL_ERR_FORMAT, "tensor 'l.weight_s_channel': s_channel must be F32 [N] = [4] (it is F16, 1-D)"},
+    {"w4_correction_shape", QL_ERR_FORMAT, "tensor 'l.weight_correction': the correction must be F32/F16/BF16 [K/group_size, N] = [2, 4]"},
 };
 
 int hc_count(void) { return (int)(sizeof cases / sizeof cases[0]); }
@@ -145,6 +166,57 @@ static unsigned char *int8_layer(const char *cq, const char *cq_dtype, const cha
 
 #define CQ_INT8 "{\"format\": \"int8_tensorwise\"}"
 #define LAYER(cq, ...) int8_layer(cq, "U8", __VA_ARGS__)
+
+/* A W4A8/W6A8 layer 'l' with N = 4: weight I8 [4, width], s_rel [4, ng]
+ * (valid e4m3 bytes unless nan_srel), s_channel F32 [4], optional codebook
+ * of cb_len floats and correction of the given shape. */
+typedef struct wx_spec {
+    const char *cq;
+    int64_t width, ng;
+    const char *srel_dtype, *srel_shape;
+    int srel, sch, nan_srel, nan_sch, cb_len;
+    const char *sch_dtype, *corr_shape;
+    int64_t corr_elems;
+} wx_spec;
+
+static unsigned char *wxa8_layer(const wx_spec *w, size_t *size)
+{
+    static unsigned char wbuf[4 * 64], srel[4 * 64];
+    static float sch[4], cb[16], corr[64];
+    for (int i = 0; i < 4 * 64; i++) wbuf[i] = (unsigned char)tu_next(), srel[i] = (unsigned char)(0x30 + tu_next() % 16);
+    for (int i = 0; i < 4; i++) sch[i] = 0.001f * (float)(i + 1);
+    for (int i = 0; i < 16; i++) cb[i] = -1.0f + (float)i / 8.0f;
+    for (int i = 0; i < 64; i++) corr[i] = 0.01f;
+    if (w->nan_srel) srel[w->ng] = 0x7F;
+    if (w->nan_sch) sch[2] = NAN;
+    raw_tensor t[6];
+    int n = 0;
+    static char cqshape[32], wshape[32], srshape[32], cbshape[32];
+    snprintf(cqshape, sizeof cqshape, "[%zu]", strlen(w->cq));
+    t[n++] = (raw_tensor){"l.comfy_quant", "U8", cqshape, strlen(w->cq), w->cq};
+    snprintf(wshape, sizeof wshape, "[4,%lld]", (long long)w->width);
+    t[n++] = (raw_tensor){"l.weight", "I8", wshape, (uint64_t)(4 * w->width), wbuf};
+    if (w->srel) {
+        snprintf(srshape, sizeof srshape, "[4,%lld]", (long long)w->ng);
+        const char *dt = w->srel_dtype ? w->srel_dtype : "F8_E4M3";
+        uint64_t es = !strcmp(dt, "BF16") ? 2 : 1;
+        t[n++] = (raw_tensor){"l.weight_s_rel", dt, w->srel_shape ? w->srel_shape : srshape, es * (uint64_t)(4 * w->ng), srel};
+        if (w->srel_shape) t[n - 1].bytes = es * (uint64_t)(3 * w->ng);
+    }
+    if (w->sch) {
+        const char *dt = w->sch_dtype ? w->sch_dtype : "F32";
+        t[n++] = (raw_tensor){"l.weight_s_channel", dt, "[4]", !strcmp(dt, "F32") ? 16u : 8u, sch};
+    }
+    if (w->cb_len) {
+        snprintf(cbshape, sizeof cbshape, "[%d]", w->cb_len);
+        t[n++] = (raw_tensor){"l.weight_codebook", "F32", cbshape, (uint64_t)(4 * w->cb_len), cb};
+    }
+    if (w->corr_shape) t[n++] = (raw_tensor){"l.weight_correction", "F32", w->corr_shape, (uint64_t)(4 * w->corr_elems), corr};
+    return raw_file(t, n, NULL, size);
+}
+#define CQ_W4 "{\"format\": \"asym_w4a8_int8\", \"group_size\": 16, \"convrot_groupsize\": 16}"
+#define CQ_W6 "{\"format\": \"w6a8_int8\", \"group_size\": 16, \"convrot_groupsize\": 16}"
+#define WX(...) wxa8_layer(&(wx_spec){__VA_ARGS__}, size)
 
 unsigned char *hc_build(int i, size_t *size)
 {
@@ -266,6 +338,30 @@ unsigned char *hc_build(int i, size_t *size)
                           "{\"_quantization_metadata\":\"{\\\"format_version\\\": \\\"1.0\\\", \\\"layers\\\": "
                           "{\\\"l\\\": {\\\"format\\\": \\\"int8_tensorwise\\\"}}}\"}",
                           size);
+    if (IS("w4_srel_missing")) return WX(CQ_W4, 16, 2, .sch = 1);
+    if (IS("w4_schannel_missing")) return WX(CQ_W4, 16, 2, .srel = 1);
+    if (IS("w4_srel_wrong_dtype")) return WX(CQ_W4, 16, 2, "BF16", .srel = 1, .sch = 1);
+    if (IS("w4_srel_wrong_rows")) return WX(CQ_W4, 16, 2, NULL, "[3,2]", .srel = 1, .sch = 1);
+    if (IS("w4_srel_wrong_cols")) return WX(CQ_W4, 16, 3, .srel = 1, .sch = 1);
+    if (IS("w4_row_width")) return WX(CQ_W4, 20, 2, .srel = 1, .sch = 1);
+    if (IS("w4_codebook_length")) return WX(CQ_W4, 16, 2, .srel = 1, .sch = 1, .cb_len = 15);
+    if (IS("w6_codebook")) return WX(CQ_W4, 24, 2, .srel = 1, .sch = 1, .cb_len = 16);
+    if (IS("w6_correction")) return WX(CQ_W6, 24, 2, .srel = 1, .sch = 1, .corr_shape = "[2,4]", .corr_elems = 8);
+    if (IS("w6_width_4bit")) return WX(CQ_W6, 16, 2, .srel = 1, .sch = 1);
+    if (IS("w4_k_not_16"))
+        return WX("{\"format\": \"asym_w4a8_int8\", \"group_size\": 4, \"convrot_groupsize\": 4}", 4, 2, .srel = 1, .sch = 1);
+    if (IS("w6_k_not_32")) return WX(CQ_W6, 12, 1, .srel = 1, .sch = 1);
+    if (IS("w4_k_not_convrot"))
+        return WX("{\"format\": \"asym_w4a8_int8\", \"group_size\": 16, \"convrot_groupsize\": 64}", 16, 2, .srel = 1, .sch = 1);
+    if (IS("w4_bad_group"))
+        return WX("{\"format\": \"asym_w4a8_int8\", \"params\": {\"group_size\": 12}, \"convrot_groupsize\": 16}", 24, 4,
+                  .srel = 1, .sch = 1);
+    if (IS("w6_bad_group"))
+        return WX("{\"format\": \"w6a8_int8\", \"group_size\": 8, \"convrot_groupsize\": 16}", 24, 4, .srel = 1, .sch = 1);
+    if (IS("w4_srel_nan")) return WX(CQ_W4, 16, 2, .srel = 1, .sch = 1, .nan_srel = 1);
+    if (IS("w4_schannel_nan")) return WX(CQ_W4, 16, 2, .srel = 1, .sch = 1, .nan_sch = 1);
+    if (IS("w4_schannel_wrong_dtype")) return WX(CQ_W4, 16, 2, .srel = 1, .sch = 1, .sch_dtype = "F16");
+    if (IS("w4_correction_shape")) return WX(CQ_W4, 16, 2, .srel = 1, .sch = 1, .corr_shape = "[4,2]", .corr_elems = 8);
 #undef IS
     *size = 0;
     return NULL;

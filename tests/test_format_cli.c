@@ -18,6 +18,7 @@
 
 #include "qlinear.h"
 #include "test_format_cases.h"
+#include "quant/wxa8.h"
 #include "testutil.h"
 
 static char **cmd; /* the command line that runs qlinear (argv + 1) */
@@ -322,6 +323,113 @@ static void test_end_to_end(void)
     free(x);
 }
 
+/* W4A8 / W6A8: quantize -> inspect -> forward (both strategies), against the
+ * library's quantizer and the reference int8 linear on the decoded grid. */
+static void test_wxa8_end_to_end(void)
+{
+    const int64_t N = 40, K = 512, M = 3;
+    float *w1 = malloc((size_t)(N * K) * 4);
+    uint16_t *w2 = malloc((size_t)(N * K) * 2), *x = malloc((size_t)(M * K) * 2);
+    fill(QL_F32, w1, N * K);
+    fill(QL_BF16, w2, N * K);
+    tu_fill_gauss(QL_BF16, x, M * K, 1.0);
+    int64_t snk[] = {N, K}, smk[] = {M, K};
+    const char *in = tpath("wx.safetensors"), *xin = tpath("wx_x.safetensors");
+    write_tensors(in, (ql_tensor_spec[]){{"m.a.weight", QL_ST_F32, 2, snk}, {"m.b.weight", QL_ST_BF16, 2, snk}},
+                  (const void *[]){w1, w2}, 2);
+    write_tensors(xin, (ql_tensor_spec[]){{"x", QL_ST_BF16, 2, smk}}, (const void *[]){x}, 1);
+    const struct { const char *fmt, *gs, *json, *kind; ql_wxa8_mode mode; int64_t g; } cases[] = {
+        {"w4a8", "16", "{\"format\": \"asym_w4a8_int8\", \"group_size\": 16, \"convrot_groupsize\": 256}", "codebook", QL_WXA8_CODEBOOK, 16},
+        {"w4a8-uniform", "32", "{\"format\": \"asym_w4a8_int8\", \"group_size\": 32, \"convrot_groupsize\": 256}", "uniform", QL_WXA8_UNIFORM, 32},
+        {"w6a8", "16", "{\"format\": \"w6a8_int8\", \"group_size\": 16, \"convrot_groupsize\": 256}", "uniform", QL_WXA8_6BIT, 16},
+    };
+    for (int ci = 0; ci < 3; ci++) {
+        const char *q = tpath("wx.q.safetensors");
+        run_result r = run((const char *[]){"quantize", in, q, "--format", cases[ci].fmt, "--group-size", cases[ci].gs, NULL});
+        CHECK(r.code == 0 && r.err && strstr(r.err, "2 layers quantized"), "%s: quantize exit %d [%s]", cases[ci].fmt, r.code,
+              r.err ? r.err : "");
+        run_free(&r);
+        const int bits = cases[ci].mode == QL_WXA8_6BIT ? 6 : 4;
+        r = run((const char *[]){"inspect", q, NULL});
+        char line[160];
+        snprintf(line, sizeof line, "%d-bit %s group %s convrot 256 s_rel F8_E4M3  N=40 K=512  weight I8 [40, %d]", bits,
+                 cases[ci].kind, cases[ci].gs, bits == 6 ? 384 : 256);
+        CHECK(r.code == 0 && r.out && strstr(r.out, line), "%s: inspect shows [%s]:\n%s", cases[ci].fmt, line, r.out ? r.out : "");
+        run_free(&r);
+        ql_checkpoint *c = NULL;
+        CHECK(ql_checkpoint_open(q, &c) == QL_OK, "%s: open: %s", cases[ci].fmt, ql_last_error());
+        if (!c) continue;
+        for (int li = 0; li < 2; li++) {
+            const char *layer = li ? "m.b" : "m.a";
+            ql_layer_info l;
+            ql_checkpoint_layer(c, ql_checkpoint_find_layer(c, layer), &l);
+            ql_tensor_info cq, wt, sr, sc;
+            ql_checkpoint_tensor(c, l.comfy_quant, &cq);
+            CHECK(cq.bytes == strlen(cases[ci].json) && !memcmp(cq.data, cases[ci].json, cq.bytes), "%s: comfy_quant bytes",
+                  cases[ci].fmt);
+            ql_checkpoint_tensor(c, l.weight, &wt);
+            ql_checkpoint_tensor(c, l.s_rel, &sr);
+            ql_checkpoint_tensor(c, l.s_channel, &sc);
+            /* the file holds exactly the library quantizer's bytes */
+            float cb[16];
+            ql_wxa8_qparams p = {cases[ci].mode, cases[ci].g, 256, NULL, 1};
+            const void *src = li ? (const void *)w2 : (const void *)w1;
+            const ql_dtype sdt = li ? QL_BF16 : QL_F32;
+            if (cases[ci].mode == QL_WXA8_CODEBOOK) {
+                CHECK_OK(ql_wxa8_fit_codebook(sdt, src, N, K, K, &p, cb, NULL));
+                p.codebook = cb;
+                ql_tensor_info cbt;
+                CHECK(l.codebook >= 0 && ql_checkpoint_tensor(c, l.codebook, &cbt) == QL_OK && !memcmp(cbt.data, cb, 64),
+                      "%s: codebook tensor", cases[ci].fmt);
+            } else CHECK(l.codebook < 0, "%s: no codebook tensor", cases[ci].fmt);
+            const int64_t rb = bits == 6 ? 3 * K / 4 : K / 2, ng = K / cases[ci].g;
+            uint8_t *qq = malloc((size_t)(N * rb)), *ss = malloc((size_t)(N * ng));
+            float *ch = malloc((size_t)N * 4);
+            CHECK_OK(ql_wxa8_quantize(sdt, src, N, K, K, &p, qq, rb, ss, ch, NULL));
+            CHECK(wt.bytes == (uint64_t)(N * rb) && !memcmp(wt.data, qq, wt.bytes) && !memcmp(sr.data, ss, sr.bytes) &&
+                      !memcmp(sc.data, ch, sc.bytes),
+                  "%s %s: codes, s_rel and s_channel are the quantizer's", cases[ci].fmt, layer);
+            /* forward, both strategies, against the reference on the decoded grid */
+            ql_wxa8_weight w = {.n = N, .k = K, .bits = bits, .q = qq, .ldq = rb, .s_rel = ss, .s_channel = ch,
+                                .codebook = p.codebook, .group = cases[ci].g, .convrot_group = 256};
+            int8_t *grid = malloc((size_t)(N * K));
+            CHECK_OK(ql_wxa8_decode(&w, grid, K));
+            ql_int8_weight iw = {N, K, grid, K, ch, N, 256, NULL, QL_F32};
+            uint16_t *yref = malloc((size_t)(M * N) * 2);
+            CHECK_OK(ql_int8_linear_ref(&iw, x, QL_BF16, M, K, yref, QL_BF16, N, NULL));
+            for (int packed = 0; packed < 2; packed++) {
+                const char *yout = tpath("wx_y.safetensors");
+                r = run((const char *[]){"forward", q, layer, xin, yout, packed ? "--packed" : NULL, NULL});
+                CHECK(r.code == 0, "%s forward%s exit %d [%s]", cases[ci].fmt, packed ? " --packed" : "", r.code, r.err ? r.err : "");
+                run_free(&r);
+                ql_checkpoint *yc = NULL;
+                ql_tensor_info yt;
+                int ok = ql_checkpoint_open(yout, &yc) == QL_OK && ql_checkpoint_tensor(yc, 0, &yt) == QL_OK &&
+                         yt.dtype == QL_ST_BF16 && yt.bytes == (uint64_t)(M * N * 2) && !memcmp(yt.data, yref, yt.bytes);
+                CHECK(ok, "%s %s forward%s: bit-identical to the reference on the decoded grid", cases[ci].fmt, layer,
+                      packed ? " --packed" : "");
+                ql_checkpoint_close(yc);
+            }
+            free(qq), free(ss), free(ch), free(grid), free(yref);
+        }
+        ql_checkpoint_close(c);
+        unlink(q);
+    }
+    /* bad options: one line, exit 1 or 2, nothing written */
+    const char *q = tpath("wx.bad.safetensors");
+    run_result r = run((const char *[]){"quantize", in, q, "--format", "w6a8", "--group-size", "8", NULL});
+    CHECK(r.code == 1 && one_line(&r) && strstr(r.err, "multiple of 16") && !file_exists(q), "w6a8 group 8 [%s]",
+          r.err ? r.err : "");
+    run_free(&r);
+    r = run((const char *[]){"quantize", in, q, "--format", "w4a8", "--group-size", "12", NULL});
+    CHECK(r.code == 1 && one_line(&r) && !file_exists(q), "w4a8 group 12 [%s]", r.err ? r.err : "");
+    run_free(&r);
+    r = run((const char *[]){"quantize", in, q, "--format", "int8", "--group-size", "16", NULL});
+    CHECK(r.code == 2 && one_line(&r) && !file_exists(q), "--group-size with int8 [%s]", r.err ? r.err : "");
+    run_free(&r);
+    free(w1), free(w2), free(x);
+}
+
 int main(int argc, char **argv)
 {
     tu_init("test_format_cli");
@@ -335,6 +443,7 @@ int main(int argc, char **argv)
     test_hostile_cli();
     test_usage();
     test_end_to_end();
+    test_wxa8_end_to_end();
     rm_tree(tmp);
     free(tmp);
     return tu_finish();

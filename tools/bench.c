@@ -35,9 +35,11 @@ static const profile profiles[] = {
 };
 
 enum {
-    P_FP32, P_BF16, P_DEQUANT, P_WONLY, P_W8A8, P_W8A8_LORA, P_GEMM, P_OPENBLAS, P_ONEDNN_F32, P_ONEDNN_BF16, P_ONEDNN_INT8, NPATHS
+    P_FP32, P_BF16, P_DEQUANT, P_WONLY, P_W8A8, P_W8A8_LORA, P_W4A8, P_W4A8_PACKED, P_W6A8, P_W6A8_PACKED, P_GEMM,
+    P_OPENBLAS, P_ONEDNN_F32, P_ONEDNN_BF16, P_ONEDNN_INT8, NPATHS
 };
-static const char *path_names[NPATHS] = {"fp32", "bf16", "dequant", "weight-only", "w8a8-convrot", "w8a8-convrot+lora64", "int8-gemm",
+static const char *path_names[NPATHS] = {"fp32", "bf16", "dequant", "weight-only", "w8a8-convrot", "w8a8-convrot+lora64",
+                                         "w4a8", "w4a8-packed", "w6a8", "w6a8-packed", "int8-gemm",
                                          "openblas-fp32", "onednn-fp32", "onednn-bf16", "onednn-int8"};
 static const char *path_notes[NPATHS] = {
     "ours, dense fp32 (x fp32 -> y fp32, + bias)",
@@ -46,6 +48,10 @@ static const char *path_notes[NPATHS] = {
     "ours, int8 ConvRot codes resident, decoded in the GEMM; x bf16 rotated, not quantized -> y bf16",
     "ours, full pipeline: rotate + quantize x (bf16) + int8 GEMM + scale restore + bias -> y bf16",
     "ours, the same with one rank-64 LoRA unmerged (down after the prologue, up in the epilogue)",
+    "ours, W4A8 (codebook, g16 e4m3) decoded once at load to the int8 grid, then the w8a8 pipeline",
+    "ours, W4A8 (codebook, g16) kept 4-bit, decoded to int8 inside the GEMM per K slice, same pipeline",
+    "ours, W6A8 (g16 e4m3, scale search) decoded once at load, then the w8a8 pipeline",
+    "ours, W6A8 kept 6-bit, decoded to int8 inside the GEMM per K slice, same pipeline",
     "ours, the int8 GEMM alone (prepacked A and B, int32 out)",
     "peer: OpenBLAS cblas_sgemm (fp32)",
     "peer: oneDNN matmul f32, prepacked weights",
@@ -89,6 +95,11 @@ typedef struct {
     int8_t *q;
     float *sw;
     double *ref; /* float64 reference on the sampled rows */
+    /* W4A8 / W6A8 of the same weight (index 0: 4 bits, 1: 6 bits), made on
+     * first use: packed codes, s_rel, s_channel; weight rel-L2 vs w */
+    uint8_t *wq[2], *wsr[2];
+    float *wsc[2], cb[16];
+    double wrel[2];
     float *down, *up; /* a rank-64 LoRA [64, K], [N, 64] (scale BENCH_LORA_SCALE) */
     double *ref_lora; /* the reference with it */
     int64_t rows[16];
@@ -100,6 +111,7 @@ typedef struct {
 
 static void make_data(layer_data *d, int64_t m, int64_t n, int64_t k)
 {
+    memset(d, 0, sizeof *d);
     d->m = m; d->n = n; d->k = k;
     d->w = malloc((size_t)(n * k) * 4);
     d->x = malloc((size_t)(m * k) * 4);
@@ -157,6 +169,7 @@ static void make_data(layer_data *d, int64_t m, int64_t n, int64_t k)
 
 static void free_data(layer_data *d)
 {
+    for (int b = 0; b < 2; b++) free(d->wq[b]), free(d->wsr[b]), free(d->wsc[b]);
     free(d->w); free(d->x); free(d->xb); free(d->bias); free(d->biasb); free(d->q); free(d->sw); free(d->ref);
     free(d->down); free(d->up); free(d->ref_lora);
 }
@@ -229,6 +242,42 @@ static int run_peer(void *a)
     return peer_run(r->p, r->x, r->y);
 }
 
+/* The W4A8 (b = 0) or W6A8 (b = 1) weight of this shape: the library's
+ * quantizer (fixed-LUT codebook / scale search), rows spread over threads. */
+static ql_wxa8_weight wxa8_weight(const layer_data *cd, int b, int threads)
+{
+    layer_data *d = (layer_data *)cd; /* a cache filled on first use */
+    const int64_t n = d->n, k = d->k, ng = k / 16, rb = b ? 3 * k / 4 : k / 2;
+    ql_wxa8_qparams p = {b ? QL_WXA8_6BIT : QL_WXA8_CODEBOOK, 16, 256, d->cb, 1};
+    if (!d->wq[b]) {
+        d->wq[b] = malloc((size_t)(n * rb));
+        d->wsr[b] = malloc((size_t)(n * ng));
+        d->wsc[b] = malloc((size_t)n * 4);
+        if (!b) ql_wxa8_fit_codebook(QL_F32, d->w, n, k, k, &p, d->cb, NULL);
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+        for (int64_t r0 = 0; r0 < n; r0 += 64) {
+            int64_t rows = n - r0 < 64 ? n - r0 : 64;
+            ql_wxa8_quantize(QL_F32, d->w + r0 * k, rows, k, k, &p, d->wq[b] + r0 * rb, rb, d->wsr[b] + r0 * ng,
+                             d->wsc[b] + r0, NULL);
+        }
+    }
+    ql_wxa8_weight w = {.n = n, .k = k, .bits = b ? 6 : 4, .q = d->wq[b], .ldq = rb, .s_rel = d->wsr[b],
+                        .s_channel = d->wsc[b], .codebook = b ? NULL : d->cb, .group = 16, .convrot_group = 256,
+                        .bias = d->biasb, .bias_dtype = QL_BF16};
+    if (!d->wrel[b]) {
+        float *deq = malloc((size_t)(n * k) * 4);
+        double num = 0, den = 0;
+        if (deq && ql_wxa8_dequantize(&w, QL_F32, deq, k) == QL_OK)
+            for (int64_t i = 0; i < n * k; i++) {
+                num += ((double)deq[i] - d->w[i]) * ((double)deq[i] - d->w[i]);
+                den += (double)d->w[i] * d->w[i];
+            }
+        d->wrel[b] = den > 0 ? sqrt(num / den) : NAN;
+        free(deq);
+    }
+    return w;
+}
+
 /* Build path p for this shape; 0 if it is unavailable (reason on stderr). */
 static int prepare(ql_context *ctx, const layer_data *d, int p, runner *rn, size_t *wbytes)
 {
@@ -239,6 +288,22 @@ static int prepare(ql_context *ctx, const layer_data *d, int p, runner *rn, size
     rn->ydt = QL_F32;
     rn->with_bias = 1;
     rn->has_error = 1;
+    if (p == P_W4A8 || p == P_W4A8_PACKED || p == P_W6A8 || p == P_W6A8_PACKED) {
+        ql_linear_desc desc = {.kind = p == P_W4A8 || p == P_W6A8 ? QL_LINEAR_W8A8 : QL_LINEAR_WXA8_PACKED, .n = n, .k = k};
+        desc.wxa8 = wxa8_weight(d, p == P_W6A8 || p == P_W6A8_PACKED, ql_context_threads(ctx));
+        ql_linear *lin = NULL;
+        if (ql_linear_create(ctx, &desc, &lin) != QL_OK) {
+            fprintf(stderr, "\n  %s: %s\n", path_names[p], ql_last_error());
+            return 0;
+        }
+        rn->ydt = QL_BF16;
+        lin_run *r = malloc(sizeof *r);
+        *r = (lin_run){lin, d->xb, QL_BF16, QL_BF16, m, n, k, rn->y};
+        rn->fn = run_linear;
+        rn->arg = r;
+        *wbytes = ql_linear_weight_bytes(lin);
+        return 1;
+    }
     if (p == P_FP32 || p == P_BF16 || p == P_DEQUANT || p == P_WONLY || p == P_W8A8 || p == P_W8A8_LORA) {
         ql_linear_desc desc = {0};
         ql_dtype xdt = QL_F32;
@@ -528,6 +593,7 @@ int ql_cmd_bench(int argc, char **argv)
     double peak[8] = {0};
     double totals[NPATHS] = {0};
     int64_t ms_used[8];
+    double wrel[8][2] = {{0}}; /* weight rel-L2 of W4A8 / W6A8 (0: not made) */
     for (int s = 0; s < prof->nshapes; s++) {
         const shape *sh = &prof->shapes[s];
         int64_t m = m_opt > 0 ? m_opt : sh->m ? sh->m : prof->default_m;
@@ -536,6 +602,7 @@ int ql_cmd_bench(int argc, char **argv)
         fprintf(stderr, "\r  generating N=%lld K=%lld ...", (long long)sh->n, (long long)sh->k);
         make_data(&d, m, sh->n, sh->k);
         bench_shape(ctx, &d, want, (int)reps, all[s], &peak[s]);
+        for (int b = 0; b < 2; b++) wrel[s][b] = d.wrel[b];
         free_data(&d);
         char nk[32];
         snprintf(nk, sizeof nk, "%lldx%lld", (long long)sh->n, (long long)sh->k);
@@ -560,6 +627,9 @@ int ql_cmd_bench(int argc, char **argv)
                     printf(" %s %.0f%%", path_names[int8_paths[i]], 100.0 * all[s][int8_paths[i]].gops / peak[s]);
             printf("\n");
         }
+        if (wrel[s][0] > 0 || wrel[s][1] > 0)
+            printf("%-11s %6s %5s  weight rel-L2 (dequantized vs the fp32 weight): w4a8 %.5f, w6a8 %.5f\n", "", "", "",
+                   wrel[s][0], wrel[s][1]);
         fflush(stdout);
     }
     printf("\nweighted totals (Σ ms × count = one pass through every layer once):\n");
@@ -594,8 +664,12 @@ int ql_cmd_bench(int argc, char **argv)
                            "\"gops\": %.3f, \"int8_peak_gops\": %.3f, \"rel_l2\": ",
                         first ? "" : ",\n", (long long)prof->shapes[s].n, (long long)prof->shapes[s].k,
                         (long long)ms_used[s], (long long)prof->shapes[s].count, path_names[p], r->ms, r->gops, peak[s]);
-                if (isnan(r->rel_l2)) fprintf(f, "null}");
-                else fprintf(f, "%.8f}", r->rel_l2);
+                if (isnan(r->rel_l2)) fprintf(f, "null");
+                else fprintf(f, "%.8f", r->rel_l2);
+                fprintf(f, ", \"weight_bytes\": %zu", r->wbytes);
+                const int wb = p == P_W4A8 || p == P_W4A8_PACKED ? 0 : p == P_W6A8 || p == P_W6A8_PACKED ? 1 : -1;
+                if (wb >= 0) fprintf(f, ", \"weight_rel_l2\": %.8f", wrel[s][wb]);
+                fprintf(f, "}");
                 first = 0;
             }
         fprintf(f, "\n  ],\n  \"totals\": {");

@@ -149,6 +149,9 @@ static const char *layer_key(char *buf, size_t cap, const ql_layer_info *l)
 {
     if (l->convrot && !strcmp(l->format, "int8_tensorwise"))
         snprintf(buf, cap, "%s convrot %lld", l->format, (long long)l->convrot_group);
+    else if (l->bits)
+        snprintf(buf, cap, "%s %d-bit %s", l->format, l->bits,
+                 l->asymmetric ? "asymmetric" : l->has_codebook ? "codebook" : "uniform");
     else snprintf(buf, cap, "%s", l->format);
     return buf;
 }
@@ -275,6 +278,12 @@ static int inspect_run(const char *path, int as_json)
             json_object_set_new(o, "n", json_integer(l.n));
             json_object_set_new(o, "k", json_integer(l.k));
             json_object_set_new(o, "n_scale", json_integer(l.n_scale));
+            if (l.bits) {
+                json_object_set_new(o, "bits", json_integer(l.bits));
+                json_object_set_new(o, "group_size", json_integer(l.group_size));
+                json_object_set_new(o, "levels", json_string(l.asymmetric ? "asymmetric" : l.has_codebook ? "codebook" : "uniform"));
+                json_object_set_new(o, "s_rel_dtype", json_string(ql_st_dtype_name(l.s_rel_dtype)));
+            }
             json_object_set_new(o, "bytes", json_integer(layer_bytes ? layer_bytes[i] : 0));
             ql_tensor_info b;
             if (l.bias >= 0 && ql_checkpoint_tensor(c, l.bias, &b) == QL_OK)
@@ -333,7 +342,11 @@ static int inspect_run(const char *path, int as_json)
                 printf("  ");
                 put_safe(stdout, l.prefix, 200);
                 printf("  %s", l.format);
-                if (l.convrot) printf(" convrot %lld", (long long)l.convrot_group);
+                if (l.convrot && !l.bits) printf(" convrot %lld", (long long)l.convrot_group);
+                if (l.bits)
+                    printf(" %d-bit %s group %lld convrot %lld s_rel %s", l.bits,
+                           l.asymmetric ? "asymmetric" : l.has_codebook ? "codebook" : "uniform", (long long)l.group_size,
+                           (long long)l.convrot_group, ql_st_dtype_name(l.s_rel_dtype));
                 if (l.k > 0) printf("  N=%lld K=%lld", (long long)l.n, (long long)l.k);
                 if (l.weight >= 0 && ql_checkpoint_tensor(c, l.weight, &w) == QL_OK) {
                     shape_text(sh, sizeof sh, w.shape, w.ndim);
@@ -464,7 +477,8 @@ static int on_progress(void *user, const ql_quantize_progress *p)
 
 int ql_cmd_quantize(int argc, char **argv)
 {
-    const char *usage = "IN OUT --format int8|int8-convrot [--group 256] [--include REGEX] [--exclude REGEX] [--threads N]";
+    const char *usage = "IN OUT --format int8|int8-convrot|w4a8|w4a8-uniform|w6a8 [--group 256] [--group-size 16] "
+                        "[--include REGEX] [--exclude REGEX] [--threads N]";
     const char *in = NULL, *out = NULL, *format = NULL;
     ql_quantize_options opt;
     memset(&opt, 0, sizeof opt);
@@ -476,7 +490,7 @@ int ql_cmd_quantize(int argc, char **argv)
             printf("usage: qlinear quantize %s\n", usage);
             return 0;
         } else if (!strcmp(a, "--format") || !strcmp(a, "--group") || !strcmp(a, "--include") ||
-                   !strcmp(a, "--exclude") || !strcmp(a, "--threads")) {
+                   !strcmp(a, "--exclude") || !strcmp(a, "--threads") || !strcmp(a, "--group-size")) {
             if (!has_val) return usage_err("quantize", "option needs a value", usage);
             const char *v = argv[++i];
             if (!strcmp(a, "--format")) format = v;
@@ -487,8 +501,9 @@ int ql_cmd_quantize(int argc, char **argv)
                 errno = 0;
                 long long x = strtoll(v, &end, 10);
                 if (errno || *end || end == v || x <= 0 || x > (1 << 20))
-                    return usage_err("quantize", !strcmp(a, "--group") ? "bad --group" : "bad --threads", usage);
-                if (!strcmp(a, "--group")) {
+                    return usage_err("quantize", !strcmp(a, "--threads") ? "bad --threads" : "bad --group/--group-size", usage);
+                if (!strcmp(a, "--group-size")) opt.group_size = x;
+                else if (!strcmp(a, "--group")) {
                     opt.group = x;
                     group_given = 1;
                 } else opt.threads = (int)x;
@@ -502,9 +517,14 @@ int ql_cmd_quantize(int argc, char **argv)
     if (!format) return usage_err("quantize", "missing --format", usage);
     if (!strcmp(format, "int8")) opt.target = QL_QUANT_INT8;
     else if (!strcmp(format, "int8-convrot")) opt.target = QL_QUANT_INT8_CONVROT;
-    else return usage_err("quantize", "--format must be int8 or int8-convrot", usage);
-    if (group_given && opt.target != QL_QUANT_INT8_CONVROT)
-        return usage_err("quantize", "--group applies to --format int8-convrot only", usage);
+    else if (!strcmp(format, "w4a8")) opt.target = QL_QUANT_W4A8;
+    else if (!strcmp(format, "w4a8-uniform")) opt.target = QL_QUANT_W4A8_UNIFORM;
+    else if (!strcmp(format, "w6a8")) opt.target = QL_QUANT_W6A8;
+    else return usage_err("quantize", "--format must be int8, int8-convrot, w4a8, w4a8-uniform or w6a8", usage);
+    if (group_given && opt.target == QL_QUANT_INT8)
+        return usage_err("quantize", "--group (the ConvRot group) does not apply to --format int8", usage);
+    if (opt.group_size && opt.target < QL_QUANT_W4A8)
+        return usage_err("quantize", "--group-size applies to --format w4a8, w4a8-uniform and w6a8", usage);
 
     if (opt.threads == 0) { /* the library's default: QLINEAR_THREADS, else every CPU */
         ql_context *ctx;
@@ -552,7 +572,7 @@ static int same_file(const char *a, const char *b)
 int ql_cmd_forward(int argc, char **argv)
 {
     const char *usage = "CKPT LAYER IN.safetensors OUT.safetensors [--input NAME] [--out-dtype fp32|bf16|fp16] "
-                        "[--bias|--no-bias] [--device cpu|cuda[:N]] [--lora FILE[:STRENGTH]]...";
+                        "[--bias|--no-bias] [--device cpu|cuda[:N]] [--lora FILE[:STRENGTH]]... [--packed]";
     const char *pos[4] = {0};
     int cuda_dev = -1; /* --device cuda[:N] */
     char *lora_args[64];
@@ -562,6 +582,7 @@ int ql_cmd_forward(int argc, char **argv)
     int npos = 0;
     const char *input = NULL, *out_dtype = NULL;
     int bias_mode = 0; /* 0 default, 1 --bias, -1 --no-bias */
+    int packed = 0;    /* W4A8/W6A8: decode inside the GEMM instead of once */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -571,7 +592,8 @@ int ql_cmd_forward(int argc, char **argv)
             if (i + 1 >= argc) return usage_err("forward", "option needs a value", usage);
             if (!strcmp(a, "--input")) input = argv[++i];
             else out_dtype = argv[++i];
-        } else if (!strcmp(a, "--lora")) {
+        } else if (!strcmp(a, "--packed")) packed = 1;
+        else if (!strcmp(a, "--lora")) {
             if (i + 1 >= argc) return usage_err("forward", "option needs a value", usage);
             if (nlora == 64) return usage_err("forward", "more than 64 --lora", usage);
             lora_args[nlora++] = argv[++i];
@@ -648,11 +670,13 @@ int ql_cmd_forward(int argc, char **argv)
     int quantized = ql_checkpoint_find_layer(ck, prefix) >= 0;
     free(prefix);
     ql_linear_desc d;
-    if (ql_checkpoint_linear_desc(ck, layer, quantized ? QL_LINEAR_W8A8 : QL_LINEAR_DENSE, &d) != QL_OK) {
+    if (ql_checkpoint_linear_desc(ck, layer, quantized ? (packed ? QL_LINEAR_WXA8_PACKED : QL_LINEAR_W8A8) : QL_LINEAR_DENSE,
+                                  &d) != QL_OK) {
         rc = fail_lib("forward");
         goto done;
     }
-    const void **bias = quantized ? &d.int8.bias : &d.bias;
+    const int wxa8 = d.wxa8.bits != 0;
+    const void **bias = wxa8 ? &d.wxa8.bias : quantized ? &d.int8.bias : &d.bias;
     if (bias_mode == 1 && !*bias) {
         fprintf(stderr, "qlinear forward: %s: layer '", ckpt_path);
         put_safe(stderr, layer, 100);
@@ -660,7 +684,7 @@ int ql_cmd_forward(int argc, char **argv)
         goto done;
     }
     if (bias_mode == -1) *bias = NULL;
-    int64_t n = quantized ? d.int8.n : d.n, lk = quantized ? d.int8.k : d.k;
+    int64_t n = quantized && !wxa8 ? d.int8.n : d.n, lk = quantized && !wxa8 ? d.int8.k : d.k;
     if (k != lk) {
         fprintf(stderr, "qlinear forward: %s: input has K = %lld but layer '", in_path, (long long)k);
         put_safe(stderr, layer, 100);
@@ -717,7 +741,8 @@ int ql_cmd_forward(int argc, char **argv)
     int64_t yshape[2] = {m, n};
     ql_tensor_spec spec = {"y", ql_st_dtype_from_ql(ydt), xt.ndim, xt.ndim == 2 ? yshape : yshape + 1};
     const char *mk[] = {"qlinear_layer", "qlinear_kind"};
-    const char *mv[] = {layer, quantized ? "w8a8" : "dense"};
+    const char *mv[] = {layer, wxa8 ? (packed ? (d.wxa8.bits == 6 ? "w6a8-packed" : "w4a8-packed") : (d.wxa8.bits == 6 ? "w6a8" : "w4a8"))
+                               : quantized ? "w8a8" : "dense"};
     if (ql_st_writer_open(out_path, &spec, 1, mk, mv, 2, in_path, &w) != QL_OK ||
         ql_st_writer_write(w, 0, 0, y, ybytes) != QL_OK) {
         rc = fail_lib("forward");

@@ -9,8 +9,8 @@
 
 #include "../quant/quant.h"
 
-/* The formats ComfyUI's QUANT_ALGOS knows (plus W6A8, newer). Only
- * int8_tensorwise runs in qlinear today. */
+/* The formats ComfyUI's QUANT_ALGOS knows (plus W6A8, newer); qlinear runs
+ * int8_tensorwise, asym_w4a8_int8 and w6a8_int8. */
 static const struct {
     const char *name;
     int supported;
@@ -18,7 +18,7 @@ static const struct {
 } known_formats[] = {
     {"int8_tensorwise", 1, 0}, {"float8_e4m3fn", 0, 0}, {"float8_e5m2", 0, 0},
     {"nvfp4", 0, 16},          {"mxfp8", 0, 32},        {"convrot_w4a4", 0, 0},
-    {"asym_w4a8_int8", 0, 16}, {"awq_w4a16", 0, 64},    {"w6a8_int8", 0, 16},
+    {"asym_w4a8_int8", 1, 16}, {"awq_w4a16", 0, 64},    {"w6a8_int8", 1, 16},
 };
 #define N_KNOWN ((int)(sizeof known_formats / sizeof known_formats[0]))
 
@@ -124,5 +124,13 @@ size_t ql_comfy_quant_json(ql_quant_target target, int64_t group, char *buf, siz
                      group > 0 ? group : (int64_t)256);
     else
         n = snprintf(buf, cap, "{\"format\": \"int8_tensorwise\"}");
+    return n < 0 ? 0 : (size_t)n;
+}
+
+size_t ql_comfy_quant_json_wxa8(ql_quant_target target, int64_t group_size, int64_t convrot_group, char *buf, size_t cap)
+{
+    int n = snprintf(buf, cap, "{\"format\": \"%s\", \"group_size\": %" PRId64 ", \"convrot_groupsize\": %" PRId64 "}",
+                     target == QL_QUANT_W6A8 ? "w6a8_int8" : "asym_w4a8_int8", group_size > 0 ? group_size : (int64_t)16,
+                     convrot_group > 0 ? convrot_group : (int64_t)256);
     return n < 0 ? 0 : (size_t)n;
 }

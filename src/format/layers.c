@@ -4,12 +4,14 @@
 #include "format.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "../linear/linear.h"
+#include "../quant/wxa8.h"
 
 static const char SUFFIX[] = ".comfy_quant";
 
@@ -72,7 +74,12 @@ static ql_status add_layer(ql_checkpoint *c, const char *prefix, size_t plen, co
     i->weight = find_suffixed(c, l->prefix, ".weight");
     i->weight_scale = find_suffixed(c, l->prefix, ".weight_scale");
     i->bias = find_suffixed(c, l->prefix, ".bias");
-    if (i->weight < -1 || i->weight_scale < -1 || i->bias < -1)
+    i->s_rel = find_suffixed(c, l->prefix, ".weight_s_rel");
+    i->s_channel = find_suffixed(c, l->prefix, ".weight_s_channel");
+    i->codebook = find_suffixed(c, l->prefix, ".weight_codebook");
+    i->correction = find_suffixed(c, l->prefix, ".weight_correction");
+    if (i->weight < -1 || i->weight_scale < -1 || i->bias < -1 || i->s_rel < -1 || i->s_channel < -1 ||
+        i->codebook < -1 || i->correction < -1)
         return ql_fail_file(c, QL_ERR_OUT_OF_MEMORY, "out of memory listing layers");
     return QL_OK;
 }
@@ -141,6 +148,123 @@ static ql_status check_int8(ql_checkpoint *c, ql_layer *l)
         const char *bn = ql_show(&tb, b->name);
         if (b->ndim != 1 || b->shape[0] != n)
             return ql_fail_file(c, QL_ERR_FORMAT, "tensor '%s': bias must have shape [N] = [%lld]", bn, (long long)n);
+        if (b->dtype != QL_ST_F32 && b->dtype != QL_ST_F16 && b->dtype != QL_ST_BF16)
+            set_reason(l, "bias dtype %s is not supported (F32, F16 or BF16)", ql_st_dtype_name(b->dtype));
+    }
+    if (k > QL_MAX_K) set_reason(l, "K = %lld exceeds %d (int32 accumulation limit)", (long long)k, QL_MAX_K);
+    return QL_OK;
+}
+
+/* The tensor rules of asym_w4a8_int8 / w6a8_int8 (FORMATS.md §5.1, §5.6). */
+static ql_status check_wxa8(ql_checkpoint *c, ql_layer *l)
+{
+    ql_layer_info *i = &l->info;
+    ql_name_buf pb, tb, wb, rb, cb;
+    const char *p = ql_show(&pb, l->prefix), *f = l->format;
+    const char *need[3] = {".weight", ".weight_s_rel", ".weight_s_channel"};
+    const int64_t idx[3] = {i->weight, i->s_rel, i->s_channel};
+    for (int t = 0; t < 3; t++)
+        if (idx[t] < 0)
+            return ql_fail_file(c, QL_ERR_FORMAT, "layer '%s': %s needs tensor '%s%s', which is missing", p, f, p, need[t]);
+    const ql_st_tensor *w = &c->tensors[i->weight], *sr = &c->tensors[i->s_rel], *sc = &c->tensors[i->s_channel];
+    const char *wn = ql_show(&wb, w->name);
+    if (w->dtype != QL_ST_I8 || w->ndim != 2)
+        return ql_fail_file(c, QL_ERR_FORMAT, "tensor '%s': %s weight is %s %d-D; it must be I8 [N, K/2] or [N, 3K/4]", wn,
+                            f, ql_st_dtype_name(w->dtype), w->ndim);
+    const int64_t n = w->shape[0], width = w->shape[1];
+    const char *srn = ql_show(&rb, sr->name);
+    if (sr->dtype != QL_ST_F8_E4M3 && sr->dtype != QL_ST_F32 && sr->dtype != QL_ST_U8)
+        return ql_fail_file(c, QL_ERR_FORMAT, "tensor '%s': s_rel has dtype %s; it must be F8_E4M3, F32 or U8 (e4m3 bytes)",
+                            srn, ql_st_dtype_name(sr->dtype));
+    if (sr->ndim != 2 || sr->shape[0] != n)
+        return ql_fail_file(c, QL_ERR_FORMAT, "tensor '%s': s_rel must be [N, K/group_size] with N = %lld", srn,
+                            (long long)n);
+    const int64_t gs = i->group_size, ng = sr->shape[1];
+    if (gs > (int64_t)1 << 20 || ng > QL_MAX_ELEMENTS / (gs > 0 ? gs : 1))
+        return ql_fail_file(c, QL_ERR_FORMAT, "layer '%s': group_size %lld is out of range", p, (long long)gs);
+    const int64_t k = ng * gs;
+    int bits = 0;
+    if (k > 0 && 2 * width == k) bits = 4;
+    else if (k > 0 && 4 * width == 3 * k) bits = 6;
+    else
+        return ql_fail_file(c, QL_ERR_FORMAT,
+                            "tensor '%s': row width %lld is neither K/2 nor 3K/4 for K = %lld (s_rel columns %lld × "
+                            "group_size %lld)",
+                            wn, (long long)width, (long long)k, (long long)ng, (long long)gs);
+    if (!strcmp(f, "w6a8_int8") && bits != 6)
+        return ql_fail_file(c, QL_ERR_FORMAT, "tensor '%s': a w6a8_int8 weight must be [N, 3K/4] = [%lld, %lld]", wn,
+                            (long long)n, (long long)(3 * k / 4));
+    i->bits = bits;
+    i->n = n;
+    i->k = k;
+    i->s_rel_dtype = sr->dtype;
+    if (!ql_wxa8_group_ok(bits, gs))
+        return ql_fail_file(c, QL_ERR_FORMAT,
+                            bits == 6 ? "layer '%s': group_size %lld must be a multiple of 16 for 6-bit codes"
+                                      : "layer '%s': group_size %lld neither divides 16 nor is a multiple of it (4 at least)",
+                            p, (long long)gs);
+    if (k % (bits == 6 ? 32 : 16) != 0)
+        return ql_fail_file(c, QL_ERR_FORMAT, "layer '%s': K = %lld is not a multiple of %d (%d-bit codes)", p,
+                            (long long)k, bits == 6 ? 32 : 16, bits);
+    if (k % i->convrot_group != 0)
+        return ql_fail_file(c, QL_ERR_FORMAT, "layer '%s': K = %lld is not a multiple of the ConvRot group %lld", p,
+                            (long long)k, (long long)i->convrot_group);
+    const char *scn = ql_show(&cb, sc->name);
+    if (sc->dtype != QL_ST_F32 || !((sc->ndim == 1 && sc->shape[0] == n) || (sc->ndim == 2 && sc->shape[0] == n && sc->shape[1] == 1)))
+        return ql_fail_file(c, QL_ERR_FORMAT, "tensor '%s': s_channel must be F32 [N] = [%lld] (it is %s, %d-D)", scn,
+                            (long long)n, ql_st_dtype_name(sc->dtype), sc->ndim);
+    if (i->codebook >= 0) {
+        const ql_st_tensor *cb = &c->tensors[i->codebook];
+        const char *cn = ql_show(&tb, cb->name);
+        if (bits == 6) return ql_fail_file(c, QL_ERR_FORMAT, "tensor '%s': a 6-bit layer has no codebook", cn);
+        if (cb->dtype != QL_ST_F32 || cb->ndim != 1 || cb->shape[0] != 16)
+            return ql_fail_file(c, QL_ERR_FORMAT, "tensor '%s': the codebook must be F32 [16] (it is %s with %lld elements)",
+                                cn, ql_st_dtype_name(cb->dtype), (long long)cb->numel);
+        i->has_codebook = 1;
+    }
+    if (i->correction >= 0) {
+        const ql_st_tensor *co = &c->tensors[i->correction];
+        const char *con = ql_show(&tb, co->name);
+        if (bits == 6) return ql_fail_file(c, QL_ERR_FORMAT, "tensor '%s': a 6-bit layer has no correction", con);
+        if ((co->dtype != QL_ST_F32 && co->dtype != QL_ST_F16 && co->dtype != QL_ST_BF16) || co->ndim != 2 ||
+            co->shape[0] != ng || co->shape[1] != n)
+            return ql_fail_file(c, QL_ERR_FORMAT, "tensor '%s': the correction must be F32/F16/BF16 [K/group_size, N] = [%lld, %lld]",
+                                con, (long long)ng, (long long)n);
+        i->asymmetric = 1;
+    }
+    /* Finite scales (a NaN scale would decode to garbage). */
+    const unsigned char *sd = ql_st_tensor_data(c, sr);
+    for (int64_t e = 0; e < n * ng; e++) {
+        float v;
+        if (sr->dtype == QL_ST_F32) memcpy(&v, sd + 4 * e, 4);
+        else v = ql_e4m3_to_fp32(sd[e]);
+        if (!isfinite(v))
+            return ql_fail_file(c, QL_ERR_FORMAT, "tensor '%s': s_rel[%lld, %lld] is %s", srn, (long long)(e / ng),
+                                (long long)(e % ng), isnan(v) ? "NaN" : "infinite");
+    }
+    const unsigned char *cd = ql_st_tensor_data(c, sc);
+    for (int64_t e = 0; e < n; e++) {
+        float v;
+        memcpy(&v, cd + 4 * e, 4);
+        if (!isfinite(v))
+            return ql_fail_file(c, QL_ERR_FORMAT, "tensor '%s': s_channel[%lld] is %s", scn, (long long)e,
+                                isnan(v) ? "NaN" : "infinite");
+    }
+    if (i->codebook >= 0) {
+        const unsigned char *bd = ql_st_tensor_data(c, &c->tensors[i->codebook]);
+        for (int e = 0; e < 16; e++) {
+            float v;
+            memcpy(&v, bd + 4 * e, 4);
+            if (!isfinite(v))
+                return ql_fail_file(c, QL_ERR_FORMAT, "tensor '%s': codebook[%d] is not finite",
+                                    ql_show(&tb, c->tensors[i->codebook].name), e);
+        }
+    }
+    if (i->bias >= 0) {
+        const ql_st_tensor *b = &c->tensors[i->bias];
+        if (b->ndim != 1 || b->shape[0] != n)
+            return ql_fail_file(c, QL_ERR_FORMAT, "tensor '%s': bias must have shape [N] = [%lld]", ql_show(&tb, b->name),
+                                (long long)n);
         if (b->dtype != QL_ST_F32 && b->dtype != QL_ST_F16 && b->dtype != QL_ST_BF16)
             set_reason(l, "bias dtype %s is not supported (F32, F16 or BF16)", ql_st_dtype_name(b->dtype));
     }
@@ -276,6 +400,8 @@ ql_status ql_layers_discover(ql_checkpoint *c)
         ql_layer *l = &c->layers[i];
         if (!strcmp(l->format, "int8_tensorwise")) {
             if ((st = check_int8(c, l)) != QL_OK) goto done;
+        } else if (!strcmp(l->format, "asym_w4a8_int8") || !strcmp(l->format, "w6a8_int8")) {
+            if ((st = check_wxa8(c, l)) != QL_OK) goto done;
         } else {
             set_reason(l, "format %s is not supported by qlinear yet", l->format);
             other_shape(c, l);
@@ -331,6 +457,50 @@ static ql_status aligned_data(ql_checkpoint *c, const ql_st_tensor *t, const voi
     return ql_checkpoint_keep_copy(c, p, (size_t)(t->end - t->begin), out);
 }
 
+static ql_status wxa8_desc(ql_checkpoint *c, const ql_layer_info *i, ql_linear_kind kind, ql_linear_desc *desc)
+{
+    ql_name_buf pb;
+    if (kind != QL_LINEAR_W8A8 && kind != QL_LINEAR_WEIGHT_ONLY && kind != QL_LINEAR_DEQUANT &&
+        kind != QL_LINEAR_WXA8_PACKED)
+        return ql_fail_file(c, QL_ERR_INVALID_ARGUMENT,
+                            "layer '%s': a %s layer runs as W8A8, WXA8_PACKED, WEIGHT_ONLY or DEQUANT, not kind %d",
+                            ql_show(&pb, i->prefix), i->format, (int)kind);
+    desc->kind = kind;
+    desc->n = i->n;
+    desc->k = i->k;
+    ql_wxa8_weight *w = &desc->wxa8;
+    w->n = i->n;
+    w->k = i->k;
+    w->bits = i->bits;
+    w->q = ql_st_tensor_data(c, &c->tensors[i->weight]);
+    w->ldq = ql_wxa8_row_bytes(i->bits, i->k);
+    w->s_rel_f32 = i->s_rel_dtype == QL_ST_F32;
+    w->group = i->group_size;
+    w->convrot_group = i->convrot_group;
+    const void *p;
+    QL_TRY(aligned_data(c, &c->tensors[i->s_rel], &p));
+    w->s_rel = p;
+    QL_TRY(aligned_data(c, &c->tensors[i->s_channel], &p));
+    w->s_channel = p;
+    if (i->codebook >= 0) {
+        QL_TRY(aligned_data(c, &c->tensors[i->codebook], &p));
+        w->codebook = p;
+    }
+    if (i->correction >= 0) {
+        const ql_st_tensor *co = &c->tensors[i->correction];
+        QL_TRY(aligned_data(c, co, &p));
+        w->correction = p;
+        ql_st_dtype_to_ql(co->dtype, &w->correction_dtype);
+    }
+    if (i->bias >= 0) {
+        const ql_st_tensor *b = &c->tensors[i->bias];
+        QL_TRY(aligned_data(c, b, &p));
+        w->bias = p;
+        ql_st_dtype_to_ql(b->dtype, &w->bias_dtype);
+    }
+    return QL_OK;
+}
+
 ql_status ql_checkpoint_linear_desc(const ql_checkpoint *cc, const char *layer, ql_linear_kind kind,
                                     ql_linear_desc *desc)
 {
@@ -354,6 +524,10 @@ ql_status ql_checkpoint_linear_desc(const ql_checkpoint *cc, const char *layer, 
         const ql_layer_info *i = &l->info;
         if (!i->supported) {
             st = ql_fail_file(c, QL_ERR_UNSUPPORTED, "layer '%s': %s", p, i->unsupported_reason);
+            goto out;
+        }
+        if (i->bits) {
+            st = wxa8_desc(c, i, kind, desc);
             goto out;
         }
         if (kind != QL_LINEAR_W8A8 && kind != QL_LINEAR_WEIGHT_ONLY && kind != QL_LINEAR_DEQUANT) {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "../quant/quant.h"
+#include "../quant/wxa8.h"
 
 #define BLOCK_BYTES ((uint64_t)4 << 20)  /* input bytes per block of rows */
 #define BATCH_BYTES ((uint64_t)64 << 20) /* input bytes between progress reports */
@@ -64,7 +65,7 @@ int ql_quantize_selects(const ql_tensor_info *t, int64_t group, int default_name
 
 /* One output tensor: either a copy of input tensor `src`, or one of the three
  * tensors of a quantized layer. */
-typedef enum { OUT_COPY, OUT_CODES, OUT_SCALE, OUT_CONFIG } out_kind;
+typedef enum { OUT_COPY, OUT_CODES, OUT_SCALE, OUT_CONFIG, OUT_SREL, OUT_CODEBOOK } out_kind;
 
 typedef struct out_tensor {
     out_kind kind;
@@ -79,6 +80,12 @@ typedef struct job {
     const ql_quantize_options *opt;
     int64_t group; /* 0: plain int8 */
     int threads;
+    /* W4A8/W6A8: bits 4 or 6 (0: int8), the quantizer's parameters and the
+     * tensor's codebook */
+    int bits;
+    ql_wxa8_qparams wp;
+    float codebook[16];
+    uint8_t **rbuf; /* s_rel bytes of a block */
     int8_t **qbuf;
     float **sbuf;
     void **xbuf; /* aligned copy of misaligned input rows */
@@ -138,6 +145,8 @@ static void free_buffers(job *j)
         ql_aligned_free(j->qbuf[th]);
         ql_aligned_free(j->sbuf[th]);
         ql_aligned_free(j->xbuf[th]);
+        ql_aligned_free(j->rbuf[th]);
+        j->rbuf[th] = NULL;
         j->qbuf[th] = NULL;
         j->sbuf[th] = NULL;
         j->xbuf[th] = NULL;
@@ -164,14 +173,33 @@ static ql_status quantize_tensor(job *j, const ql_st_tensor *t, int64_t i_codes,
         j->qbuf[th] = ql_aligned_alloc(qbytes);
         j->sbuf[th] = ql_aligned_alloc((size_t)rows * sizeof(float));
         j->xbuf[th] = ql_aligned_alloc(xbytes);
-        if (!j->qbuf[th] || !j->sbuf[th] || !j->xbuf[th]) {
+        j->rbuf[th] = ql_aligned_alloc(j->bits ? (size_t)rows * (size_t)(k / j->wp.group) : 1);
+        if (!j->qbuf[th] || !j->sbuf[th] || !j->xbuf[th] || !j->rbuf[th]) {
             free_buffers(j);
             ql_name_buf nb, tb;
             return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: tensor '%s': cannot allocate %zu bytes of row buffers",
                            ql_show(&nb, j->c->path), ql_show(&tb, t->name), qbytes + xbytes);
         }
     }
-    ql_status result = quantize_blocks(j, t, dt, src, misaligned, rows, i_codes, i_scale);
+    ql_status result = QL_OK;
+    if (j->bits && j->wp.mode == QL_WXA8_CODEBOOK) { /* one codebook per tensor, written as the fifth output */
+        const void *w = src;
+        void *copy = NULL;
+        if (misaligned && !(w = copy = malloc((size_t)(n * k) * es)))
+            result = ql_fail(QL_ERR_OUT_OF_MEMORY, "out of memory");
+        if (copy) memcpy(copy, src, (size_t)(n * k) * es);
+        if (result == QL_OK) result = ql_wxa8_fit_codebook(dt, w, n, k, k, &j->wp, j->codebook, NULL);
+        free(copy);
+        if (result != QL_OK) {
+            ql_name_buf nb, tb;
+            char why[256];
+            snprintf(why, sizeof why, "%s", ql_last_error());
+            result = ql_fail(result, "%s: tensor '%s': %s", ql_show(&nb, j->c->path), ql_show(&tb, t->name), why);
+        }
+        j->wp.codebook = j->codebook;
+        if (result == QL_OK) result = ql_st_writer_write(j->w, i_codes + 4, 0, j->codebook, sizeof j->codebook);
+    }
+    if (result == QL_OK) result = quantize_blocks(j, t, dt, src, misaligned, rows, i_codes, i_scale);
     free_buffers(j);
     return result;
 }
@@ -198,7 +226,9 @@ static ql_status quantize_blocks(job *j, const ql_st_tensor *t, ql_dtype dt, con
             }
             int8_t *q = j->qbuf[th];
             float *s = j->sbuf[th];
-            ql_status st = ql_quantize_weight_rows(dt, x, nr, k, k, j->group, q, k, s);
+            const int64_t rb = j->bits ? ql_wxa8_row_bytes(j->bits, k) : k, ng = j->bits ? k / j->wp.group : 0;
+            ql_status st = j->bits ? ql_wxa8_quantize(dt, x, nr, k, k, &j->wp, (uint8_t *)q, rb, j->rbuf[th], s, NULL)
+                                   : ql_quantize_weight_rows(dt, x, nr, k, k, j->group, q, k, s);
             if (st == QL_ERR_NONFINITE) {
                 int64_t bad = 0;
                 while (bad < nr && s[bad] == s[bad]) bad++;
@@ -207,8 +237,10 @@ static ql_status quantize_blocks(job *j, const ql_st_tensor *t, ql_dtype dt, con
                              ql_show(&nb, j->c->path), ql_show(&tb, t->name), (long long)(r0 + bad),
                              j->group > 0 ? " (or rotates to)" : "");
             }
-            if (st == QL_OK) st = ql_st_writer_write(j->w, i_codes, (uint64_t)r0 * (uint64_t)k, q, (size_t)nr * (size_t)k);
+            if (st == QL_OK) st = ql_st_writer_write(j->w, i_codes, (uint64_t)r0 * (uint64_t)rb, q, (size_t)nr * (size_t)rb);
             if (st == QL_OK) st = ql_st_writer_write(j->w, i_scale, (uint64_t)r0 * 4u, s, (size_t)nr * 4u);
+            if (st == QL_OK && j->bits) /* s_rel: the layer's fourth output */
+                st = ql_st_writer_write(j->w, i_codes + 3, (uint64_t)r0 * (uint64_t)ng, j->rbuf[th], (size_t)(nr * ng));
             if (st != QL_OK) {
 #pragma omp critical(ql_quantize_error)
                 if (j->err == QL_OK) {
@@ -242,14 +274,39 @@ ql_status ql_checkpoint_quantize(const char *in_path, const char *out_path, cons
     QL_CHECK_PTR(fn, out_path);
     QL_CHECK_PTR(fn, opt);
     if (result) memset(result, 0, sizeof *result);
-    if (opt->target != QL_QUANT_INT8 && opt->target != QL_QUANT_INT8_CONVROT)
+    if (opt->target < QL_QUANT_INT8 || opt->target > QL_QUANT_W6A8)
         return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: unknown target %d", fn, (int)opt->target);
-    int64_t group = 0;
-    if (opt->target == QL_QUANT_INT8_CONVROT) {
+    const int bits = opt->target == QL_QUANT_W6A8 ? 6 : opt->target >= QL_QUANT_W4A8 ? 4 : 0;
+    int64_t group = 0, sel_group = 1;
+    ql_wxa8_qparams wp = {opt->target == QL_QUANT_W6A8 ? QL_WXA8_6BIT
+                          : opt->target == QL_QUANT_W4A8_UNIFORM ? QL_WXA8_UNIFORM : QL_WXA8_CODEBOOK,
+                          opt->group_size ? opt->group_size : 16, opt->group ? opt->group : 256, NULL, 1};
+    if (bits) {
+        if (!ql_group_valid(wp.convrot_group))
+            return ql_fail(QL_ERR_UNSUPPORTED, "%s: ConvRot group %lld is not a power of 4 between 4 and 65536", fn,
+                           (long long)wp.convrot_group);
+        if (!ql_wxa8_group_ok(bits, wp.group) || wp.group > 65536)
+            return ql_fail(QL_ERR_UNSUPPORTED,
+                           bits == 6 ? "%s: group size %lld must be a multiple of 16 for w6a8"
+                                     : "%s: group size %lld must be 4, 8, 16 or a multiple of 16",
+                           fn, (long long)wp.group);
+        /* K must be a multiple of 16 (32), the group and the ConvRot group */
+        int64_t a = wp.group, b = wp.convrot_group;
+        while (b) {
+            int64_t t = a % b;
+            a = b;
+            b = t;
+        }
+        sel_group = wp.group / a * wp.convrot_group;
+        if (sel_group % (bits == 6 ? 32 : 16)) sel_group *= 2;
+        if (sel_group % (bits == 6 ? 32 : 16)) sel_group *= 2;
+        group = wp.convrot_group;
+    } else if (opt->target == QL_QUANT_INT8_CONVROT) {
         group = opt->group ? opt->group : 256;
         if (!ql_group_valid(group))
             return ql_fail(QL_ERR_UNSUPPORTED, "%s: ConvRot group %lld is not a power of 4 between 4 and 65536", fn,
                            (long long)group);
+        sel_group = group;
     }
     regex_t rin, rex;
     int have_in = 0, have_ex = 0;
@@ -277,14 +334,15 @@ ql_status ql_checkpoint_quantize(const char *in_path, const char *out_path, cons
     int64_t *order = NULL, n_out = 0;
     job j;
     memset(&j, 0, sizeof j);
-    char cq_json[128];
-    size_t cq_len = ql_comfy_quant_json(opt->target, group, cq_json, sizeof cq_json);
+    char cq_json[160];
+    size_t cq_len = bits ? ql_comfy_quant_json_wxa8(opt->target, wp.group, wp.convrot_group, cq_json, sizeof cq_json)
+                         : ql_comfy_quant_json(opt->target, group, cq_json, sizeof cq_json);
     ql_status st = ql_checkpoint_open(in_path, &c);
     if (st != QL_OK) goto done;
 
     /* Plan the output: each input tensor maps to one or three outputs. */
-    outs = calloc((size_t)(3 * c->n_tensors + 1), sizeof *outs);
-    specs = calloc((size_t)(3 * c->n_tensors + 1), sizeof *specs);
+    outs = calloc((size_t)(5 * c->n_tensors + 1), sizeof *outs);
+    specs = calloc((size_t)(5 * c->n_tensors + 1), sizeof *specs);
     order = calloc((size_t)(c->n_tensors + 1), sizeof *order);
     if (!outs || !specs || !order) {
         st = ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
@@ -296,27 +354,34 @@ ql_status ql_checkpoint_quantize(const char *in_path, const char *out_path, cons
         ql_tensor_info ti;
         ql_checkpoint_tensor(c, i, &ti);
         bytes_total += ti.bytes;
-        int sel = ql_quantize_selects(&ti, group > 0 ? group : 1, !have_in);
+        int sel = ql_quantize_selects(&ti, sel_group, !have_in);
         if (sel && have_in) sel = regexec(&rin, ti.name, 0, NULL, 0) == 0;
         if (sel && have_ex) sel = regexec(&rex, ti.name, 0, NULL, 0) != 0;
         size_t plen = strlen(ti.name) - 7;
-        char *sname = NULL, *cname = NULL;
+        char *sname = NULL, *cname = NULL, *rname = NULL, *bname = NULL;
         if (sel) {
             sname = malloc(plen + 32);
             cname = malloc(plen + 32);
-            if (!sname || !cname) {
-                free(sname);
-                free(cname);
+            rname = malloc(plen + 32);
+            bname = malloc(plen + 32);
+            if (!sname || !cname || !rname || !bname) {
+                free(sname), free(cname), free(rname), free(bname);
                 st = ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
                 goto done;
             }
-            snprintf(sname, plen + 32, "%.*s.weight_scale", (int)plen, ti.name);
+            snprintf(sname, plen + 32, "%.*s.%s", (int)plen, ti.name, bits ? "weight_s_channel" : "weight_scale");
             snprintf(cname, plen + 32, "%.*s.comfy_quant", (int)plen, ti.name);
-            /* A layer that already has either name is left alone. */
-            if (ql_checkpoint_find(c, sname) >= 0 || ql_checkpoint_find(c, cname) >= 0) {
-                free(sname);
-                free(cname);
+            snprintf(rname, plen + 32, "%.*s.weight_s_rel", (int)plen, ti.name);
+            snprintf(bname, plen + 32, "%.*s.weight_codebook", (int)plen, ti.name);
+            /* A layer that already has any of the names is left alone. */
+            if (ql_checkpoint_find(c, sname) >= 0 || ql_checkpoint_find(c, cname) >= 0 ||
+                (bits && (ql_checkpoint_find(c, rname) >= 0 || ql_checkpoint_find(c, bname) >= 0))) {
+                free(sname), free(cname), free(rname), free(bname);
                 sel = 0;
+            }
+            if (sel && !bits) {
+                free(rname), free(bname);
+                rname = bname = NULL;
             }
         }
         if (!sel) {
@@ -327,13 +392,22 @@ ql_status ql_checkpoint_quantize(const char *in_path, const char *out_path, cons
         }
         layers_total++;
         out_tensor *o = &outs[n_out];
-        o[0] = (out_tensor){OUT_CODES, i, NULL, {ti.shape[0], ti.shape[1]}};
+        const int64_t rb = bits ? ql_wxa8_row_bytes(bits, ti.shape[1]) : ti.shape[1];
+        o[0] = (out_tensor){OUT_CODES, i, NULL, {ti.shape[0], rb}};
         o[1] = (out_tensor){OUT_SCALE, i, sname, {ti.shape[0], 1}};
         o[2] = (out_tensor){OUT_CONFIG, i, cname, {(int64_t)cq_len, 0}};
         specs[n_out] = (ql_tensor_spec){ti.name, QL_ST_I8, 2, o[0].shape};
-        specs[n_out + 1] = (ql_tensor_spec){sname, QL_ST_F32, 2, o[1].shape};
+        specs[n_out + 1] = (ql_tensor_spec){sname, QL_ST_F32, bits ? 1 : 2, o[1].shape};
         specs[n_out + 2] = (ql_tensor_spec){cname, QL_ST_U8, 1, o[2].shape};
         n_out += 3;
+        if (bits) {
+            o[3] = (out_tensor){OUT_SREL, i, rname, {ti.shape[0], ti.shape[1] / wp.group}};
+            specs[n_out++] = (ql_tensor_spec){rname, QL_ST_F8_E4M3, 2, o[3].shape};
+            if (wp.mode == QL_WXA8_CODEBOOK) {
+                o[4] = (out_tensor){OUT_CODEBOOK, i, bname, {16, 0}};
+                specs[n_out++] = (ql_tensor_spec){bname, QL_ST_F32, 1, o[4].shape};
+            } else free(bname);
+        }
     }
     st = ql_st_writer_open(out_path, specs, n_out, (const char *const *)c->meta_keys,
                            (const char *const *)c->meta_values, c->n_meta, in_path, &w);
@@ -344,12 +418,15 @@ ql_status ql_checkpoint_quantize(const char *in_path, const char *out_path, cons
     j.w = w;
     j.opt = opt;
     j.group = group;
+    j.bits = bits;
+    j.wp = wp;
     j.threads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
     if (j.threads < 1) j.threads = 1;
     j.qbuf = calloc((size_t)j.threads, sizeof *j.qbuf);
     j.sbuf = calloc((size_t)j.threads, sizeof *j.sbuf);
     j.xbuf = calloc((size_t)j.threads, sizeof *j.xbuf);
-    if (!j.qbuf || !j.sbuf || !j.xbuf) {
+    j.rbuf = calloc((size_t)j.threads, sizeof *j.rbuf);
+    if (!j.qbuf || !j.sbuf || !j.xbuf || !j.rbuf) {
         st = ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
         goto done;
     }
@@ -400,6 +477,7 @@ done:
     free(j.qbuf);
     free(j.sbuf);
     free(j.xbuf);
+    free(j.rbuf);
     if (outs)
         for (int64_t o = 0; o < n_out; o++) free(outs[o].name);
     free(outs);

@@ -22,7 +22,7 @@ const ql_s8_kernel *ql_s8_kernel_for(ql_isa isa)
 ql_status ql_pack_b_s8(const ql_s8_kernel *kern, const int8_t *w, int64_t n, int64_t k, int64_t ldw, ql_packed_b *out)
 {
     const int nr = kern->nr;
-    ql_packed_b b = {n, k, ql_kpad(kern, k) / 4, ql_panels(n, nr), nr, kern->b_offset128, NULL};
+    ql_packed_b b = {n, k, ql_kpad(kern, k) / 4, ql_panels(n, nr), nr, kern->b_offset128, NULL, NULL, NULL};
     size_t bytes = (size_t)(b.panels * b.k4 * nr * 4);
     b.data = ql_aligned_alloc(bytes);
     if (!b.data) return ql_fail(QL_ERR_OUT_OF_MEMORY, "pack weight: cannot allocate %zu bytes", bytes);
@@ -97,10 +97,12 @@ ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const int8_t *pa
     const int64_t blocks = mblocks * nblocks;
     if (threads > blocks) threads = (int)(blocks > 0 ? blocks : 1);
     const size_t cbytes = (size_t)(mc * nc * mr * nr) * sizeof(int32_t);
+    const size_t dbytes = b->decode ? (size_t)(nc * (k4 < kc4 ? k4 : kc4) * nr * 4) : 0;
     int failed = 0;
 #pragma omp parallel num_threads(threads)
     {
-        int32_t *cbuf = ql_aligned_alloc(cbytes);
+        int32_t *cbuf = ql_aligned_alloc(cbytes + dbytes);
+        uint8_t *dbuf = cbuf ? (uint8_t *)cbuf + cbytes : NULL;
         if (!cbuf) {
 #pragma omp atomic write
             failed = 1;
@@ -113,11 +115,13 @@ ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const int8_t *pa
                 const int64_t kc = k4 - pc < kc4 ? k4 - pc : kc4;
                 const int last = pc + kc >= k4;
                 const int64_t ni = bk.ip1 - bk.ip0, nj = bk.jp1 - bk.jp0;
+                if (b->decode) b->decode(b->src, bk.jp0, bk.jp1, pc, kc, dbuf);
                 for (int64_t t = 0; t < ni * nj; t++) {
                     const int64_t ip = bk.ip0 + (kern->a_outer ? t / nj : t % ni);
                     const int64_t jp = bk.jp0 + (kern->a_outer ? t % nj : t / ni);
                     int32_t *c = cbuf + ((jp - bk.jp0) * mc + (ip - bk.ip0)) * mr * nr;
-                    kern->tile(kc, packed_a + ip * a_panel + pc * mr * 4, b->data + jp * b_panel + pc * nr * 4, c, pc > 0);
+                    const uint8_t *bp = b->decode ? dbuf + (jp - bk.jp0) * kc * nr * 4 : b->data + jp * b_panel + pc * nr * 4;
+                    kern->tile(kc, packed_a + ip * a_panel + pc * mr * 4, bp, c, pc > 0);
                     if (!last) continue;
                     const int64_t m0 = ip * mr, n0 = jp * nr;
                     const int mr_eff = (int)(m - m0 < mr ? m - m0 : mr);
@@ -128,6 +132,6 @@ ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const int8_t *pa
         }
         ql_aligned_free(cbuf);
     }
-    if (failed) return ql_fail(QL_ERR_OUT_OF_MEMORY, "int8 gemm: cannot allocate %zu bytes of tile buffer", cbytes);
+    if (failed) return ql_fail(QL_ERR_OUT_OF_MEMORY, "int8 gemm: cannot allocate %zu bytes of tile buffer", cbytes + dbytes);
     return QL_OK;
 }

@@ -55,6 +55,12 @@ typedef struct ql_packed_b {
     int nr;
     bool offset128;
     uint8_t *data; /* panels · k4 · nr · 4 bytes, 64-byte aligned */
+    /* Weights decoded inside the GEMM (W4A8/W6A8): data is NULL, and before
+     * the tiles of a block's K slice run, decode(src, jp0, jp1, pc, kc, dst)
+     * writes panels [jp0, jp1), k4 rows [pc, pc + kc) in the layout above
+     * into a per-thread buffer (panel stride kc · nr · 4). */
+    void (*decode)(const void *src, int64_t jp0, int64_t jp1, int64_t pc, int64_t kc, uint8_t *dst);
+    const void *src;
 } ql_packed_b;
 
 ql_status ql_pack_b_s8(const ql_s8_kernel *kern, const int8_t *w, int64_t n, int64_t k, int64_t ldw, ql_packed_b *out);

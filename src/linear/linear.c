@@ -8,9 +8,11 @@
 
 #include "../gemm/f32.h"
 #include "../gemm/gemm.h"
+#include "../gemm/wxa8_panels.h"
 #include "kernels.h"
 #include "lora.h"
 #include "../cuda/cuda_backend.h"
+#include "wxa8_linear.h"
 
 /* Rows quantized and multiplied per step: bounds the packed-activation
  * buffer (rows·K bytes) for very tall inputs. A multiple of every MR. */
@@ -38,6 +40,11 @@ struct ql_linear {
     float *bias[3];
     /* W8A8 epilogue facts (see ql_w8a8_epi.finite_weights), per output dtype */
     bool finite_weights[3];
+    /* W4A8/W6A8: codes decoded inside the GEMM (b8 decodes from wp), and
+     * the asymmetric correction [k/corr_group, n] (fp32), NULL if none */
+    ql_wxa8_panels *wp;
+    float *corr;
+    int64_t corr_group;
     ql_lora_set *lora; /* unmerged LoRAs (W8A8 only); NULL: none */
 };
 
@@ -74,6 +81,9 @@ void ql_linear_destroy(ql_linear *l)
     ql_packed_f32_free(&l->bf);
     ql_aligned_free(l->sw);
     ql_aligned_free(l->codes);
+    ql_wxa8_panels_free(l->wp);
+    free(l->wp);
+    ql_aligned_free(l->corr);
     for (int i = 0; i < 3; i++) ql_aligned_free(l->bias[i]);
     ql_lora_set_free(l->lora);
     free(l);
@@ -88,7 +98,7 @@ static ql_status copy_bias(ql_linear *l, const void *bias, ql_dtype dt, int64_t 
     return QL_OK;
 }
 
-static ql_status create_int8(ql_linear *l, const ql_linear_desc *d)
+static ql_status create_int8(ql_linear *l, const ql_linear_desc *d, const ql_wxa8_weight *packed)
 {
     const ql_int8_weight *w = &d->int8;
     QL_TRY(ql_check_int8_weight("ql_linear_create", w));
@@ -108,6 +118,11 @@ static ql_status create_int8(ql_linear *l, const ql_linear_desc *d)
     }
     if (d->kind == QL_LINEAR_W8A8) {
         l->s8 = ql_s8_kernel_for(l->ctx->isa);
+        if (packed) {
+            l->wp = calloc(1, sizeof *l->wp);
+            if (!l->wp) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_create: out of memory");
+            return ql_wxa8_panels_pack(l->s8, packed, l->wp, &l->b8);
+        }
         return ql_pack_b_s8(l->s8, w->q, w->n, w->k, w->ldq, &l->b8);
     }
     l->f32 = ql_f32_kernel_for(l->ctx->isa);
@@ -128,6 +143,9 @@ static ql_status create_cuda(ql_linear *l, const ql_linear_desc *d)
     const char *fn = "ql_linear_create";
     if (d->kind != QL_LINEAR_W8A8)
         return ql_fail(QL_ERR_UNSUPPORTED, "%s: only W8A8 linears run on CUDA devices (kind %d asked)", fn, (int)d->kind);
+    if (d->wxa8.bits)
+        return ql_fail(QL_ERR_UNSUPPORTED,
+                       "%s: W4A8/W6A8 layers run on the CPU (on CUDA: decode with ql_wxa8_decode into an int8 layer)", fn);
     QL_TRY(ql_check_int8_weight(fn, &d->int8));
     l->n = d->int8.n;
     l->k = d->int8.k;
@@ -166,7 +184,13 @@ ql_status ql_linear_create(ql_context *ctx, const ql_linear_desc *d, ql_linear *
     switch (d->kind) {
     case QL_LINEAR_W8A8:
     case QL_LINEAR_WEIGHT_ONLY:
-    case QL_LINEAR_DEQUANT: st = create_int8(l, d); break;
+    case QL_LINEAR_DEQUANT:
+    case QL_LINEAR_WXA8_PACKED:
+        if (d->wxa8.bits) st = ql_wxa8_linear_create(d, &l->corr, &l->corr_group, &l->kind, create_int8, l);
+        else if (d->kind == QL_LINEAR_WXA8_PACKED)
+            st = ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: kind WXA8_PACKED needs a W4A8/W6A8 weight (desc.wxa8)", fn);
+        else st = create_int8(l, d, NULL);
+        break;
     case QL_LINEAR_DENSE:
         if ((st = ql_check_float_dtype(fn, "weight", d->weight_dtype)) != QL_OK) break;
         if ((st = ql_check_matrix(fn, "weight", d->weight, d->n, d->k, d->ld_weight)) != QL_OK) break;
@@ -198,7 +222,9 @@ size_t ql_linear_weight_bytes(const ql_linear *l)
 {
     if (!l) return 0;
     if (l->cuda) return ql_cuda_linear_weight_bytes(l->cuda);
-    if (l->kind == QL_LINEAR_W8A8) return (size_t)(l->b8.panels * l->b8.k4 * l->b8.nr * 4) + (size_t)l->n_sw * 4;
+    const size_t corr = l->corr ? (size_t)(l->k / l->corr_group * l->n) * 4 : 0;
+    if (l->wp) return ql_wxa8_panels_bytes(l->wp) + (size_t)l->n_sw * 4 + corr;
+    if (l->kind == QL_LINEAR_W8A8) return (size_t)(l->b8.panels * l->b8.k4 * l->b8.nr * 4) + (size_t)l->n_sw * 4 + corr;
     if (l->kind == QL_LINEAR_DEQUANT) return (size_t)(l->n * l->k) + (size_t)l->n_sw * 4;
     return ql_packed_f32_bytes(&l->bf) + (size_t)l->n_sw * 4;
 }
@@ -245,12 +271,17 @@ static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t
         ql_w8a8_epi e = {sx, rowsum, kern->b_offset128, l->sw, l->n_sw == 1, *plan,
                          ql_row_ptr(ydt, y, m0, ldy), ldy, NULL, 0, l->finite_weights[ydt], NULL};
         if (e.plan.residual) e.plan.residual = ql_row_cptr(ydt, e.plan.residual, m0, e.plan.ld_residual);
-        if (lora) {
-            lr.base = e;
-            lr.inner = ops.epilogue;
+        if (l->corr && lora)
+            st = ql_fail(QL_ERR_UNSUPPORTED, "ql_linear_forward: unmerged LoRA on an asymmetric W4A8 layer is not supported");
+        else if (l->corr) st = ql_wxa8_gemm_corrected(threads, kern, packed, mc, &l->b8, &e, l->corr, l->corr_group, l->k);
+        else {
+            if (lora) {
+                lr.base = e;
+                lr.inner = ops.epilogue;
+            }
+            st = lora ? ql_gemm_s8_run(threads, kern, packed, mc, &l->b8, ql_lora_epilogue, &lr)
+                      : ql_gemm_s8_run(threads, kern, packed, mc, &l->b8, ops.epilogue, &e);
         }
-        st = lora ? ql_gemm_s8_run(threads, kern, packed, mc, &l->b8, ql_lora_epilogue, &lr)
-                  : ql_gemm_s8_run(threads, kern, packed, mc, &l->b8, ops.epilogue, &e);
         if (st != QL_OK) goto done;
     }
 done:
