@@ -441,7 +441,8 @@ static void test_linear(void)
 {
     ql_context *ctx;
     CHECK_OK(ql_context_create(&ctx));
-    const ql_isa isas[] = {QL_ISA_GENERIC, QL_ISA_AVX2, QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI};
+    const ql_isa isas[] = {QL_ISA_GENERIC, QL_ISA_AVX2, QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI,
+                           QL_ISA_NEON,    QL_ISA_NEONDOT, QL_ISA_I8MM};
     float lut[16];
     ql_wxa8_fixed_lut(lut);
     double err4 = 0, err6 = 0;

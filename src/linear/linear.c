@@ -121,6 +121,11 @@ static ql_status create_int8(ql_linear *l, const ql_linear_desc *d, const ql_wxa
         if (packed) {
             l->wp = calloc(1, sizeof *l->wp);
             if (!l->wp) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_create: out of memory");
+#if QL_ARM64
+            /* the W4A8/W6A8 decode writes c4 panels; the SDOT kernel's 12-column and
+             * the SMMLA kernel's 8-k panels are not wired in yet: the NEON kernel */
+            if (l->s8->isa == QL_ISA_NEONDOT || l->s8->isa == QL_ISA_I8MM) l->s8 = &ql_s8_gemm_4x8c4__neon;
+#endif
             return ql_wxa8_panels_pack(l->s8, packed, l->wp, &l->b8);
         }
         return ql_pack_b_s8(l->s8, w->q, w->n, w->k, w->ldq, &l->b8);
