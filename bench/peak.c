@@ -6,6 +6,8 @@
 #include "peak.h"
 
 #include <omp.h>
+#include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 static double now_s(void)
@@ -16,6 +18,8 @@ static double now_s(void)
 }
 
 #if defined(__x86_64__)
+#include <immintrin.h>
+
 /* Written in assembly so no compiler can spill or fold the chains. */
 #define QL_DP(op, r) op " %%" r "1, %%" r "0, %%" r
 #define QL_CHAINS(op, r)                                                                                        \
@@ -63,6 +67,7 @@ double ql_bench_int8_peak_gops(ql_isa isa, int threads, long iters)
     }
     return ops / (now_s() - t0) / 1e9;
 }
+
 #elif defined(__aarch64__)
 /* 16 independent accumulators v0..v15 (SDOT/SMMLA latency 3-4 cycles on up
  * to 4 pipes), sources v16, v17. The instructions are emitted as .inst words
@@ -104,7 +109,66 @@ double ql_bench_int8_peak_gops(ql_isa isa, int threads, long iters)
 #else
 double ql_bench_int8_peak_gops(ql_isa isa, int threads, long iters)
 {
-    (void)isa; (void)threads; (void)iters; (void)now_s;
+    (void)isa; (void)threads; (void)iters;
     return 0.0;
 }
 #endif
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static uint64_t read_avx2(const char *p, size_t n)
+{
+    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+    size_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        a = _mm256_xor_si256(a, _mm256_load_si256((const __m256i *)(p + i)));
+        b = _mm256_xor_si256(b, _mm256_load_si256((const __m256i *)(p + i + 32)));
+        c = _mm256_xor_si256(c, _mm256_load_si256((const __m256i *)(p + i + 64)));
+        d = _mm256_xor_si256(d, _mm256_load_si256((const __m256i *)(p + i + 96)));
+    }
+    a = _mm256_xor_si256(_mm256_xor_si256(a, b), _mm256_xor_si256(c, d));
+    uint64_t v[4];
+    _mm256_storeu_si256((__m256i *)v, a);
+    return v[0] ^ v[1] ^ v[2] ^ v[3];
+}
+
+#endif
+
+static uint64_t read_scalar(const char *p, size_t n)
+{
+    uint64_t s = 0, w;
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        memcpy(&w, p + i, 8);
+        s ^= w;
+    }
+    return s;
+}
+
+double ql_bench_read_gbs(const void *buf, size_t bytes, int threads)
+{
+    static volatile uint64_t sink;
+#if defined(__x86_64__)
+    const int avx2 = __builtin_cpu_supports("avx2");
+#endif
+    double t0 = 0, t1 = 0;
+    /* timed between barriers inside the region: the read alone, without the
+     * cost of starting the threads (which the paths do pay) */
+#pragma omp parallel num_threads(threads)
+    {
+        const int t = omp_get_thread_num(), n = omp_get_num_threads();
+        const size_t lo = bytes * (size_t)t / (size_t)n & ~(size_t)127, hi = bytes * (size_t)(t + 1) / (size_t)n & ~(size_t)127;
+        const char *p = (const char *)buf + lo;
+#pragma omp barrier
+#pragma omp master
+        t0 = now_s();
+#if defined(__x86_64__)
+        uint64_t v = avx2 ? read_avx2(p, hi - lo) : read_scalar(p, hi - lo);
+#else
+        uint64_t v = read_scalar(p, hi - lo);
+#endif
+        sink ^= v;
+#pragma omp barrier
+#pragma omp master
+        t1 = now_s();
+    }
+    return (double)(bytes & ~(size_t)127) / (t1 - t0) / 1e9;
+}

@@ -8,4 +8,9 @@
  * for avxvnni; 16 SDOT or SMMLA for neondot / i8mm); 0 for ISAs without one. */
 double ql_bench_int8_peak_gops(ql_isa isa, int threads, long iters);
 
+/* GB/s of `threads` threads reading `bytes` of buf once (each thread a
+ * contiguous share, as the small-M GEMM splits the weight): a STREAM-like
+ * read loop, sampled in the same rounds as the paths it is compared with. */
+double ql_bench_read_gbs(const void *buf, size_t bytes, int threads);
+
 #endif

@@ -130,6 +130,22 @@ static const char *dnnl_info(void)
     snprintf(buf, sizeof buf, "oneDNN %d.%d.%d (%s)", v->major, v->minor, v->patch, v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other runtime");
     return buf;
 }
+static const char *dnnl_isa(void)
+{
+    switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_sse41: return "oneDNN sse41";
+    case dnnl_cpu_isa_avx: return "oneDNN avx";
+    case dnnl_cpu_isa_avx2: return "oneDNN avx2";
+    case dnnl_cpu_isa_avx512_mic: return "oneDNN avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops: return "oneDNN avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core: return "oneDNN avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "oneDNN avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "oneDNN avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "oneDNN avx512_core_amx";
+    case dnnl_cpu_isa_avx2_vnni: return "oneDNN avx2_vnni";
+    default: return "oneDNN (isa ?)";
+    }
+}
 #define HAVE_DNNL 1
 #else
 #define HAVE_DNNL 0
@@ -148,6 +164,21 @@ const char *peer_info(peer_kind kind)
     return dnnl_info();
 #else
     return "oneDNN not found at build time";
+#endif
+}
+
+const char *peer_isa(peer_kind kind)
+{
+    static char buf[96];
+    if (kind == PEER_OPENBLAS_F32) {
+        const char *core = strstr(peer_openblas_info(), "core ");
+        snprintf(buf, sizeof buf, "OpenBLAS %s", core ? core : "");
+        return buf;
+    }
+#if HAVE_DNNL
+    return dnnl_isa();
+#else
+    return "-";
 #endif
 }
 

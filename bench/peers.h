@@ -14,6 +14,9 @@ typedef struct peer peer;
 /* NULL name: not built in. info: version / core type line for the report. */
 int peer_available(peer_kind kind);
 const char *peer_info(peer_kind kind);
+/* The instruction set the peer runs with (oneDNN: its effective CPU ISA,
+ * which ONEDNN_MAX_CPU_ISA caps; OpenBLAS: its core type). */
+const char *peer_isa(peer_kind kind);
 void peer_set_threads(int threads);
 
 /* Prepare Y[M,N] = X[M,K]·W[N,K]ᵀ. W is given as fp32 (F32/BF16 kinds, which

@@ -339,6 +339,10 @@ ql_status ql_linear_forward(ql_linear *lin, const void *x, ql_dtype x_dtype, int
                             ql_dtype y_dtype, int64_t ldy, const ql_epilogue *epi);
 /* Bytes the packed weight occupies (what stays resident). */
 size_t ql_linear_weight_bytes(const ql_linear *lin);
+/* The micro-kernel ql_linear_forward runs for m rows, and whether it takes
+ * the small-M path (N split across threads, whole-K tiles), as one line of
+ * text, e.g. "s8_gemm_1x32c4__avx512vnni small-M" (at most len bytes). */
+void ql_linear_describe(const ql_linear *lin, int64_t m, char *buf, size_t len);
 
 /* --------------------------------------------------- unmerged LoRA
  * A low-rank term added inside the W8A8 pipeline: y = x·Wᵀ + Σ_i

@@ -62,6 +62,7 @@ typedef struct {
     double ms, gops, rel_l2;
     size_t wbytes;
     int ok;
+    char kernel[64]; /* what ran (ours: micro-kernel and path; peers: their ISA) */
 } result;
 
 static double now_ms(void)
@@ -217,8 +218,9 @@ static int run_linear(void *a)
 
 typedef struct {
     int threads;
+    ql_s8_plan plan;
     const ql_s8_kernel *kern;
-    int8_t *pa;
+    void *pa;
     int32_t *rowsum;
     int64_t m;
     ql_packed_b pb;
@@ -227,7 +229,7 @@ typedef struct {
 static int run_gemm(void *a)
 {
     gemm_run *g = a;
-    return ql_gemm_s8_run(g->threads, g->kern, g->pa, g->m, &g->pb, ql_w8a8_epilogue_for(g->kern->isa), &g->e) != QL_OK;
+    return ql_gemm_s8_exec(g->threads, g->plan, g->pa, g->m, &g->pb, ql_w8a8_epilogue_for(g->kern->isa), &g->e) != QL_OK;
 }
 
 typedef struct {
@@ -279,7 +281,7 @@ static ql_wxa8_weight wxa8_weight(const layer_data *cd, int b, int threads)
 }
 
 /* Build path p for this shape; 0 if it is unavailable (reason on stderr). */
-static int prepare(ql_context *ctx, const layer_data *d, int p, runner *rn, size_t *wbytes)
+static int prepare(ql_context *ctx, const layer_data *d, int p, runner *rn, size_t *wbytes, char *kernel, size_t klen)
 {
     const int64_t m = d->m, n = d->n, k = d->k;
     memset(rn, 0, sizeof *rn);
@@ -334,16 +336,19 @@ static int prepare(ql_context *ctx, const layer_data *d, int p, runner *rn, size
         rn->fn = run_linear;
         rn->arg = r;
         *wbytes = ql_linear_weight_bytes(lin);
+        ql_linear_describe(lin, m, kernel, klen);
         return 1;
     }
     if (p == P_GEMM) {
         gemm_run *g = calloc(1, sizeof *g);
         g->threads = ql_context_threads(ctx);
-        g->kern = ql_s8_kernel_for(ql_context_isa(ctx));
+        g->plan = ql_s8_plan_limit(ql_context_isa(ctx), m, n, k, ctx->small_m); /* the path the linear takes */
+        g->kern = g->plan.kern;
+        snprintf(kernel, klen, "%s%s", g->kern->name, g->plan.small ? " small-M" : "");
         g->m = m;
         int8_t *xq = malloc((size_t)(m * k));
         float *sx = malloc((size_t)m * 4), *xr = malloc((size_t)(m * k) * 4);
-        g->pa = ql_aligned_alloc(ql_packed_a_bytes(g->kern, m, k));
+        g->pa = ql_aligned_alloc(ql_packed_a_bytes(g->kern, m, k) * (size_t)(g->kern->aes ? g->kern->aes : 1));
         g->rowsum = malloc((size_t)m * 4);
         memcpy(xr, d->x, (size_t)(m * k) * 4);
         ql_rotate(QL_F32, xr, m, k, k, 256);
@@ -381,6 +386,7 @@ static int prepare(ql_context *ctx, const layer_data *d, int p, runner *rn, size
     rn->fn = run_peer;
     rn->arg = r;
     *wbytes = peer_weight_bytes(pp);
+    snprintf(kernel, klen, "%s", peer_isa(kind));
     return 1;
 }
 
@@ -408,9 +414,15 @@ static void release(int p, runner *rn)
  * path runs once, so a slow spell of this shared machine hits all paths
  * alike; report the median per path. Each round also samples the int8
  * dot-product peak (*peak: its median, 0 where the ISA has none). */
-static void bench_shape(ql_context *ctx, const layer_data *d, const int *want, int reps, result *res, double *peak)
+static void bench_shape(ql_context *ctx, const layer_data *d, const int *want, int reps, result *res, double *peak,
+                        double *bw)
 {
-    double peaks[64];
+    double peaks[64], bws[64];
+    /* the read-bandwidth probe: a buffer the size of the int8 weight, read
+     * once per round like every path's weight (so from the same cache level) */
+    const size_t bw_bytes = ((size_t)(d->n * d->k) + 4095) & ~(size_t)4095;
+    char *bwbuf = ql_aligned_alloc(bw_bytes);
+    if (bwbuf) memset(bwbuf, 1, bw_bytes);
     const ql_isa isa = ql_context_isa(ctx);
     const double ops = 2.0 * (double)d->m * (double)d->n * (double)d->k;
     runner rn[NPATHS];
@@ -422,7 +434,7 @@ static void bench_shape(ql_context *ctx, const layer_data *d, const int *want, i
         rn[p].y = NULL;
         if (!want[p]) continue;
         fprintf(stderr, "\r  preparing %-14s N=%-5lld K=%-5lld M=%-5lld   ", path_names[p], (long long)d->n, (long long)d->k, (long long)d->m);
-        if (!prepare(ctx, d, p, &rn[p], &res[p].wbytes)) continue;
+        if (!prepare(ctx, d, p, &rn[p], &res[p].wbytes, res[p].kernel, sizeof res[p].kernel)) continue;
         rn[p].ok = rn[p].fn(rn[p].arg) == 0;
         res[p].rel_l2 = rn[p].ok && rn[p].has_error ? rel_l2(d, rn[p].ydt, rn[p].y, rn[p].with_bias, p == P_W8A8_LORA) : NAN;
     }
@@ -435,9 +447,13 @@ static void bench_shape(ql_context *ctx, const layer_data *d, const int *want, i
             rn[p].t[r] = now_ms() - t0;
         }
         peaks[r] = ql_bench_int8_peak_gops(isa, ql_context_threads(ctx), 200000);
+        bws[r] = bwbuf ? ql_bench_read_gbs(bwbuf, bw_bytes, ql_context_threads(ctx)) : 0.0;
     }
+    ql_aligned_free(bwbuf);
     qsort(peaks, (size_t)reps, sizeof(double), cmp_double);
     *peak = reps % 2 ? peaks[reps / 2] : 0.5 * (peaks[reps / 2 - 1] + peaks[reps / 2]);
+    qsort(bws, (size_t)reps, sizeof(double), cmp_double);
+    *bw = reps % 2 ? bws[reps / 2] : 0.5 * (bws[reps / 2 - 1] + bws[reps / 2]);
     for (int p = 0; p < NPATHS; p++) {
         if (rn[p].ok) {
             qsort(rn[p].t, (size_t)reps, sizeof(double), cmp_double);
@@ -470,7 +486,7 @@ static void cpu_name(char *buf, size_t len)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: qlinear bench [--profile anima|qwen3-te|large | --shape NxK] [--m N] [--threads N] "
+    fprintf(stderr, "usage: qlinear bench [--profile anima|qwen3-te|large | --shape NxK] [--m N[,N...]] [--threads N] "
                     "[--paths LIST] [--reps N] [--json FILE]\n  paths:");
     for (int p = 0; p < NPATHS; p++) fprintf(stderr, " %s", path_names[p]);
     fprintf(stderr, "\n");
@@ -493,7 +509,12 @@ static void openblas_coretype(char **argv)
 {
     if (getenv("OPENBLAS_CORETYPE") || getenv("QL_BENCH_REEXEC") || !peer_available(PEER_OPENBLAS_F32)) return;
     if (!strstr(peer_info(PEER_OPENBLAS_F32), "core Prescott")) return;
-    const char *core = ql_isa_supported(QL_ISA_AVX512VNNI) ? "SkylakeX" : ql_isa_supported(QL_ISA_AVX2) ? "Haswell" : NULL;
+    /* a forced AVX2-class ISA (QLINEAR_ISA) gets OpenBLAS's AVX2 core too */
+    const char *forced = getenv("QLINEAR_ISA");
+    const int avx2_only = forced && (!strcmp(forced, "avx2") || !strcmp(forced, "avxvnni"));
+    const char *core = ql_isa_supported(QL_ISA_AVX512VNNI) && !avx2_only ? "SkylakeX"
+                     : ql_isa_supported(QL_ISA_AVX2)                     ? "Haswell"
+                                                                         : NULL;
     if (!core) return;
     setenv("OPENBLAS_CORETYPE", core, 1);
     setenv("QL_BENCH_REEXEC", "1", 1);
@@ -515,7 +536,9 @@ int ql_cmd_bench(int argc, char **argv)
     openblas_coretype(argv);
     const profile *prof = &profiles[0];
     profile single = {"shape", 1024, {{0, 0, 0, 1}}, 1}; /* --shape NxK: one layer, count 1 */
-    long m_opt = -1, threads = -1, reps = 7;
+    long threads = -1, reps = 7;
+    int64_t mlist[16];
+    int nm = 0; /* --m list; none: each shape's own M */
     const char *json_path = NULL;
     int want[NPATHS];
     for (int p = 0; p < NPATHS; p++) want[p] = 1;
@@ -544,7 +567,19 @@ int ql_cmd_bench(int argc, char **argv)
             single.shapes[0].k = k;
             prof = &single;
         } else if (!strcmp(a, "--m")) {
-            if (!parse_int(v, 1, 1 << 20, &m_opt)) { fprintf(stderr, "qlinear bench: --m %s is not in 1..1048576\n", v); return 2; }
+            char *list = strdup(v), *save = NULL;
+            nm = 0;
+            for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                long mv;
+                if (nm == 16 || !parse_int(t, 1, 1 << 20, &mv)) {
+                    fprintf(stderr, "qlinear bench: --m %s is not a list of at most 16 values in 1..1048576\n", v);
+                    free(list);
+                    return 2;
+                }
+                mlist[nm++] = mv;
+            }
+            free(list);
+            if (!nm) { fprintf(stderr, "qlinear bench: --m needs a value\n"); return 2; }
         } else if (!strcmp(a, "--threads")) {
             if (!parse_int(v, 1, 1024, &threads)) { fprintf(stderr, "qlinear bench: --threads %s is not in 1..1024\n", v); return 2; }
         } else if (!strcmp(a, "--reps")) {
@@ -564,6 +599,7 @@ int ql_cmd_bench(int argc, char **argv)
         } else { fprintf(stderr, "qlinear bench: unknown option '%s'\n", a); usage(); return 2; }
     }
     want[P_FP32] = 1; /* the baseline every ratio refers to */
+    if (!nm) mlist[nm++] = 0;
 
     ql_context *ctx;
     if (ql_context_create(&ctx) != QL_OK) { fprintf(stderr, "qlinear bench: %s\n", ql_last_error()); return 1; }
@@ -581,71 +617,91 @@ int ql_cmd_bench(int argc, char **argv)
                getenv("OPENBLAS_CORETYPE"));
     printf("peers: %s; %s\n", peer_available(PEER_OPENBLAS_F32) ? peer_info(PEER_OPENBLAS_F32) : "OpenBLAS absent",
            peer_available(PEER_ONEDNN_F32) ? peer_info(PEER_ONEDNN_F32) : "oneDNN absent");
+    if (peer_available(PEER_ONEDNN_F32))
+        printf("peer ISAs: %s; %s%s\n", peer_isa(PEER_OPENBLAS_F32), peer_isa(PEER_ONEDNN_F32),
+               getenv("ONEDNN_MAX_CPU_ISA") ? " (ONEDNN_MAX_CPU_ISA set)" : "");
     printf("data: W ~ N(0, 0.02²) fp32 quantized INT8 ConvRot G=256; X ~ N(0,1) with 8 input channels ×30, bf16 values\n");
     printf("rel_l2: vs a float64 reference of the unquantized layer (+ bias), on %d sampled rows\n\n", 16);
     for (int p = 0; p < NPATHS; p++)
         if (want[p]) printf("  %-19s %s\n", path_names[p], path_notes[p]);
-    printf("\n%-11s %6s %5s  %-19s %10s %9s %8s %9s %10s\n", "N x K", "M", "count", "path", "ms", "GOP/s", "vs fp32",
-           "rel_l2", "weight MB");
-
-    result all[8][NPATHS];
-    memset(all, 0, sizeof all);
-    double peak[8] = {0};
-    double totals[NPATHS] = {0};
-    int64_t ms_used[8];
-    double wrel[8][2] = {{0}}; /* weight rel-L2 of W4A8 / W6A8 (0: not made) */
-    for (int s = 0; s < prof->nshapes; s++) {
-        const shape *sh = &prof->shapes[s];
-        int64_t m = m_opt > 0 ? m_opt : sh->m ? sh->m : prof->default_m;
-        ms_used[s] = m;
-        layer_data d;
-        fprintf(stderr, "\r  generating N=%lld K=%lld ...", (long long)sh->n, (long long)sh->k);
-        make_data(&d, m, sh->n, sh->k);
-        bench_shape(ctx, &d, want, (int)reps, all[s], &peak[s]);
-        for (int b = 0; b < 2; b++) wrel[s][b] = d.wrel[b];
-        free_data(&d);
-        char nk[32];
-        snprintf(nk, sizeof nk, "%lldx%lld", (long long)sh->n, (long long)sh->k);
-        for (int p = 0; p < NPATHS; p++) {
-            result *r = &all[s][p];
-            if (!r->ok) continue;
-            totals[p] += r->ms * (double)sh->count;
-            char rel[16] = "-";
-            if (!isnan(r->rel_l2)) snprintf(rel, sizeof rel, "%.5f", r->rel_l2);
-            printf("%-11s %6lld %5lld  %-19s %10.3f %9.1f %7.2fx %9s %10.1f\n", p == 0 ? nk : "", (long long)m,
-                   (long long)sh->count, path_names[p], r->ms, r->gops, all[s][P_FP32].ms / r->ms, rel,
-                   (double)r->wbytes / 1e6);
+    printf("\nread bandwidth (M <= 64): a STREAM-like read of a buffer the size of the layer's int8 weight, on the same\n"
+           "threads, once per round like every path's weight (so from the same cache level); for each path, its resident\n"
+           "weight bytes / time (GB/s) and the share of that bandwidth (%%bw). kernel: the micro-kernel and path that ran.\n");
+    result (*all)[8][NPATHS] = calloc((size_t)nm, sizeof *all);
+    double (*peak)[8] = calloc((size_t)nm, sizeof *peak), (*bw)[8] = calloc((size_t)nm, sizeof *bw);
+    double (*totals)[NPATHS] = calloc((size_t)nm, sizeof *totals);
+    int64_t (*ms_used)[8] = calloc((size_t)nm, sizeof *ms_used);
+    double (*wrel)[8][2] = calloc((size_t)nm, sizeof *wrel); /* weight rel-L2 of W4A8 / W6A8 (0: not made) */
+    if (!all || !peak || !bw || !totals || !ms_used || !wrel) { fprintf(stderr, "qlinear bench: out of memory\n"); return 1; }
+    for (int mi = 0; mi < nm; mi++) {
+        printf("\n%-11s %6s %5s  %-19s %10s %9s %8s %9s %10s %7s %5s  %s\n", "N x K", "M", "count", "path", "ms", "GOP/s",
+               "vs fp32", "rel_l2", "weight MB", "GB/s", "%bw", "kernel");
+        for (int s = 0; s < prof->nshapes; s++) {
+            const shape *sh = &prof->shapes[s];
+            int64_t m = mlist[mi] > 0 ? mlist[mi] : sh->m ? sh->m : prof->default_m;
+            ms_used[mi][s] = m;
+            layer_data d;
+            fprintf(stderr, "\r  generating N=%lld K=%lld ...", (long long)sh->n, (long long)sh->k);
+            make_data(&d, m, sh->n, sh->k);
+            bench_shape(ctx, &d, want, (int)reps, all[mi][s], &peak[mi][s], &bw[mi][s]);
+            for (int b = 0; b < 2; b++) wrel[mi][s][b] = d.wrel[b];
+            free_data(&d);
+            char nk[32];
+            snprintf(nk, sizeof nk, "%lldx%lld", (long long)sh->n, (long long)sh->k);
+            for (int p = 0; p < NPATHS; p++) {
+                result *r = &all[mi][s][p];
+                if (!r->ok) continue;
+                totals[mi][p] += r->ms * (double)sh->count;
+                char rel[16] = "-", gbs[16] = "", frac[16] = "";
+                if (!isnan(r->rel_l2)) snprintf(rel, sizeof rel, "%.5f", r->rel_l2);
+                if (m <= 64) {
+                    const double g = (double)r->wbytes / (r->ms * 1e6);
+                    snprintf(gbs, sizeof gbs, "%.1f", g);
+                    if (bw[mi][s] > 0) snprintf(frac, sizeof frac, "%.0f%%", 100.0 * g / bw[mi][s]);
+                }
+                printf("%-11s %6lld %5lld  %-19s %10.3f %9.1f %7.2fx %9s %10.1f %7s %5s  %s\n", p == 0 ? nk : "", (long long)m,
+                       (long long)sh->count, path_names[p], r->ms, r->gops, all[mi][s][P_FP32].ms / r->ms, rel,
+                       (double)r->wbytes / 1e6, gbs, frac, r->kernel);
+            }
+            if (all[mi][s][P_W8A8].ok && all[mi][s][P_W8A8_LORA].ok)
+                printf("%-11s %6s %5s  rank-64 LoRA unmerged: %+.1f%% time over w8a8-convrot\n", "", "", "",
+                       100.0 * (all[mi][s][P_W8A8_LORA].ms / all[mi][s][P_W8A8].ms - 1.0));
+            if (wrel[mi][s][0] > 0 || wrel[mi][s][1] > 0)
+                printf("%-11s %6s %5s  weight rel-L2 (dequantized vs the fp32 weight): w4a8 %.5f, w6a8 %.5f\n", "", "", "",
+                       wrel[mi][s][0], wrel[mi][s][1]);
+            if (m <= 64 && bw[mi][s] > 0)
+                printf("%-11s %6s %5s  read bandwidth %.1f GB/s (%.1f MB buffer, median of the same rounds)\n", "", "", "",
+                       bw[mi][s], (double)(sh->n * sh->k) / 1e6);
+            if (peak[mi][s] > 0) {
+                printf("%-11s %6s %5s  int8 peak %.0f GOP/s (dot-product loop, median of the same rounds):", "", "", "", peak[mi][s]);
+                const int int8_paths[] = {P_W8A8, P_GEMM, P_ONEDNN_INT8};
+                for (int i = 0; i < 3; i++)
+                    if (all[mi][s][int8_paths[i]].ok)
+                        printf(" %s %.0f%%", path_names[int8_paths[i]], 100.0 * all[mi][s][int8_paths[i]].gops / peak[mi][s]);
+                printf("\n");
+            }
+            fflush(stdout);
         }
-        if (all[s][P_W8A8].ok && all[s][P_W8A8_LORA].ok)
-            printf("%-11s %6s %5s  rank-64 LoRA unmerged: %+.1f%% time over w8a8-convrot\n", "", "", "",
-                   100.0 * (all[s][P_W8A8_LORA].ms / all[s][P_W8A8].ms - 1.0));
-        if (peak[s] > 0) {
-            printf("%-11s %6s %5s  int8 peak %.0f GOP/s (dot-product loop, median of the same rounds):", "", "", "", peak[s]);
-            const int int8_paths[] = {P_W8A8, P_GEMM, P_ONEDNN_INT8};
+        printf("\nweighted totals (Σ ms × count = one pass through every layer once):\n");
+        if (mlist[mi] > 0) printf("  M = %lld\n", (long long)mlist[mi]);
+        const int peers[] = {P_ONEDNN_INT8, P_ONEDNN_BF16, P_ONEDNN_F32};
+        for (int p = 0; p < NPATHS; p++) {
+            int complete = 1;
+            for (int s = 0; s < prof->nshapes; s++) complete &= all[mi][s][p].ok;
+            if (!complete) continue;
+            printf("  %-19s %10.1f ms   %6.2fx vs fp32", path_names[p], totals[mi][p], totals[mi][P_FP32] / totals[mi][p]);
             for (int i = 0; i < 3; i++)
-                if (all[s][int8_paths[i]].ok)
-                    printf(" %s %.0f%%", path_names[int8_paths[i]], 100.0 * all[s][int8_paths[i]].gops / peak[s]);
+                if (all[mi][0][peers[i]].ok && totals[mi][peers[i]] > 0)
+                    printf("   %5.2fx %s", totals[mi][p] / totals[mi][peers[i]], path_names[peers[i]]);
             printf("\n");
         }
-        if (wrel[s][0] > 0 || wrel[s][1] > 0)
-            printf("%-11s %6s %5s  weight rel-L2 (dequantized vs the fp32 weight): w4a8 %.5f, w6a8 %.5f\n", "", "", "",
-                   wrel[s][0], wrel[s][1]);
+        int lora_total = 1;
+        for (int s = 0; s < prof->nshapes; s++) lora_total &= all[mi][s][P_W8A8].ok && all[mi][s][P_W8A8_LORA].ok;
+        if (lora_total)
+            printf("  rank-64 LoRA unmerged: %+.1f%% weighted time over w8a8-convrot\n",
+                   100.0 * (totals[mi][P_W8A8_LORA] / totals[mi][P_W8A8] - 1.0));
         fflush(stdout);
     }
-    printf("\nweighted totals (Σ ms × count = one pass through every layer once):\n");
-    for (int p = 0; p < NPATHS; p++) {
-        int complete = 1;
-        for (int s = 0; s < prof->nshapes; s++) complete &= all[s][p].ok;
-        if (!complete) continue;
-        printf("  %-19s %10.1f ms   %6.2fx vs fp32", path_names[p], totals[p], totals[P_FP32] / totals[p]);
-        if (all[0][P_ONEDNN_INT8].ok) printf("   %5.2fx the time of onednn-int8", totals[p] / totals[P_ONEDNN_INT8]);
-        printf("\n");
-    }
-    int lora_total = 1;
-    for (int s = 0; s < prof->nshapes; s++) lora_total &= all[s][P_W8A8].ok && all[s][P_W8A8_LORA].ok;
-    if (lora_total)
-        printf("  rank-64 LoRA unmerged: %+.1f%% weighted time over w8a8-convrot\n",
-               100.0 * (totals[P_W8A8_LORA] / totals[P_W8A8] - 1.0));
 
     if (json_path) {
         char tmp[4096];
@@ -654,31 +710,46 @@ int ql_cmd_bench(int argc, char **argv)
         if (!f) { fprintf(stderr, "qlinear bench: cannot write %s\n", tmp); ql_context_destroy(ctx); return 1; }
         fprintf(f, "{\n  \"machine\": {\"cpu\": \"%s\", \"isa\": \"%s\"},\n", cpu, ql_isa_name(ql_context_isa(ctx)));
         fprintf(f, "  \"profile\": \"%s\",\n  \"m\": %lld,\n  \"threads\": %d,\n  \"reps\": %ld,\n  \"records\": [\n",
-                prof->name, (long long)(m_opt > 0 ? m_opt : prof->default_m), nt, reps);
+                prof->name, (long long)(mlist[0] > 0 ? mlist[0] : prof->default_m), nt, reps);
         int first = 1;
-        for (int s = 0; s < prof->nshapes; s++)
+        for (int mi = 0; mi < nm; mi++)
+            for (int s = 0; s < prof->nshapes; s++)
+                for (int p = 0; p < NPATHS; p++) {
+                    result *r = &all[mi][s][p];
+                    if (!r->ok) continue;
+                    fprintf(f, "%s    {\"n\": %lld, \"k\": %lld, \"m\": %lld, \"count\": %lld, \"path\": \"%s\", \"kernel\": \"%s\", "
+                               "\"ms\": %.6f, \"gops\": %.3f, \"int8_peak_gops\": %.3f, \"read_gbs\": %.3f, \"weight_bytes\": %zu, \"rel_l2\": ",
+                            first ? "" : ",\n", (long long)prof->shapes[s].n, (long long)prof->shapes[s].k,
+                            (long long)ms_used[mi][s], (long long)prof->shapes[s].count, path_names[p], r->kernel, r->ms,
+                            r->gops, peak[mi][s], bw[mi][s], r->wbytes);
+                    if (isnan(r->rel_l2)) fprintf(f, "null");
+                    else fprintf(f, "%.8f", r->rel_l2);
+                    const int wb = p == P_W4A8 || p == P_W4A8_PACKED ? 0 : p == P_W6A8 || p == P_W6A8_PACKED ? 1 : -1;
+                    if (wb >= 0) fprintf(f, ", \"weight_rel_l2\": %.8f", wrel[mi][s][wb]);
+                    fprintf(f, "}");
+                    first = 0;
+                }
+        /* "totals": the first M (as before); "totals_by_m": every M of --m */
+        fprintf(f, "\n  ],\n  \"totals_by_m\": {");
+        for (int mi = 0; mi < nm; mi++) {
+            fprintf(f, "%s\"%lld\": {", mi ? ", " : "", (long long)(mlist[mi] > 0 ? mlist[mi] : prof->default_m));
+            first = 1;
             for (int p = 0; p < NPATHS; p++) {
-                result *r = &all[s][p];
-                if (!r->ok) continue;
-                fprintf(f, "%s    {\"n\": %lld, \"k\": %lld, \"m\": %lld, \"count\": %lld, \"path\": \"%s\", \"ms\": %.6f, "
-                           "\"gops\": %.3f, \"int8_peak_gops\": %.3f, \"rel_l2\": ",
-                        first ? "" : ",\n", (long long)prof->shapes[s].n, (long long)prof->shapes[s].k,
-                        (long long)ms_used[s], (long long)prof->shapes[s].count, path_names[p], r->ms, r->gops, peak[s]);
-                if (isnan(r->rel_l2)) fprintf(f, "null");
-                else fprintf(f, "%.8f", r->rel_l2);
-                fprintf(f, ", \"weight_bytes\": %zu", r->wbytes);
-                const int wb = p == P_W4A8 || p == P_W4A8_PACKED ? 0 : p == P_W6A8 || p == P_W6A8_PACKED ? 1 : -1;
-                if (wb >= 0) fprintf(f, ", \"weight_rel_l2\": %.8f", wrel[s][wb]);
-                fprintf(f, "}");
+                int complete = 1;
+                for (int s = 0; s < prof->nshapes; s++) complete &= all[mi][s][p].ok;
+                if (!complete) continue;
+                fprintf(f, "%s\"%s\": %.6f", first ? "" : ", ", path_names[p], totals[mi][p]);
                 first = 0;
             }
-        fprintf(f, "\n  ],\n  \"totals\": {");
+            fprintf(f, "}");
+        }
+        fprintf(f, "},\n  \"totals\": {");
         first = 1;
         for (int p = 0; p < NPATHS; p++) {
             int complete = 1;
-            for (int s = 0; s < prof->nshapes; s++) complete &= all[s][p].ok;
+            for (int s = 0; s < prof->nshapes; s++) complete &= all[0][s][p].ok;
             if (!complete) continue;
-            fprintf(f, "%s\"%s\": %.6f", first ? "" : ", ", path_names[p], totals[p]);
+            fprintf(f, "%s\"%s\": %.6f", first ? "" : ", ", path_names[p], totals[0][p]);
             first = 0;
         }
         fprintf(f, "}\n}\n");
@@ -689,6 +760,7 @@ int ql_cmd_bench(int argc, char **argv)
             return 1;
         }
     }
+    free(all); free(peak); free(bw); free(totals); free(ms_used); free(wrel);
     ql_context_destroy(ctx);
     return 0;
 }

@@ -24,7 +24,15 @@ ql_status ql_context_create(ql_context **out)
 {
     QL_CHECK_PTR("ql_context_create", out);
     *out = NULL;
-    ql_context c = {default_threads(), ql_isa_best(), NULL, 0, 0, QL_DEVICE_CPU, 0, NULL, NULL};
+    ql_context c = {default_threads(), ql_isa_best(), NULL, 0, 0, QL_DEVICE_CPU, 0, NULL, NULL, -1};
+    const char *sm = getenv("QLINEAR_SMALL_M");
+    if (sm && *sm) {
+        char *end;
+        long v = strtol(sm, &end, 10);
+        if (*end != '\0' || v < 0 || v > 1 << 20)
+            return ql_fail(QL_ERR_INVALID_ARGUMENT, "QLINEAR_SMALL_M=%s is not an integer in 0..1048576", sm);
+        c.small_m = v;
+    }
     const char *t = getenv("QLINEAR_THREADS");
     if (t && *t) {
         char *end;

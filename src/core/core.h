@@ -119,6 +119,9 @@ struct ql_context {
     int device_index;
     void *cuda_stream;
     struct ql_cuda_workspace *cuda_ws;
+    /* rows up to which the CPU small-M path runs; -1: the measured default
+     * per ISA (QLINEAR_SMALL_M overrides it, to measure the crossover) */
+    int64_t small_m;
 };
 
 /* A 64-byte aligned buffer of `bytes` for one call; release with the same

@@ -8,12 +8,46 @@ const ql_s8_kernel *ql_s8_kernel_for(ql_isa isa)
 #if QL_X86
     case QL_ISA_AVX512VNNI: return &ql_s8_gemm_12x32c4__avx512vnni;
     case QL_ISA_AVXVNNI: return &ql_s8_gemm_6x16c4__avxvnni;
-    case QL_ISA_AVX2: return &ql_s8_gemm_4x8c4__avx2;
+    case QL_ISA_AVX2: return &ql_s8_small_avx2[5];
 #endif
 #if QL_ARM64
     case QL_ISA_I8MM: return &ql_s8_gemm_8x12c8__i8mm;
     case QL_ISA_NEONDOT: return &ql_s8_gemm_8x12c4__neondot;
     case QL_ISA_NEON: return &ql_s8_gemm_4x8c4__neon;
+#endif
+    default: return &ql_s8_gemm_4x8c4__generic;
+    }
+}
+
+int ql_s8_rows_max(ql_isa isa)
+{
+    switch (isa) {
+    case QL_ISA_AVX512VNNI: return 12;
+    case QL_ISA_AVXVNNI:
+    case QL_ISA_AVX2: return 6;
+#if QL_ARM64
+    case QL_ISA_I8MM:
+    case QL_ISA_NEONDOT:
+    case QL_ISA_NEON: return ql_s8_kernel_for(isa)->mr;
+#endif
+    default: return 4;
+    }
+}
+
+const ql_s8_kernel *ql_s8_kernel_rows(ql_isa isa, int rows)
+{
+    const int max = ql_s8_rows_max(isa);
+    rows = rows < 1 ? 1 : rows > max ? max : rows;
+    switch (isa) {
+#if QL_X86
+    case QL_ISA_AVX512VNNI: return rows == 12 ? &ql_s8_gemm_12x32c4__avx512vnni : &ql_s8_small_avx512vnni[rows - 1];
+    case QL_ISA_AVXVNNI: return rows == 6 ? &ql_s8_gemm_6x16c4__avxvnni : &ql_s8_small_avxvnni[rows - 1];
+    case QL_ISA_AVX2: return &ql_s8_small_avx2[rows - 1];
+#endif
+#if QL_ARM64
+    case QL_ISA_I8MM:
+    case QL_ISA_NEONDOT:
+    case QL_ISA_NEON: return ql_s8_kernel_for(isa); /* no fewer-row variants: the B layout must match */
 #endif
     default: return &ql_s8_gemm_4x8c4__generic;
     }
@@ -27,7 +61,7 @@ ql_status ql_pack_b_s8(const ql_s8_kernel *kern, const int8_t *w, int64_t n, int
     b.data = ql_aligned_alloc(bytes);
     if (!b.data) return ql_fail(QL_ERR_OUT_OF_MEMORY, "pack weight: cannot allocate %zu bytes", bytes);
     const uint8_t off = kern->b_offset128 ? 128 : 0;
-    const int bb = kern->kb == 8 ? 8 : 4; /* k per column group: 8 for SMMLA (gemm.h) */
+    const int kg = kern->kg ? kern->kg : 4;
     for (int64_t p = 0; p < b.panels; p++) {
         uint8_t *dst = b.data + (size_t)(p * b.k4 * nr * 4);
         for (int64_t pos = 0; pos < b.k4 * 4; pos++) {
@@ -35,7 +69,7 @@ ql_status ql_pack_b_s8(const ql_s8_kernel *kern, const int8_t *w, int64_t n, int
             for (int j = 0; j < nr; j++) {
                 const int64_t col = p * nr + j;
                 const int8_t v = (col < n && kk < k) ? w[col * ldw + kk] : 0;
-                dst[((pos / bb) * nr + j) * bb + pos % bb] = (uint8_t)((uint8_t)v + off);
+                dst[((pos / kg) * nr + j) * kg + pos % kg] = (uint8_t)((uint8_t)v + off);
             }
         }
     }
@@ -49,20 +83,22 @@ void ql_packed_b_free(ql_packed_b *b)
     if (b) b->data = NULL;
 }
 
-void ql_pack_a_s8(const ql_s8_kernel *kern, const int8_t *a, int64_t m, int64_t k, int64_t lda, int8_t *packed,
+void ql_pack_a_s8(const ql_s8_kernel *kern, const int8_t *a, int64_t m, int64_t k, int64_t lda, void *packed,
                   int32_t *rowsum)
 {
     const int mr = kern->mr, kb = kern->kb;
     const int64_t kp = ql_kpad(kern, k), panels = ql_panels(m, mr);
     for (int64_t p = 0; p < panels; p++) {
-        int8_t *dst = packed + (size_t)(p * kp * mr);
+        const size_t base = (size_t)(p * kp * mr);
         for (int r = 0; r < mr; r++) {
             const int64_t row = p * mr + r;
             int32_t sum = 0;
             for (int64_t pos = 0; pos < kp; pos++) {
                 const int64_t kk = ql_a_element(kb, pos);
                 const int8_t v = (row < m && kk < k) ? a[row * lda + kk] : 0;
-                dst[ql_a_offset(kb, mr, r, pos)] = v;
+                const size_t at = base + ql_a_offset(kb, mr, r, pos);
+                if (kern->aes == 2) ((int16_t *)packed)[at] = v;
+                else ((int8_t *)packed)[at] = v;
                 sum += v;
             }
             if (row < m) rowsum[row] = sum;
@@ -84,12 +120,12 @@ void ql_pack_a_s8(const ql_s8_kernel *kern, const int8_t *a, int64_t m, int64_t 
 #define QL_NC 256
 #define QL_KC 2048
 
-ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const int8_t *packed_a, int64_t m,
+ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const void *packed_a, int64_t m,
                          const ql_packed_b *b, ql_tile_epilogue_fn epi, void *arg)
 {
-    const int mr = kern->mr, nr = kern->nr;
-    const int64_t k4 = b->k4, kc4 = QL_KC / 4;
-    const int64_t a_panel = k4 * mr * 4, b_panel = k4 * nr * 4;
+    const int mr = kern->mr, nr = kern->nr, aes = kern->aes ? kern->aes : 1;
+    const int64_t k4 = b->k4, kc4 = (kern->kc ? kern->kc : QL_KC) / 4;
+    const int64_t a_panel = k4 * mr * 4 * aes, b_panel = k4 * nr * 4;
     const int64_t mpanels = ql_panels(m, mr), npanels = b->panels;
     int64_t mc = (QL_MC + mr - 1) / mr, nc = (QL_NC + nr - 1) / nr;
     int64_t mblocks, nblocks;
@@ -97,12 +133,17 @@ ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const int8_t *pa
     const int64_t blocks = mblocks * nblocks;
     if (threads > blocks) threads = (int)(blocks > 0 ? blocks : 1);
     const size_t cbytes = (size_t)(mc * nc * mr * nr) * sizeof(int32_t);
+    /* int16 kernels: one widened B micro-panel slice per thread; weights
+     * decoded in the GEMM (W4A8/W6A8): the block's decoded K slice */
+    const size_t wbytes = kern->tile_b16 ? (size_t)(kc4 * nr * 4) * sizeof(int16_t) : 0;
     const size_t dbytes = b->decode ? (size_t)(nc * (k4 < kc4 ? k4 : kc4) * nr * 4) : 0;
+    const char *pa = packed_a;
     int failed = 0;
 #pragma omp parallel num_threads(threads)
     {
-        int32_t *cbuf = ql_aligned_alloc(cbytes + dbytes);
-        uint8_t *dbuf = cbuf ? (uint8_t *)cbuf + cbytes : NULL;
+        int32_t *cbuf = ql_aligned_alloc(cbytes + wbytes + dbytes);
+        int16_t *bw = cbuf ? (int16_t *)((char *)cbuf + cbytes) : NULL;
+        uint8_t *dbuf = cbuf ? (uint8_t *)cbuf + cbytes + wbytes : NULL;
         if (!cbuf) {
 #pragma omp atomic write
             failed = 1;
@@ -120,8 +161,12 @@ ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const int8_t *pa
                     const int64_t ip = bk.ip0 + (kern->a_outer ? t / nj : t % ni);
                     const int64_t jp = bk.jp0 + (kern->a_outer ? t % nj : t / ni);
                     int32_t *c = cbuf + ((jp - bk.jp0) * mc + (ip - bk.ip0)) * mr * nr;
-                    const uint8_t *bp = b->decode ? dbuf + (jp - bk.jp0) * kc * nr * 4 : b->data + jp * b_panel + pc * nr * 4;
-                    kern->tile(kc, packed_a + ip * a_panel + pc * mr * 4, bp, c, pc > 0);
+                    const int8_t *a = (const int8_t *)(pa + ip * a_panel + pc * mr * 4 * aes);
+                    const uint8_t *bs = b->decode ? dbuf + (jp - bk.jp0) * kc * nr * 4 : b->data + jp * b_panel + pc * nr * 4;
+                    if (kern->tile_b16) { /* B weight-stationary (a_outer false): widen once per slice */
+                        if (ip == bk.ip0) kern->widen((const int8_t *)bs, bw, kc * nr * 4);
+                        kern->tile_b16(kc, a, (const uint8_t *)bw, c, pc > 0);
+                    } else kern->tile(kc, a, bs, c, pc > 0);
                     if (!last) continue;
                     const int64_t m0 = ip * mr, n0 = jp * nr;
                     const int mr_eff = (int)(m - m0 < mr ? m - m0 : mr);
@@ -132,6 +177,72 @@ ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const int8_t *pa
         }
         ql_aligned_free(cbuf);
     }
-    if (failed) return ql_fail(QL_ERR_OUT_OF_MEMORY, "int8 gemm: cannot allocate %zu bytes of tile buffer", cbytes + dbytes);
+    if (failed) return ql_fail(QL_ERR_OUT_OF_MEMORY, "int8 gemm: cannot allocate %zu bytes of tile buffer", cbytes + wbytes + dbytes);
+    return QL_OK;
+}
+
+/* ---- small M */
+
+void ql_split_panels(int64_t npanels, int t, int threads, int64_t *jp0, int64_t *jp1)
+{
+    *jp0 = npanels * t / threads;
+    *jp1 = npanels * (t + 1) / threads;
+}
+
+void ql_gemm_s8_small_part(const ql_s8_kernel *kern, const void *packed_a, int64_t m, const ql_packed_b *b,
+                           int64_t jp0, int64_t jp1, ql_tile_epilogue_fn epi, void *arg)
+{
+    const int mr = kern->mr, nr = kern->nr, aes = kern->aes ? kern->aes : 1;
+    const int64_t k4 = b->k4, a_panel = k4 * mr * 4 * aes, b_panel = k4 * nr * 4;
+    const int64_t mpanels = ql_panels(m, mr);
+    _Alignas(64) int32_t c[12 * 32]; /* the largest tile */
+    for (int64_t jp = jp0; jp < jp1; jp++) {
+        const int64_t n0 = jp * nr;
+        const int nr_eff = (int)(b->n - n0 < nr ? b->n - n0 : nr);
+        for (int64_t ip = 0; ip < mpanels; ip++) {
+            kern->tile(k4, (const int8_t *)((const char *)packed_a + ip * a_panel), b->data + jp * b_panel, c, 0);
+            const int64_t m0 = ip * mr;
+            epi(arg, c, nr, m0, n0, (int)(m - m0 < mr ? m - m0 : mr), nr_eff);
+        }
+    }
+}
+
+/* Up to this many rows the small-M path is taken (per ISA). AVX-512:
+ * measured, QLINEAR_SMALL_M=0 against =1000 over `qlinear bench --profile
+ * qwen3-te --m 8,16,32,48,64,96` (small-M faster up to 48, blocked from 64;
+ * README); the others are estimates. Its row count per tile is then fitted
+ * to M: ceil(M / max rows) row panels of equal height. */
+static int64_t small_m_limit(ql_isa isa)
+{
+    switch (isa) {
+    case QL_ISA_AVX512VNNI: return 48;
+    case QL_ISA_AVXVNNI: return 24;
+    case QL_ISA_AVX2: return 24;
+    default: return 16;
+    }
+}
+
+ql_s8_plan ql_s8_plan_for(ql_isa isa, int64_t m, int64_t n, int64_t k) { return ql_s8_plan_limit(isa, m, n, k, -1); }
+
+ql_s8_plan ql_s8_plan_limit(ql_isa isa, int64_t m, int64_t n, int64_t k, int64_t limit)
+{
+    (void)n;
+    (void)k;
+    if (m > (limit >= 0 ? limit : small_m_limit(isa))) return (ql_s8_plan){ql_s8_kernel_for(isa), false};
+    const int64_t max = ql_s8_rows_max(isa), panels = (m + max - 1) / max;
+    return (ql_s8_plan){ql_s8_kernel_rows(isa, (int)((m + panels - 1) / panels)), true};
+}
+
+ql_status ql_gemm_s8_exec(int threads, ql_s8_plan plan, const void *packed_a, int64_t m, const ql_packed_b *b,
+                          ql_tile_epilogue_fn epi, void *arg)
+{
+    if (!plan.small) return ql_gemm_s8_run(threads, plan.kern, packed_a, m, b, epi, arg);
+    if (threads > b->panels) threads = (int)(b->panels > 0 ? b->panels : 1);
+#pragma omp parallel num_threads(threads)
+    {
+        int64_t jp0, jp1;
+        ql_split_panels(b->panels, omp_get_thread_num(), omp_get_num_threads(), &jp0, &jp1);
+        ql_gemm_s8_small_part(plan.kern, packed_a, m, b, jp0, jp1, epi, arg);
+    }
     return QL_OK;
 }

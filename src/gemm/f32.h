@@ -14,11 +14,22 @@
 typedef void (*ql_f32_tile_fn)(int64_t k, const float *a, int64_t lda, const float *b, float *c, int accumulate);
 typedef void (*ql_f32_decode_fn)(ql_dtype dt, const void *src, int64_t n, float *dst);
 
+/* Small-M tile: rows × (panels·NR) over the whole K (panels 1 or 2, rows
+ * 1..small_rows), the weight (panel p at b + p·panel_elems elements, dtype
+ * bdt) decoded in registers; c gets the tile with row stride panels·NR.
+ * Each output is the same chain of multiply-adds over k = 0, 1, ... as in
+ * the blocked kernel, so both paths give the same bits. */
+typedef void (*ql_f32_small_fn)(int rows, int panels, int64_t k, const float *a, int64_t lda, const void *b,
+                                int64_t panel_elems, ql_dtype bdt, float *c);
+
 typedef struct ql_f32_kernel {
     const char *name;
     int mr, nr;
     ql_f32_tile_fn tile;
     ql_f32_decode_fn decode; /* bf16 / int8 -> fp32, n elements */
+    const char *small_name;
+    int small_rows;
+    ql_f32_small_fn small;
 } ql_f32_kernel;
 
 extern const ql_f32_kernel ql_f32_gemm_4x16__generic;
@@ -42,6 +53,14 @@ void ql_packed_f32_free(ql_packed_f32 *b);
 size_t ql_packed_f32_bytes(const ql_packed_f32 *b);
 
 typedef void (*ql_f32_epilogue_fn)(void *arg, const float *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
+
+/* The float small-M path (see ql_s8_plan in gemm.h): threads split N, every
+ * weight byte is read once per row group of small_rows rows. */
+bool ql_f32_small_m(const ql_f32_kernel *kern, int64_t m, int64_t limit); /* limit -1: the default */
+/* Rows per tile for m rows: m split into equal groups of at most small_rows. */
+int ql_f32_small_rows(const ql_f32_kernel *kern, int64_t m);
+void ql_gemm_f32_small_part(const ql_f32_kernel *kern, const float *a, int64_t lda, int64_t m, const ql_packed_f32 *b,
+                            int64_t jp0, int64_t jp1, ql_f32_epilogue_fn epi, void *arg);
 
 ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a, int64_t lda, int64_t m,
                           const ql_packed_f32 *b, ql_f32_epilogue_fn epi, void *arg);

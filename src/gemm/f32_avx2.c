@@ -42,4 +42,62 @@ static void decode_avx2(ql_dtype dt, const void *src, int64_t n, float *dst)
     }
 }
 
-const ql_f32_kernel ql_f32_gemm_6x16__avx2 = {"f32_gemm_6x16__avx2", 6, 16, tile_6x16_avx2, decode_avx2};
+/* Small-M tiles: R rows × P panels of 16 columns (R <= 3, P <= 2: up to 12
+ * accumulators), the weight decoded in registers as it streams past. */
+static inline __attribute__((always_inline)) __m256 load_w(const ql_dtype dt, const void *b, int64_t at)
+{
+    if (dt == QL_F32) return _mm256_loadu_ps((const float *)b + at);
+    if (dt == QL_I8) return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((const int8_t *)b + at))));
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)b + at))), 16));
+}
+
+static inline __attribute__((always_inline)) void small_tile(const int R, const int P, const ql_dtype dt, int64_t k,
+                                                             const float *a, int64_t lda, const void *b, int64_t pe,
+                                                             float *c)
+{
+    __m256 acc[3][4];
+#pragma GCC unroll 3
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < 2 * P; v++) acc[r][v] = _mm256_setzero_ps();
+    for (int64_t p = 0; p < k; p++) {
+        __m256 w[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < 2 * P; v++) w[v] = load_w(dt, b, (v / 2) * pe + p * 16 + (v % 2) * 8);
+#pragma GCC unroll 3
+        for (int r = 0; r < R; r++) {
+            const __m256 ar = _mm256_broadcast_ss(a + r * lda + p);
+#pragma GCC unroll 4
+            for (int v = 0; v < 2 * P; v++) acc[r][v] = _mm256_fmadd_ps(ar, w[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 3
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < 2 * P; v++) _mm256_store_ps(c + r * 16 * P + 8 * v, acc[r][v]);
+}
+
+#define QL_RP(R, P)                                                                                              \
+    static void small_##R##_##P(ql_dtype dt, int64_t k, const float *a, int64_t lda, const void *b, int64_t pe,  \
+                                float *c)                                                                         \
+    {                                                                                                             \
+        if (dt == QL_F32) small_tile(R, P, QL_F32, k, a, lda, b, pe, c);                                          \
+        else if (dt == QL_I8) small_tile(R, P, QL_I8, k, a, lda, b, pe, c);                                       \
+        else small_tile(R, P, QL_BF16, k, a, lda, b, pe, c);                                                      \
+    }
+#define QL_R(R) QL_RP(R, 1) QL_RP(R, 2)
+QL_R(1) QL_R(2) QL_R(3)
+#undef QL_R
+#undef QL_RP
+
+typedef void (*small_fn)(ql_dtype, int64_t, const float *, int64_t, const void *, int64_t, float *);
+static void small_avx2(int rows, int panels, int64_t k, const float *a, int64_t lda, const void *b, int64_t pe,
+                       ql_dtype dt, float *c)
+{
+    static const small_fn fns[3][2] = {{small_1_1, small_1_2}, {small_2_1, small_2_2}, {small_3_1, small_3_2}};
+    fns[rows - 1][panels - 1](dt, k, a, lda, b, pe, c);
+}
+
+const ql_f32_kernel ql_f32_gemm_6x16__avx2 = {"f32_gemm_6x16__avx2", 6, 16, tile_6x16_avx2, decode_avx2,
+                                              "f32_gemv_3x32__avx2", 3, small_avx2};

@@ -46,4 +46,64 @@ static void decode_avx512(ql_dtype dt, const void *src, int64_t n, float *dst)
     }
 }
 
-const ql_f32_kernel ql_f32_gemm_12x32__avx512 = {"f32_gemm_12x32__avx512", 12, 32, tile_12x32_avx512, decode_avx512};
+/* Small-M tiles: R rows × P panels of 32 columns (R <= 6, P <= 2: up to 24
+ * accumulators), the weight decoded in registers as it streams past. */
+static inline __attribute__((always_inline)) __m512 load_w(const ql_dtype dt, const void *b, int64_t at)
+{
+    if (dt == QL_F32) return _mm512_loadu_ps((const float *)b + at);
+    if (dt == QL_I8)
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)((const int8_t *)b + at))));
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)b + at))), 16));
+}
+
+static inline __attribute__((always_inline)) void small_tile(const int R, const int P, const ql_dtype dt, int64_t k,
+                                                             const float *a, int64_t lda, const void *b, int64_t pe,
+                                                             float *c)
+{
+    __m512 acc[6][4];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < 2 * P; v++) acc[r][v] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < k; p++) {
+        __m512 w[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < 2 * P; v++) w[v] = load_w(dt, b, (v / 2) * pe + p * 32 + (v % 2) * 16);
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            const __m512 ar = _mm512_set1_ps(a[r * lda + p]);
+#pragma GCC unroll 4
+            for (int v = 0; v < 2 * P; v++) acc[r][v] = _mm512_fmadd_ps(ar, w[v], acc[r][v]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < 2 * P; v++) _mm512_store_ps(c + r * 32 * P + 16 * v, acc[r][v]);
+}
+
+#define QL_RP(R, P)                                                                                              \
+    static void small_##R##_##P(ql_dtype dt, int64_t k, const float *a, int64_t lda, const void *b, int64_t pe,  \
+                                float *c)                                                                         \
+    {                                                                                                             \
+        if (dt == QL_F32) small_tile(R, P, QL_F32, k, a, lda, b, pe, c);                                          \
+        else if (dt == QL_I8) small_tile(R, P, QL_I8, k, a, lda, b, pe, c);                                       \
+        else small_tile(R, P, QL_BF16, k, a, lda, b, pe, c);                                                      \
+    }
+#define QL_R(R) QL_RP(R, 1) QL_RP(R, 2)
+QL_R(1) QL_R(2) QL_R(3) QL_R(4) QL_R(5) QL_R(6)
+#undef QL_R
+#undef QL_RP
+
+typedef void (*small_fn)(ql_dtype, int64_t, const float *, int64_t, const void *, int64_t, float *);
+static void small_avx512(int rows, int panels, int64_t k, const float *a, int64_t lda, const void *b, int64_t pe,
+                         ql_dtype dt, float *c)
+{
+    static const small_fn fns[6][2] = {{small_1_1, small_1_2}, {small_2_1, small_2_2}, {small_3_1, small_3_2},
+                                       {small_4_1, small_4_2}, {small_5_1, small_5_2}, {small_6_1, small_6_2}};
+    fns[rows - 1][panels - 1](dt, k, a, lda, b, pe, c);
+}
+
+const ql_f32_kernel ql_f32_gemm_12x32__avx512 = {"f32_gemm_12x32__avx512", 12, 32, tile_12x32_avx512, decode_avx512,
+                                                 "f32_gemv_6x64__avx512", 6, small_avx512};

@@ -24,7 +24,60 @@ static void decode_generic(ql_dtype dt, const void *src, int64_t n, float *dst)
         for (int64_t i = 0; i < n; i++) dst[i] = ql_load_f(dt, src, i);
 }
 
-const ql_f32_kernel ql_f32_gemm_4x16__generic = {"f32_gemm_4x16__generic", 4, 16, tile_4x16_generic, decode_generic};
+/* The small-M twin: the same multiply, then add, in k order. */
+static void small_generic(int rows, int panels, int64_t k, const float *a, int64_t lda, const void *b, int64_t panel_elems,
+                          ql_dtype bdt, float *c)
+{
+    const int cols = panels * 16;
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < cols; j++) {
+            const int64_t base = (j / 16) * panel_elems + j % 16;
+            float acc = 0.0f;
+            for (int64_t p = 0; p < k; p++) {
+                const int64_t at = base + p * 16;
+                const float w = bdt == QL_I8 ? (float)((const int8_t *)b)[at] : ql_load_f(bdt, b, at);
+                acc += a[r * lda + p] * w;
+            }
+            c[r * cols + j] = acc;
+        }
+}
+
+const ql_f32_kernel ql_f32_gemm_4x16__generic = {"f32_gemm_4x16__generic", 4, 16, tile_4x16_generic, decode_generic,
+                                                 "f32_gemv_4x32__generic", 4, small_generic};
+
+/* Up to this many rows the float paths take the small-M route (a first
+ * estimate, to be measured like the int8 limit in driver.c). */
+#define QL_F_SMALL_M 16
+
+bool ql_f32_small_m(const ql_f32_kernel *kern, int64_t m, int64_t limit)
+{
+    return kern->small && m <= (limit >= 0 ? limit : QL_F_SMALL_M);
+}
+
+int ql_f32_small_rows(const ql_f32_kernel *kern, int64_t m)
+{
+    const int64_t groups = (m + kern->small_rows - 1) / kern->small_rows;
+    return (int)((m + groups - 1) / groups);
+}
+
+void ql_gemm_f32_small_part(const ql_f32_kernel *kern, const float *a, int64_t lda, int64_t m, const ql_packed_f32 *b,
+                            int64_t jp0, int64_t jp1, ql_f32_epilogue_fn epi, void *arg)
+{
+    const int nr = kern->nr, rows = ql_f32_small_rows(kern, m);
+    const int64_t k = b->k, pe = k * nr;
+    const size_t es = ql_dtype_size(b->dtype);
+    _Alignas(64) float c[6 * 64]; /* the largest tile */
+    for (int64_t jp = jp0; jp < jp1; jp += 2) {
+        const int panels = jp1 - jp >= 2 ? 2 : 1;
+        const int64_t n0 = jp * nr;
+        const int nr_eff = (int)(b->n - n0 < panels * nr ? b->n - n0 : panels * nr);
+        for (int64_t r0 = 0; r0 < m; r0 += rows) {
+            const int re = (int)(m - r0 < rows ? m - r0 : rows);
+            kern->small(re, panels, k, a + r0 * lda, lda, (const char *)b->data + (size_t)(jp * pe) * es, pe, b->dtype, c);
+            epi(arg, c, panels * nr, r0, n0, re, nr_eff);
+        }
+    }
+}
 
 const ql_f32_kernel *ql_f32_kernel_for(ql_isa isa)
 {

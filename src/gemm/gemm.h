@@ -10,9 +10,10 @@
  *     ql_k64_element(p) (ql_k32_element(p)): the order in which the
  *     prologue's pack instructions emit codes. B uses the same order, so the
  *     dot products are unchanged.
- *   kb = 8 (the SMMLA kernel): A as [kp/8][MR][8] and B as [kp/8][NR][8],
- *     each row's (column's) codes in natural k order, 8 at a time.
- *   B (weights): panels of NR columns as [k4][NR][4] bytes; int8 codes, or
+ *   kb = 8 (the SMMLA kernel): A as [kp/8][MR][8] and B as [kp/8][NR][8]
+ *     (kg = 8), each row's (column's) codes in natural k order, 8 at a time.
+ *   B (weights): panels of NR columns as [k4][NR][4] bytes (kg = 4; the int16
+ *     kernels use [k/2][NR][2], kg = 2); int8 codes, or
  *     codes + 128 as uint8 for the VNNI kernels (vpdpbusd multiplies u8 by s8),
  *     whose result then exceeds the true product by 128·Σ_k a[m,k]; the
  *     epilogue subtracts that row correction (computed in the prologue).
@@ -37,13 +38,27 @@ typedef struct ql_s8_kernel {
     bool a_outer;     /* the driver keeps an activation panel slice in L1 while the
                        * weight micro-panels pass (else the reverse): measured per kernel */
     ql_s8_tile_fn tile;
+    /* Kernels on int16 operands (AVX2 without VNNI): B panels hold k in
+     * pairs ([k/2][NR][2] bytes, kg = 2; else kg = 4), A holds int16 codes
+     * (aes = 2 bytes per code, same positions), and the blocked driver widens
+     * each B slice once per block into a per-thread buffer for tile_b16
+     * (tile reads int8 B and widens it in registers: the small-M path). */
+    int kg, aes;
+    ql_s8_tile_fn tile_b16;
+    void (*widen)(const int8_t *src, int16_t *dst, int64_t n); /* n a multiple of 32 */
+    int kc;           /* K slice of the blocked driver (0: QL_KC) */
 } ql_s8_kernel;
 
 /* The kernel for an ISA (never NULL for a supported ISA). */
 const ql_s8_kernel *ql_s8_kernel_for(ql_isa isa);
 
+/* Row-count variants of an ISA's kernel for small M: the same B packing
+ * (nr, kb, kg), tiles of `rows` rows (clamped to 1..ql_s8_rows_max). */
+const ql_s8_kernel *ql_s8_kernel_rows(ql_isa isa, int rows);
+int ql_s8_rows_max(ql_isa isa);
+extern const ql_s8_kernel ql_s8_small_avx512vnni[11], ql_s8_small_avxvnni[5], ql_s8_small_avx2[6];
+
 extern const ql_s8_kernel ql_s8_gemm_4x8c4__generic;
-extern const ql_s8_kernel ql_s8_gemm_4x8c4__avx2;
 extern const ql_s8_kernel ql_s8_gemm_6x16c4__avxvnni;
 extern const ql_s8_kernel ql_s8_gemm_12x32c4__avx512vnni;
 extern const ql_s8_kernel ql_s8_gemm_4x8c4__neon;     /* src/arm */
@@ -131,7 +146,7 @@ static inline void ql_block_grid(int64_t mpanels, int64_t npanels, int threads, 
 }
 static inline int64_t ql_panels(int64_t rows, int mr) { return (rows + mr - 1) / mr; }
 
-/* Bytes of the packed A of m rows. */
+/* Bytes of the packed A of m rows (as int8; int16 kernels need aes times that). */
 static inline size_t ql_packed_a_bytes(const ql_s8_kernel *kern, int64_t m, int64_t k)
 {
     return (size_t)(ql_panels(m, kern->mr) * kern->mr * ql_kpad(kern, k));
@@ -139,7 +154,7 @@ static inline size_t ql_packed_a_bytes(const ql_s8_kernel *kern, int64_t m, int6
 
 /* Pack plain int8 rows into A panels (for the raw GEMM API; the linear's
  * prologue packs straight from float). rowsum gets Σ_k a[m,k]. */
-void ql_pack_a_s8(const ql_s8_kernel *kern, const int8_t *a, int64_t m, int64_t k, int64_t lda, int8_t *packed,
+void ql_pack_a_s8(const ql_s8_kernel *kern, const int8_t *a, int64_t m, int64_t k, int64_t lda, void *packed,
                   int32_t *rowsum);
 
 /* Called once per finished MR×NR tile: rows m0 .. m0+mr_eff-1, columns
@@ -148,8 +163,34 @@ typedef void (*ql_tile_epilogue_fn)(void *arg, const int32_t *c, int nr, int64_t
                                     int nr_eff);
 
 /* Run C = A·Bᵀ tile by tile over `threads` threads. Each tile is computed the
- * same way whatever the thread count, so results never depend on it. */
-ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const int8_t *packed_a, int64_t m, const ql_packed_b *b,
+ * same way whatever the thread count, so results never depend on it.
+ * packed_a holds int8 codes, or int16 ones for kernels with aes == 2. */
+ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const void *packed_a, int64_t m, const ql_packed_b *b,
                     ql_tile_epilogue_fn epi, void *arg);
+
+/* The small-M path (GEMV / narrow panels, bound by the weight stream):
+ * threads split N, not M — thread t owns a contiguous range of weight
+ * panels, which are contiguous in memory, and streams each byte once; every
+ * tile runs over the whole K with its accumulators in registers (no partial
+ * sums leave them, no K slices), and the kernel's row count is fitted to M
+ * (ql_s8_plan_for), so no padded row is multiplied. */
+typedef struct ql_s8_plan {
+    const ql_s8_kernel *kern;
+    bool small;
+} ql_s8_plan;
+/* The path for m rows of an [n, k] weight, chosen from measurements (see
+ * driver.c): small-M up to a row count per ISA, else blocked. */
+ql_s8_plan ql_s8_plan_for(ql_isa isa, int64_t m, int64_t n, int64_t k);
+/* The same with the small-M limit of a context (QLINEAR_SMALL_M; -1: default). */
+ql_s8_plan ql_s8_plan_limit(ql_isa isa, int64_t m, int64_t n, int64_t k, int64_t limit);
+/* Weight panels [*jp0, *jp1) of thread t of `threads`. */
+void ql_split_panels(int64_t npanels, int t, int threads, int64_t *jp0, int64_t *jp1);
+/* One thread's share of the small-M GEMM: panels [jp0, jp1) against every
+ * row panel of A. */
+void ql_gemm_s8_small_part(const ql_s8_kernel *kern, const void *packed_a, int64_t m, const ql_packed_b *b,
+                           int64_t jp0, int64_t jp1, ql_tile_epilogue_fn epi, void *arg);
+/* Either path over `threads` threads. */
+ql_status ql_gemm_s8_exec(int threads, ql_s8_plan plan, const void *packed_a, int64_t m, const ql_packed_b *b,
+                          ql_tile_epilogue_fn epi, void *arg);
 
 #endif

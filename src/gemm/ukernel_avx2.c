@@ -1,35 +1,82 @@
-/* AVX2 without VNNI, exact: int8 sign-extended to int16, vpmaddwd gives exact
- * int32 pair sums (no vpmaddubsw, whose int16 sums saturate). 4×8 tile; each
- * accumulator holds two partial sums per column, folded at the end. */
+/* AVX2 without VNNI, exact: vpmaddwd on int16 operands widened once —
+ * activations in the prologue, weights per block by the driver (or in
+ * registers by the small-M tiles) — gives exact int32 sums of two products
+ * (vpmaddubsw, whose int16 sums saturate at ±128·±128·2, would need codes
+ * restricted to ±127 and a sign transfer per product; see README). R×16
+ * tiles, R = 1..6: 2R accumulators, two weight vectors (8 columns × a k
+ * pair each) and one broadcast k pair per row; no shuffle in the loop.
+ * A: [kp/32][R][32] int16 (the prologue's 32-code blocks, widened).
+ * B: [kp/2][16][2] (kg = 2), int8 in the packed weight, int16 widened. */
 #include <immintrin.h>
 
 #include "gemm.h"
 
-static void tile_4x8c4_avx2(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int accumulate)
+static inline __attribute__((always_inline)) void tile_rx16c2(const int R, const bool b16, int64_t k4, const int8_t *a8,
+                                                              const uint8_t *b, int32_t *c, int accumulate)
 {
-    __m256i lo0 = _mm256_setzero_si256(), hi0 = lo0, lo1 = lo0, hi1 = lo0, lo2 = lo0, hi2 = lo0, lo3 = lo0, hi3 = lo0;
-    for (int64_t q = 0; q < k4; q++, b += 32) {
-        const int8_t *ak = a + (q / 8) * 4 * 32 + (q % 8) * 4; /* A in 32-byte blocks per row (gemm.h) */
-        __m256i blo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b));        /* cols 0-3 × 4 k */
-        __m256i bhi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 16))); /* cols 4-7 */
-        int32_t w0, w1, w2, w3;
-        memcpy(&w0, ak, 4); memcpy(&w1, ak + 32, 4); memcpy(&w2, ak + 64, 4); memcpy(&w3, ak + 96, 4);
-        __m256i a0 = _mm256_cvtepi8_epi16(_mm_set1_epi32(w0)), a1 = _mm256_cvtepi8_epi16(_mm_set1_epi32(w1));
-        __m256i a2 = _mm256_cvtepi8_epi16(_mm_set1_epi32(w2)), a3 = _mm256_cvtepi8_epi16(_mm_set1_epi32(w3));
-        lo0 = _mm256_add_epi32(lo0, _mm256_madd_epi16(a0, blo)); hi0 = _mm256_add_epi32(hi0, _mm256_madd_epi16(a0, bhi));
-        lo1 = _mm256_add_epi32(lo1, _mm256_madd_epi16(a1, blo)); hi1 = _mm256_add_epi32(hi1, _mm256_madd_epi16(a1, bhi));
-        lo2 = _mm256_add_epi32(lo2, _mm256_madd_epi16(a2, blo)); hi2 = _mm256_add_epi32(hi2, _mm256_madd_epi16(a2, bhi));
-        lo3 = _mm256_add_epi32(lo3, _mm256_madd_epi16(a3, blo)); hi3 = _mm256_add_epi32(hi3, _mm256_madd_epi16(a3, bhi));
+    const int16_t *a = (const int16_t *)a8;
+    __m256i acc[6][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+        acc[r][0] = accumulate ? _mm256_load_si256((const __m256i *)(c + 16 * r)) : _mm256_setzero_si256();
+        acc[r][1] = accumulate ? _mm256_load_si256((const __m256i *)(c + 16 * r + 8)) : _mm256_setzero_si256();
     }
-    /* hadd gives (c0 c1 c4 c5 | c2 c3 c6 c7); reorder 64-bit lanes to c0..c7. */
-#define QL_FOLD(lo, hi, row)                                                                             \
-    {                                                                                                    \
-        __m256i t = _mm256_permute4x64_epi64(_mm256_hadd_epi32(lo, hi), 0xD8);                           \
-        if (accumulate) t = _mm256_add_epi32(t, _mm256_loadu_si256((const __m256i *)(c + 8 * (row))));  \
-        _mm256_storeu_si256((__m256i *)(c + 8 * (row)), t);                                              \
+    for (int64_t q0 = 0; q0 < k4; q0 += 8, a += R * 32) { /* 32 k: one A block */
+#pragma GCC unroll 16
+        for (int u = 0; u < 16; u++) {
+            __m256i b0, b1;
+            if (b16) {
+                b0 = _mm256_load_si256((const __m256i *)b);
+                b1 = _mm256_load_si256((const __m256i *)(b + 32));
+                b += 64;
+            } else {
+                b0 = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)b));
+                b1 = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(b + 16)));
+                b += 32;
+            }
+#pragma GCC unroll 6
+            for (int r = 0; r < R; r++) {
+                int32_t pair;
+                memcpy(&pair, a + 32 * r + 2 * u, 4);
+                const __m256i ar = _mm256_set1_epi32(pair);
+                acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(ar, b0));
+                acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(ar, b1));
+            }
+        }
     }
-    QL_FOLD(lo0, hi0, 0); QL_FOLD(lo1, hi1, 1); QL_FOLD(lo2, hi2, 2); QL_FOLD(lo3, hi3, 3);
-#undef QL_FOLD
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+        _mm256_store_si256((__m256i *)(c + 16 * r), acc[r][0]);
+        _mm256_store_si256((__m256i *)(c + 16 * r + 8), acc[r][1]);
+    }
 }
 
-const ql_s8_kernel ql_s8_gemm_4x8c4__avx2 = {QL_ISA_AVX2, "s8_gemm_4x8c4__avx2", 4, 8, 32, false, false, tile_4x8c4_avx2};
+/* int8 -> int16, n a multiple of 32 */
+static void widen_avx2(const int8_t *src, int16_t *dst, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 32) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(src + i));
+        _mm256_store_si256((__m256i *)(dst + i), _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v)));
+        _mm256_store_si256((__m256i *)(dst + i + 16), _mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1)));
+    }
+}
+
+#define QL_TILES(R)                                                                                          \
+    static void tile_##R##x16c2_avx2(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int acc)     \
+    {                                                                                                        \
+        tile_rx16c2(R, false, k4, a, b, c, acc);                                                             \
+    }                                                                                                        \
+    static void tile_##R##x16c2_b16_avx2(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int acc) \
+    {                                                                                                        \
+        tile_rx16c2(R, true, k4, a, b, c, acc);                                                              \
+    }
+QL_TILES(1) QL_TILES(2) QL_TILES(3) QL_TILES(4) QL_TILES(5) QL_TILES(6)
+#undef QL_TILES
+
+/* K slices of 512 for the blocked driver: the widened weight slice (16 KiB)
+ * and a 6-row activation slice (6 KiB) stay in a 32 KiB L1. */
+#define QL_K(R)                                                                                               \
+    {QL_ISA_AVX2, "s8_gemm_" #R "x16c2__avx2", R, 16, 32, false, false, tile_##R##x16c2_avx2, 2, 2,          \
+     tile_##R##x16c2_b16_avx2, widen_avx2, 512}
+const ql_s8_kernel ql_s8_small_avx2[6] = {QL_K(1), QL_K(2), QL_K(3), QL_K(4), QL_K(5), QL_K(6)};
+#undef QL_K

@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "../gemm/f32.h"
@@ -118,6 +119,10 @@ static ql_status create_int8(ql_linear *l, const ql_linear_desc *d, const ql_wxa
     }
     if (d->kind == QL_LINEAR_W8A8) {
         l->s8 = ql_s8_kernel_for(l->ctx->isa);
+        /* W4A8/W6A8 decode to int8 panels of 4-byte k groups and read int8
+         * activations back for the correction: on the int16 (AVX2) kernel
+         * they run on the generic one (not yet widened; see README) */
+        if (l->s8->aes == 2 && (packed || l->corr)) l->s8 = &ql_s8_gemm_4x8c4__generic;
         if (packed) {
             l->wp = calloc(1, sizeof *l->wp);
             if (!l->wp) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_create: out of memory");
@@ -236,18 +241,40 @@ size_t ql_linear_weight_bytes(const ql_linear *l)
 
 /* ---- W8A8 */
 
+/* Quantize panels [p0, p1) of the chunk; int16 kernels get them widened
+ * (from a per-thread int8 staging panel in scratch). */
+static void prologue_panels(const ql_s8_kernel *kern, isa_ops ops, ql_dtype xdt, const void *xc, int64_t ldx, int64_t mc,
+                            int64_t k, int64_t group, int64_t p0, int64_t p1, void *packed, float *sx, int32_t *rowsum,
+                            float *scr, int8_t *stage)
+{
+    const int mr = kern->mr;
+    if (kern->aes != 2) {
+        ops.prologue(xdt, xc, ldx, mc, k, group, mr, p0, p1, packed, sx, rowsum, scr);
+        return;
+    }
+    const int64_t panel = ql_kpad(kern, k) * mr;
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t r0 = p * mr; /* panel p as panel 0 of the rows from r0 on */
+        ops.prologue(xdt, ql_row_cptr(xdt, xc, r0, ldx), ldx, mc - r0, k, group, mr, 0, 1, stage, sx + r0, rowsum + r0, scr);
+        kern->widen(stage, (int16_t *)packed + p * panel, panel);
+    }
+}
+
 static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t m, int64_t ldx, void *y,
                               ql_dtype ydt, int64_t ldy, const ql_epi_plan *plan)
 {
-    const ql_s8_kernel *kern = l->s8;
+    /* weights decoded in the GEMM (W4A8/W6A8) and asymmetric corrections run blocked */
+    const ql_s8_plan sp = l->corr || l->b8.decode ? (ql_s8_plan){l->s8, false}
+                                                  : ql_s8_plan_limit(l->s8->isa, m, l->n, l->k, l->ctx->small_m);
+    const ql_s8_kernel *kern = sp.kern;
     const isa_ops ops = ops_for(kern->isa);
-    const int threads = l->ctx->threads, mr = kern->mr;
+    const int threads = l->ctx->threads, mr = kern->mr, aes = kern->aes ? kern->aes : 1;
     const int64_t k = l->k, kp = (k + 63) & ~(int64_t)63;
     const int64_t chunk = m < QL_M_CHUNK ? m : QL_M_CHUNK;
-    /* one workspace: packed activations | row scales | row sums | per-thread scratch */
-    const size_t a_bytes = (ql_packed_a_bytes(kern, chunk, k) + 63) & ~(size_t)63;
+    /* one workspace: packed activations | row scales | row sums | per-thread scratch (+ int8 staging panel) */
+    const size_t a_bytes = (ql_packed_a_bytes(kern, chunk, k) * (size_t)aes + 63) & ~(size_t)63;
     const size_t v_bytes = ((size_t)chunk * 4 + 63) & ~(size_t)63;
-    const size_t scratch_bytes = ((size_t)kp * 5 + 127) & ~(size_t)63;
+    const size_t scratch_bytes = ((size_t)kp * 5 + 127 + (aes == 2 ? (size_t)(kp * mr) : 0)) & ~(size_t)63;
     const bool lora = ql_lora_set_active(l->lora);
     const size_t base_bytes = a_bytes + 2 * v_bytes + scratch_bytes * (size_t)threads;
     bool arena;
@@ -259,34 +286,56 @@ static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t
     float *sx = (float *)(ws + a_bytes);
     int32_t *rowsum = (int32_t *)(ws + a_bytes + v_bytes);
     char *scratch = ws + a_bytes + 2 * v_bytes;
+    const size_t stage_off = ((size_t)kp * 5 + 127) & ~(size_t)63;
     ql_status st = QL_OK;
     for (int64_t m0 = 0; m0 < m; m0 += chunk) {
         const int64_t mc = m - m0 < chunk ? m - m0 : chunk, panels = ql_panels(mc, mr);
         const void *xc = ql_row_cptr(xdt, x, m0, ldx);
-        int pt = threads < panels ? threads : (int)panels;
-#pragma omp parallel num_threads(pt)
-        {
-            float *scr = (float *)(scratch + scratch_bytes * (size_t)omp_get_thread_num());
-#pragma omp for schedule(static)
-            for (int64_t p = 0; p < panels; p++) {
-                ops.prologue(xdt, xc, ldx, mc, k, l->group, mr, p, p + 1, packed, sx, rowsum, scr);
-                if (lora) ql_lora_down_panel(&lr, p, mc, k, packed, sx, rowsum, omp_get_thread_num());
-            }
-        }
         ql_w8a8_epi e = {sx, rowsum, kern->b_offset128, l->sw, l->n_sw == 1, *plan,
                          ql_row_ptr(ydt, y, m0, ldy), ldy, NULL, 0, l->finite_weights[ydt], NULL};
         if (e.plan.residual) e.plan.residual = ql_row_cptr(ydt, e.plan.residual, m0, e.plan.ld_residual);
-        if (l->corr && lora)
+        if (l->corr && lora) {
             st = ql_fail(QL_ERR_UNSUPPORTED, "ql_linear_forward: unmerged LoRA on an asymmetric W4A8 layer is not supported");
-        else if (l->corr) st = ql_wxa8_gemm_corrected(threads, kern, packed, mc, &l->b8, &e, l->corr, l->corr_group, l->k);
-        else {
-            if (lora) {
-                lr.base = e;
-                lr.inner = ops.epilogue;
-            }
-            st = lora ? ql_gemm_s8_run(threads, kern, packed, mc, &l->b8, ql_lora_epilogue, &lr)
-                      : ql_gemm_s8_run(threads, kern, packed, mc, &l->b8, ops.epilogue, &e);
+            goto done;
         }
+        if (lora) {
+            lr.base = e;
+            lr.inner = ops.epilogue;
+        }
+        ql_tile_epilogue_fn epi = lora ? ql_lora_epilogue : ops.epilogue;
+        void *epi_arg = lora ? (void *)&lr : (void *)&e;
+        if (sp.small) { /* one parallel region: rows quantized, then N split */
+            const int nt = threads < l->b8.panels ? threads : (int)l->b8.panels;
+#pragma omp parallel num_threads(nt)
+            {
+                const int t = omp_get_thread_num(), n = omp_get_num_threads();
+                char *mine = scratch + scratch_bytes * (size_t)t;
+                for (int64_t p = panels * t / n; p < panels * (t + 1) / n; p++) {
+                    prologue_panels(kern, ops, xdt, xc, ldx, mc, k, l->group, p, p + 1, packed, sx, rowsum, (float *)mine,
+                                    (int8_t *)(mine + stage_off));
+                    if (lora) ql_lora_down_panel(&lr, p, mc, k, packed, sx, rowsum, t);
+                }
+#pragma omp barrier
+                int64_t jp0, jp1;
+                ql_split_panels(l->b8.panels, t, n, &jp0, &jp1);
+                ql_gemm_s8_small_part(kern, packed, mc, &l->b8, jp0, jp1, epi, epi_arg);
+            }
+            continue;
+        }
+        int pt = threads < panels ? threads : (int)panels;
+#pragma omp parallel num_threads(pt)
+        {
+            const int t = omp_get_thread_num();
+            char *mine = scratch + scratch_bytes * (size_t)t;
+#pragma omp for schedule(static)
+            for (int64_t p = 0; p < panels; p++) {
+                prologue_panels(kern, ops, xdt, xc, ldx, mc, k, l->group, p, p + 1, packed, sx, rowsum, (float *)mine,
+                                (int8_t *)(mine + stage_off));
+                if (lora) ql_lora_down_panel(&lr, p, mc, k, packed, sx, rowsum, t);
+            }
+        }
+        st = l->corr ? ql_wxa8_gemm_corrected(threads, kern, packed, mc, &l->b8, &e, l->corr, l->corr_group, l->k)
+                     : ql_gemm_s8_run(threads, kern, packed, mc, &l->b8, epi, epi_arg);
         if (st != QL_OK) goto done;
     }
 done:
@@ -307,18 +356,17 @@ void ql_f32_epilogue_generic(void *arg, const float *c, int nr, int64_t m0, int6
         }
 }
 
-/* x rows -> fp32 rows for the float GEMM: rotated (and rounded to x's dtype)
- * for ConvRot weight-only, rounded to bf16 for bf16 compute. */
-static void rows_to_f32(const ql_linear *l, const void *x, ql_dtype xdt, int64_t ldx, int64_t m, int64_t group,
-                        float *a, int64_t lda)
+/* x rows [r0, r1) -> fp32 rows for the float GEMM: rotated (and rounded to
+ * x's dtype) for ConvRot weight-only, rounded to bf16 for bf16 compute. */
+static void rows_to_f32(const ql_linear *l, const void *x, ql_dtype xdt, int64_t ldx, int64_t r0, int64_t r1,
+                        int64_t group, float *a, int64_t lda)
 {
     const int round_bf16 = l->compute == QL_BF16 && xdt != QL_BF16;
 #if QL_X86
     const bool simd = l->f32 == &ql_f32_gemm_12x32__avx512;
 #endif
     const int64_t k = l->k;
-#pragma omp parallel for num_threads(l->ctx->threads) schedule(static)
-    for (int64_t r = 0; r < m; r++) {
+    for (int64_t r = r0; r < r1; r++) {
 #if QL_X86
         if (simd) {
             ql_rows_to_f32_avx512(xdt, x, ldx, r, r + 1, k, group, round_bf16, a, lda);
@@ -351,14 +399,33 @@ static ql_status forward_float(ql_linear *l, const ql_packed_f32 *b, int64_t gro
 #else
     ql_f32_epilogue_fn epi = ql_f32_epilogue_generic;
 #endif
+    const int threads = l->ctx->threads;
     ql_status st = QL_OK;
     for (int64_t m0 = 0; m0 < m && st == QL_OK; m0 += chunk) {
         const int64_t mc = m - m0 < chunk ? m - m0 : chunk;
         const void *xc = ql_row_cptr(xdt, x, m0, ldx);
-        if (!direct) rows_to_f32(l, xc, xdt, ldx, mc, group, a, lda);
         e.y = ql_row_ptr(ydt, y, m0, ldy);
         e.plan.residual = plan->residual ? ql_row_cptr(ydt, plan->residual, m0, plan->ld_residual) : NULL;
-        st = ql_gemm_f32_run(l->ctx->threads, l->f32, direct ? (const float *)xc : a, direct ? ldx : lda, mc, b, epi, &e);
+        const float *ac = direct ? (const float *)xc : a;
+        const int64_t ldac = direct ? ldx : lda;
+        if (ql_f32_small_m(l->f32, mc, l->ctx->small_m)) { /* one parallel region: rows converted, then N split */
+            const int nt = threads < b->panels ? threads : (int)b->panels;
+#pragma omp parallel num_threads(nt)
+            {
+                const int t = omp_get_thread_num(), n = omp_get_num_threads();
+                if (!direct) rows_to_f32(l, xc, xdt, ldx, mc * t / n, mc * (t + 1) / n, group, a, lda);
+#pragma omp barrier
+                int64_t jp0, jp1;
+                ql_split_panels(b->panels, t, n, &jp0, &jp1);
+                ql_gemm_f32_small_part(l->f32, ac, ldac, mc, b, jp0, jp1, epi, &e);
+            }
+            continue;
+        }
+        if (!direct) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+            for (int64_t r = 0; r < mc; r++) rows_to_f32(l, xc, xdt, ldx, r, r + 1, group, a, lda);
+        }
+        st = ql_gemm_f32_run(threads, l->f32, ac, ldac, mc, b, epi, &e);
     }
     if (a) ql_scratch_release(l->ctx, a, arena);
     return st;
@@ -415,6 +482,28 @@ ql_status ql_linear_forward(ql_linear *l, const void *x, ql_dtype xdt, int64_t m
     return st;
 }
 
+void ql_linear_describe(const ql_linear *l, int64_t m, char *buf, size_t len)
+{
+    if (!buf || !len) return;
+    if (!l) {
+        snprintf(buf, len, "-");
+        return;
+    }
+    if (l->cuda) {
+        snprintf(buf, len, "cuda");
+        return;
+    }
+    if (l->kind == QL_LINEAR_W8A8) {
+        const ql_s8_plan sp = l->corr || l->b8.decode ? (ql_s8_plan){l->s8, false}
+                                                      : ql_s8_plan_limit(l->s8->isa, m, l->n, l->k, l->ctx->small_m);
+        snprintf(buf, len, "%s%s", sp.kern->name, sp.small ? " small-M" : "");
+        return;
+    }
+    const bool small = ql_f32_small_m(l->f32, m, l->ctx->small_m);
+    if (small) snprintf(buf, len, "%s small-M %dx%d", l->f32->small_name, ql_f32_small_rows(l->f32, m), 2 * l->f32->nr);
+    else snprintf(buf, len, "%s", l->f32->name);
+}
+
 /* ---- unmerged LoRA (lora.c) */
 
 ql_status ql_linear_add_lora(ql_linear *l, const ql_lora_desc *d, int *id)
@@ -451,10 +540,11 @@ ql_status ql_gemm_s8s8s32(ql_context *ctx, int64_t m, int64_t n, int64_t k, cons
     if (ctx->device == QL_DEVICE_CUDA)
         return ql_cuda_gemm_s8s8s32(ctx->device_index, ctx->cuda_stream, m, n, k, a, lda, b, ldb, c, ldc);
     if (m == 0 || n == 0) return QL_OK;
-    const ql_s8_kernel *kern = ql_s8_kernel_for(ctx->isa);
+    const ql_s8_plan plan = ql_s8_plan_limit(ctx->isa, m, n, k, ctx->small_m);
+    const ql_s8_kernel *kern = plan.kern;
     ql_packed_b pb;
     QL_TRY(ql_pack_b_s8(kern, b, n, k, ldb, &pb));
-    int8_t *pa = ql_aligned_alloc(ql_packed_a_bytes(kern, m, k));
+    void *pa = ql_aligned_alloc(ql_packed_a_bytes(kern, m, k) * (size_t)(kern->aes ? kern->aes : 1));
     int32_t *rowsum = ql_aligned_alloc((size_t)m * sizeof(int32_t));
     if (!pa || !rowsum) {
         ql_packed_b_free(&pb);
@@ -464,7 +554,7 @@ ql_status ql_gemm_s8s8s32(ql_context *ctx, int64_t m, int64_t n, int64_t k, cons
     }
     ql_pack_a_s8(kern, a, m, k, lda, pa, rowsum);
     ql_w8a8_epi e = {NULL, rowsum, kern->b_offset128, NULL, false, {0}, NULL, 0, c, ldc, false, NULL};
-    ql_status st = ql_gemm_s8_run(ctx->threads, kern, pa, m, &pb, ops_for(kern->isa).epilogue, &e);
+    ql_status st = ql_gemm_s8_exec(ctx->threads, plan, pa, m, &pb, ops_for(kern->isa).epilogue, &e);
     ql_packed_b_free(&pb);
     ql_aligned_free(pa);
     ql_aligned_free(rowsum);

@@ -244,7 +244,11 @@ ql_status ql_lora_set_remove(ql_lora_set *s, int id)
 
 /* ---- per call */
 
-static size_t t_panel_bytes(const ql_lora_set *s, const ql_s8_kernel *kern) { return (size_t)(s->rpad * kern->mr); }
+/* (int16 kernels, aes = 2, take T panels of int16 codes, as they take A) */
+static size_t t_panel_bytes(const ql_lora_set *s, const ql_s8_kernel *kern)
+{
+    return (size_t)(s->rpad * kern->mr) * (size_t)(kern->aes ? kern->aes : 1);
+}
 
 /* per thread: the D × A tiles, then one row of t (int32) and its codes */
 static size_t cbuf_bytes(const ql_lora_set *s, const ql_s8_kernel *kern)
@@ -285,7 +289,8 @@ void ql_lora_down_panel(const ql_lora_run *r, int64_t p, int64_t mc, int64_t k, 
     const ql_s8_kernel *kern = r->kern;
     const int mr = kern->mr, nr = kern->nr, kb = kern->kb;
     const int64_t rt = s->rtot, rpad = s->rpad;
-    const int8_t *a = packed + (size_t)(p * ql_kpad(kern, k) * mr);
+    const int aes = kern->aes ? kern->aes : 1;
+    const int8_t *a = packed + (size_t)(p * ql_kpad(kern, k) * mr) * (size_t)aes;
     int32_t *cb = r->cbuf + (size_t)th * r->cbuf_stride;
     for (int64_t jp = 0; jp < s->d.panels; jp++)
         kern->tile(s->d.k4, a, s->d.data + (size_t)(jp * s->d.k4 * nr * 4), cb + jp * mr * nr, 0);
@@ -295,7 +300,7 @@ void ql_lora_down_panel(const ql_lora_run *r, int64_t p, int64_t mc, int64_t k, 
     for (int i = 0; i < mr; i++) {
         const int64_t row = p * mr + i;
         if (row >= mc) { /* padding rows of the last panel */
-            for (int64_t b = 0; b < rpad / kb; b++) memset(tp + (b * mr + i) * kb, 0, (size_t)kb);
+            for (int64_t b = 0; b < rpad / kb; b++) memset(tp + (b * mr + i) * kb * aes, 0, (size_t)(kb * aes));
             continue;
         }
         const int32_t corr = kern->b_offset128 ? 128 * rowsum[row] : 0;
@@ -320,9 +325,14 @@ void ql_lora_down_panel(const ql_lora_run *r, int64_t p, int64_t mc, int64_t k, 
         r->trowsum[row] = sum;
         /* block b of the row: position q holds element b·kb + perm[q], the order U was packed in */
         for (int64_t b = 0; b < rpad / kb; b++) {
-            int8_t *dst = tp + (b * mr + i) * kb;
             const int8_t *src = tq + b * kb;
-            for (int q = 0; q < kb; q++) dst[q] = src[s->perm[q]];
+            if (aes == 2) {
+                int16_t *dst = (int16_t *)tp + (b * mr + i) * kb;
+                for (int q = 0; q < kb; q++) dst[q] = src[s->perm[q]];
+            } else {
+                int8_t *dst = tp + (b * mr + i) * kb;
+                for (int q = 0; q < kb; q++) dst[q] = src[s->perm[q]];
+            }
         }
     }
 }

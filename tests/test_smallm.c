@@ -1,0 +1,223 @@
+/* The small-M path (N split across threads, whole-K tiles with a row count
+ * fitted to M) on every ISA and thread count:
+ *  - W8A8 linears bit-identical to the eager reference for M = 1..20 and
+ *    around the switch to the blocked path, odd N and K, strided x and y;
+ *  - the raw int8 GEMM exact against int64 sums for M = 1..20, with the
+ *    extreme codes -128 / 127;
+ *  - the float paths (dense fp32, dense bf16, weight-only) give the same bits
+ *    for every row whether it runs in a small batch (small-M path) or in a
+ *    tall one (the blocked path, checked against float64 in test_linear);
+ *  - the path choice: small-M up to the limit, blocked above it, and row
+ *    tiles that never multiply a padded row more than once per panel. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemm/f32.h"
+#include "gemm/gemm.h"
+#include "testutil.h"
+
+static const ql_isa isas[] = {QL_ISA_GENERIC, QL_ISA_AVX2, QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI};
+static const ql_dtype dts[] = {QL_F32, QL_BF16, QL_F16};
+
+static int64_t odd(int64_t lo, int64_t hi) { return tu_range(lo, hi) | 1; }
+
+static int is_small(ql_linear *lin, int64_t m)
+{
+    char buf[128];
+    ql_linear_describe(lin, m, buf, sizeof buf);
+    return strstr(buf, "small-M") != NULL;
+}
+
+/* W8A8 against ql_int8_linear_ref, bit for bit; returns whether the small-M
+ * path ran. */
+static int w8a8_case(ql_context *ctx, int64_t m, int64_t n, int64_t k, int64_t g)
+{
+    const int64_t ldx = k + tu_range(0, 5), ldy = n + tu_range(0, 5);
+    const ql_dtype xdt = dts[tu_range(0, 2)], ydt = dts[tu_range(0, 2)], bdt = dts[tu_range(0, 2)];
+    const int with_bias = (int)tu_range(0, 1), with_res = tu_range(0, 3) == 0;
+    int8_t *q = malloc((size_t)(n * k));
+    float *s = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n * k; i++) q[i] = (int8_t)(tu_next() & 0xff);
+    for (int64_t i = 0; i < n; i++) s[i] = (float)((0.5 + tu_uniform()) * 1e-3);
+    void *x = malloc((size_t)(m * ldx) * 4), *bias = malloc((size_t)n * 4), *res = malloc((size_t)(m * ldy) * 4),
+         *rs = malloc((size_t)n * 4), *y0 = malloc((size_t)(m * ldy) * 4), *y1 = malloc((size_t)(m * ldy) * 4);
+    tu_fill_gauss(xdt, x, m * ldx, 1.0);
+    tu_fill_gauss(bdt, bias, n, 0.5);
+    tu_fill_gauss(ydt, res, m * ldy, 1.0);
+    tu_fill_gauss(ydt, rs, n, 1.0);
+    memset(y0, 0x5a, (size_t)(m * ldy) * 4);
+    memset(y1, 0x5a, (size_t)(m * ldy) * 4);
+    ql_epilogue epi = {res, ldy, rs};
+    ql_int8_weight w = {n, k, q, k, s, n, g, with_bias ? bias : NULL, bdt};
+    CHECK_OK(ql_int8_linear_ref(&w, x, xdt, m, ldx, y0, ydt, ldy, with_res ? &epi : NULL));
+    ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};
+    ql_linear *lin = NULL;
+    CHECK_OK(ql_linear_create(ctx, &d, &lin));
+    int small = 0;
+    if (lin) {
+        small = is_small(lin, m);
+        CHECK_OK(ql_linear_forward(lin, x, xdt, m, ldx, y1, ydt, ldy, with_res ? &epi : NULL));
+    }
+    /* every byte, the unwritten gaps between rows included */
+    const size_t es = ql_dtype_size(ydt);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < ldy; j++) {
+            const void *a = (const char *)y0 + (size_t)(i * ldy + j) * es, *b = (const char *)y1 + (size_t)(i * ldy + j) * es;
+            if (j < n) {
+                const float fa = ql_load_f(ydt, y0, i * ldy + j), fb = ql_load_f(ydt, y1, i * ldy + j);
+                bad += !(memcmp(a, b, es) == 0 || (isnan(fa) && isnan(fb)));
+            } else bad += memcmp(a, b, es) != 0;
+        }
+    CHECK(bad == 0, "%s t%d %s M=%lld N=%lld K=%lld G=%lld x=%s y=%s bias=%d res=%d: %lld outputs differ from the reference",
+          ql_isa_name(ql_context_isa(ctx)), ql_context_threads(ctx), small ? "small-M" : "blocked", (long long)m,
+          (long long)n, (long long)k, (long long)g, ql_dtype_name(xdt), ql_dtype_name(ydt), with_bias, with_res,
+          (long long)bad);
+    ql_linear_destroy(lin);
+    free(q); free(s); free(x); free(bias); free(res); free(rs); free(y0); free(y1);
+    return small;
+}
+
+static void gemm_case(ql_context *ctx, int64_t m, int64_t n, int64_t k, int extremes)
+{
+    const int64_t lda = k + tu_range(0, 3), ldb = k + tu_range(0, 3), ldc = n + tu_range(0, 3);
+    int8_t *a = malloc((size_t)(m * lda)), *b = malloc((size_t)(n * ldb));
+    int32_t *c = malloc((size_t)(m * ldc) * 4);
+    for (int64_t i = 0; i < m * lda; i++) a[i] = extremes ? (tu_next() & 1 ? 127 : -128) : (int8_t)(tu_next() & 0xff);
+    for (int64_t i = 0; i < n * ldb; i++) b[i] = extremes ? (tu_next() & 1 ? 127 : -128) : (int8_t)(tu_next() & 0xff);
+    CHECK_OK(ql_gemm_s8s8s32(ctx, m, n, k, a, lda, b, ldb, c, ldc));
+    int64_t bad = 0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            int64_t sum = 0;
+            for (int64_t p = 0; p < k; p++) sum += (int64_t)a[i * lda + p] * b[j * ldb + p];
+            bad += c[i * ldc + j] != sum;
+        }
+    CHECK(bad == 0, "%s t%d gemm M=%lld N=%lld K=%lld extremes=%d: %lld wrong", ql_isa_name(ql_context_isa(ctx)),
+          ql_context_threads(ctx), (long long)m, (long long)n, (long long)k, extremes, (long long)bad);
+    free(a); free(b); free(c);
+}
+
+/* A float linear on `tall` rows (blocked path) and the same rows in batches
+ * of 1..20 (small-M path): the same bits. */
+static void float_case(ql_context *ctx, const char *what, const ql_linear_desc *d, ql_dtype xdt, ql_dtype ydt, int64_t k,
+                       int64_t n)
+{
+    const int64_t tall = 41, ldx = k + tu_range(0, 5), ldy = n + tu_range(0, 5);
+    void *x = malloc((size_t)(tall * ldx) * 4), *y0 = malloc((size_t)(tall * ldy) * 4), *y1 = malloc((size_t)(tall * ldy) * 4);
+    tu_fill_gauss(xdt, x, tall * ldx, 1.0);
+    ql_linear *lin = NULL;
+    CHECK_OK(ql_linear_create(ctx, d, &lin));
+    if (!lin) { free(x); free(y0); free(y1); return; }
+    CHECK(!is_small(lin, tall), "%s: %lld rows took the small-M path", what, (long long)tall);
+    CHECK_OK(ql_linear_forward(lin, x, xdt, tall, ldx, y0, ydt, ldy, NULL));
+    const size_t es = ql_dtype_size(ydt);
+    for (int64_t batch = 1; batch <= 20; batch++) {
+        memset(y1, 0, (size_t)(tall * ldy) * 4);
+        int small = 1;
+        for (int64_t r0 = 0; r0 < tall; r0 += batch) {
+            const int64_t rows = tall - r0 < batch ? tall - r0 : batch;
+            small &= is_small(lin, rows);
+            CHECK_OK(ql_linear_forward(lin, ql_row_cptr(xdt, x, r0, ldx), xdt, rows, ldx, ql_row_ptr(ydt, y1, r0, ldy), ydt,
+                                       ldy, NULL));
+        }
+        int64_t bad = 0;
+        for (int64_t i = 0; i < tall; i++)
+            bad += memcmp((const char *)y0 + (size_t)(i * ldy) * es, (const char *)y1 + (size_t)(i * ldy) * es, (size_t)n * es) != 0;
+        CHECK(bad == 0, "%s %s t%d batches of %lld (%s) N=%lld K=%lld x=%s y=%s: %lld rows differ from the tall batch", what,
+              ql_isa_name(ql_context_isa(ctx)), ql_context_threads(ctx), (long long)batch, small ? "small-M" : "mixed",
+              (long long)n, (long long)k, ql_dtype_name(xdt), ql_dtype_name(ydt), (long long)bad);
+    }
+    ql_linear_destroy(lin);
+    free(x); free(y0); free(y1);
+}
+
+static void float_cases(ql_context *ctx)
+{
+    const int64_t n = odd(1, 150), k = odd(1, 400);
+    const ql_dtype xdt = dts[tu_range(0, 2)], ydt = dts[tu_range(0, 2)];
+    float *w = malloc((size_t)(n * k) * 4), *s = malloc((size_t)n * 4), *bias = malloc((size_t)n * 4);
+    tu_fill_gauss(QL_F32, w, n * k, 0.05);
+    tu_fill_gauss(QL_F32, bias, n, 0.5);
+    for (int64_t i = 0; i < n; i++) s[i] = (float)((0.5 + tu_uniform()) * 1e-2);
+    for (int c = 0; c < 2; c++) {
+        ql_linear_desc d = {.kind = QL_LINEAR_DENSE, .n = n, .k = k, .weight = w, .ld_weight = k, .weight_dtype = QL_F32,
+                            .compute_dtype = c ? QL_BF16 : QL_F32, .bias = bias, .bias_dtype = QL_F32};
+        float_case(ctx, c ? "dense bf16" : "dense fp32", &d, c ? xdt : QL_F32, ydt, k, n);
+    }
+    const int64_t g = tu_range(0, 1) ? 256 : 0, kq = g ? 256 * tu_range(1, 2) : k;
+    int8_t *q = malloc((size_t)(n * kq));
+    for (int64_t i = 0; i < n * kq; i++) q[i] = (int8_t)(tu_next() & 0xff);
+    ql_linear_desc d = {.kind = QL_LINEAR_WEIGHT_ONLY, .int8 = {n, kq, q, kq, s, n, g, bias, QL_F32}};
+    float_case(ctx, g ? "weight-only G=256" : "weight-only", &d, xdt, ydt, kq, n);
+    free(w); free(s); free(bias); free(q);
+}
+
+/* The choice: small-M exactly up to a limit, then blocked; the fitted tile
+ * height covers M with fewer padded rows than row panels. */
+static void test_plan(void)
+{
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+        if (ql_s8_kernel_for(isas[i])->isa != isas[i]) { /* kernels of another architecture: not built here */
+            printf("  skip %s: not built for this architecture\n", ql_isa_name(isas[i]));
+            continue;
+        }
+        int64_t limit = 0;
+        for (int64_t m = 1; m <= 200; m++) {
+            const ql_s8_plan p = ql_s8_plan_for(isas[i], m, 1024, 1024);
+            if (p.small && limit == m - 1) limit = m;
+            CHECK(p.small == (m <= limit), "%s: M=%lld small=%d after the limit %lld", ql_isa_name(isas[i]), (long long)m,
+                  p.small, (long long)limit);
+            const ql_s8_kernel *base = ql_s8_kernel_for(isas[i]);
+            CHECK(p.kern->nr == base->nr && p.kern->kb == base->kb && p.kern->b_offset128 == base->b_offset128 &&
+                      (p.kern->kg ? p.kern->kg : 4) == (base->kg ? base->kg : 4),
+                  "%s: %s packs B unlike %s", ql_isa_name(isas[i]), p.kern->name, base->name);
+            if (p.small && isas[i] != QL_ISA_GENERIC) { /* the generic twin has 4-row tiles only */
+                const int64_t panels = (m + p.kern->mr - 1) / p.kern->mr;
+                CHECK(p.kern->mr <= ql_s8_rows_max(isas[i]) && panels * p.kern->mr - m < panels &&
+                          panels == (m + ql_s8_rows_max(isas[i]) - 1) / ql_s8_rows_max(isas[i]),
+                      "%s: M=%lld runs %lld panels of %s", ql_isa_name(isas[i]), (long long)m, (long long)panels, p.kern->name);
+            } else CHECK(p.kern == ql_s8_kernel_for(isas[i]), "%s: blocked M=%lld runs %s", ql_isa_name(isas[i]), (long long)m, p.kern->name);
+        }
+        CHECK(limit >= 1 && limit < 200, "%s: small-M limit %lld", ql_isa_name(isas[i]), (long long)limit);
+        printf("  %s: small-M path up to M = %lld\n", ql_isa_name(isas[i]), (long long)limit);
+        const ql_f32_kernel *fk = ql_f32_kernel_for(isas[i]);
+        for (int64_t m = 1; m <= 64; m++) {
+            const int rows = ql_f32_small_rows(fk, m);
+            const int64_t groups = (m + rows - 1) / rows;
+            CHECK(rows >= 1 && rows <= fk->small_rows && groups == (m + fk->small_rows - 1) / fk->small_rows,
+                  "%s: float M=%lld in groups of %d", fk->name, (long long)m, rows);
+        }
+    }
+}
+
+int main(void)
+{
+    tu_init("test_smallm");
+    test_plan();
+    ql_context *ctx;
+    CHECK_OK(ql_context_create(&ctx));
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+        if (!ql_isa_supported(isas[i])) { printf("  skip %s: not supported by this CPU\n", ql_isa_name(isas[i])); continue; }
+        CHECK_OK(ql_context_set_isa(ctx, isas[i]));
+        for (int t = 1; t <= 3; t++) {
+            CHECK_OK(ql_context_set_threads(ctx, t));
+            int smalls = 0, want = 0, blocked = 0;
+            for (int64_t m = 1; m <= 20; m++) {
+                const int64_t g = m % 2 ? 0 : 256, k = g ? 256 * tu_range(1, 3) : odd(1, 700);
+                smalls += w8a8_case(ctx, m, odd(1, 150), k, g);
+                want += ql_s8_plan_for(isas[i], m, 1, 1).small;
+                gemm_case(ctx, m, odd(1, 120), odd(1, 600), m % 5 == 0);
+            }
+            /* around the switch to the blocked path, and tall */
+            for (int64_t m = 21; m <= 70; m += 7) blocked += !w8a8_case(ctx, m, odd(30, 300), 256 * tu_range(1, 2), 256);
+            blocked += !w8a8_case(ctx, 300, odd(1, 100), odd(1, 300), 0);
+            CHECK(smalls == want && want >= 16 && blocked >= 1, "%s t%d: %d of 20 small cases on the small-M path (want %d), %d blocked",
+                  ql_isa_name(isas[i]), t, smalls, want, blocked);
+            float_cases(ctx);
+        }
+    }
+    ql_context_destroy(ctx);
+    return tu_finish();
+}
