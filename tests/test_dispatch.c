@@ -22,7 +22,7 @@ static const rung arm[] = {{QL_ISA_GENERIC, "s8_gemm_4x8c4__generic"},
                            {QL_ISA_NEONDOT, "s8_gemm_8x12c4__neondot"},
                            {QL_ISA_I8MM, "s8_gemm_8x12c8__i8mm"}};
 static const rung x86[] = {{QL_ISA_GENERIC, "s8_gemm_4x8c4__generic"},
-                           {QL_ISA_AVX2, "s8_gemm_4x8c4__avx2"},
+                           {QL_ISA_AVX2, "s8_gemm_6x16c2__avx2"},
                            {QL_ISA_AVXVNNI, "s8_gemm_6x16c4__avxvnni"},
                            {QL_ISA_AVX512VNNI, "s8_gemm_12x32c4__avx512vnni"}};
 
