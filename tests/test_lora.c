@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "quant/wxa8.h"
 #include "testutil.h"
 
 static const ql_isa isas[] = {QL_ISA_GENERIC, QL_ISA_AVX2,  QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI,
@@ -211,11 +212,37 @@ static void test_isas_and_bound(void)
          * less than the base layer's own quantization error, plus output
          * rounding (the difference of two rounded outputs) */
         const double slack = 2 * out_ulp * yl_norm, base_norm = l2(yb, NULL, m * n);
-        const double bound = nl == 1 ? 0.05 : 0.08;
-        CHECK(lora_err <= bound * lora_norm + slack, "M=%lld N=%lld K=%lld G=%lld ranks %lld,%lld,%lld (%d LoRAs): LoRA-term "
+        const double bound = nl > 1 ? 0.08 : rk[0] >= 16 ? 0.05 : 0.10;
+        /* with few t values (M·R < 64) the term may cancel by chance while
+         * the error scales with |x|·|down|: measure it against the term's
+         * typical size Σ_r scale·|x_m|·|down_r|/√K·|up[n, r]| instead */
+        int64_t mr_total = 0;
+        for (int l = 0; l < nl; l++) mr_total += m * rk[l];
+        double ref_norm = lora_norm;
+        if (mr_total < 64) {
+            double tn = 0;
+            for (int64_t i = 0; i < m; i++) {
+                double xn = 0;
+                for (int64_t p = 0; p < k; p++) xn += pow(ql_load_f(c.xdt, c.x, i * k + p), 2);
+                for (int64_t j = 0; j < n; j++) {
+                    double v = 0;
+                    for (int l = 0; l < nl; l++)
+                        for (int64_t r = 0; r < rk[l]; r++) {
+                            double dn = 0;
+                            for (int64_t p = 0; p < k; p++) dn += pow(c.down[l][r * k + p], 2);
+                            v += fabs(c.scale[l]) * sqrt(xn * dn / (double)k) * fabs(c.up[l][j * rk[l] + r]);
+                        }
+                    tn += v * v;
+                }
+            }
+            ref_norm = fmax(lora_norm, sqrt(tn));
+        }
+        CHECK(lora_err <= bound * ref_norm + slack, "M=%lld N=%lld K=%lld G=%lld ranks %lld,%lld,%lld (%d LoRAs): LoRA-term "
               "error %.3g > %.0f%% of its norm %.3g (+ rounding %.3g)", (long long)m, (long long)n, (long long)k,
               (long long)g, (long long)rk[0], (long long)rk[1], (long long)rk[2], nl, lora_err, bound * 100, lora_norm, slack);
-        if (lora_norm <= 0.25 * base_norm && k >= 32)
+        /* (rank >= 16: a rank-1 term is a handful of dot products per row,
+         * too few for a stable comparison of relative errors) */
+        if (lora_norm <= 0.25 * base_norm && k >= 32 && nl == 1 && rk[0] >= 16)
             CHECK(lora_err <= base_err + slack, "M=%lld N=%lld K=%lld G=%lld rank %lld: LoRA term at %.2f of the base: "
                   "error %.3g > the base's own %.3g (+ rounding %.3g)", (long long)m, (long long)n, (long long)k,
                   (long long)g, (long long)rk[0], lora_norm / base_norm, lora_err, base_err, slack);
@@ -440,11 +467,86 @@ static void test_edges_and_errors(void)
     CHECK_OK(ql_linear_create(ctx, &ld, &lin));
     c.down[0][c.k + 1] = 0;
     d.ld_down = c.k;
-    CHECK(ql_linear_add_lora(lin, &d, NULL) == QL_ERR_UNSUPPORTED && strstr(ql_last_error(), "W8A8"), "weight-only: %s",
+    CHECK(ql_linear_add_lora(lin, &d, NULL) == QL_ERR_UNSUPPORTED && strstr(ql_last_error(), "W8A8 and"), "weight-only: %s",
           ql_last_error());
     ql_linear_destroy(lin);
     ql_context_destroy(ctx);
     free_case(&c);
+}
+
+
+/* W4A8 (codebook) and W6A8 layers run the W8A8 pipeline on their decoded
+ * grid (kind W8A8) or decode inside the GEMM (WXA8_PACKED): with a LoRA both
+ * kinds and every ISA give the same bits, and the LoRA term against float64
+ * of x·(W + scale·up·down)ᵀ (W = the dequantized layer) meets the bound. */
+static void test_wxa8(void)
+{
+    float lut[16];
+    ql_wxa8_fixed_lut(lut);
+    const ql_wxa8_mode modes[2] = {QL_WXA8_CODEBOOK, QL_WXA8_6BIT};
+    for (int mi = 0; mi < 2; mi++) {
+        const int bits = modes[mi] == QL_WXA8_6BIT ? 6 : 4;
+        const int64_t n = tu_range(20, 70), k = 256, g = 16, m = tu_range(5, 30), rk = tu_range(1, 70);
+        const int64_t rb = ql_wxa8_row_bytes(bits, k);
+        float *w = malloc((size_t)(n * k) * 4), *sc = malloc((size_t)n * 4), *x = malloc((size_t)(m * k) * 4);
+        uint8_t *q = malloc((size_t)(n * rb)), *sr = malloc((size_t)(n * k / g));
+        float *down = malloc((size_t)(rk * k) * 4), *up = malloc((size_t)(n * rk) * 4);
+        tu_fill_gauss(QL_F32, w, n * k, 0.02);
+        tu_fill_gauss(QL_F32, x, m * k, 1.0);
+        tu_fill_gauss(QL_F32, down, rk * k, 1.0 / 16);
+        tu_fill_gauss(QL_F32, up, n * rk, 0.3 / sqrt((double)rk));
+        ql_wxa8_qparams p = {modes[mi], g, 256, bits == 4 ? lut : NULL, 0};
+        CHECK_OK(ql_wxa8_quantize(QL_F32, w, n, k, k, &p, q, rb, sr, sc, NULL));
+        ql_wxa8_weight ww = {.n = n, .k = k, .bits = bits, .q = q, .ldq = rb, .s_rel = sr, .s_channel = sc,
+                             .codebook = bits == 4 ? lut : NULL, .group = g, .convrot_group = 256};
+        const double scale = 0.5;
+        ql_lora_desc ld = {rk, down, QL_F32, k, up, QL_F32, rk, scale};
+        float *y0 = malloc((size_t)(m * n) * 4), *y1 = malloc((size_t)(m * n) * 4), *yb = malloc((size_t)(m * n) * 4);
+        ql_context *ctx = NULL;
+        CHECK_OK(ql_context_create(&ctx));
+        int first = 1;
+        for (int ii = 0; ii < 4; ii++) {
+            if (!ql_isa_supported(isas[ii])) continue;
+            ql_context_set_isa(ctx, isas[ii]);
+            for (int kind = 0; kind < 2; kind++) {
+                ql_linear_desc d = {.kind = kind ? QL_LINEAR_WXA8_PACKED : QL_LINEAR_W8A8, .wxa8 = ww};
+                ql_linear *lin = NULL;
+                CHECK_OK(ql_linear_create(ctx, &d, &lin));
+                if (!lin) continue;
+                if (first) CHECK_OK(ql_linear_forward(lin, x, QL_F32, m, k, yb, QL_F32, n, NULL));
+                CHECK_OK(ql_linear_add_lora(lin, &ld, NULL));
+                CHECK_OK(ql_linear_forward(lin, x, QL_F32, m, k, first ? y0 : y1, QL_F32, n, NULL));
+                if (!first)
+                    CHECK(!memcmp(y0, y1, (size_t)(m * n) * 4), "W%dA8 %s kind %s: LoRA output differs from generic W8A8",
+                          bits, ql_isa_name(isas[ii]), kind ? "WXA8_PACKED" : "W8A8");
+                first = 0;
+                ql_linear_destroy(lin);
+            }
+        }
+        /* float64 */
+        float *deq = malloc((size_t)(n * k) * 4);
+        CHECK_OK(ql_wxa8_dequantize(&ww, QL_F32, deq, k));
+        double e = 0, nl = 0;
+        for (int64_t i = 0; i < m; i++) {
+            double t[80];
+            for (int64_t r = 0; r < rk; r++) {
+                t[r] = 0;
+                for (int64_t j = 0; j < k; j++) t[r] += (double)x[i * k + j] * down[r * k + j];
+            }
+            for (int64_t c = 0; c < n; c++) {
+                double l = 0;
+                for (int64_t r = 0; r < rk; r++) l += t[r] * up[c * rk + r];
+                l *= scale;
+                const double got = (double)y0[i * n + c] - yb[i * n + c];
+                e += (got - l) * (got - l);
+                nl += l * l;
+            }
+        }
+        const double rel = sqrt(e / nl);
+        CHECK(rel < (rk >= 16 ? 0.05 : 0.10), "W%dA8 rank %lld: LoRA term relative error %.4f", bits, (long long)rk, rel);
+        ql_context_destroy(ctx);
+        free(w); free(sc); free(x); free(q); free(sr); free(down); free(up); free(y0); free(y1); free(yb); free(deq);
+    }
 }
 
 int main(void)
@@ -455,5 +557,6 @@ int main(void)
     test_identity();
     test_extreme_scales();
     test_edges_and_errors();
+    test_wxa8();
     return tu_finish();
 }

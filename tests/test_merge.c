@@ -243,6 +243,16 @@ static void test_stream(void)
         for (int64_t j = 0; j < k; j++) bad += q[r * k + j] != model_sr_code(x[r * k + j], a, 1000 + r * k + j, seed);
     }
     CHECK(bad == 0, "stochastic codes: %lld of %lld differ from the model", (long long)bad, (long long)(rows * k));
+    /* the same where idx + seed crosses 2^32 inside a row (the folded key wraps) */
+    const int64_t idx1 = (int64_t)((1ull << 32) - seed) - 157;
+    CHECK_OK(ql_quantize_rowwise_sr(x, rows, k, k, idx1, seed, q, k, s));
+    bad = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        float a = 0;
+        for (int64_t j = 0; j < k; j++) a = fmaxf(a, fabsf(x[r * k + j]));
+        for (int64_t j = 0; j < k; j++) bad += q[r * k + j] != model_sr_code(x[r * k + j], a, idx1 + r * k + j, seed);
+    }
+    CHECK(bad == 0, "stochastic codes across 2^32: %lld differ from the model", (long long)bad);
     /* unbiased: v = 0.3 s rounds up 30% of the time */
     float *v = malloc(20000 * 4);
     int8_t *qv = malloc(20000);

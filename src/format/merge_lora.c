@@ -344,6 +344,13 @@ ql_status ql_checkpoint_merge_lora(const char *base_path, const ql_lora_input *l
                 ql_layer_info li;
                 ql_checkpoint_layer(base, ql_checkpoint_find_layer(base, md->layer), &li);
                 widx = li.weight;
+                if (li.bits) {
+                    ql_name_buf a;
+                    st = ql_fail_path(base_path, QL_ERR_UNSUPPORTED,
+                                      "layer '%s' is W%dA8: merging LoRAs into W4A8/W6A8 layers is not implemented "
+                                      "(use the unmerged path, forward --lora)", ql_show(&a, md->layer), li.bits);
+                    goto done;
+                }
             } else {
                 char *nm = malloc(strlen(md->layer) + 8);
                 if (!nm) { st = ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn); goto done; }

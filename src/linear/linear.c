@@ -509,9 +509,12 @@ void ql_linear_describe(const ql_linear *l, int64_t m, char *buf, size_t len)
 ql_status ql_linear_add_lora(ql_linear *l, const ql_lora_desc *d, int *id)
 {
     QL_CHECK_PTR("ql_linear_add_lora", l);
-    if (l->kind != QL_LINEAR_W8A8)
-        return ql_fail(QL_ERR_UNSUPPORTED, "ql_linear_add_lora: only W8A8 linears take unmerged LoRAs (this one is kind %d)",
+    if (l->kind != QL_LINEAR_W8A8 && l->kind != QL_LINEAR_WXA8_PACKED)
+        return ql_fail(QL_ERR_UNSUPPORTED,
+                       "ql_linear_add_lora: only W8A8 and WXA8_PACKED linears take unmerged LoRAs (this one is kind %d)",
                        (int)l->kind);
+    if (l->corr)
+        return ql_fail(QL_ERR_UNSUPPORTED, "ql_linear_add_lora: unmerged LoRA on an asymmetric W4A8 layer is not supported");
     if (l->cuda)
         return ql_fail(QL_ERR_UNSUPPORTED, "ql_linear_add_lora: unmerged LoRAs run on the CPU backends only, not on CUDA devices");
     return ql_lora_set_add(&l->lora, l->s8, l->n, l->k, l->group, d, id);

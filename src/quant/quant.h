@@ -49,5 +49,7 @@ float ql_sr_scale(float absmax);
 /* One code the CUDA way for fp32 input: y = v/s; seed != 0: floor(y + noise(idx,
  * seed)) (the sum rounded to fp32), seed 0: rne(y); clamp to [-128, 127]. */
 int8_t ql_sr_code(float v, float s, int64_t idx, uint64_t seed);
+/* A row of ql_sr_code (seed != 0), AVX-512 (stochastic_avx512.c). */
+void ql_sr_row_avx512(const float *v, int64_t k, float s, int64_t idx0, uint64_t seed, int8_t *q);
 
 #endif

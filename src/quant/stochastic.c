@@ -71,7 +71,9 @@ ql_status ql_quantize_rowwise_sr(const float *x, int64_t rows, int64_t k, int64_
         }
         const float s = ql_sr_scale(a);
         scale[r] = s;
-        for (int64_t j = 0; j < k; j++) q[r * ldq + j] = ql_sr_code(v[j], s, idx0 + r * k + j, seed);
+        if (seed && ql_isa_supported(QL_ISA_AVX512VNNI)) ql_sr_row_avx512(v, k, s, idx0 + r * k, seed, q + r * ldq);
+        else
+            for (int64_t j = 0; j < k; j++) q[r * ldq + j] = ql_sr_code(v[j], s, idx0 + r * k + j, seed);
     }
     if (bad >= 0)
         return ql_fail(QL_ERR_NONFINITE, "%s: row %lld holds NaN or Inf; its codes are 0 and its scale NaN", fn,
