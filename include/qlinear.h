@@ -84,7 +84,10 @@ typedef enum ql_isa {
     QL_ISA_GENERIC = 1,    /* portable C, the reference twin of every kernel */
     QL_ISA_AVX2 = 2,       /* AVX2 without VNNI (exact, no int16 saturation) */
     QL_ISA_AVXVNNI = 3,    /* AVX-VNNI, ymm */
-    QL_ISA_AVX512VNNI = 4  /* AVX512-VNNI, zmm */
+    QL_ISA_AVX512VNNI = 4, /* AVX512-VNNI, zmm */
+    QL_ISA_NEON = 5,       /* AArch64 Advanced SIMD (SMLAL widening multiply-accumulate) */
+    QL_ISA_NEONDOT = 6,    /* + dot product (SDOT, ARMv8.2: Apple M1, Neoverse N1, Cortex-A76) */
+    QL_ISA_I8MM = 7        /* + int8 matrix multiply (SMMLA, ARMv8.6: Apple M2, Neoverse V1/N2) */
 } ql_isa;
 
 const char *ql_isa_name(ql_isa isa);
@@ -97,7 +100,8 @@ typedef struct ql_context ql_context;
 
 /* A context holds the thread count and the ISA choice. Defaults come from the
  * environment: QLINEAR_THREADS (else the number of online CPUs) and
- * QLINEAR_ISA=generic|avx2|avxvnni|avx512vnni (else the best available; one
+ * QLINEAR_ISA=generic|avx2|avxvnni|avx512vnni on x86-64, generic|neon|neondot|i8mm
+ * on AArch64 (else the best available; one
  * the CPU lacks is refused with QL_ERR_UNSUPPORTED). */
 ql_status ql_context_create(ql_context **out);
 void ql_context_destroy(ql_context *ctx);

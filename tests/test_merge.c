@@ -7,7 +7,8 @@
  * unmerged path, the merged path and float64 agree within the documented
  * bounds; hostile LoRA files fail with one message naming file and tensor,
  * and the command (argv[1] = path to qlinear) writes nothing then.
- * Usage: test_merge PATH/TO/qlinear */
+ * Usage: test_merge [EMULATOR [OPTIONS]] PATH/TO/qlinear (a cross build's tool runs
+ * through its emulator). */
 #include <fcntl.h>
 #include <float.h>
 #include <math.h>
@@ -23,6 +24,7 @@
 
 static char tmpdir[256];
 static const char *qlinear;
+static char **cmd; /* the command line that runs qlinear (argv + 1) */
 
 static char *tp(const char *name)
 {
@@ -553,10 +555,10 @@ static run_result run(const char *const *args)
         dup2(fe, 2);
         const char *argv[40];
         int n = 0;
-        argv[n++] = qlinear;
+        for (int i = 0; cmd[i] && n < 16; i++) argv[n++] = cmd[i];
         for (int i = 0; args[i] && n < 39; i++) argv[n++] = args[i];
         argv[n] = NULL;
-        execv(qlinear, (char *const *)argv);
+        execvp(argv[0], (char *const *)argv);
         _exit(127);
     }
     int status = 0;
@@ -1220,6 +1222,7 @@ int main(int argc, char **argv)
 {
     tu_init("test_merge");
     qlinear = argc > 1 ? argv[1] : NULL;
+    cmd = argv + 1;
     snprintf(tmpdir, sizeof tmpdir, "%s/ql_merge_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(tmpdir)) {
         perror("mkdtemp");

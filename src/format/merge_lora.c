@@ -62,7 +62,9 @@ static const char *strip_prefix(const char *p)
  * in fp32 in rank order, then scaled and added: a multiplication and an
  * addition per step (no FMA), lane by lane, so every SIMD width gives the
  * same bits. Columns in blocks of 512 keep the partial sums in L1. */
+#if defined(__x86_64__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
 static void add_delta(float *restrict w, int64_t rows, int64_t k, int64_t ld, const float *restrict up, int64_t rank,
                       const float *restrict down, float c)
 {
@@ -88,10 +90,12 @@ static void add_delta(float *restrict w, int64_t rows, int64_t k, int64_t ld, co
  * twin where the CPU has it (the same operations as ql_fwht_f32). */
 static void rotate_rows(const float *src, int64_t rows, int64_t k, int64_t lds, int64_t group, float *dst, int64_t ldd)
 {
+#if defined(__x86_64__) /* the AVX-512 files are built on x86-64 only (cmake/arch.cmake) */
     if (ql_isa_supported(QL_ISA_AVX512VNNI)) {
         ql_rows_to_f32_avx512(QL_F32, src, lds, 0, rows, k, group, 0, dst, ldd);
         return;
     }
+#endif
     for (int64_t r = 0; r < rows; r++) ql_load_row_rotated(QL_F32, src + r * lds, k, group, dst + r * ldd);
 }
 
