@@ -43,7 +43,12 @@ template <int BN> __device__ __forceinline__ void wgmma_tile(int32_t (&d)[BN / 2
  * per stage (128 or 64: a consumer holds two stages, so shorter stages keep
  * more of the ring in flight); a STAGES-deep ring; CTAS blocks per SM (2
  * lets one block's epilogue overlap the other's main loop). */
-template <int NWG, int BN, int BK, int STAGES, int CTAS>
+/* Epilogue variants, chosen at launch so that the common cases carry no
+ * dtype branches (the generic one, unrolled over the tile, is large enough
+ * to miss the instruction cache). All need N even for the fast variants. */
+enum { EPI_GENERIC = 0, EPI_I32 = 1, EPI_BF16 = 2 };
+
+template <int NWG, int BN, int BK, int STAGES, int CTAS, int EPI>
 __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     s8_gemm_sm90_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b, int m,
                         int n, int k, EpiParams p)
@@ -96,9 +101,10 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
             col_sw[i] = p.sw[p.sw_per_row ? col : 0];
             col_bias[i] = p.bias ? round_to(p.ydt, p.bias[col]) : 0.0f;
         }
+    /* no zeroing: the first wgmma ignores d (K >= 1 here; K = 0 never comes
+     * to this kernel), and a non-wgmma write to the accumulators would make
+     * ptxas serialise the wgmmas */
     int32_t d[BN / 2];
-#pragma unroll
-    for (int i = 0; i < BN / 2; i++) d[i] = 0;
     for (int kt = 0; kt < kt_count; kt++) {
         const int s = kt % STAGES;
         mbar_wait(&full[s], (kt / STAGES) & 1);
@@ -107,7 +113,7 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
         for (int kk = 0; kk < BK / 32; kk++)
-            wgmma_tile<BN>(d, smem_desc<BK>(a + kk * 32), smem_desc<BK>(b + kk * 32), 1);
+            wgmma_tile<BN>(d, smem_desc<BK>(a + kk * 32), smem_desc<BK>(b + kk * 32), kt > 0 || kk > 0);
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         /* Keep one group in flight: the previous stage is free once the
          * group before this one has retired. */
@@ -125,7 +131,32 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory");
     const int warp = tid / 32, lane = tid % 32;
     const int64_t r0 = m0 + c * 64 + warp * 16 + lane / 4, r1 = r0 + 8;
+    if constexpr (EPI == EPI_I32) {
+        /* raw accumulators; y 8-byte aligned, ldy and N even */
+        int32_t *y0 = (int32_t *)p.y + r0 * p.ldy, *y1 = (int32_t *)p.y + r1 * p.ldy;
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+            const int64_t col = n0 + j * 8 + 2 * (lane % 4);
+            if (col >= n) continue;
+            if (r0 < m) *(int2 *)(y0 + col) = make_int2(d[4 * j], d[4 * j + 1]);
+            if (r1 < m) *(int2 *)(y1 + col) = make_int2(d[4 * j + 2], d[4 * j + 3]);
+        }
+        return;
+    }
     const float sx0 = scaled && r0 < m ? p.sx[r0] : 0.f, sx1 = scaled && r1 < m ? p.sx[r1] : 0.f;
+    if constexpr (EPI == EPI_BF16) {
+        /* bf16 out, no residual, 4-byte pairs; N even */
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+            const int cl = j * 8 + 2 * (lane % 4);
+            const int64_t col = n0 + cl;
+            if (col >= n) continue;
+            const float2 sw = *(const float2 *)(col_sw + cl), bs = *(const float2 *)(col_bias + cl);
+            if (r0 < m) epi_store_pair_bf16(p, r0, col, d[4 * j], d[4 * j + 1], sx0, sw, bs);
+            if (r1 < m) epi_store_pair_bf16(p, r1, col, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs);
+        }
+        return;
+    }
     const bool fast = scaled && !p.res && p.vec2;
 #pragma unroll
     for (int j = 0; j < BN / 8; j++) {
@@ -186,11 +217,11 @@ template <int NWG, int BN, int BK, int STAGES, int CTAS> constexpr size_t smem_b
     return (size_t)STAGES * (64 * NWG + BN) * BK + 2 * STAGES * sizeof(uint64_t) + 2 * BN * sizeof(float) + 1024;
 }
 
-template <int NWG, int BN, int BK, int STAGES, int CTAS>
-cudaError_t launch_cfg(const CUtensorMap &ma, const CUtensorMap &mb, int m, int n, int k, const EpiParams &p,
+template <int NWG, int BN, int BK, int STAGES, int CTAS, int EPI>
+cudaError_t launch_epi(const CUtensorMap &ma, const CUtensorMap &mb, int m, int n, int k, const EpiParams &p,
                        cudaStream_t stream, bool pdl)
 {
-    auto kern = s8_gemm_sm90_kernel<NWG, BN, BK, STAGES, CTAS>;
+    auto kern = s8_gemm_sm90_kernel<NWG, BN, BK, STAGES, CTAS, EPI>;
     constexpr size_t smem = smem_bytes<NWG, BN, BK, STAGES, CTAS>();
     static_assert(smem * CTAS <= 227 * 1024, "shared memory per SM");
     static bool attr_set = false; /* per process: the attribute is per function */
@@ -212,6 +243,17 @@ cudaError_t launch_cfg(const CUtensorMap &ma, const CUtensorMap &mb, int m, int 
     return cudaLaunchKernelEx(&cfg, kern, ma, mb, m, n, k, p);
 }
 
+template <int NWG, int BN, int BK, int STAGES, int CTAS>
+cudaError_t launch_cfg(const CUtensorMap &ma, const CUtensorMap &mb, int m, int n, int k, const EpiParams &p,
+                       cudaStream_t stream, bool pdl)
+{
+    if (p.vec2 && n % 2 == 0 && p.ydt == DT_I32)
+        return launch_epi<NWG, BN, BK, STAGES, CTAS, EPI_I32>(ma, mb, m, n, k, p, stream, pdl);
+    if (p.vec2 && n % 2 == 0 && p.ydt == DT_BF16 && !p.res)
+        return launch_epi<NWG, BN, BK, STAGES, CTAS, EPI_BF16>(ma, mb, m, n, k, p, stream, pdl);
+    return launch_epi<NWG, BN, BK, STAGES, CTAS, EPI_GENERIC>(ma, mb, m, n, k, p, stream, pdl);
+}
+
 } // namespace
 
 /* Two blocks per SM where the grid fills the SMs twice (one block's epilogue
@@ -219,8 +261,7 @@ cudaError_t launch_cfg(const CUtensorMap &ma, const CUtensorMap &mb, int m, int 
  * it does not (then the load latency is what a block waits for). Fields:
  * consumer warpgroups, BN, BK, blocks per SM; the ring depth is in the
  * launch switch below. */
-const Sm90Tile sm90_tiles[] = {{2, 256, 64, 1},  {2, 128, 128, 2}, {2, 128, 64, 2}, {1, 128, 64, 2},
-                               {2, 128, 128, 1}, {1, 128, 128, 1}, {2, 128, 64, 1}};
+const Sm90Tile sm90_tiles[] = {{2, 256, 64, 1}, {2, 128, 128, 2}, {2, 128, 64, 2}, {2, 128, 128, 1}, {1, 128, 128, 1}};
 const int sm90_tile_count = sizeof sm90_tiles / sizeof sm90_tiles[0];
 
 bool make_sm90_maps(int tile, const int8_t *a, int64_t lda, int64_t m, const int8_t *b, int64_t ldb, int64_t n,
@@ -238,10 +279,8 @@ cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorM
     case 0: return launch_cfg<2, 256, 64, 8, 1>(ma, mb, im, in, ik, p, stream, pdl);
     case 1: return launch_cfg<2, 128, 128, 3, 2>(ma, mb, im, in, ik, p, stream, pdl);
     case 2: return launch_cfg<2, 128, 64, 6, 2>(ma, mb, im, in, ik, p, stream, pdl);
-    case 3: return launch_cfg<1, 128, 64, 8, 2>(ma, mb, im, in, ik, p, stream, pdl);
-    case 4: return launch_cfg<2, 128, 128, 6, 1>(ma, mb, im, in, ik, p, stream, pdl);
-    case 5: return launch_cfg<1, 128, 128, 8, 1>(ma, mb, im, in, ik, p, stream, pdl);
-    default: return launch_cfg<2, 128, 64, 12, 1>(ma, mb, im, in, ik, p, stream, pdl);
+    case 3: return launch_cfg<2, 128, 128, 6, 1>(ma, mb, im, in, ik, p, stream, pdl);
+    default: return launch_cfg<1, 128, 128, 8, 1>(ma, mb, im, in, ik, p, stream, pdl);
     }
 }
 

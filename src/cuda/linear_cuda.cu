@@ -111,8 +111,8 @@ int pick_tile(int64_t m, int64_t n, int sms)
 {
     const int64_t ctas = ((m + 127) / 128) * ((n + 127) / 128);
     if (ctas * 2 >= (int64_t)sms * 3) return 1;
-    if (ctas * 2 >= (int64_t)sms) return 4;
-    return 5;
+    if (ctas * 2 >= (int64_t)sms) return 3;
+    return 4;
 }
 
 int dtype_code(ql_dtype dt) { return (int)dt; } /* DT_* are the ql_dtype values */
