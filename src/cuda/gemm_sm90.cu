@@ -45,7 +45,8 @@ template <int BN> __device__ __forceinline__ void wgmma_tile(int32_t (&d)[BN / 2
  * lets one block's epilogue overlap the other's main loop). */
 /* Epilogue variants, chosen at launch so that the common cases carry no
  * dtype branches (the generic one, unrolled over the tile, is large enough
- * to miss the instruction cache). All need N even for the fast variants. */
+ * to miss the instruction cache). The fast variants stage the tile in shared
+ * memory and need N even, y 16-byte aligned and rows a multiple of 16 bytes. */
 enum { EPI_GENERIC = 0, EPI_I32 = 1, EPI_BF16 = 2 };
 
 template <int NWG, int BN, int BK, int STAGES, int CTAS, int EPI>
@@ -131,29 +132,48 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory");
     const int warp = tid / 32, lane = tid % 32;
     const int64_t r0 = m0 + c * 64 + warp * 16 + lane / 4, r1 = r0 + 8;
-    if constexpr (EPI == EPI_I32) {
-        /* raw accumulators; y 8-byte aligned, ldy and N even */
-        int32_t *y0 = (int32_t *)p.y + r0 * p.ldy, *y1 = (int32_t *)p.y + r1 * p.ldy;
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++) {
-            const int64_t col = n0 + j * 8 + 2 * (lane % 4);
-            if (col >= n) continue;
-            if (r0 < m) *(int2 *)(y0 + col) = make_int2(d[4 * j], d[4 * j + 1]);
-            if (r1 < m) *(int2 *)(y1 + col) = make_int2(d[4 * j + 2], d[4 * j + 3]);
-        }
-        return;
-    }
     const float sx0 = scaled && r0 < m ? p.sx[r0] : 0.f, sx1 = scaled && r1 < m ? p.sx[r1] : 0.f;
-    if constexpr (EPI == EPI_BF16) {
-        /* bf16 out, no residual, 4-byte pairs; N even */
+    if constexpr (EPI == EPI_I32 || EPI == EPI_BF16) {
+        /* Through shared memory (the ring is free: every consumer is past the
+         * barrier above): the accumulator layout scatters 8 rows per warp
+         * store; the staged tile leaves in 16-byte row chunks. */
+        constexpr int ES = EPI == EPI_I32 ? 4 : 2;
+        constexpr int PITCH = BN * ES + (EPI == EPI_I32 ? 32 : 16); /* bytes: rows 8 or 4 banks apart */
+        static_assert(NWG * 64 * PITCH <= STAGES * STAGE_BYTES, "staged tile fits the ring");
+        uint8_t *stage = smem + c * 64 * PITCH;
+        const int lr0 = warp * 16 + lane / 4, lr1 = lr0 + 8;
 #pragma unroll
         for (int j = 0; j < BN / 8; j++) {
             const int cl = j * 8 + 2 * (lane % 4);
-            const int64_t col = n0 + cl;
-            if (col >= n) continue;
-            const float2 sw = *(const float2 *)(col_sw + cl), bs = *(const float2 *)(col_bias + cl);
-            if (r0 < m) epi_store_pair_bf16(p, r0, col, d[4 * j], d[4 * j + 1], sx0, sw, bs);
-            if (r1 < m) epi_store_pair_bf16(p, r1, col, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs);
+            if constexpr (EPI == EPI_I32) {
+                *(int2 *)(stage + lr0 * PITCH + cl * 4) = make_int2(d[4 * j], d[4 * j + 1]);
+                *(int2 *)(stage + lr1 * PITCH + cl * 4) = make_int2(d[4 * j + 2], d[4 * j + 3]);
+            } else {
+                const float2 sw = *(const float2 *)(col_sw + cl), bs = *(const float2 *)(col_bias + cl);
+                *(uint32_t *)(stage + lr0 * PITCH + cl * 2) = epi_pair_bf16(p, d[4 * j], d[4 * j + 1], sx0, sw, bs);
+                *(uint32_t *)(stage + lr1 * PITCH + cl * 2) = epi_pair_bf16(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs);
+            }
+        }
+        asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory");
+        constexpr int CH = BN * ES / 16, PER = 16 / ES; /* chunks per row, elements per chunk */
+        uint8_t *ybase = (uint8_t *)p.y;
+#pragma unroll 4
+        for (int idx = tid; idx < 64 * CH; idx += 128) {
+            const int lr = idx / CH, ch = idx % CH;
+            const int64_t row = m0 + c * 64 + lr, col = n0 + ch * PER;
+            if (row >= m || col >= n) continue;
+            const uint4 v = *(const uint4 *)(stage + lr * PITCH + ch * 16);
+            uint8_t *dst = ybase + (row * p.ldy + col) * ES;
+            if (col + PER <= n) {
+                *(uint4 *)dst = v;
+            } else { /* the last columns (N even: whole 2-element pairs) */
+                const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+                const int pairs = (int)(n - col) / 2;
+                for (int q = 0; q < pairs; q++) {
+                    if constexpr (ES == 2) ((uint32_t *)dst)[q] = w[q];
+                    else ((uint2 *)dst)[q] = make_uint2(w[2 * q], w[2 * q + 1]);
+                }
+            }
         }
         return;
     }
@@ -247,9 +267,12 @@ template <int NWG, int BN, int BK, int STAGES, int CTAS>
 cudaError_t launch_cfg(const CUtensorMap &ma, const CUtensorMap &mb, int m, int n, int k, const EpiParams &p,
                        cudaStream_t stream, bool pdl)
 {
-    if (p.vec2 && n % 2 == 0 && p.ydt == DT_I32)
+    /* the staged variants store 16-byte chunks of rows */
+    const int es = p.ydt == DT_I32 ? 4 : 2;
+    const bool chunks = (uintptr_t)p.y % 16 == 0 && (p.ldy * es) % 16 == 0 && n % 2 == 0;
+    if (chunks && p.ydt == DT_I32)
         return launch_epi<NWG, BN, BK, STAGES, CTAS, EPI_I32>(ma, mb, m, n, k, p, stream, pdl);
-    if (p.vec2 && n % 2 == 0 && p.ydt == DT_BF16 && !p.res)
+    if (chunks && p.ydt == DT_BF16 && !p.res)
         return launch_epi<NWG, BN, BK, STAGES, CTAS, EPI_BF16>(ma, mb, m, n, k, p, stream, pdl);
     return launch_epi<NWG, BN, BK, STAGES, CTAS, EPI_GENERIC>(ma, mb, m, n, k, p, stream, pdl);
 }
