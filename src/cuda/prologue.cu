@@ -2,10 +2,11 @@
  * group-wise (fast Walsh–Hadamard transform, the reference's butterflies in
  * the reference's order), rounded to its dtype, reduced to its absmax and
  * quantized with the reference's roundings. Output: int8 codes [M, ldq]
- * (zero-padded to ldq, the GEMM's 16-byte row pitch) and fp32 scales [M].
- * Bit-identical to ql_load_row_rotated + ql_quantize_row_f32. */
+ * (zero-padded to ldq, the GEMM's 16-byte row pitch) and fp32 scales [M];
+ * with G = 256 each group's codes are stored 16x16-transposed (see
+ * codes_permuted). Codes and scales bit-identical to ql_load_row_rotated +
+ * ql_quantize_row_f32. */
 #include "common.cuh"
-#include "async_copy.cuh"
 #include "cuda_internal.h"
 
 namespace qlc {
