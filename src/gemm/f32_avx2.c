@@ -71,14 +71,16 @@ static inline __attribute__((always_inline)) void small_tile(const int R, const 
 #pragma GCC unroll 2
                 for (int o = 0; o < 16 * es; o += 64)
                     _mm_prefetch((const char *)b + (q * pe + p * 16) * es + o + QL_F32_SMALL_PF, _MM_HINT_T0);
-        __m256 w[4];
-#pragma GCC unroll 4
-        for (int v = 0; v < 2 * P; v++) w[v] = load_w(dt, b, (v / 2) * pe + p * 16 + (v % 2) * 8);
+        /* rows broadcast first, then one weight vector at a time: R·2P
+         * accumulators + R + 1 registers (3×32 on AVX2: 16, no spill) */
+        __m256 ar[3];
 #pragma GCC unroll 3
-        for (int r = 0; r < R; r++) {
-            const __m256 ar = _mm256_broadcast_ss(a + r * lda + p);
+        for (int r = 0; r < R; r++) ar[r] = _mm256_broadcast_ss(a + r * lda + p);
 #pragma GCC unroll 4
-            for (int v = 0; v < 2 * P; v++) acc[r][v] = _mm256_fmadd_ps(ar, w[v], acc[r][v]);
+        for (int v = 0; v < 2 * P; v++) {
+            const __m256 w = load_w(dt, b, (v / 2) * pe + p * 16 + (v % 2) * 8);
+#pragma GCC unroll 3
+            for (int r = 0; r < R; r++) acc[r][v] = _mm256_fmadd_ps(ar[r], w, acc[r][v]);
         }
     }
 #pragma GCC unroll 3
