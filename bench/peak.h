@@ -5,7 +5,7 @@
 
 /* GOP/s of `threads` threads each issuing `iters` rounds of 24 (12 for ymm)
  * int8 dot-product instructions of the ISA (zmm vpdpbusd for avx512vnni, ymm
- * for avxvnni); 0 for ISAs without one. */
+ * for avxvnni; 16 SDOT or SMMLA for neondot / i8mm); 0 for ISAs without one. */
 double ql_bench_int8_peak_gops(ql_isa isa, int threads, long iters);
 
 /* GB/s of `threads` threads reading `bytes` of buf once (each thread a

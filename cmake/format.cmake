@@ -39,14 +39,14 @@ if(QL_BUILD_TESTS)
   add_executable(test_format_cli tests/test_format_cli.c tests/test_format_cases.c tests/testutil.c)
   target_link_libraries(test_format_cli PRIVATE qlinear_static)
   target_include_directories(test_format_cli PRIVATE src tests)
-  add_test(NAME test_format_cli COMMAND test_format_cli $<TARGET_FILE:qlinear>)
+  add_test(NAME test_format_cli COMMAND test_format_cli ${CMAKE_CROSSCOMPILING_EMULATOR} $<TARGET_FILE:qlinear>)
   add_dependencies(test_format_cli qlinear)
 
   # LoRA files, merging, stochastic rounding, merge-lora / forward --lora.
   add_executable(test_merge tests/test_merge.c tests/testutil.c)
   target_link_libraries(test_merge PRIVATE qlinear_static)
   target_include_directories(test_merge PRIVATE src tests)
-  add_test(NAME test_merge COMMAND test_merge $<TARGET_FILE:qlinear>)
+  add_test(NAME test_merge COMMAND test_merge ${CMAKE_CROSSCOMPILING_EMULATOR} $<TARGET_FILE:qlinear>)
   add_dependencies(test_merge qlinear)
 endif()
 

@@ -84,7 +84,10 @@ typedef enum ql_isa {
     QL_ISA_GENERIC = 1,    /* portable C, the reference twin of every kernel */
     QL_ISA_AVX2 = 2,       /* AVX2 without VNNI (exact, no int16 saturation) */
     QL_ISA_AVXVNNI = 3,    /* AVX-VNNI, ymm */
-    QL_ISA_AVX512VNNI = 4  /* AVX512-VNNI, zmm */
+    QL_ISA_AVX512VNNI = 4, /* AVX512-VNNI, zmm */
+    QL_ISA_NEON = 5,       /* AArch64 Advanced SIMD (SMLAL widening multiply-accumulate) */
+    QL_ISA_NEONDOT = 6,    /* + dot product (SDOT, ARMv8.2: Apple M1, Neoverse N1, Cortex-A76) */
+    QL_ISA_I8MM = 7        /* + int8 matrix multiply (SMMLA, ARMv8.6: Apple M2, Neoverse V1/N2) */
 } ql_isa;
 
 const char *ql_isa_name(ql_isa isa);
@@ -97,7 +100,8 @@ typedef struct ql_context ql_context;
 
 /* A context holds the thread count and the ISA choice. Defaults come from the
  * environment: QLINEAR_THREADS (else the number of online CPUs) and
- * QLINEAR_ISA=generic|avx2|avxvnni|avx512vnni (else the best available; one
+ * QLINEAR_ISA=generic|avx2|avxvnni|avx512vnni on x86-64, generic|neon|neondot|i8mm
+ * on AArch64 (else the best available; one
  * the CPU lacks is refused with QL_ERR_UNSUPPORTED). */
 ql_status ql_context_create(ql_context **out);
 void ql_context_destroy(ql_context *ctx);
@@ -285,14 +289,33 @@ ql_status ql_wxa8_fit_codebook(ql_dtype dtype, const void *w, int64_t n, int64_t
                                const ql_wxa8_qparams *p, float codebook[16], int *fitted);
 
 /* Quantize rows [rows, k] of a float weight (rotated here, in its dtype):
- * packed codes q (row stride ldq bytes), s_rel as e4m3 bytes [rows, k/group],
+ * packed codes q (row stride ldq bytes), s_rel [rows, k/group] as e4m3 bytes
+ * (ql_wxa8_quantize_ex: or fp32),
  * s_channel [rows], and for ASYM the correction as fp32 [rows, k/group]
  * (stored transposed, in the weight's dtype, by the caller). Rows are
- * independent (any chunking gives the same bytes). A row holding (or rotating
+ * independent (any chunking gives the same bytes; with stochastic rounding,
+ * when sr_idx0 counts the elements before the chunk). A row holding (or rotating
  * to) NaN/Inf: QL_ERR_NONFINITE naming it. */
 ql_status ql_wxa8_quantize(ql_dtype dtype, const void *w, int64_t rows, int64_t k, int64_t ldw,
                            const ql_wxa8_qparams *p, uint8_t *q, int64_t ldq, uint8_t *s_rel, float *s_channel,
                            float *correction);
+
+/* Options of a requantization (ql_wxa8_quantize_ex; NULL = all zero). */
+typedef struct ql_wxa8_qoptions {
+    int s_rel_f32;    /* 1: s_rel is fp32 (the reference's scale_dtype=float32; the 6-bit search
+                       * then tries s, fp32(0.97)·s, fp32(1.03)·s); 0: e4m3 bytes */
+    uint64_t sr_seed; /* 0: round to nearest; else stochastic rounding of the final assignment
+                       * (LoRA requantize, FORMATS.md §5.2/§5.6) with U = ql_sr_noise(idx, sr_seed)
+                       * for the rotated element idx = sr_idx0 + row·k + col in place of torch.rand.
+                       * Codebook / 6-bit: between the bracketing grid levels lo, lo+1 of
+                       * t = w/s_channel (lo = clamp(searchsorted-left(t) - 1, 0, levels - 2)),
+                       * hi iff t > fp32(U·width) + level_lo; uniform / asymmetric:
+                       * floor(x + U). The scales are those of the nearest mode. */
+    int64_t sr_idx0;
+} ql_wxa8_qoptions;
+ql_status ql_wxa8_quantize_ex(ql_dtype dtype, const void *w, int64_t rows, int64_t k, int64_t ldw,
+                              const ql_wxa8_qparams *p, const ql_wxa8_qoptions *o, uint8_t *q, int64_t ldq,
+                              void *s_rel, float *s_channel, float *correction);
 
 /* ---------------------------------------------------------- linear layers
  * A ql_linear packs its weight once, when created, for the context's ISA;
@@ -684,7 +707,10 @@ ql_status ql_lora_module_load(const ql_checkpoint *lora, const ql_lora_module *m
  * row-wise scale, ConvRot group): stochastically (ql_quantize_rowwise_sr,
  * the CUDA quantizer's arithmetic, seeded by ql_crc32_key(seed_prefix +
  * <layer path without the base's prefix> + ".weight"), ComfyUI's key) or
- * to nearest (the eager quantizers). Float weights are rounded to nearest
+ * to nearest (the eager quantizers). W4A8 / W6A8: w_rot = grid·s_channel
+ * (+ correction) un-rotated in fp32, then ql_wxa8_quantize_ex with the stored
+ * codebook, groups and s_rel dtype, no scale search, sr_seed = that CRC-32
+ * (or 0 for nearest). Float weights are rounded to nearest
  * in their dtype. Everything else is copied byte for byte; the output is
  * written atomically and never replaces an input. */
 typedef struct ql_lora_input {

@@ -4,6 +4,14 @@
 set -euo pipefail
 pkgs=(gcc g++ make cmake ninja-build clang libclang-rt-14-dev libjansson-dev libopenblas-dev libdnnl-dev pkgconf
   python3-numpy python3-torch python3-pytest python3-cffi python3-matplotlib)
+# `deps.sh arm`: the AArch64 cross build and its emulator (scripts/test.sh) on
+# an x86-64 host: Debian's cross gcc, qemu-user, and the arm64 multiarch
+# runtime the emulated tests load (libc6, libgomp1, libjansson).
+arm=0
+if [ "${1:-}" = arm ] && [ "$(dpkg --print-architecture)" != arm64 ]; then
+  arm=1
+  pkgs=(gcc-aarch64-linux-gnu qemu-user libjansson-dev:arm64 libgomp1:arm64)
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -15,6 +23,7 @@ if ((${#missing[@]})); then
   fi
   echo "qlinear: installing ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
+  if ((arm)) && ! dpkg --print-foreign-architectures | grep -qx arm64; then dpkg --add-architecture arm64; fi
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  apt-get install -o DPkg::Lock::Timeout=600 -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi

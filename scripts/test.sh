@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Build and run every test: release build and tests (C, install, Python), 60 s of libFuzzer on the
-# checkpoint reader, then the whole suite again under AddressSanitizer +
-# UndefinedBehaviorSanitizer.
+# Build and run every test: release build and tests (C, install, Python), the
+# AArch64 cross build's tests under qemu-user (three CPU models), 60 s of
+# libFuzzer on the checkpoint reader, then the whole suite again under
+# AddressSanitizer + UndefinedBehaviorSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -13,6 +14,25 @@ ctest --test-dir build --output-on-failure -j "$jobs"
 echo "== Python tests (pytest, Debian's /usr/bin/python3)"
 QLINEAR_LIBRARY="$PWD/build/libqlinear.so" QLINEAR_CLI="$PWD/build/qlinear" PYTHONDONTWRITEBYTECODE=1 \
   /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests
+if [ "$(uname -m)" = x86_64 ]; then
+  # The ARM backend (src/arm) on this x86 machine: the cross-built suite under
+  # qemu-user, once per CPU model: max (every ISA: generic, neon, neondot,
+  # i8mm), neoverse-n1 (dot product, no i8mm), cortex-a57 (NEON only). The
+  # dispatch tests pin each model themselves. Left out: test_large (4 GiB,
+  # 64-bit indexing: over 10 minutes of CPU emulated), test_install (it builds
+  # and runs consumers with the host's tools), test_linear_no_avx512bf16
+  # (test_linear again, with an x86 feature hidden).
+  echo "== AArch64 cross build + tests under qemu-user"
+  bash scripts/deps.sh arm
+  cmake -S . -B build-arm -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release \
+    -DQL_CUDA=OFF >/dev/null
+  cmake --build build-arm -j "$jobs"
+  for cpu in max neoverse-n1 cortex-a57; do
+    echo "-- qemu-aarch64 -cpu $cpu"
+    QEMU_CPU=$cpu OMP_WAIT_POLICY=passive ctest --test-dir build-arm --output-on-failure -j "$jobs" \
+      -E '^(test_install|test_linear_no_avx512bf16|test_large)$'
+  done
+fi
 echo "== libFuzzer on the checkpoint reader (60 s, ASan + UBSan)"
 CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQL_BUILD_FUZZ=ON -DQL_SANITIZE=ON \
   -DQL_BUILD_TESTS=OFF -DQL_CUDA=OFF >/dev/null

@@ -57,7 +57,9 @@ n=48 k=512
 ld_run() { LD_LIBRARY_PATH="$libdir" "$@"; }
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
 cc -std=c11 -Wall -Werror -o "$tmp/ex_pkgconfig" "$src/examples/run_layer.c" $(pkg-config --cflags --libs qlinear)
-ld_run ldd "$tmp/ex_pkgconfig" | grep -q "$libdir/libqlinear.so.$soversion" || fail "pkg-config build does not load the installed library"
+# grep without -q: with pipefail, grep -q leaving early can kill ldd by SIGPIPE (a spurious failure)
+ld_run ldd "$tmp/ex_pkgconfig" | grep "$libdir/libqlinear.so.$soversion" >/dev/null ||
+  fail "pkg-config build does not load the installed library"
 ld_run "$tmp/ex_pkgconfig" "$tmp/int8.safetensors" blk.fc 5 >"$tmp/out_pkgconfig" || fail "pkg-config build: $(cat "$tmp/out_pkgconfig")"
 for kind in shared static; do
   cmake -S "$src/examples" -B "$tmp/ex_$kind" -DCMAKE_PREFIX_PATH="$pfx" -DQL_EXAMPLE_STATIC=$([ $kind = static ] && echo ON || echo OFF) \

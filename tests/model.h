@@ -26,9 +26,11 @@ static inline long double model_round(long double v, int mant, int emin, long do
 static inline long double model_round_dtype(ql_dtype dt, long double v)
 {
     switch (dt) {
-    case QL_F32: return model_round(v, 23, -126, 3.40282346638528859812e38L);
-    case QL_F16: return model_round(v, 10, -14, 65504.0L);
-    default: return model_round(v, 7, -126, 3.38953138925153547590e38L);
+    /* exact hex limits: a decimal literal is off by far more than 2^-113
+     * where long double is IEEE quad (AArch64) */
+    case QL_F32: return model_round(v, 23, -126, 0x1.fffffep+127L);
+    case QL_F16: return model_round(v, 10, -14, 0x1.ffcp+15L);
+    default: return model_round(v, 7, -126, 0x1.fep+127L);
     }
 }
 

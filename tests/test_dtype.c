@@ -1,6 +1,6 @@
 /* fp32 <-> bf16 / fp16 conversions against an independent long-double
- * rounding model and (where the CPU has it) the F16C instructions. */
-#include <immintrin.h>
+ * rounding model and (where the CPU has them) the hardware conversions:
+ * F16C on x86, FCVT on AArch64. */
 #include <math.h>
 #include <string.h>
 
@@ -8,8 +8,21 @@
 #include "model.h"
 #include "testutil.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
 __attribute__((target("f16c"))) static uint16_t hw_fp16(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
 __attribute__((target("f16c"))) static float hw_fp32(uint16_t h) { return _cvtsh_ss(h); }
+static int hw_half(void) { return ql_cpu()->f16c; }
+#elif defined(__aarch64__)
+/* FCVT, in the default rounding mode (nearest even), subnormals kept */
+static uint16_t hw_fp16(float f) { __fp16 h = (__fp16)f; uint16_t u; memcpy(&u, &h, 2); return u; }
+static float hw_fp32(uint16_t u) { __fp16 h; memcpy(&h, &u, 2); return (float)h; }
+static int hw_half(void) { return 1; }
+#else
+static uint16_t hw_fp16(float f) { (void)f; return 0; }
+static float hw_fp32(uint16_t u) { (void)u; return 0; }
+static int hw_half(void) { return 0; }
+#endif
 
 static float bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
@@ -24,7 +37,7 @@ static void check_one(float f)
     float gb = ql_bf16_to_fp32(b), gh = ql_fp16_to_fp32(h);
     CHECK((long double)gb == mb && signbit(gb) == signbit(f), "bf16(%a) = %a, model %La", f, gb, mb);
     CHECK((long double)gh == mh && signbit(gh) == signbit(f), "fp16(%a) = %a, model %La", f, gh, mh);
-    if (ql_cpu()->f16c) CHECK(h == hw_fp16(f), "fp16(%a) = 0x%04x, F16C 0x%04x", f, h, hw_fp16(f));
+    if (hw_half()) CHECK(h == hw_fp16(f), "fp16(%a) = 0x%04x, hardware 0x%04x", f, h, hw_fp16(f));
 }
 
 int main(void)
@@ -37,7 +50,7 @@ int main(void)
         else CHECK(ql_fp32_to_fp16(fh) == u, "fp16 0x%04x round trip", u);
         if (isnan(fb)) CHECK(isnan(ql_bf16_to_fp32(ql_fp32_to_bf16(fb))), "bf16 NaN 0x%04x", u);
         else CHECK(ql_fp32_to_bf16(fb) == u, "bf16 0x%04x round trip", u);
-        if (ql_cpu()->f16c && !isnan(fh)) CHECK(memcmp(&fh, &(float){hw_fp32((uint16_t)u)}, 4) == 0, "fp16->fp32 0x%04x vs F16C", u);
+        if (hw_half() && !isnan(fh)) CHECK(memcmp(&fh, &(float){hw_fp32((uint16_t)u)}, 4) == 0, "fp16->fp32 0x%04x vs hardware", u);
     }
     /* edges: ties, subnormals, overflow thresholds, Inf, NaN */
     const float edges[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 65536.0f,

@@ -1,7 +1,8 @@
 /* The qlinear command on checkpoint files: every hostile file gives exactly
  * one error line and exit 1 (never a crash or hang); usage errors exit 2;
  * quantize -> inspect -> forward works end to end and forward matches the
- * reference int8_linear. Usage: test_format_cli PATH/TO/qlinear */
+ * reference int8_linear. Usage: test_format_cli [EMULATOR [OPTIONS]] PATH/TO/qlinear
+ * (a cross build's qlinear runs through its emulator: no binfmt_misc here). */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -20,7 +21,7 @@
 #include "quant/wxa8.h"
 #include "testutil.h"
 
-static const char *qlinear;
+static char **cmd; /* the command line that runs qlinear (argv + 1) */
 static char *tmp;
 
 static char *tpath(const char *name) { return fc_path(tmp, name); }
@@ -51,10 +52,10 @@ static run_result run(const char *const *args)
         dup2(fe, 2);
         const char *argv[32];
         int n = 0;
-        argv[n++] = qlinear;
+        for (int i = 0; cmd[i] && n < 16; i++) argv[n++] = cmd[i];
         for (int i = 0; args[i] && n < 31; i++) argv[n++] = args[i];
         argv[n] = NULL;
-        execv(qlinear, (char *const *)argv);
+        execvp(argv[0], (char *const *)argv);
         _exit(127);
     }
     int status = 0;
@@ -433,10 +434,10 @@ int main(int argc, char **argv)
 {
     tu_init("test_format_cli");
     if (argc < 2) {
-        printf("usage: test_format_cli PATH/TO/qlinear\n");
+        printf("usage: test_format_cli [EMULATOR [OPTIONS]] PATH/TO/qlinear\n");
         return 2;
     }
-    qlinear = argv[1];
+    cmd = argv + 1;
     tmp = make_temp_dir("ql_test_format_cli");
     if (!tmp) return 1;
     test_hostile_cli();

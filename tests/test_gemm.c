@@ -6,7 +6,8 @@
 #include "gemm/gemm.h" /* the packed layouts */
 #include "testutil.h"
 
-static const ql_isa isas[] = {QL_ISA_GENERIC, QL_ISA_AVX2, QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI};
+static const ql_isa isas[] = {QL_ISA_GENERIC, QL_ISA_AVX2,  QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI,
+                              QL_ISA_NEON,    QL_ISA_NEONDOT, QL_ISA_I8MM};
 
 static void fill(int8_t *p, int64_t n, int mode)
 {
@@ -50,9 +51,8 @@ static void test_layouts(void)
             CHECK(e >= 0 && e < kb && !seen[e]++, "ql_k%d_element(%d) = %d repeats or is out of range", kb, p, e);
         }
     }
-    const ql_isa all[] = {QL_ISA_GENERIC, QL_ISA_AVX2, QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI};
-    for (size_t i = 0; i < 4; i++) {
-        const ql_s8_kernel *kern = ql_s8_kernel_for(all[i]);
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+        const ql_s8_kernel *kern = ql_s8_kernel_for(isas[i]);
         const int64_t k = 3 * kern->kb + 5, kp = ql_kpad(kern, k);
         const size_t bytes = (size_t)(kp * kern->mr);
         CHECK(kp % kern->kb == 0 && kp >= k && kp - k < kern->kb, "%s: K %lld padded to %lld", kern->name, (long long)k, (long long)kp);

@@ -12,7 +12,8 @@
 #include "quant/quant.h" /* ql_load_row_rotated: the rotation, checked against x·H in test_quant */
 #include "testutil.h"
 
-static const ql_isa isas[] = {QL_ISA_GENERIC, QL_ISA_AVX2, QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI};
+static const ql_isa isas[] = {QL_ISA_GENERIC, QL_ISA_AVX2,  QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI,
+                              QL_ISA_NEON,    QL_ISA_NEONDOT, QL_ISA_I8MM};
 static const ql_dtype dts[] = {QL_F32, QL_BF16, QL_F16};
 static const int64_t groups[] = {0, 4, 16, 64, 256};
 static double x_sigma = 1.0; /* scale of the random activations */

@@ -13,7 +13,8 @@
 #include "quant/wxa8.h"
 #include "testutil.h"
 
-static const ql_isa isas[] = {QL_ISA_GENERIC, QL_ISA_AVX2, QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI};
+static const ql_isa isas[] = {QL_ISA_GENERIC, QL_ISA_AVX2,  QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI,
+                              QL_ISA_NEON,    QL_ISA_NEONDOT, QL_ISA_I8MM};
 
 typedef struct lcase {
     int64_t m, n, k, g, nscale;
@@ -178,7 +179,7 @@ static void test_isas_and_bound(void)
         ql_context_set_threads(ctx, 1);
         ql_context_set_isa(ctx, QL_ISA_GENERIC);
         void *y0 = run(ctx, &c, 1);
-        for (int ii = 1; ii < 4; ii++) {
+        for (int ii = 1; ii < (int)(sizeof isas / sizeof isas[0]); ii++) {
             if (!ql_isa_supported(isas[ii])) continue;
             for (int th = 1; th <= 2; th++) {
                 ql_context_set_isa(ctx, isas[ii]);
@@ -268,7 +269,7 @@ static void test_isas_and_bound(void)
  * fp32 activations. */
 static void test_cancel(void)
 {
-    for (int ii = 0; ii < 4; ii++) {
+    for (int ii = 0; ii < (int)(sizeof isas / sizeof isas[0]); ii++) {
         if (!ql_isa_supported(isas[ii])) continue;
         const int64_t gs[] = {0, 16, 64};
         for (int gi = 0; gi < 3; gi++) {
@@ -326,7 +327,7 @@ static void test_cancel(void)
  * after removing the first equals that LoRA alone. */
 static void test_identity(void)
 {
-    for (int ii = 0; ii < 4; ii++) {
+    for (int ii = 0; ii < (int)(sizeof isas / sizeof isas[0]); ii++) {
         if (!ql_isa_supported(isas[ii])) continue;
         int64_t rk[2] = {tu_range(1, 70), tu_range(1, 20)};
         lcase c;
@@ -377,7 +378,7 @@ static void test_identity(void)
  * gives the base result up to one output rounding. */
 static void test_extreme_scales(void)
 {
-    for (int ii = 0; ii < 4; ii++) {
+    for (int ii = 0; ii < (int)(sizeof isas / sizeof isas[0]); ii++) {
         if (!ql_isa_supported(isas[ii])) continue;
         int64_t rk[1] = {tu_range(1, 64)};
         lcase c;

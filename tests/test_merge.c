@@ -7,7 +7,8 @@
  * unmerged path, the merged path and float64 agree within the documented
  * bounds; hostile LoRA files fail with one message naming file and tensor,
  * and the command (argv[1] = path to qlinear) writes nothing then.
- * Usage: test_merge PATH/TO/qlinear */
+ * Usage: test_merge [EMULATOR [OPTIONS]] PATH/TO/qlinear (a cross build's tool runs
+ * through its emulator). */
 #include <fcntl.h>
 #include <float.h>
 #include <math.h>
@@ -23,6 +24,7 @@
 
 static char tmpdir[256];
 static const char *qlinear;
+static char **cmd; /* the command line that runs qlinear (argv + 1) */
 
 static char *tp(const char *name)
 {
@@ -553,10 +555,10 @@ static run_result run(const char *const *args)
         dup2(fe, 2);
         const char *argv[40];
         int n = 0;
-        argv[n++] = qlinear;
+        for (int i = 0; cmd[i] && n < 16; i++) argv[n++] = cmd[i];
         for (int i = 0; args[i] && n < 39; i++) argv[n++] = args[i];
         argv[n] = NULL;
-        execv(qlinear, (char *const *)argv);
+        execvp(argv[0], (char *const *)argv);
         _exit(127);
     }
     int status = 0;
@@ -750,10 +752,477 @@ static void test_cli(void)
     ql_checkpoint_close(y);
 }
 
+/* ---- W4A8 / W6A8: merge + requantize into the stored layout */
+
+typedef struct wcase {
+    const char *path; /* module path (the layer is model.diffusion_model.<path>) */
+    ql_wxa8_mode mode;
+    int64_t n, k, group, cgroup;
+    int srel_f32, zero_row;
+    int64_t rank;
+} wcase;
+
+/* lanes: 20 groups (16 + 4), group 4 / 8 / 32, fp32 s_rel, one row, rank 1 and 17, a zero row */
+static const wcase wc[] = {
+    {"w.cb", QL_WXA8_CODEBOOK, 24, 320, 16, 64, 0, 1, 8},  {"w.cb8", QL_WXA8_CODEBOOK, 7, 64, 8, 16, 1, 0, 3},
+    {"w.uni", QL_WXA8_UNIFORM, 9, 48, 4, 16, 0, 0, 2},     {"w.asym", QL_WXA8_ASYM, 10, 64, 32, 16, 0, 0, 17},
+    {"w.w6", QL_WXA8_6BIT, 12, 96, 32, 16, 0, 1, 5},       {"w.w6f", QL_WXA8_6BIT, 1, 64, 16, 64, 1, 0, 1},
+    {"w.big", QL_WXA8_CODEBOOK, 64, 256, 16, 256, 0, 0, 16}, {"w.big6", QL_WXA8_6BIT, 64, 256, 16, 256, 0, 0, 16},
+};
+#define NW ((int)(sizeof wc / sizeof wc[0]))
+
+typedef struct wdata {
+    uint8_t *q;
+    void *srel;
+    float *sch, cb[16], *down, *up, alpha;
+    uint16_t *corr; /* bf16 [ng, n] */
+} wdata;
+static wdata wd[NW];
+
+static int64_t w_rb(const wcase *c) { return c->mode == QL_WXA8_6BIT ? c->k / 2 + c->k / 4 : c->k / 2; }
+static int w_bits(const wcase *c) { return c->mode == QL_WXA8_6BIT ? 6 : 4; }
+
+/* a base holding every case (the LoRA may cover all of them, or one) */
+static void make_wxa8_base(const char *path, int bad_codebook, int asym_codebook)
+{
+    tensor t[8 * NW];
+    int nt = 0;
+    static char names[NW][6][128], cq[NW][128];
+    for (int i = 0; i < NW; i++) {
+        const wcase *c = &wc[i];
+        wdata *d = &wd[i];
+        const int64_t N = c->n, K = c->k, ng = K / c->group, rb = w_rb(c);
+        float *w = malloc((size_t)(N * K) * 4);
+        tu_fill_gauss(QL_F32, w, N * K, 0.05);
+        if (c->zero_row) memset(w + K, 0, (size_t)K * 4);
+        for (int j = 0; j < 16; j++) { /* a stored codebook that is not the fixed LUT (ascending, not symmetric) */
+            const float x = ((float)j - 7.4f) / 7.6f;
+            d->cb[j] = x * (0.55f + 0.45f * fabsf(x));
+        }
+        free(d->q), free(d->srel), free(d->sch), free(d->corr);
+        d->q = malloc((size_t)(N * rb));
+        d->srel = malloc((size_t)(N * ng) * 4);
+        d->sch = malloc((size_t)N * 4);
+        float *corr = malloc((size_t)(N * ng) * 4);
+        const ql_wxa8_qparams p = {c->mode, c->group, c->cgroup, d->cb, 1};
+        const ql_wxa8_qoptions o = {c->srel_f32, 0, 0};
+        CHECK_OK(ql_wxa8_quantize_ex(QL_F32, w, N, K, K, &p, &o, d->q, rb, d->srel, d->sch, corr));
+        d->corr = NULL;
+        if (c->mode == QL_WXA8_ASYM) {
+            d->corr = malloc((size_t)(N * ng) * 2);
+            for (int64_t r = 0; r < N; r++)
+                for (int64_t g = 0; g < ng; g++) d->corr[g * N + r] = ql_fp32_to_bf16(corr[r * ng + g]);
+        }
+        free(corr);
+        free(w);
+        const char *fmt = c->mode == QL_WXA8_6BIT ? "w6a8_int8" : "asym_w4a8_int8";
+        snprintf(cq[i], 128, "{\"format\": \"%s\", \"group_size\": %lld, \"convrot_groupsize\": %lld}", fmt,
+                 (long long)c->group, (long long)c->cgroup);
+        const char *suf[6] = {"weight", "weight_s_rel", "weight_s_channel", "weight_codebook", "weight_correction", "comfy_quant"};
+        for (int s = 0; s < 6; s++) snprintf(names[i][s], 128, "model.diffusion_model.%s.%s", c->path, suf[s]);
+        t[nt++] = (tensor){names[i][0], QL_ST_I8, 2, {N, rb}, d->q};
+        t[nt++] = (tensor){names[i][1], c->srel_f32 ? QL_ST_F32 : QL_ST_F8_E4M3, 2, {N, ng}, d->srel};
+        t[nt++] = (tensor){names[i][2], QL_ST_F32, 1, {N, 0}, d->sch};
+        if (c->mode == QL_WXA8_CODEBOOK || (asym_codebook && c->mode == QL_WXA8_ASYM)) {
+            static float badcb[16];
+            if (bad_codebook && i == 0) {
+                memcpy(badcb, d->cb, 64);
+                float x = badcb[3];
+                badcb[3] = badcb[4], badcb[4] = x;
+            }
+            t[nt++] = (tensor){names[i][3], QL_ST_F32, 1, {16, 0}, bad_codebook && i == 0 ? badcb : d->cb};
+        }
+        if (d->corr) t[nt++] = (tensor){names[i][4], QL_ST_BF16, 2, {ng, N}, d->corr};
+        t[nt++] = (tensor){names[i][5], QL_ST_U8, 1, {(int64_t)strlen(cq[i]), 0}, cq[i]};
+    }
+    write_st(path, t, nt, "format", "pt");
+}
+
+/* fresh LoRA matrices for every case (a zero up row where the base has a zero row) */
+static void draw_wxa8_lora(double up_sigma, double scale_up)
+{
+    for (int i = 0; i < NW; i++) {
+        const wcase *c = &wc[i];
+        wdata *d = &wd[i];
+        if (!d->down) {
+            d->down = malloc((size_t)(c->rank * c->k) * 4);
+            d->up = malloc((size_t)(c->n * c->rank) * 4);
+        }
+        tu_fill_gauss(QL_F32, d->down, c->rank * c->k, 0.2);
+        tu_fill_gauss(QL_F32, d->up, c->n * c->rank, up_sigma);
+        for (int64_t e = 0; e < c->n * c->rank; e++) d->up[e] *= (float)scale_up;
+        if (c->zero_row) memset(d->up + c->rank, 0, (size_t)c->rank * 4); /* row 1 stays exactly 0 */
+        d->alpha = (float)c->rank / 2;
+    }
+}
+
+/* kohya (lora_unet_...) or PEFT (lora_A / lora_B) names for the same matrices; only case `only` if >= 0 */
+static void make_wxa8_lora(const char *path, int peft, int only)
+{
+    tensor t[3 * NW];
+    int nt = 0;
+    static char names[NW][3][160];
+    for (int i = 0; i < NW; i++) {
+        const wcase *c = &wc[i];
+        wdata *d = &wd[i];
+        if (only >= 0 && i != only) continue;
+        char mod[128];
+        snprintf(mod, sizeof mod, peft ? "transformer.%s" : "lora_unet_%s", c->path);
+        if (!peft)
+            for (char *p = mod; *p; p++) *p = *p == '.' ? '_' : *p;
+        snprintf(names[i][0], 160, "%s.%s", mod, peft ? "lora_A.weight" : "lora_down.weight");
+        snprintf(names[i][1], 160, "%s.%s", mod, peft ? "lora_B.weight" : "lora_up.weight");
+        snprintf(names[i][2], 160, "%s.alpha", mod);
+        t[nt++] = (tensor){names[i][0], QL_ST_F32, 2, {c->rank, c->k}, d->down};
+        t[nt++] = (tensor){names[i][1], QL_ST_F32, 2, {c->n, c->rank}, d->up};
+        t[nt++] = (tensor){names[i][2], QL_ST_F32, 0, {0, 0}, &d->alpha};
+    }
+    write_st(path, t, nt, NULL, NULL);
+}
+
+static ql_wxa8_weight wview(const wcase *c, const uint8_t *q, const void *srel, const float *sch, const float *cb,
+                            const uint16_t *corr)
+{
+    return (ql_wxa8_weight){.n = c->n, .k = c->k, .bits = w_bits(c), .q = q, .ldq = w_rb(c), .s_rel = srel,
+                            .s_rel_f32 = c->srel_f32, .s_channel = sch,
+                            .codebook = c->mode == QL_WXA8_CODEBOOK ? cb : NULL, .correction = corr,
+                            .correction_dtype = QL_BF16, .group = c->group, .convrot_group = c->cgroup};
+}
+
+/* the documented fp32 arithmetic: dequantize (un-rotated in fp32), + fp32(strength·alpha/R)·(up·down) in rank order */
+static float *w_expected_merged(int i, double strength)
+{
+    const wcase *c = &wc[i];
+    const wdata *d = &wd[i];
+    const int64_t N = c->n, K = c->k, R = c->rank;
+    float *w = malloc((size_t)(N * K) * 4);
+    ql_wxa8_weight v = wview(c, d->q, d->srel, d->sch, d->cb, d->corr);
+    CHECK_OK(ql_wxa8_dequantize(&v, QL_F32, w, K));
+    const float cf = (float)(strength * (double)d->alpha / (double)R);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t j = 0; j < K; j++) {
+            float acc = 0.0f;
+            for (int64_t r = 0; r < R; r++) acc = acc + d->up[n * R + r] * d->down[r * K + j];
+            w[n * K + j] = w[n * K + j] + cf * acc;
+        }
+    return w;
+}
+
+/* float64: the un-rotated weight a layer's stored data means, by an explicit Hadamard matrix */
+static double h4d(int64_t i, int64_t j, int64_t g)
+{
+    static const int h4[4][4] = {{1, 1, 1, -1}, {1, 1, -1, 1}, {1, -1, 1, 1}, {-1, 1, 1, 1}};
+    double v = 1.0 / sqrt((double)g);
+    for (int64_t s = 1; s < g; s *= 4) v *= h4[(i / s) % 4][(j / s) % 4];
+    return v;
+}
+static double *w_decode64(const wcase *c, const uint8_t *q, const void *srel, const float *sch, const float *cb,
+                          const uint16_t *corr)
+{
+    const int64_t N = c->n, K = c->k, ng = K / c->group, G = c->cgroup;
+    double *rot = malloc((size_t)(N * K) * 8), *w = calloc((size_t)(N * K), 8);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t j = 0; j < K; j++) {
+            const uint8_t *row = q + n * w_rb(c);
+            int code = (j & 1) ? row[j / 2] >> 4 : row[j / 2] & 15;
+            if (w_bits(c) == 6) code |= ((row[K / 2 + j / 4] >> (2 * (j % 4))) & 3) << 4;
+            const double val = w_bits(c) == 6 ? code - 32 : c->mode == QL_WXA8_CODEBOOK ? cb[code] : code - 8;
+            const int64_t gi = n * ng + j / c->group;
+            float s;
+            if (c->srel_f32) memcpy(&s, (const float *)srel + gi, 4);
+            else s = ql_e4m3_to_fp32(((const uint8_t *)srel)[gi]);
+            double gr = nearbyint((double)(float)(val * s)); /* the fp32 product, then to nearest even */
+            gr = gr > 127 ? 127 : gr < -127 ? -127 : gr;
+            rot[n * K + j] = gr * sch[n] + (corr ? (double)ql_bf16_to_fp32(corr[(j / c->group) * N + n]) : 0.0);
+        }
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t g0 = 0; g0 < K; g0 += G)
+            for (int64_t a = 0; a < G; a++)
+                for (int64_t b = 0; b < G; b++) w[n * K + g0 + a] += rot[n * K + g0 + b] * h4d(b, a, G);
+    free(rot);
+    return w;
+}
+
+/* An independent model of the final assignment (FORMATS §5.2 / §5.6 with the
+ * pcg-hash noise): codes of the rotated merged weight wr, given the output
+ * scales (codebook / 6-bit) or recomputing the group scale (uniform / asym). */
+static int w_model_code(const wcase *c, const float *cb, const float *wr, int64_t n, int64_t j, float srel, float sch,
+                        uint64_t seed)
+{
+    const int64_t K = c->k, g0 = j - j % c->group;
+    const float w = wr[n * K + j];
+    const double u = seed ? model_noise(n * K + j, seed) : 0.0;
+    if (c->mode == QL_WXA8_UNIFORM || c->mode == QL_WXA8_ASYM) {
+        float mx = -INFINITY, mn = INFINITY, am = 0;
+        for (int64_t e = g0; e < g0 + c->group; e++) {
+            mx = fmaxf(mx, wr[n * K + e]), mn = fminf(mn, wr[n * K + e]), am = fmaxf(am, fabsf(wr[n * K + e]));
+        }
+        float gs = c->mode == QL_WXA8_UNIFORM ? am / 7.0f : (mx - mn) / 15.0f;
+        gs = gs > 1e-8f ? gs : 1e-8f;
+        const float x = c->mode == QL_WXA8_UNIFORM ? w / gs : (w - mn) / gs;
+        double v = seed ? floor((double)(float)((double)x + u)) : nearbyint((double)x);
+        if (c->mode == QL_WXA8_UNIFORM) return (int)(v < -8 ? -8 : v > 7 ? 7 : v) + 8;
+        return (int)(v < 0 ? 0 : v > 15 ? 15 : v);
+    }
+    const int nl = c->mode == QL_WXA8_6BIT ? 63 : 16;
+    float lv[63];
+    for (int i = 0; i < nl; i++) {
+        double gr = nearbyint((double)(float)((double)(nl == 63 ? i - 31 : cb[i]) * srel));
+        lv[i] = (float)(gr > 127 ? 127 : gr < -127 ? -127 : gr);
+    }
+    const float t = w / sch;
+    int pos = 0;
+    while (pos < nl && lv[pos] < t) pos++;
+    int idx;
+    if (seed) {
+        int lo = pos - 1 < 0 ? 0 : pos - 1 > nl - 2 ? nl - 2 : pos - 1;
+        const float thr = (float)((double)(float)(u * (double)(lv[lo + 1] - lv[lo])) + (double)lv[lo]);
+        idx = lo + (t > thr);
+    } else {
+        const int a = pos - 1 < 0 ? 0 : pos - 1, b = pos > nl - 1 ? nl - 1 : pos;
+        idx = fabsf(t - lv[b]) < fabsf(t - lv[a]) ? b : a;
+    }
+    return nl == 63 ? idx + 1 : idx;
+}
+
+static double rel_l2(const double *a, const double *ref, int64_t n)
+{
+    double e = 0, r = 0;
+    for (int64_t i = 0; i < n; i++) e += (a[i] - ref[i]) * (a[i] - ref[i]), r += ref[i] * ref[i];
+    return sqrt(e / (r > 0 ? r : 1));
+}
+
+static const void *w_tensor(const ql_checkpoint *c, int i, const char *suffix, ql_tensor_info *ti)
+{
+    char nm[200];
+    snprintf(nm, sizeof nm, "model.diffusion_model.%s.%s", wc[i].path, suffix);
+    return tdata(c, nm, ti);
+}
+
+/* Checks one merged file against the documented arithmetic, the model and float64. */
+static void check_wxa8_merged(const char *out, int stochastic, double strength, const char *what, const char *nearest_out)
+{
+    ql_checkpoint *m = NULL, *nm = NULL;
+    CHECK_OK(ql_checkpoint_open(out, &m));
+    if (nearest_out) CHECK_OK(ql_checkpoint_open(nearest_out, &nm));
+    if (!m) return;
+    for (int i = 0; i < NW; i++) {
+        const wcase *c = &wc[i];
+        const wdata *d = &wd[i];
+        const int64_t N = c->n, K = c->k, ng = K / c->group, rb = w_rb(c);
+        ql_tensor_info tq, ts, tc, tr;
+        const uint8_t *oq = w_tensor(m, i, "weight", &tq);
+        const void *osr = w_tensor(m, i, "weight_s_rel", &ts);
+        const float *osc = w_tensor(m, i, "weight_s_channel", &tc);
+        const uint16_t *ocorr = c->mode == QL_WXA8_ASYM ? w_tensor(m, i, "weight_correction", &tr) : NULL;
+        if (!oq || !osr || !osc) continue;
+        char key[200];
+        snprintf(key, sizeof key, "diffusion_model.%s.weight", c->path);
+        const uint64_t seed = stochastic ? ql_crc32_key(key) : 0;
+        /* (1) the documented arithmetic through the public quantizer: same bytes */
+        float *w = w_expected_merged(i, strength);
+        uint8_t *q = malloc((size_t)(N * rb));
+        void *sr = malloc((size_t)(N * ng) * 4);
+        float *sc = malloc((size_t)N * 4), *corr = malloc((size_t)(N * ng) * 4);
+        const ql_wxa8_qparams p = {c->mode, c->group, c->cgroup, d->cb, 0};
+        const ql_wxa8_qoptions o = {c->srel_f32, seed, 0};
+        CHECK_OK(ql_wxa8_quantize_ex(QL_F32, w, N, K, K, &p, &o, q, rb, sr, sc, corr));
+        int same = !memcmp(oq, q, (size_t)(N * rb)) && !memcmp(osr, sr, (size_t)(N * ng) * (c->srel_f32 ? 4 : 1)) &&
+                   !memcmp(osc, sc, (size_t)N * 4);
+        for (int64_t r = 0; ocorr && r < N; r++)
+            for (int64_t g = 0; g < ng; g++) same &= ocorr[g * N + r] == ql_fp32_to_bf16(corr[r * ng + g]);
+        CHECK(same, "%s: layer %s: the merge differs from dequantize + fp32 delta + ql_wxa8_quantize_ex", what, c->path);
+        /* (2) every code against the model of the final assignment, on the merged weight rotated */
+        float *wr = malloc((size_t)(N * K) * 4);
+        memcpy(wr, w, (size_t)(N * K) * 4);
+        CHECK_OK(ql_rotate(QL_F32, wr, N, K, K, c->cgroup));
+        int64_t bad = 0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t j = 0; j < K; j++) {
+                const int64_t gi = n * ng + j / c->group;
+                float s;
+                if (c->srel_f32) memcpy(&s, (const float *)osr + gi, 4);
+                else s = ql_e4m3_to_fp32(((const uint8_t *)osr)[gi]);
+                const uint8_t *row = oq + n * rb;
+                int code = (j & 1) ? row[j / 2] >> 4 : row[j / 2] & 15;
+                if (w_bits(c) == 6) code |= ((row[K / 2 + j / 4] >> (2 * (j % 4))) & 3) << 4;
+                bad += code != w_model_code(c, d->cb, wr, n, j, s, osc[n], seed);
+            }
+        CHECK(bad == 0, "%s: layer %s: %lld of %lld codes differ from the model of the %s assignment", what, c->path,
+              (long long)bad, (long long)(N * K), stochastic ? "stochastic" : "nearest");
+        /* (3) stochastic rounding leaves the scales of the nearest mode */
+        if (nm) {
+            ql_tensor_info a, b;
+            const void *ns = w_tensor(nm, i, "weight_s_rel", &a);
+            const void *nc = w_tensor(nm, i, "weight_s_channel", &b);
+            CHECK(ns && nc && !memcmp(ns, osr, (size_t)a.bytes) && !memcmp(nc, osc, (size_t)b.bytes),
+                  "%s: layer %s: the scales differ from the nearest merge's", what, c->path);
+        }
+        /* (4) float64: merged output vs W + Δ, against a fresh quantization of the same float64 weight */
+        double *base64 = w_decode64(c, d->q, d->srel, d->sch, d->cb, d->corr);
+        const double cf = strength * (double)d->alpha / (double)c->rank;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t j = 0; j < K; j++) {
+                double dd = 0;
+                for (int64_t r = 0; r < c->rank; r++) dd += (double)d->up[n * c->rank + r] * d->down[r * K + j];
+                base64[n * K + j] += cf * dd;
+            }
+        float *w32 = malloc((size_t)(N * K) * 4);
+        for (int64_t e = 0; e < N * K; e++) w32[e] = (float)base64[e];
+        const ql_wxa8_qoptions o2 = {c->srel_f32, 0, 0};
+        CHECK_OK(ql_wxa8_quantize_ex(QL_F32, w32, N, K, K, &p, &o2, q, rb, sr, sc, corr));
+        uint16_t *fc = ocorr ? malloc((size_t)(N * ng) * 2) : NULL;
+        for (int64_t r = 0; fc && r < N; r++)
+            for (int64_t g = 0; g < ng; g++) fc[g * N + r] = ql_fp32_to_bf16(corr[r * ng + g]);
+        double *fresh = w_decode64(c, q, sr, sc, d->cb, fc), *got = w_decode64(c, oq, osr, osc, d->cb, ocorr);
+        const double ef = rel_l2(fresh, base64, N * K), eg = rel_l2(got, base64, N * K);
+        if (c->n * c->k >= 4096)
+            printf("  %s %-6s rel-L2 vs float64: merged %.5f, fresh quantization of W + delta %.5f\n", what, c->path, eg, ef);
+        /* stochastic rounding: ~1.4x the nearest error on large layers; small ones scatter */
+        CHECK(eg <= (stochastic ? (N * K >= 4096 ? 1.6 : 3.0) : 1.01) * ef + 1e-6, "%s: layer %s: rel-L2 %.5f vs float64 (fresh: %.5f)", what,
+              c->path, eg, ef);
+        if (c->zero_row) {
+            double z = 0;
+            for (int64_t j = 0; j < K; j++) z = fmax(z, fabs(got[K + j]));
+            CHECK(z == 0.0, "%s: layer %s: the zero row decodes to %g, not 0", what, c->path, z);
+        }
+        free(fresh), free(got), free(fc), free(w32), free(base64);
+        free(wr), free(w), free(q), free(sr), free(sc), free(corr);
+    }
+    ql_checkpoint_close(m);
+    ql_checkpoint_close(nm);
+}
+
+/* <merged - base, Δ> / <Δ, Δ> over the layer: 1 when a small delta survives on average */
+static double w_delta_kept(const char *out, int i, double strength)
+{
+    ql_checkpoint *m = NULL;
+    CHECK_OK(ql_checkpoint_open(out, &m));
+    if (!m) return 0;
+    const wcase *c = &wc[i];
+    const wdata *d = &wd[i];
+    ql_tensor_info a, b, e, f;
+    const void *oq = w_tensor(m, i, "weight", &a), *osr = w_tensor(m, i, "weight_s_rel", &b);
+    const float *osc = w_tensor(m, i, "weight_s_channel", &e);
+    const uint16_t *oc = c->mode == QL_WXA8_ASYM ? w_tensor(m, i, "weight_correction", &f) : NULL;
+    double *got = w_decode64(c, oq, osr, osc, d->cb, oc), *base = w_decode64(c, d->q, d->srel, d->sch, d->cb, d->corr);
+    double num = 0, den = 0;
+    const double cf = strength * (double)d->alpha / (double)c->rank;
+    for (int64_t n = 0; n < c->n; n++)
+        for (int64_t j = 0; j < c->k; j++) {
+            double dd = 0;
+            for (int64_t r = 0; r < c->rank; r++) dd += (double)d->up[n * c->rank + r] * d->down[r * c->k + j];
+            num += (got[n * c->k + j] - base[n * c->k + j]) * cf * dd;
+            den += cf * dd * cf * dd;
+        }
+    free(got), free(base);
+    ql_checkpoint_close(m);
+    return num / den;
+}
+
+static int same_tensors(const char *a, const char *b)
+{
+    ql_checkpoint *x = NULL, *y = NULL;
+    CHECK_OK(ql_checkpoint_open(a, &x));
+    CHECK_OK(ql_checkpoint_open(b, &y));
+    int eq = x && y && ql_checkpoint_tensor_count(x) == ql_checkpoint_tensor_count(y);
+    for (int64_t i = 0; eq && i < ql_checkpoint_tensor_count(x); i++) {
+        ql_tensor_info p, q;
+        ql_checkpoint_tensor(x, i, &p);
+        const void *qd = tdata(y, p.name, &q);
+        eq = qd && p.bytes == q.bytes && !memcmp(p.data, qd, (size_t)p.bytes);
+    }
+    ql_checkpoint_close(x);
+    ql_checkpoint_close(y);
+    return eq;
+}
+
+/* a merge the library and the command must refuse: message names the file and want; nothing written */
+static void w_refused(const char *label, const char *base, const char *lora, const char *strength, const char *file,
+                      const char *want)
+{
+    ql_merge_options opt = {1, NULL, 2, NULL, NULL};
+    ql_lora_input in = {lora, atof(strength)};
+    unlink(tp("wout.safetensors"));
+    ql_status st = ql_checkpoint_merge_lora(base, &in, 1, tp("wout.safetensors"), &opt, NULL);
+    struct stat sb;
+    CHECK(st != QL_OK && strstr(ql_last_error(), file) && strstr(ql_last_error(), want) && stat(tp("wout.safetensors"), &sb) != 0,
+          "%s: %s", label, st == QL_OK ? "accepted" : ql_last_error());
+    if (!qlinear) return;
+    const char *a[] = {"merge-lora", base, lora, tp("wout.safetensors"), "--strength", strength, NULL};
+    run_result r = run(a);
+    CHECK(r.code == 1 && lines(r.err) == 1 && strstr(r.err, file) && strstr(r.err, want) && stat(tp("wout.safetensors"), &sb) != 0,
+          "merge-lora %s: exit %d, stderr: %s", label, r.code, r.err);
+}
+
+static void test_merge_wxa8(void)
+{
+    make_wxa8_base(tp("wbase.safetensors"), 0, 0);
+    draw_wxa8_lora(0.03, 1.0);
+    make_wxa8_lora(tp("wk.safetensors"), 0, -1);
+    make_wxa8_lora(tp("wp.safetensors"), 1, -1);
+    ql_merge_options opt = {1, NULL, 2, NULL, NULL};
+    ql_merge_result r;
+    static char kp[512], pp[512];
+    snprintf(kp, sizeof kp, "%s", tp("wk.safetensors"));
+    snprintf(pp, sizeof pp, "%s", tp("wp.safetensors"));
+    for (int sr = 0; sr < 2; sr++) {
+        opt.stochastic = sr;
+        opt.threads = 2;
+        ql_lora_input k = {kp, 0.8}, p = {pp, 0.8};
+        const char *out = tp(sr ? "wm_sr.safetensors" : "wm_nr.safetensors");
+        CHECK_OK(ql_checkpoint_merge_lora(tp("wbase.safetensors"), &k, 1, out, &opt, &r));
+        CHECK(r.layers_merged == NW, "W4A8/W6A8 layers merged: %lld", (long long)r.layers_merged);
+        CHECK_OK(ql_checkpoint_merge_lora(tp("wbase.safetensors"), &p, 1, tp("wm_p.safetensors"), &opt, &r));
+        CHECK(files_equal(out, tp("wm_p.safetensors")), "W4A8/W6A8 %s: kohya and PEFT merges differ", sr ? "stochastic" : "nearest");
+        opt.threads = 1;
+        CHECK_OK(ql_checkpoint_merge_lora(tp("wbase.safetensors"), &p, 1, tp("wm_1.safetensors"), &opt, &r));
+        CHECK(files_equal(out, tp("wm_1.safetensors")), "W4A8/W6A8 %s: 1 and 2 threads differ", sr ? "stochastic" : "nearest");
+    }
+    check_wxa8_merged(tp("wm_nr.safetensors"), 0, 0.8, "nearest   ", NULL);
+    check_wxa8_merged(tp("wm_sr.safetensors"), 1, 0.8, "stochastic", tp("wm_nr.safetensors"));
+    if (qlinear) { /* the command: stochastic by default, the library's bytes */
+        const char *a[] = {"merge-lora", tp("wbase.safetensors"), tp("wk.safetensors"), tp("wc.safetensors"), "--strength", "0.8", NULL};
+        run_result rr = run(a);
+        CHECK(rr.code == 0 && files_equal(tp("wc.safetensors"), tp("wm_sr.safetensors")) &&
+                  strstr(rr.out, "matched   lora_unet_w_cb -> model.diffusion_model.w.cb"),
+              "merge-lora on W4A8/W6A8: exit %d: %s%s", rr.code, rr.out, rr.err);
+    }
+    /* strength 0: every tensor as it was */
+    ql_lora_input z = {kp, 0.0};
+    opt.threads = 2;
+    CHECK_OK(ql_checkpoint_merge_lora(tp("wbase.safetensors"), &z, 1, tp("wm_0.safetensors"), &opt, &r));
+    CHECK(same_tensors(tp("wm_0.safetensors"), tp("wbase.safetensors")), "W4A8/W6A8 strength 0 changed a tensor");
+    /* a delta well below the quantization step survives stochastic rounding on average, not nearest */
+    draw_wxa8_lora(0.03, 0.02);
+    make_wxa8_lora(tp("wsmall.safetensors"), 0, -1);
+    ql_lora_input sm = {tp("wsmall.safetensors"), 1.0};
+    for (int sr = 0; sr < 2; sr++) {
+        opt.stochastic = sr;
+        CHECK_OK(ql_checkpoint_merge_lora(tp("wbase.safetensors"), &sm, 1, tp("wm_s.safetensors"), &opt, &r));
+        for (int i = 0; i < NW; i++) {
+            if (wc[i].n * wc[i].k < 16384) continue;
+            const double kept = w_delta_kept(tp("wm_s.safetensors"), i, 1.0);
+            printf("  small delta (well below one step), layer %s: %s rounding keeps %.3f of it\n", wc[i].path,
+                   sr ? "stochastic" : "nearest", kept);
+            if (sr) CHECK(kept > 0.75 && kept < 1.25, "layer %s: stochastic rounding kept %.3f of a small delta", wc[i].path, kept);
+        }
+    }
+    /* bad input: one line naming the file and the tensor / layer, nothing written */
+    make_wxa8_base(tp("wbadcb.safetensors"), 1, 0);
+    w_refused("non-ascending codebook", tp("wbadcb.safetensors"), kp, "1", "wbadcb.safetensors", "w.cb.weight_codebook");
+    make_wxa8_base(tp("wasymcb.safetensors"), 0, 1);
+    w_refused("correction and codebook", tp("wasymcb.safetensors"), kp, "1", "wasymcb.safetensors", "w.asym.weight_codebook");
+    draw_wxa8_lora(0.03, 1e37);
+    make_wxa8_lora(tp("whuge.safetensors"), 0, 3);
+    w_refused("merged weight overflows", tp("wbase.safetensors"), tp("whuge.safetensors"), "1e10", "wbase.safetensors", "w.asym");
+}
+
 int main(int argc, char **argv)
 {
     tu_init("test_merge");
     qlinear = argc > 1 ? argv[1] : NULL;
+    cmd = argv + 1;
     snprintf(tmpdir, sizeof tmpdir, "%s/ql_merge_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(tmpdir)) {
         perror("mkdtemp");
@@ -765,6 +1234,7 @@ int main(int argc, char **argv)
     test_paths_vs_float64();
     test_hostile();
     test_cli();
+    test_merge_wxa8();
     int rc = tu_finish();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

@@ -229,10 +229,7 @@ typedef struct {
 static int run_gemm(void *a)
 {
     gemm_run *g = a;
-    ql_tile_epilogue_fn epi = g->kern->isa == QL_ISA_AVX512VNNI ? ql_w8a8_epilogue_avx512
-                            : g->kern->isa == QL_ISA_GENERIC    ? ql_w8a8_epilogue_generic
-                                                                : ql_w8a8_epilogue_avx2;
-    return ql_gemm_s8_exec(g->threads, g->plan, g->pa, g->m, &g->pb, epi, &g->e) != QL_OK;
+    return ql_gemm_s8_exec(g->threads, g->plan, g->pa, g->m, &g->pb, ql_w8a8_epilogue_for(g->kern->isa), &g->e) != QL_OK;
 }
 
 typedef struct {
@@ -676,7 +673,7 @@ int ql_cmd_bench(int argc, char **argv)
                 printf("%-11s %6s %5s  read bandwidth %.1f GB/s (%.1f MB buffer, median of the same rounds)\n", "", "", "",
                        bw[mi][s], (double)(sh->n * sh->k) / 1e6);
             if (peak[mi][s] > 0) {
-                printf("%-11s %6s %5s  int8 peak %.0f GOP/s (vpdpbusd loop, median of the same rounds):", "", "", "", peak[mi][s]);
+                printf("%-11s %6s %5s  int8 peak %.0f GOP/s (dot-product loop, median of the same rounds):", "", "", "", peak[mi][s]);
                 const int int8_paths[] = {P_W8A8, P_GEMM, P_ONEDNN_INT8};
                 for (int i = 0; i < 3; i++)
                     if (all[mi][s][int8_paths[i]].ok)

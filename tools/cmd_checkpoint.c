@@ -13,7 +13,6 @@
 
 #include "commands.h"
 #include "qlinear.h"
-#include "qlinear.h"
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -769,6 +768,8 @@ done:
 }
 
 #ifndef QL_HAVE_CUDA_BENCH
+#include "core/core.h" /* ql_fail */
+
 /* Built without CUDA: the context refuses the device before this is reached. */
 ql_status ql_tool_device_forward(ql_linear *lin, const void *x, ql_dtype xdt, int64_t m, int64_t k, void *y,
                                  ql_dtype ydt, int64_t n)

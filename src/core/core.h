@@ -9,6 +9,19 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The architecture's kernels are compiled in: the x86 per-ISA files (src/gemm,
+ * src/linear) or the ARM ones (src/arm); every other file is portable C. */
+#if defined(__x86_64__) || defined(__i386__)
+#define QL_X86 1
+#else
+#define QL_X86 0
+#endif
+#if defined(__aarch64__)
+#define QL_ARM64 1
+#else
+#define QL_ARM64 0
+#endif
+
 #if defined(__GNUC__)
 #define QL_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #define QL_LIKELY(x) __builtin_expect(!!(x), 1)
@@ -87,6 +100,7 @@ void ql_aligned_free(void *p);
 /* CPU features, detected once. */
 typedef struct ql_cpu_features {
     bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avxvnni, avx512bf16, os_avx512;
+    bool neon, asimdhp, dotprod, i8mm, bf16; /* AArch64: Advanced SIMD, fp16 arithmetic, SDOT, SMMLA, BFMMLA */
 } ql_cpu_features;
 const ql_cpu_features *ql_cpu(void);
 

@@ -1,4 +1,5 @@
-/* Run-time CPU feature detection (cpuid + xgetbv), done once. The only global
+/* Run-time CPU feature detection (x86: cpuid + xgetbv; AArch64: the
+ * kernel's hwcaps on Linux, sysctl on macOS), done once. The only global
  * state of the library besides the thread-local error message. */
 #include "core.h"
 
@@ -38,6 +39,45 @@ static void detect(ql_cpu_features *f)
     f->avxvnni = f->avx2 && ((a >> 4) & 1);
     f->avx512bf16 = f->avx512f && ((a >> 5) & 1);
 }
+#elif defined(__aarch64__) && defined(__APPLE__)
+#include <sys/sysctl.h>
+
+/* macOS reports each architecture feature as an integer sysctl (absent on
+ * older systems: then the feature is taken as missing). */
+static bool apple_feature(const char *name)
+{
+    int v = 0;
+    size_t len = sizeof v;
+    return sysctlbyname(name, &v, &len, NULL, 0) == 0 && v != 0;
+}
+
+static void detect(ql_cpu_features *f)
+{
+    f->neon = true; /* every Apple arm64 CPU */
+    f->asimdhp = apple_feature("hw.optional.arm.FEAT_FP16");
+    f->dotprod = apple_feature("hw.optional.arm.FEAT_DotProd");
+    f->i8mm = apple_feature("hw.optional.arm.FEAT_I8MM");
+    f->bf16 = apple_feature("hw.optional.arm.FEAT_BF16");
+}
+#elif defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+
+/* The kernel's hwcaps (asm/hwcap.h values, spelled out for old headers). */
+#define QL_HWCAP_ASIMD (1ul << 1)
+#define QL_HWCAP_ASIMDHP (1ul << 10)
+#define QL_HWCAP_ASIMDDP (1ul << 20)
+#define QL_HWCAP2_I8MM (1ul << 13)
+#define QL_HWCAP2_BF16 (1ul << 14)
+
+static void detect(ql_cpu_features *f)
+{
+    const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+    f->neon = (hw & QL_HWCAP_ASIMD) != 0;
+    f->asimdhp = f->neon && (hw & QL_HWCAP_ASIMDHP);
+    f->dotprod = f->neon && (hw & QL_HWCAP_ASIMDDP);
+    f->i8mm = f->neon && (hw2 & QL_HWCAP2_I8MM);
+    f->bf16 = f->neon && (hw2 & QL_HWCAP2_BF16);
+}
 #else
 static void detect(ql_cpu_features *f) { (void)f; }
 #endif
@@ -69,6 +109,9 @@ const char *ql_isa_name(ql_isa isa)
     case QL_ISA_AVX2: return "avx2";
     case QL_ISA_AVXVNNI: return "avxvnni";
     case QL_ISA_AVX512VNNI: return "avx512vnni";
+    case QL_ISA_NEON: return "neon";
+    case QL_ISA_NEONDOT: return "neondot";
+    case QL_ISA_I8MM: return "i8mm";
     }
     return "unknown";
 }
@@ -81,12 +124,18 @@ int ql_isa_supported(ql_isa isa)
     case QL_ISA_AVX2: return f->avx2 && f->fma && f->f16c;
     case QL_ISA_AVXVNNI: return f->avxvnni && f->fma && f->f16c;
     case QL_ISA_AVX512VNNI: return f->avx512vnni && f->avx512bw && f->avx512vl && f->avx512dq && f->fma && f->f16c;
+    case QL_ISA_NEON: return QL_ARM64 && f->neon;
+    case QL_ISA_NEONDOT: return QL_ARM64 && f->neon && f->dotprod;
+    case QL_ISA_I8MM: return QL_ARM64 && f->neon && f->dotprod && f->i8mm;
     }
     return 0;
 }
 
 ql_isa ql_isa_best(void)
 {
+    if (ql_isa_supported(QL_ISA_I8MM)) return QL_ISA_I8MM;
+    if (ql_isa_supported(QL_ISA_NEONDOT)) return QL_ISA_NEONDOT;
+    if (ql_isa_supported(QL_ISA_NEON)) return QL_ISA_NEON;
     if (ql_isa_supported(QL_ISA_AVX512VNNI)) return QL_ISA_AVX512VNNI;
     if (ql_isa_supported(QL_ISA_AVXVNNI)) return QL_ISA_AVXVNNI;
     if (ql_isa_supported(QL_ISA_AVX2)) return QL_ISA_AVX2;

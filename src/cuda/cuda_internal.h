@@ -17,9 +17,10 @@ cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m,
 size_t quantize_rows_smem(int64_t k);
 cudaError_t prepare_quantize_rows(int64_t k);
 
-/* Hopper (sm_90a) GEMM tiles: consumer warpgroups (64 rows each) × columns. */
+/* Hopper (sm_90a) GEMM tiles: consumer warpgroups (64 rows each) × columns,
+ * bytes of K per pipeline stage, blocks per SM. */
 struct Sm90Tile {
-    int wgs, bn, ctas_per_sm;
+    int wgs, bn, bk, ctas_per_sm;
 };
 extern const Sm90Tile sm90_tiles[];
 extern const int sm90_tile_count;

@@ -20,15 +20,15 @@
 namespace qlc {
 namespace {
 
-constexpr int BK = 128; /* bytes of K per stage: one 128-byte swizzle row */
-
 #ifdef QLC_SM90A
-/* Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups
- * 1024 bytes apart (leading offset unused for swizzled K-major layouts). */
-__device__ __forceinline__ uint64_t smem_desc(const void *p)
+/* Shared-memory matrix descriptor: K-major rows of BK bytes (one swizzle
+ * row: 128- or 64-byte swizzle), 8-row groups 8·BK bytes apart (leading
+ * offset unused for swizzled K-major layouts). */
+template <int BK> __device__ __forceinline__ uint64_t smem_desc(const void *p)
 {
+    static_assert(BK == 128 || BK == 64, "swizzle width");
     uint64_t a = smem_u32(p);
-    return ((a & 0x3ffff) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+    return ((a & 0x3ffff) >> 4) | (1ull << 16) | ((uint64_t)(8 * BK >> 4) << 32) | ((BK == 128 ? 1ull : 2ull) << 62);
 }
 template <int BN> __device__ __forceinline__ void wgmma_tile(int32_t (&d)[BN / 2], uint64_t da, uint64_t db, int acc)
 {
@@ -39,10 +39,11 @@ template <int BN> __device__ __forceinline__ void wgmma_tile(int32_t (&d)[BN / 2
 #endif
 
 /* NWG consumer warpgroups (BM = 64·NWG rows; warps 0 .. 4·NWG-1, aligned as
- * wgmma wants) and one producer warp after them; BN columns; a STAGES-deep
- * ring; CTAS blocks per SM (2 lets one block's epilogue overlap the other's
- * main loop). */
-template <int NWG, int BN, int STAGES, int CTAS>
+ * wgmma wants) and one producer warp after them; BN columns; BK bytes of K
+ * per stage (128 or 64: a consumer holds two stages, so shorter stages keep
+ * more of the ring in flight); a STAGES-deep ring; CTAS blocks per SM (2
+ * lets one block's epilogue overlap the other's main loop). */
+template <int NWG, int BN, int BK, int STAGES, int CTAS>
 __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     s8_gemm_sm90_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b, int m,
                         int n, int k, EpiParams p)
@@ -63,7 +64,9 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     const int kt_count = (k + BK - 1) / BK;
 
     if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], NWG * 128);
+        /* empty: one arrival per consumer warp (256 thread arrivals per stage
+         * serialised on the barrier cost more than the stage's wgmma) */
+        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], NWG * 4);
         mbar_init_fence();
     }
     __syncthreads();
@@ -103,12 +106,13 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
         const uint8_t *b = smem + s * STAGE_BYTES + A_BYTES;
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-        for (int kk = 0; kk < BK / 32; kk++) wgmma_tile<BN>(d, smem_desc(a + kk * 32), smem_desc(b + kk * 32), 1);
+        for (int kk = 0; kk < BK / 32; kk++)
+            wgmma_tile<BN>(d, smem_desc<BK>(a + kk * 32), smem_desc<BK>(b + kk * 32), 1);
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         /* Keep one group in flight: the previous stage is free once the
          * group before this one has retired. */
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        if (kt > 0) mbar_arrive(&empty[(kt - 1) % STAGES]);
+        if (kt > 0 && tid % 32 == 0) mbar_arrive(&empty[(kt - 1) % STAGES]);
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 #pragma unroll
@@ -162,32 +166,32 @@ encode_tiled_fn get_encode()
 } // namespace
 
 /* A 2-D int8 tensor map over [rows, cols] with row pitch `ld` bytes. */
-bool make_map(CUtensorMap *map, const int8_t *base, int64_t rows, int64_t cols, int64_t ld, int box_rows)
+bool make_map(CUtensorMap *map, const int8_t *base, int64_t rows, int64_t cols, int64_t ld, int box_rows, int bk)
 {
     encode_tiled_fn enc = get_encode();
     if (!enc) return false;
     cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
     cuuint64_t strides[1] = {(cuuint64_t)ld};
-    cuuint32_t box[2] = {BK, (cuuint32_t)box_rows};
+    cuuint32_t box[2] = {(cuuint32_t)bk, (cuuint32_t)box_rows};
     cuuint32_t estr[2] = {1, 1};
     return enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)base, dims, strides, box, estr,
-               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, bk == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 namespace {
 
-template <int NWG, int BN, int STAGES, int CTAS> constexpr size_t smem_bytes()
+template <int NWG, int BN, int BK, int STAGES, int CTAS> constexpr size_t smem_bytes()
 {
     return (size_t)STAGES * (64 * NWG + BN) * BK + 2 * STAGES * sizeof(uint64_t) + 2 * BN * sizeof(float) + 1024;
 }
 
-template <int NWG, int BN, int STAGES, int CTAS>
+template <int NWG, int BN, int BK, int STAGES, int CTAS>
 cudaError_t launch_cfg(const CUtensorMap &ma, const CUtensorMap &mb, int m, int n, int k, const EpiParams &p,
                        cudaStream_t stream, bool pdl)
 {
-    auto kern = s8_gemm_sm90_kernel<NWG, BN, STAGES, CTAS>;
-    constexpr size_t smem = smem_bytes<NWG, BN, STAGES, CTAS>();
+    auto kern = s8_gemm_sm90_kernel<NWG, BN, BK, STAGES, CTAS>;
+    constexpr size_t smem = smem_bytes<NWG, BN, BK, STAGES, CTAS>();
     static_assert(smem * CTAS <= 227 * 1024, "shared memory per SM");
     static bool attr_set = false; /* per process: the attribute is per function */
     if (!attr_set) {
@@ -212,15 +216,18 @@ cudaError_t launch_cfg(const CUtensorMap &ma, const CUtensorMap &mb, int m, int 
 
 /* Two blocks per SM where the grid fills the SMs twice (one block's epilogue
  * overlaps the other's main loop); deep rings with one block per SM where
- * it does not (then the load latency is what a block waits for). */
-const Sm90Tile sm90_tiles[] = {{2, 256, 1}, {2, 128, 2}, {1, 128, 2}, {1, 256, 1}, {2, 128, 1}, {1, 128, 1}};
+ * it does not (then the load latency is what a block waits for). Fields:
+ * consumer warpgroups, BN, BK, blocks per SM; the ring depth is in the
+ * launch switch below. */
+const Sm90Tile sm90_tiles[] = {{2, 256, 64, 1},  {2, 128, 128, 2}, {2, 128, 64, 2}, {1, 128, 64, 2},
+                               {2, 128, 128, 1}, {1, 128, 128, 1}, {2, 128, 64, 1}};
 const int sm90_tile_count = sizeof sm90_tiles / sizeof sm90_tiles[0];
 
 bool make_sm90_maps(int tile, const int8_t *a, int64_t lda, int64_t m, const int8_t *b, int64_t ldb, int64_t n,
                     int64_t k, CUtensorMap *ma, CUtensorMap *mb)
 {
     const Sm90Tile t = sm90_tiles[tile];
-    return (!ma || make_map(ma, a, m, k, lda, 64 * t.wgs)) && (!mb || make_map(mb, b, n, k, ldb, t.bn));
+    return (!ma || make_map(ma, a, m, k, lda, 64 * t.wgs, t.bk)) && (!mb || make_map(mb, b, n, k, ldb, t.bn, t.bk));
 }
 
 cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorMap &mb, int64_t m, int64_t n,
@@ -228,12 +235,13 @@ cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorM
 {
     const int im = (int)m, in = (int)n, ik = (int)k;
     switch (tile) {
-    case 0: return launch_cfg<2, 256, 4, 1>(ma, mb, im, in, ik, p, stream, pdl);
-    case 1: return launch_cfg<2, 128, 3, 2>(ma, mb, im, in, ik, p, stream, pdl);
-    case 2: return launch_cfg<1, 128, 4, 2>(ma, mb, im, in, ik, p, stream, pdl);
-    case 3: return launch_cfg<1, 256, 5, 1>(ma, mb, im, in, ik, p, stream, pdl);
-    case 4: return launch_cfg<2, 128, 6, 1>(ma, mb, im, in, ik, p, stream, pdl);
-    default: return launch_cfg<1, 128, 8, 1>(ma, mb, im, in, ik, p, stream, pdl);
+    case 0: return launch_cfg<2, 256, 64, 8, 1>(ma, mb, im, in, ik, p, stream, pdl);
+    case 1: return launch_cfg<2, 128, 128, 3, 2>(ma, mb, im, in, ik, p, stream, pdl);
+    case 2: return launch_cfg<2, 128, 64, 6, 2>(ma, mb, im, in, ik, p, stream, pdl);
+    case 3: return launch_cfg<1, 128, 64, 8, 2>(ma, mb, im, in, ik, p, stream, pdl);
+    case 4: return launch_cfg<2, 128, 128, 6, 1>(ma, mb, im, in, ik, p, stream, pdl);
+    case 5: return launch_cfg<1, 128, 128, 8, 1>(ma, mb, im, in, ik, p, stream, pdl);
+    default: return launch_cfg<2, 128, 64, 12, 1>(ma, mb, im, in, ik, p, stream, pdl);
     }
 }
 

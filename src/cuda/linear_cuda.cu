@@ -291,7 +291,7 @@ cudaError_t run_gemm(int force, int force_tile, bool sm90, int sms, const int8_t
                 cache->bmap_ok[t] = true;
             }
         } else if (!make_sm90_maps(t, a, lda, m, b, ldb, n, k, ma, mb)) return cudaErrorInvalidValue;
-        snprintf(name, name_len, "sm90 wgmma %dx%d%s", 64 * sm90_tiles[t].wgs, sm90_tiles[t].bn,
+        snprintf(name, name_len, "sm90 wgmma %dx%d k%d%s", 64 * sm90_tiles[t].wgs, sm90_tiles[t].bn, sm90_tiles[t].bk,
                  sm90_tiles[t].ctas_per_sm > 1 ? " x2/SM" : "");
         return launch_s8_gemm_sm90(t, *ma, *mb, m, n, k, p, stream, pdl);
     }
@@ -348,6 +348,24 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *l, ql_cuda_workspace
     QLC_CUDA(fn, "the GEMM kernel",
              run_gemm(l->force, l->force_tile, l->sm90, l->sms, ws->q, l->kp, l->w, l->kp, m, l->n, l->k, p, s, true,
                       l->kernel, sizeof l->kernel, &cache));
+    return QL_OK;
+}
+
+extern "C" int ql_cuda_sm90_tile_count(void) { return sm90_tile_count; }
+
+extern "C" ql_status ql_cuda_quantize_rows(int device, void *stream, const void *x, ql_dtype xdt, int64_t m,
+                                           int64_t k, int64_t ldx, int64_t group, int8_t *q, int64_t ldq, float *sx)
+{
+    const char *fn = "ql_cuda_quantize_rows";
+    ql_status st = ql_cuda_check_device(fn, device);
+    if (st != QL_OK) return st;
+    if ((st = check_device_ptr(fn, "x", x, device)) != QL_OK) return st;
+    if ((st = check_device_ptr(fn, "q", q, device)) != QL_OK) return st;
+    if (m == 0) return QL_OK;
+    DeviceScope ds(device);
+    QLC_CUDA(fn, "cudaFuncSetAttribute", prepare_quantize_rows(k));
+    QLC_CUDA(fn, "the prologue kernel",
+             launch_quantize_rows(x, dtype_code(xdt), ldx, m, k, group, q, ldq, sx, (cudaStream_t)stream));
     return QL_OK;
 }
 

@@ -13,6 +13,7 @@
 
 #include "../linear/kernels.h"
 #include "../quant/quant.h"
+#include "../quant/wxa8.h"
 
 #define BLOCK_BYTES ((uint64_t)4 << 20) /* fp32 bytes of one block of rows */
 
@@ -27,6 +28,13 @@ typedef struct touched {
     int quantized;
     int64_t weight, scale; /* tensor indices in the base (scale -1 for float layers) */
     int64_t n, k, n_scale, group;
+    /* W4A8 / W6A8 (bits != 0): the stored layout, kept by the requantization */
+    int bits;
+    ql_wxa8_mode mode;
+    int s_rel_f32;
+    int64_t s_rel, s_channel, correction, wgroup; /* tensor indices (-1: none), group_size */
+    ql_dtype corr_dt;
+    float codebook[16];
     lora_use *uses;
     int n_uses;
     /* loaded for the merge */
@@ -54,7 +62,9 @@ static const char *strip_prefix(const char *p)
  * in fp32 in rank order, then scaled and added: a multiplication and an
  * addition per step (no FMA), lane by lane, so every SIMD width gives the
  * same bits. Columns in blocks of 512 keep the partial sums in L1. */
+#if defined(__x86_64__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
 static void add_delta(float *restrict w, int64_t rows, int64_t k, int64_t ld, const float *restrict up, int64_t rank,
                       const float *restrict down, float c)
 {
@@ -80,10 +90,12 @@ static void add_delta(float *restrict w, int64_t rows, int64_t k, int64_t ld, co
  * twin where the CPU has it (the same operations as ql_fwht_f32). */
 static void rotate_rows(const float *src, int64_t rows, int64_t k, int64_t lds, int64_t group, float *dst, int64_t ldd)
 {
+#if defined(__x86_64__) /* the AVX-512 files are built on x86-64 only (cmake/arch.cmake) */
     if (ql_isa_supported(QL_ISA_AVX512VNNI)) {
         ql_rows_to_f32_avx512(QL_F32, src, lds, 0, rows, k, group, 0, dst, ldd);
         return;
     }
+#endif
     for (int64_t r = 0; r < rows; r++) ql_load_row_rotated(QL_F32, src + r * lds, k, group, dst + r * ldd);
 }
 
@@ -95,7 +107,33 @@ static void merged_rows(const ql_checkpoint *c, const touched *t, int64_t r0, in
     const int64_t k = t->k;
     const ql_st_tensor *wt = &c->tensors[t->weight];
     const unsigned char *src = ql_st_tensor_data(c, wt);
-    if (t->quantized) { /* w = q·s, then un-rotated (H is an involution) */
+    if (t->bits) { /* w_rot = grid·s_channel (+ correction), un-rotated in fp32 (ql_wxa8_dequantize's arithmetic) */
+        const int64_t ng = k / t->wgroup, rb = ql_wxa8_row_bytes(t->bits, k);
+        const unsigned char *sr = ql_st_tensor_data(c, &c->tensors[t->s_rel]);
+        const unsigned char *sc = ql_st_tensor_data(c, &c->tensors[t->s_channel]);
+        const void *co = t->correction >= 0 ? ql_st_tensor_data(c, &c->tensors[t->correction]) : NULL;
+        float values[64];
+        ql_wxa8_weight vw = {.bits = t->bits, .codebook = t->mode == QL_WXA8_CODEBOOK ? t->codebook : NULL};
+        ql_wxa8_values(&vw, values);
+        uint8_t *codes = (uint8_t *)w; /* k bytes, consumed before w is written */
+        for (int64_t i = 0; i < rows; i++) {
+            const int64_t r = r0 + i;
+            float sch;
+            memcpy(&sch, sc + 4 * r, 4);
+            ql_wxa8_unpack_row(t->bits, src + r * rb, k, codes);
+            for (int64_t g = 0; g < ng; g++) {
+                float srel;
+                if (t->s_rel_f32) memcpy(&srel, sr + 4 * (r * ng + g), 4);
+                else srel = ql_e4m3_to_fp32(sr[r * ng + g]);
+                const float corr = co ? ql_load_f(t->corr_dt, co, g * t->n + r) : 0.0f;
+                for (int64_t j = g * t->wgroup; j < (g + 1) * t->wgroup; j++) {
+                    float v = (float)ql_wxa8_grid(values[codes[j]], srel) * sch;
+                    tmp[i * ld + j] = co ? v + corr : v;
+                }
+            }
+        }
+        rotate_rows(tmp, rows, k, ld, t->group, w, ld);
+    } else if (t->quantized) { /* w = q·s, then un-rotated (H is an involution) */
         float *dst = t->group ? tmp : w;
         for (int64_t i = 0; i < rows; i++) {
             const float s = scales[t->n_scale == 1 ? 0 : r0 + i];
@@ -153,18 +191,79 @@ static ql_status nonfinite_row(const mjob *j, const touched *t, int64_t row)
                         ql_show(&a, t->prefix), (long long)row);
 }
 
+/* The merge key's seed: CRC-32 of diffusion_model.<path>.weight (or the prefix asked for). */
+static uint64_t layer_seed(const mjob *j, const touched *t)
+{
+    char key[4096];
+    snprintf(key, sizeof key, "%s%s.weight", j->opt->seed_prefix ? j->opt->seed_prefix : "diffusion_model.",
+             strip_prefix(t->prefix));
+    return ql_crc32_key(key);
+}
+
+/* W4A8 / W6A8: requantize into the stored layout (FORMATS.md §5.2, §5.6):
+ * the stored codebook, group sizes and s_rel dtype, the 6-bit scale search
+ * off, stochastic (the final assignment, ql_wxa8_quantize_ex) or nearest. */
+static ql_status merge_layer_wxa8(mjob *j, touched *t, int64_t rows, int64_t ld, int64_t nblocks, size_t fbytes)
+{
+    const ql_checkpoint *c = j->c;
+    const int64_t n = t->n, k = t->k, ng = k / t->wgroup, rb = ql_wxa8_row_bytes(t->bits, k);
+    const size_t ses = t->s_rel_f32 ? 4 : 1;
+    const ql_wxa8_qparams p = {t->mode, t->wgroup, t->group, t->mode == QL_WXA8_CODEBOOK ? t->codebook : NULL, 0};
+    const uint64_t seed = j->opt->stochastic ? layer_seed(j, t) : 0;
+    float *corr = NULL; /* the whole correction, [n, ng] fp32, written transposed at the end */
+    if (t->correction >= 0 && !(corr = malloc((size_t)(n * ng) * 4 + 4)))
+        return ql_fail(QL_ERR_OUT_OF_MEMORY, "merge: out of memory");
+#pragma omp parallel num_threads(j->threads)
+    {
+        float *w = ql_aligned_alloc(fbytes), *tmp = ql_aligned_alloc(fbytes), *sch = malloc((size_t)rows * 4);
+        uint8_t *q = malloc((size_t)(rows * rb) + 1), *srel = malloc((size_t)(rows * ng) * ses + 1);
+        if (!w || !tmp || !sch || !q || !srel) record(j, ql_fail(QL_ERR_OUT_OF_MEMORY, "merge: out of memory"));
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t b = 0; b < nblocks; b++) {
+            if (atomic_load(&j->failed)) continue;
+            const int64_t r0 = b * rows, nr = n - r0 < rows ? n - r0 : rows;
+            merged_rows(c, t, r0, nr, ld, w, tmp, NULL);
+            const ql_wxa8_qoptions o = {t->s_rel_f32, seed, r0 * k};
+            ql_status st = ql_wxa8_quantize_ex(QL_F32, w, nr, k, ld, &p, &o, q, rb, srel, sch, corr ? corr + r0 * ng : NULL);
+            if (st == QL_ERR_NONFINITE) {
+                int64_t bad = 0;
+                while (bad < nr && sch[bad] == sch[bad]) bad++;
+                st = nonfinite_row(j, t, r0 + bad);
+            }
+            if (st == QL_OK) st = ql_st_writer_write(j->w, t->weight, (uint64_t)(r0 * rb), q, (size_t)(nr * rb));
+            if (st == QL_OK) st = ql_st_writer_write(j->w, t->s_rel, (uint64_t)(r0 * ng) * ses, srel, (size_t)(nr * ng) * ses);
+            if (st == QL_OK) st = ql_st_writer_write(j->w, t->s_channel, (uint64_t)r0 * 4, sch, (size_t)nr * 4);
+            record(j, st);
+        }
+        ql_aligned_free(w);
+        ql_aligned_free(tmp);
+        free(sch);
+        free(q);
+        free(srel);
+    }
+    ql_status st = j->err != QL_OK ? ql_fail(j->err, "%s", j->errmsg) : QL_OK;
+    if (st == QL_OK && corr) { /* [ng, n] in the stored dtype, rounded to nearest */
+        const size_t es = ql_dtype_size(t->corr_dt);
+        void *ct = malloc((size_t)(n * ng) * es + 4);
+        if (!ct) st = ql_fail(QL_ERR_OUT_OF_MEMORY, "merge: out of memory");
+        for (int64_t g = 0; ct && g < ng; g++)
+            for (int64_t r = 0; r < n; r++) ql_store_f(t->corr_dt, ct, g * n + r, corr[r * ng + g]);
+        if (st == QL_OK) st = ql_st_writer_write(j->w, t->correction, 0, ct, (size_t)(n * ng) * es);
+        free(ct);
+    }
+    free(corr);
+    return st;
+}
+
 static ql_status merge_layer(mjob *j, touched *t)
 {
     const ql_checkpoint *c = j->c;
     const int64_t n = t->n, k = t->k;
     const int sr = j->opt->stochastic;
-    char key[4096];
-    snprintf(key, sizeof key, "%s%s.weight", j->opt->seed_prefix ? j->opt->seed_prefix : "diffusion_model.",
-             strip_prefix(t->prefix));
-    const uint64_t seed = ql_crc32_key(key);
+    const uint64_t seed = layer_seed(j, t);
     /* the stored scales, aligned */
     float *scales = NULL;
-    if (t->quantized) {
+    if (t->quantized && !t->bits) {
         scales = malloc((size_t)t->n_scale * 4);
         if (!scales) return ql_fail(QL_ERR_OUT_OF_MEMORY, "merge: out of memory");
         memcpy(scales, ql_st_tensor_data(c, &c->tensors[t->scale]), (size_t)t->n_scale * 4);
@@ -175,6 +274,7 @@ static ql_status merge_layer(mjob *j, touched *t)
     if (rows > n) rows = n;
     const int64_t nblocks = n > 0 ? (n + rows - 1) / rows : 0;
     const size_t fbytes = (size_t)(rows * ld) * 4 + 64;
+    if (t->bits) return merge_layer_wxa8(j, t, rows, ld, nblocks, fbytes);
     const int tensorwise = t->quantized && t->n_scale == 1;
     float gmax = 0.0f, gscale = 0.0f;
     if (tensorwise) { /* pass 1: the merged tensor's absmax */
@@ -275,6 +375,28 @@ static ql_status merge_layer(mjob *j, touched *t)
     return QL_OK;
 }
 
+/* What a W4A8/W6A8 requantization needs of the stored layer. */
+static ql_status wxa8_mergeable(const ql_checkpoint *base, const ql_layer_info *li)
+{
+    ql_name_buf a, b;
+    if (li->asymmetric && li->has_codebook)
+        return ql_fail_file(base, QL_ERR_UNSUPPORTED,
+                            "layer '%s': a correction and a codebook together (tensor '%s'): no quantizer writes this "
+                            "layout, so it cannot be requantized into it",
+                            ql_show(&a, li->prefix), ql_show(&b, base->tensors[li->codebook].name));
+    if (li->has_codebook) {
+        float cb[16];
+        memcpy(cb, ql_st_tensor_data(base, &base->tensors[li->codebook]), 64);
+        for (int i = 1; i < 16; i++)
+            if (!(cb[i] >= cb[i - 1]))
+                return ql_fail_file(base, QL_ERR_FORMAT,
+                                    "tensor '%s': codebook[%d] = %g is below codebook[%d] = %g; a requantization needs an "
+                                    "ascending codebook",
+                                    ql_show(&a, base->tensors[li->codebook].name), i, cb[i], i - 1, cb[i - 1]);
+    }
+    return QL_OK;
+}
+
 static int same_file(const char *a, const char *b)
 {
     struct stat sa, sb;
@@ -340,13 +462,7 @@ ql_status ql_checkpoint_merge_lora(const char *base_path, const ql_lora_input *l
                 ql_layer_info li;
                 ql_checkpoint_layer(base, ql_checkpoint_find_layer(base, md->layer), &li);
                 widx = li.weight;
-                if (li.bits) {
-                    ql_name_buf a;
-                    st = ql_fail_path(base_path, QL_ERR_UNSUPPORTED,
-                                      "layer '%s' is W%dA8: merging LoRAs into W4A8/W6A8 layers is not implemented "
-                                      "(use the unmerged path, forward --lora)", ql_show(&a, md->layer), li.bits);
-                    goto done;
-                }
+                if (li.bits && (st = wxa8_mergeable(base, &li)) != QL_OK) goto done;
             } else {
                 char *nm = malloc(strlen(md->layer) + 8);
                 if (!nm) { st = ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn); goto done; }
@@ -358,6 +474,7 @@ ql_status ql_checkpoint_merge_lora(const char *base_path, const ql_lora_input *l
             if (ti < 0) {
                 ti = ntl++;
                 touched *t = &tl[ti];
+                t->s_rel = t->s_channel = t->correction = -1;
                 t->prefix = md->layer;
                 t->quantized = md->quantized;
                 t->weight = widx;
@@ -370,7 +487,23 @@ ql_status ql_checkpoint_merge_lora(const char *base_path, const ql_lora_input *l
                     t->scale = li.weight_scale;
                     t->n_scale = li.n_scale;
                     t->group = li.convrot ? li.convrot_group : 0;
-                    by_tensor[li.weight_scale] = ti;
+                    if (li.bits) { /* W4A8 / W6A8: always rotated; writes s_rel, s_channel (and a correction) */
+                        t->bits = li.bits;
+                        t->group = li.convrot_group;
+                        t->wgroup = li.group_size;
+                        t->s_rel = li.s_rel;
+                        t->s_channel = li.s_channel;
+                        t->correction = li.correction;
+                        t->s_rel_f32 = li.s_rel_dtype == QL_ST_F32;
+                        t->mode = li.bits == 6 ? QL_WXA8_6BIT
+                                  : li.asymmetric ? QL_WXA8_ASYM
+                                  : li.has_codebook ? QL_WXA8_CODEBOOK
+                                                    : QL_WXA8_UNIFORM;
+                        if (li.has_codebook) memcpy(t->codebook, ql_st_tensor_data(base, &base->tensors[li.codebook]), 64);
+                        if (li.correction >= 0) ql_st_dtype_to_ql(base->tensors[li.correction].dtype, &t->corr_dt);
+                        by_tensor[li.s_rel] = by_tensor[li.s_channel] = ti;
+                        if (li.correction >= 0) by_tensor[li.correction] = ti;
+                    } else by_tensor[li.weight_scale] = ti;
                 }
                 by_tensor[widx] = ti;
                 t->uses = calloc((size_t)n_loras, sizeof *t->uses);
@@ -431,10 +564,12 @@ ql_status ql_checkpoint_merge_lora(const char *base_path, const ql_lora_input *l
             for (int u = 0; u < t->n_uses; u++) any |= t->coef[u] != 0.0f;
             if (st == QL_OK && !any) { /* strength 0: the layer is left as it is, bit for bit */
                 st = ql_st_writer_write(w, i, 0, ql_st_tensor_data(base, bt), (size_t)bytes);
-                if (st == QL_OK && t->scale >= 0) {
-                    const ql_st_tensor *sct = &base->tensors[t->scale];
-                    st = ql_st_writer_write(w, t->scale, 0, ql_st_tensor_data(base, sct), (size_t)(sct->end - sct->begin));
-                }
+                const int64_t owned[4] = {t->bits ? -1 : t->scale, t->s_rel, t->s_channel, t->correction};
+                for (int o = 0; o < 4 && st == QL_OK; o++)
+                    if (owned[o] >= 0) {
+                        const ql_st_tensor *sct = &base->tensors[owned[o]];
+                        st = ql_st_writer_write(w, owned[o], 0, ql_st_tensor_data(base, sct), (size_t)(sct->end - sct->begin));
+                    }
             } else if (st == QL_OK) st = merge_layer(&j, t);
             for (int u = 0; u < t->n_uses; u++) {
                 free(t->down[u]);

@@ -5,9 +5,16 @@
 const ql_s8_kernel *ql_s8_kernel_for(ql_isa isa)
 {
     switch (isa) {
+#if QL_X86
     case QL_ISA_AVX512VNNI: return &ql_s8_gemm_12x32c4__avx512vnni;
     case QL_ISA_AVXVNNI: return &ql_s8_gemm_6x16c4__avxvnni;
     case QL_ISA_AVX2: return &ql_s8_small_avx2[5];
+#endif
+#if QL_ARM64
+    case QL_ISA_I8MM: return &ql_s8_gemm_8x12c8__i8mm;
+    case QL_ISA_NEONDOT: return &ql_s8_gemm_8x12c4__neondot;
+    case QL_ISA_NEON: return &ql_s8_gemm_4x8c4__neon;
+#endif
     default: return &ql_s8_gemm_4x8c4__generic;
     }
 }
@@ -18,6 +25,11 @@ int ql_s8_rows_max(ql_isa isa)
     case QL_ISA_AVX512VNNI: return 12;
     case QL_ISA_AVXVNNI:
     case QL_ISA_AVX2: return 6;
+#if QL_ARM64
+    case QL_ISA_I8MM:
+    case QL_ISA_NEONDOT:
+    case QL_ISA_NEON: return ql_s8_kernel_for(isa)->mr;
+#endif
     default: return 4;
     }
 }
@@ -27,9 +39,16 @@ const ql_s8_kernel *ql_s8_kernel_rows(ql_isa isa, int rows)
     const int max = ql_s8_rows_max(isa);
     rows = rows < 1 ? 1 : rows > max ? max : rows;
     switch (isa) {
+#if QL_X86
     case QL_ISA_AVX512VNNI: return rows == 12 ? &ql_s8_gemm_12x32c4__avx512vnni : &ql_s8_small_avx512vnni[rows - 1];
     case QL_ISA_AVXVNNI: return rows == 6 ? &ql_s8_gemm_6x16c4__avxvnni : &ql_s8_small_avxvnni[rows - 1];
     case QL_ISA_AVX2: return &ql_s8_small_avx2[rows - 1];
+#endif
+#if QL_ARM64
+    case QL_ISA_I8MM:
+    case QL_ISA_NEONDOT:
+    case QL_ISA_NEON: return ql_s8_kernel_for(isa); /* no fewer-row variants: the B layout must match */
+#endif
     default: return &ql_s8_gemm_4x8c4__generic;
     }
 }

@@ -35,6 +35,7 @@ typedef struct ql_f32_kernel {
 extern const ql_f32_kernel ql_f32_gemm_4x16__generic;
 extern const ql_f32_kernel ql_f32_gemm_6x16__avx2;
 extern const ql_f32_kernel ql_f32_gemm_12x32__avx512;
+extern const ql_f32_kernel ql_f32_gemm_8x8__neon; /* src/arm */
 const ql_f32_kernel *ql_f32_kernel_for(ql_isa isa);
 
 typedef struct ql_packed_f32 {

@@ -82,9 +82,16 @@ void ql_gemm_f32_small_part(const ql_f32_kernel *kern, const float *a, int64_t l
 const ql_f32_kernel *ql_f32_kernel_for(ql_isa isa)
 {
     switch (isa) {
+#if QL_X86
     case QL_ISA_AVX512VNNI: return &ql_f32_gemm_12x32__avx512;
     case QL_ISA_AVXVNNI:
     case QL_ISA_AVX2: return &ql_f32_gemm_6x16__avx2;
+#endif
+#if QL_ARM64
+    case QL_ISA_NEON:
+    case QL_ISA_NEONDOT:
+    case QL_ISA_I8MM: return &ql_f32_gemm_8x8__neon;
+#endif
     default: return &ql_f32_gemm_4x16__generic;
     }
 }

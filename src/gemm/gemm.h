@@ -10,6 +10,8 @@
  *     ql_k64_element(p) (ql_k32_element(p)): the order in which the
  *     prologue's pack instructions emit codes. B uses the same order, so the
  *     dot products are unchanged.
+ *   kb = 8 (the SMMLA kernel): A as [kp/8][MR][8] and B as [kp/8][NR][8]
+ *     (kg = 8), each row's (column's) codes in natural k order, 8 at a time.
  *   B (weights): panels of NR columns as [k4][NR][4] bytes (kg = 4; the int16
  *     kernels use [k/2][NR][2], kg = 2); int8 codes, or
  *     codes + 128 as uint8 for the VNNI kernels (vpdpbusd multiplies u8 by s8),
@@ -59,6 +61,9 @@ extern const ql_s8_kernel ql_s8_small_avx512vnni[11], ql_s8_small_avxvnni[5], ql
 extern const ql_s8_kernel ql_s8_gemm_4x8c4__generic;
 extern const ql_s8_kernel ql_s8_gemm_6x16c4__avxvnni;
 extern const ql_s8_kernel ql_s8_gemm_12x32c4__avx512vnni;
+extern const ql_s8_kernel ql_s8_gemm_4x8c4__neon;     /* src/arm */
+extern const ql_s8_kernel ql_s8_gemm_8x12c4__neondot;
+extern const ql_s8_kernel ql_s8_gemm_8x12c8__i8mm;
 
 typedef struct ql_packed_b {
     int64_t n, k, k4, panels;

@@ -74,7 +74,11 @@ ql_status ql_wxa8_panels_pack(const ql_s8_kernel *kern, const ql_wxa8_weight *w,
     b->nr = nr;
     b->offset128 = kern->b_offset128;
     b->src = p;
+#if defined(__x86_64__) || defined(__i386__) /* the *_avx*.c files are built on x86 only (cmake/arch.cmake) */
     b->decode = kern->isa == QL_ISA_AVX512VNNI && nr == 32 ? ql_wxa8_decode_avx512 : ql_wxa8_decode_generic;
+#else
+    b->decode = ql_wxa8_decode_generic;
+#endif
     return QL_OK;
 }
 

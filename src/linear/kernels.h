@@ -19,6 +19,11 @@ void ql_prologue_avx2(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_
                       int64_t r0, int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
 void ql_prologue_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
                         int64_t r0, int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
+/* src/arm: c4 panels (kb = 4) and the SMMLA kernel's 8-k blocks (kb = 8) */
+void ql_prologue_neon(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
+                      int64_t r0, int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
+void ql_prologue_neon_k8(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
+                         int64_t r0, int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
 
 /* The unmerged-LoRA term of one output tile (see lora.h): int32 sums c of
  * t_q·u_qᵀ (row stride nr; u stored + 128 like the weights when offset128,
@@ -62,6 +67,9 @@ static inline float ql_lora_term(const ql_w8a8_epi *e, int nr, int r, int j, int
 void ql_w8a8_epilogue_generic(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
 void ql_w8a8_epilogue_avx2(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
 void ql_w8a8_epilogue_avx512(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
+void ql_w8a8_epilogue_neon(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
+/* The W8A8 tile epilogue that goes with an ISA's kernel. */
+ql_tile_epilogue_fn ql_w8a8_epilogue_for(ql_isa isa);
 
 /* State of the float-GEMM tile epilogue; col_scale (weight-only: the
  * weight's row scales, 1 or N of them) multiplies the fp32 sums first. */
@@ -75,6 +83,7 @@ typedef struct ql_f32_epi {
 void ql_f32_epilogue_generic(void *arg, const float *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
 void ql_f32_epilogue_avx2(void *arg, const float *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
 void ql_f32_epilogue_avx512(void *arg, const float *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
+void ql_f32_epilogue_neon(void *arg, const float *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
 void ql_rows_to_f32_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t r0, int64_t r1, int64_t k, int64_t group,
                            int round_bf16, float *out, int64_t ldo);
 

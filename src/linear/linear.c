@@ -54,12 +54,22 @@ typedef struct {
     ql_tile_epilogue_fn epilogue;
 } isa_ops;
 
+static isa_ops ops_for(ql_isa isa);
+ql_tile_epilogue_fn ql_w8a8_epilogue_for(ql_isa isa) { return ops_for(isa).epilogue; }
+
 static isa_ops ops_for(ql_isa isa)
 {
     switch (isa) {
+#if QL_X86
     case QL_ISA_AVX512VNNI: return (isa_ops){ql_prologue_avx512, ql_w8a8_epilogue_avx512};
     case QL_ISA_AVXVNNI:
     case QL_ISA_AVX2: return (isa_ops){ql_prologue_avx2, ql_w8a8_epilogue_avx2};
+#endif
+#if QL_ARM64
+    case QL_ISA_I8MM: return (isa_ops){ql_prologue_neon_k8, ql_w8a8_epilogue_neon};
+    case QL_ISA_NEONDOT:
+    case QL_ISA_NEON: return (isa_ops){ql_prologue_neon, ql_w8a8_epilogue_neon};
+#endif
     default: return (isa_ops){ql_prologue_generic, ql_w8a8_epilogue_generic};
     }
 }
@@ -116,6 +126,11 @@ static ql_status create_int8(ql_linear *l, const ql_linear_desc *d, const ql_wxa
         if (packed) {
             l->wp = calloc(1, sizeof *l->wp);
             if (!l->wp) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_create: out of memory");
+#if QL_ARM64
+            /* the W4A8/W6A8 decode writes c4 panels; the SDOT kernel's 12-column and
+             * the SMMLA kernel's 8-k panels are not wired in yet: the NEON kernel */
+            if (l->s8->isa == QL_ISA_NEONDOT || l->s8->isa == QL_ISA_I8MM) l->s8 = &ql_s8_gemm_4x8c4__neon;
+#endif
             return ql_wxa8_panels_pack(l->s8, packed, l->wp, &l->b8);
         }
         return ql_pack_b_s8(l->s8, w->q, w->n, w->k, w->ldq, &l->b8);
@@ -367,13 +382,17 @@ static void rows_to_f32(const ql_linear *l, const void *x, ql_dtype xdt, int64_t
                         int64_t group, float *a, int64_t lda)
 {
     const int round_bf16 = l->compute == QL_BF16 && xdt != QL_BF16;
+#if QL_X86
     const bool simd = l->f32 == &ql_f32_gemm_12x32__avx512;
+#endif
     const int64_t k = l->k;
     for (int64_t r = r0; r < r1; r++) {
+#if QL_X86
         if (simd) {
             ql_rows_to_f32_avx512(xdt, x, ldx, r, r + 1, k, group, round_bf16, a, lda);
             continue;
         }
+#endif
         ql_load_row_rotated(xdt, ql_row_cptr(xdt, x, r, ldx), k, group, a + r * lda);
         if (round_bf16)
             for (int64_t j = 0; j < k; j++) a[r * lda + j] = ql_round_to(QL_BF16, a[r * lda + j]);
@@ -391,9 +410,15 @@ static ql_status forward_float(ql_linear *l, const ql_packed_f32 *b, int64_t gro
     if (!direct && !a) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot allocate the fp32 activations");
     const bool wo = l->kind == QL_LINEAR_WEIGHT_ONLY;
     ql_f32_epi e = {*plan, NULL, ldy, wo ? l->sw : NULL, wo && l->n_sw == 1};
+#if QL_X86
     ql_f32_epilogue_fn epi = l->f32 == &ql_f32_gemm_12x32__avx512 ? ql_f32_epilogue_avx512
                            : l->f32 == &ql_f32_gemm_6x16__avx2  ? ql_f32_epilogue_avx2
                                                                 : ql_f32_epilogue_generic;
+#elif QL_ARM64
+    ql_f32_epilogue_fn epi = l->f32 == &ql_f32_gemm_8x8__neon ? ql_f32_epilogue_neon : ql_f32_epilogue_generic;
+#else
+    ql_f32_epilogue_fn epi = ql_f32_epilogue_generic;
+#endif
     const int threads = l->ctx->threads;
     ql_status st = QL_OK;
     for (int64_t m0 = 0; m0 < m && st == QL_OK; m0 += chunk) {
@@ -564,7 +589,7 @@ ql_status ql_quantize_weight_rows(ql_dtype dtype, const void *w, int64_t rows, i
                                   int8_t *q, int64_t ldq, float *scale)
 {
     const char *fn = group > 0 ? "ql_quantize_convrot_weight" : "ql_quantize_rowwise";
-    if (!ql_isa_supported(QL_ISA_AVX512VNNI) || !ql_is_float_dtype(dtype) || k <= 0 || rows <= 0)
+    if (!QL_X86 || !ql_isa_supported(QL_ISA_AVX512VNNI) || !ql_is_float_dtype(dtype) || k <= 0 || rows <= 0)
         return group > 0 ? ql_quantize_convrot_weight(dtype, w, rows, k, ldw, group, q, ldq, scale)
                          : ql_quantize_rowwise(dtype, w, rows, k, ldw, q, ldq, scale);
     QL_TRY(ql_check_matrix(fn, "x", w, rows, k, ldw));
@@ -573,7 +598,11 @@ ql_status ql_quantize_weight_rows(ql_dtype dtype, const void *w, int64_t rows, i
     if (group > 0) QL_TRY(ql_check_group(fn, group, k));
     float *scratch = ql_aligned_alloc((size_t)((k + 15) & ~(int64_t)15) * sizeof(float));
     if (!scratch) return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: cannot allocate a row of %lld floats", fn, (long long)k);
+#if QL_X86
     int64_t bad = ql_quantize_rows_avx512(dtype, w, ldw, 0, rows, k, group, q, ldq, scale, scratch);
+#else
+    int64_t bad = -1; /* not reached: the reference quantizers above */
+#endif
     ql_aligned_free(scratch);
     if (bad >= 0)
         return ql_fail(QL_ERR_NONFINITE, "%s: row %lld %s NaN or Inf; its codes are 0 and its scale NaN", fn,

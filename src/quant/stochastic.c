@@ -71,8 +71,10 @@ ql_status ql_quantize_rowwise_sr(const float *x, int64_t rows, int64_t k, int64_
         }
         const float s = ql_sr_scale(a);
         scale[r] = s;
+#if defined(__x86_64__) || defined(__i386__) /* the *_avx*.c files are built on x86 only (cmake/arch.cmake) */
         if (seed && ql_isa_supported(QL_ISA_AVX512VNNI)) ql_sr_row_avx512(v, k, s, idx0 + r * k, seed, q + r * ldq);
         else
+#endif
             for (int64_t j = 0; j < k; j++) q[r * ldq + j] = ql_sr_code(v[j], s, idx0 + r * k + j, seed);
     }
     if (bad >= 0)

@@ -225,12 +225,18 @@ static void lane_sum(const float (*p)[L], int64_t g, float *out)
 /* Nearest of the nondecreasing levels lv[0..nl) (stride st) to t, the
  * reference's way: pos = searchsorted-left (first level >= t), compare the neighbours pos-1 and pos (clamped), the upper one
  * only if strictly closer. A NaN level set gives index 0 and value NaN. */
-static inline int nearest1(const float *lv, int st, int nl, float t, float *val)
+/* searchsorted-left: the number of levels below t (branch-free; nl is 16 or 63). */
+static inline int lower_bound(const float *lv, int st, int nl, float t)
 {
-    /* branch-free lower bound; nl is 16 or 63 */
     int lo = 0;
     for (int step = nl == 16 ? 8 : 32; step; step >>= 1) lo += lv[(lo + step - 1) * st] < t ? step : 0;
     if (nl == 16) lo += lv[lo * st] < t;
+    return lo;
+}
+
+static inline int nearest1(const float *lv, int st, int nl, float t, float *val)
+{
+    const int lo = lower_bound(lv, st, nl, t);
     const int a = lo - 1 < 0 ? 0 : lo - 1, b = lo > nl - 1 ? nl - 1 : lo;
     const int up = fabsf(t - lv[b * st]) < fabsf(t - lv[a * st]);
     *val = lv[(up ? b : a) * st];
@@ -254,7 +260,12 @@ typedef struct qbatch {
     float (*v)[L];      /* [g][L] current levels (shifted values) */
     int (*c)[L];        /* [g][L] codes */
     float gs[L];
+    uint64_t seed;      /* stochastic rounding: 0 = nearest */
+    int64_t idx0;       /* flat index of element (j = 0, lane 0); (j, l) is idx0 + l·g + j */
 } qbatch;
+
+/* The stochastic-rounding noise of element (j, l) of the batch. */
+static inline float batch_noise(const qbatch *b, int64_t j, int l) { return ql_sr_noise(b->idx0 + l * b->g + j, b->seed); }
 
 /* Codebook mode, steps 2 (ALS) and the shifted values of step 3. */
 static void batch_codebook(qbatch *b, const float *cb)
@@ -299,7 +310,8 @@ static void batch_uniform(qbatch *b)
     }
     for (int64_t j = 0; j < g; j++)
         for (int l = 0; l < L; l++) {
-            float s = clampf(rne(clampf(b->w[j][l] / b->gs[l], -64.0f, 64.0f)), -8.0f, 7.0f);
+            const float x = clampf(b->w[j][l] / b->gs[l], -64.0f, 64.0f);
+            float s = clampf(b->seed ? floorf(x + batch_noise(b, j, l)) : rne(x), -8.0f, 7.0f);
             b->c[j][l] = (int)s + 8;
             b->v[j][l] = s * b->gs[l];
         }
@@ -322,7 +334,8 @@ static void batch_asym(qbatch *b, float *mn)
     }
     for (int64_t j = 0; j < g; j++)
         for (int l = 0; l < L; l++) {
-            float c = clampf(rne(clampf((b->w[j][l] - mn[l]) / b->gs[l], -64.0f, 64.0f)), 0.0f, 15.0f);
+            const float x = clampf((b->w[j][l] - mn[l]) / b->gs[l], -64.0f, 64.0f);
+            float c = clampf(b->seed ? floorf(x + batch_noise(b, j, l)) : rne(x), 0.0f, 15.0f);
             b->c[j][l] = (int)c;
             b->v[j][l] = (c - 8.0f) * b->gs[l];
         }
@@ -359,32 +372,45 @@ static void batch_6bit(qbatch *b)
         for (int l = 0; l < L; l++) b->v[j][l] = b->v[j][l] * b->gs[l];
 }
 
+/* The decoded int8 level of value v at scale s (NaN if v·s is NaN). */
+static inline float grid_level(float v, float s)
+{
+    const float x = v * s;
+    return x != x ? NAN : clampf(rne(clampf(x, -256.0f, 256.0f)), -127.0f, 127.0f);
+}
+
 /* Step 5 (codebook) / the 6-bit grid-aware search: codes against the decoded
- * int8 grid of each lane's s_rel byte. t = w / s_channel. */
-static void batch_regrid(qbatch *b, const float *cb, int bits, int search, float sch, uint8_t *srel)
+ * int8 grid of each lane's s_rel (e4m3 bytes srb, or fp32 srf when srb is
+ * NULL). t = w / s_channel. With b->seed, the final assignment rounds
+ * stochastically between the bracketing levels (scales as in the nearest
+ * mode: the search, if any, is decided by nearest assignments). */
+static void batch_regrid(qbatch *b, const float *cb, int bits, int search, float sch, uint8_t *srb, float *srf)
 {
     const int64_t g = b->g;
     const int nl = bits == 6 ? 63 : 16;
-    float lv[63 * L], t[L], err[L], best[L], val[L];
+    float lv[63 * L], t[L], err[L], best[L], val[L], cs[3][L];
     int idx[L];
     uint8_t cand[3][L];
     const int ncand = bits == 6 && search ? 3 : 1;
     for (int l = 0; l < L; l++) {
-        uint8_t s = srel[l];
-        cand[0][l] = s;
-        uint8_t m1 = (uint8_t)(s - 1), p1 = (uint8_t)(s + 1);
-        cand[1][l] = m1 > 1 ? m1 : 1;
-        cand[2][l] = p1 < 0x7E ? p1 : 0x7E;
+        if (srb) {
+            uint8_t s = srb[l];
+            cand[0][l] = s;
+            uint8_t m1 = (uint8_t)(s - 1), p1 = (uint8_t)(s + 1);
+            cand[1][l] = m1 > 1 ? m1 : 1;
+            cand[2][l] = p1 < 0x7E ? p1 : 0x7E;
+            for (int c = 0; c < 3; c++) cs[c][l] = ql_e4m3_to_fp32(cand[c][l]);
+        } else { /* the reference: base·(1 - 0.03), base·(1 + 0.03) with fp32 factors */
+            cs[0][l] = srf[l];
+            cs[1][l] = srf[l] * (float)(1.0 - 0.03);
+            cs[2][l] = srf[l] * (float)(1.0 + 0.03);
+        }
         best[l] = INFINITY;
     }
+    int chosen[L] = {0};
     for (int cnd = 0; cnd < ncand; cnd++) {
         for (int l = 0; l < L; l++) {
-            const float s = ql_e4m3_to_fp32(cand[cnd][l]);
-            for (int i = 0; i < nl; i++) {
-                const float v = bits == 6 ? (float)(i - 31) : cb[i];
-                lv[i * L + l] = clampf(rne(clampf(v * s, -256.0f, 256.0f)), -127.0f, 127.0f);
-                if (v * s != v * s) lv[i * L + l] = NAN; /* a NaN candidate (0xFF) never wins */
-            }
+            for (int i = 0; i < nl; i++) lv[i * L + l] = grid_level(bits == 6 ? (float)(i - 31) : cb[i], cs[cnd][l]);
             err[l] = 0.0f;
         }
         for (int64_t j = 0; j < g; j++) {
@@ -403,10 +429,27 @@ static void batch_regrid(qbatch *b, const float *cb, int bits, int search, float
             const int wins = cnd == 0 || err[l] < best[l];
             if (!wins) continue;
             best[l] = err[l];
-            srel[l] = cand[cnd][l];
+            chosen[l] = cnd;
             if (cnd > 0)
                 for (int64_t j = 0; j < g; j++) b->c[j][l] = (int)b->v[j][l];
         }
+    }
+    for (int l = 0; l < L; l++) {
+        if (srb) srb[l] = cand[chosen[l]][l];
+        else srf[l] = cs[chosen[l]][l];
+    }
+    if (b->seed) { /* stochastic: lo = clamp(searchsorted-left - 1, 0, nl - 2); hi iff t > U·width + level_lo */
+        for (int l = 0; l < L; l++)
+            for (int i = 0; i < nl; i++) lv[i * L + l] = grid_level(bits == 6 ? (float)(i - 31) : cb[i], cs[chosen[l]][l]);
+        for (int64_t j = 0; j < g; j++)
+            for (int l = 0; l < L; l++) {
+                const float tt = b->w[j][l] / sch;
+                int lo = lower_bound(lv + l, L, nl, tt) - 1;
+                lo = lo < 0 ? 0 : lo > nl - 2 ? nl - 2 : lo;
+                const float base = lv[lo * L + l], width = lv[(lo + 1) * L + l] - base;
+                const float thr = batch_noise(b, j, l) * width + base;
+                b->c[j][l] = lo + (tt > thr);
+            }
     }
     if (bits == 6)
         for (int64_t j = 0; j < g; j++)
@@ -418,7 +461,16 @@ static int64_t lane_count(int64_t ng, int64_t g0) { return ng - g0 < L ? ng - g0
 ql_status ql_wxa8_quantize(ql_dtype dtype, const void *w, int64_t rows, int64_t k, int64_t ldw, const ql_wxa8_qparams *p,
                            uint8_t *q, int64_t ldq, uint8_t *s_rel, float *s_channel, float *correction)
 {
+    return ql_wxa8_quantize_ex(dtype, w, rows, k, ldw, p, NULL, q, ldq, s_rel, s_channel, correction);
+}
+
+ql_status ql_wxa8_quantize_ex(ql_dtype dtype, const void *w, int64_t rows, int64_t k, int64_t ldw,
+                              const ql_wxa8_qparams *p, const ql_wxa8_qoptions *o, uint8_t *q, int64_t ldq,
+                              void *s_rel, float *s_channel, float *correction)
+{
     const char *fn = "ql_wxa8_quantize";
+    const ql_wxa8_qoptions none = {0, 0, 0};
+    if (!o) o = &none;
     QL_CHECK_PTR(fn, p);
     QL_TRY(ql_check_float_dtype(fn, "dtype", dtype));
     QL_TRY(ql_check_matrix(fn, "w", w, rows, k, ldw));
@@ -457,7 +509,8 @@ ql_status ql_wxa8_quantize(ql_dtype dtype, const void *w, int64_t rows, int64_t 
         return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
     qbatch b = {g, (float (*)[L])ws, (float (*)[L])(ws + plane), (float (*)[L])(ws + 2 * plane),
-                (int (*)[L])(ws + 3 * plane), {0}};
+                (int (*)[L])(ws + 3 * plane), {0}, o->sr_seed, 0};
+    const int f32 = o->s_rel_f32 != 0;
     int64_t bad = -1;
     for (int64_t r = 0; r < rows; r++) {
         ql_load_row_rotated(dtype, ql_row_cptr(dtype, w, r, ldw), k, cg, row);
@@ -466,7 +519,9 @@ ql_status ql_wxa8_quantize(ql_dtype dtype, const void *w, int64_t rows, int64_t 
         if (!finite) {
             if (bad < 0) bad = r;
             memset(q + r * ldq, 0, (size_t)ql_wxa8_row_bytes(bits, k));
-            memset(s_rel + r * ng, 0x7F, (size_t)ng);
+            if (f32)
+                for (int64_t gi = 0; gi < ng; gi++) ((float *)s_rel)[r * ng + gi] = NAN;
+            else memset((uint8_t *)s_rel + r * ng, 0x7F, (size_t)ng);
             s_channel[r] = NAN;
             continue;
         }
@@ -476,6 +531,7 @@ ql_status ql_wxa8_quantize(ql_dtype dtype, const void *w, int64_t rows, int64_t 
             const int64_t nlanes = lane_count(ng, g0);
             for (int64_t j = 0; j < g; j++)
                 for (int l = 0; l < L; l++) b.w[j][l] = l < nlanes ? row[(g0 + l) * g + j] : 0.0f;
+            b.idx0 = o->sr_idx0 + r * k + g0 * g;
             float mn[L] = {0};
             switch (p->mode) {
             case QL_WXA8_CODEBOOK: batch_codebook(&b, p->codebook); break;
@@ -496,8 +552,12 @@ ql_status ql_wxa8_quantize(ql_dtype dtype, const void *w, int64_t rows, int64_t 
         float sch = amax / 127.0f;
         sch = sch > 1e-8f ? sch : 1e-8f;
         s_channel[r] = sch;
-        uint8_t *sr = s_rel + r * ng;
-        for (int64_t gi = 0; gi < ng; gi++) sr[gi] = ql_fp32_to_e4m3(gsrow[gi] / sch);
+        uint8_t *sr = f32 ? NULL : (uint8_t *)s_rel + r * ng;
+        float *srf = f32 ? (float *)s_rel + r * ng : NULL;
+        for (int64_t gi = 0; gi < ng; gi++) {
+            if (f32) srf[gi] = gsrow[gi] / sch;
+            else sr[gi] = ql_fp32_to_e4m3(gsrow[gi] / sch);
+        }
         if (p->mode == QL_WXA8_ASYM)
             for (int64_t gi = 0; gi < ng; gi++) correction[r * ng + gi] = 8.0f * gsrow[gi] + mnrow[gi];
         /* pass 2: codebook / 6-bit codes on the decoded grid */
@@ -505,12 +565,18 @@ ql_status ql_wxa8_quantize(ql_dtype dtype, const void *w, int64_t rows, int64_t 
             for (int64_t g0 = 0; g0 < ng; g0 += L) {
                 const int64_t nlanes = lane_count(ng, g0);
                 uint8_t srl[L];
-                for (int l = 0; l < L; l++) srl[l] = l < nlanes ? sr[g0 + l] : 0x38;
+                float srlf[L];
+                for (int l = 0; l < L; l++) {
+                    srl[l] = l < nlanes && !f32 ? sr[g0 + l] : 0x38;
+                    srlf[l] = l < nlanes && f32 ? srf[g0 + l] : 1.0f;
+                }
                 for (int64_t j = 0; j < g; j++)
                     for (int l = 0; l < L; l++) b.w[j][l] = l < nlanes ? row[(g0 + l) * g + j] : 0.0f;
-                batch_regrid(&b, p->codebook, bits, p->scale_search, sch, srl);
+                b.idx0 = o->sr_idx0 + r * k + g0 * g;
+                batch_regrid(&b, p->codebook, bits, p->scale_search, sch, f32 ? NULL : srl, srlf);
                 for (int l = 0; l < nlanes; l++) {
-                    sr[g0 + l] = srl[l];
+                    if (f32) srf[g0 + l] = srlf[l];
+                    else sr[g0 + l] = srl[l];
                     for (int64_t j = 0; j < g; j++) codes[(g0 + l) * g + j] = (uint8_t)b.c[j][l];
                 }
             }

@@ -1,0 +1,88 @@
+/* Run-time dispatch: the ISA (and so the kernel) a context picks on this CPU,
+ * and QLINEAR_ISA / ql_context_set_isa forcing: every ISA the CPU has is
+ * accepted, every other one refused with a clear message.
+ *   test_dispatch [EXPECTED_ISA]
+ * With an expected ISA (the cross build passes the one each qemu CPU model
+ * must pick: cortex-a57 -> neon, neoverse-n1 -> neondot, max -> i8mm), the
+ * pick must be exactly that one, and exactly the ISAs up to it are available. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemm/gemm.h"
+#include "testutil.h"
+
+/* The ISA ladder of each architecture, lowest first, and the kernel each
+ * ISA must run (written out here, independently of the library's tables). */
+typedef struct {
+    ql_isa isa;
+    const char *kernel;
+} rung;
+static const rung arm[] = {{QL_ISA_GENERIC, "s8_gemm_4x8c4__generic"},
+                           {QL_ISA_NEON, "s8_gemm_4x8c4__neon"},
+                           {QL_ISA_NEONDOT, "s8_gemm_8x12c4__neondot"},
+                           {QL_ISA_I8MM, "s8_gemm_8x12c8__i8mm"}};
+static const rung x86[] = {{QL_ISA_GENERIC, "s8_gemm_4x8c4__generic"},
+                           {QL_ISA_AVX2, "s8_gemm_6x16c2__avx2"},
+                           {QL_ISA_AVXVNNI, "s8_gemm_6x16c4__avxvnni"},
+                           {QL_ISA_AVX512VNNI, "s8_gemm_12x32c4__avx512vnni"}};
+
+int main(int argc, char **argv)
+{
+    tu_init("test_dispatch");
+    const int on_arm = QL_ARM64;
+    const rung *own = on_arm ? arm : x86, *other = on_arm ? x86 : arm;
+    const ql_isa best = ql_isa_best();
+    printf("  best ISA: %s (kernel %s)\n", ql_isa_name(best), ql_s8_kernel_for(best)->name);
+    if (argc > 1) CHECK(!strcmp(ql_isa_name(best), argv[1]), "this CPU picks %s; expected %s", ql_isa_name(best), argv[1]);
+
+    /* the default context takes the best ISA */
+    unsetenv("QLINEAR_ISA");
+    ql_context *ctx;
+    CHECK_OK(ql_context_create(&ctx));
+    CHECK(ql_context_isa(ctx) == best, "default context ISA %s, best %s", ql_isa_name(ql_context_isa(ctx)), ql_isa_name(best));
+
+    int best_rung = -1;
+    for (int i = 0; i < 4; i++) {
+        const ql_isa isa = own[i].isa;
+        const int have = ql_isa_supported(isa);
+        if (have) best_rung = i;
+        /* the ladder is monotone: no ISA without the ones below it (x86 AVX-VNNI and AVX512-VNNI are siblings) */
+        if (on_arm && i > 0 && have) CHECK(ql_isa_supported(own[i - 1].isa), "%s without %s", ql_isa_name(isa), ql_isa_name(own[i - 1].isa));
+        setenv("QLINEAR_ISA", ql_isa_name(isa), 1);
+        ql_context *c = NULL;
+        const ql_status st = ql_context_create(&c);
+        if (have) {
+            CHECK(st == QL_OK && ql_context_isa(c) == isa, "QLINEAR_ISA=%s refused on a CPU that has it: %s", ql_isa_name(isa), ql_last_error());
+            CHECK(!strcmp(ql_s8_kernel_for(isa)->name, own[i].kernel), "%s runs %s, expected %s", ql_isa_name(isa),
+                  ql_s8_kernel_for(isa)->name, own[i].kernel);
+            CHECK(ql_s8_kernel_for(isa)->isa == isa, "%s's kernel says ISA %s", ql_isa_name(isa), ql_isa_name(ql_s8_kernel_for(isa)->isa));
+            CHECK_OK(ql_context_set_isa(ctx, isa));
+        } else {
+            CHECK(st == QL_ERR_UNSUPPORTED && strstr(ql_last_error(), "does not support") && strstr(ql_last_error(), ql_isa_name(isa)),
+                  "QLINEAR_ISA=%s on a CPU without it: status %d, message '%s'", ql_isa_name(isa), (int)st, ql_last_error());
+            CHECK(ql_context_set_isa(ctx, isa) == QL_ERR_UNSUPPORTED, "ql_context_set_isa(%s) accepted", ql_isa_name(isa));
+        }
+        ql_context_destroy(c);
+        printf("  %-10s %s\n", ql_isa_name(isa), have ? "available" : "refused");
+    }
+    if (argc > 1) {
+        int want = -1;
+        for (int i = 0; i < 4; i++) want = strcmp(ql_isa_name(own[i].isa), argv[1]) ? want : i;
+        CHECK(want >= 0 && best_rung == want, "ISAs available up to %s, expected exactly up to %s",
+              best_rung >= 0 ? ql_isa_name(own[best_rung].isa) : "none", argv[1]);
+    }
+    /* the other architecture's ISAs are never available; unknown names are refused */
+    for (int i = 1; i < 4; i++) {
+        CHECK(!ql_isa_supported(other[i].isa), "%s reported on this architecture", ql_isa_name(other[i].isa));
+        setenv("QLINEAR_ISA", ql_isa_name(other[i].isa), 1);
+        ql_context *c = NULL;
+        CHECK(ql_context_create(&c) == QL_ERR_UNSUPPORTED && c == NULL, "QLINEAR_ISA=%s accepted", ql_isa_name(other[i].isa));
+    }
+    setenv("QLINEAR_ISA", "sve2", 1);
+    ql_context *c = NULL;
+    CHECK(ql_context_create(&c) == QL_ERR_INVALID_ARGUMENT && strstr(ql_last_error(), "neondot"),
+          "QLINEAR_ISA=sve2: %s", ql_last_error());
+    unsetenv("QLINEAR_ISA");
+    ql_context_destroy(ctx);
+    return tu_finish();
+}
