@@ -213,9 +213,12 @@ int main(void)
             }
             /* around the switch to the blocked path, and tall */
             for (int64_t m = 21; m <= 70; m += 7) blocked += !w8a8_case(ctx, m, odd(30, 300), 256 * tu_range(1, 2), 256);
-            /* heights fitted on the blocked path too (AVX2: 5 × 5 rows, 13 × 6; AVX-512: 7 × 11, 9 × 11) */
+            /* heights fitted on the blocked path too (AVX2: 5 × 5 rows, 13 × 6; AVX-512: 7 × 11, 9 × 11),
+             * the last over several K slices (partial sums carried by the fitted tiles) */
             const int64_t fitted[] = {25, 77, 97};
-            for (int c = 0; c < 3; c++) blocked += !w8a8_case(ctx, fitted[c], odd(30, 200), c == 2 ? odd(1, 600) : 256 * tu_range(1, 3), c == 2 ? 0 : 256);
+            for (int c = 0; c < 3; c++)
+                blocked += !w8a8_case(ctx, fitted[c], odd(30, 200), c == 2 ? odd(2100, 4400) : 256 * tu_range(1, 3), c == 2 ? 0 : 256);
+            gemm_case(ctx, 25, odd(1, 40), odd(2100, 4400), 1);
             blocked += !w8a8_case(ctx, 300, odd(1, 100), odd(1, 300), 0);
             CHECK(smalls == want && want >= 16 && blocked >= 1, "%s t%d: %d of 20 small cases on the small-M path (want %d), %d blocked",
                   ql_isa_name(isas[i]), t, smalls, want, blocked);
