@@ -111,8 +111,8 @@ int pick_tile(int64_t m, int64_t n, int sms)
 {
     const int64_t ctas = ((m + 127) / 128) * ((n + 127) / 128);
     if (ctas * 2 >= (int64_t)sms * 3) return 1;
-    if (ctas * 2 >= (int64_t)sms) return 4;
-    return 5;
+    if (ctas * 2 >= (int64_t)sms) return 3;
+    return 4;
 }
 
 int dtype_code(ql_dtype dt) { return (int)dt; } /* DT_* are the ql_dtype values */
@@ -212,7 +212,8 @@ extern "C" ql_status ql_cuda_linear_create(int device, const ql_int8_weight *w, 
     std::vector<int8_t> host;
     const int8_t *src = w->q;
     int64_t ld = w->ldq;
-    if (l->kp != w->k || w->ldq != l->kp) {
+    const bool perm = codes_permuted(l->k, l->group, l->kp);
+    if (perm || l->kp != w->k || w->ldq != l->kp) {
         try {
             host.assign((size_t)(l->n * l->kp), 0);
         } catch (const std::bad_alloc &) {
@@ -220,7 +221,18 @@ extern "C" ql_status ql_cuda_linear_create(int device, const ql_int8_weight *w, 
             return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: cannot stage a %lld x %lld weight", fn, (long long)l->n,
                            (long long)l->kp);
         }
-        for (int64_t r = 0; r < l->n; r++) memcpy(&host[(size_t)(r * l->kp)], w->q + r * w->ldq, (size_t)w->k);
+        for (int64_t r = 0; r < l->n; r++) {
+            int8_t *dst = &host[(size_t)(r * l->kp)];
+            const int8_t *row = w->q + r * w->ldq;
+            if (!perm) {
+                memcpy(dst, row, (size_t)w->k);
+                continue;
+            }
+            /* the prologue's code order: value i + 16·t of a group at 16·i + t */
+            for (int64_t g = 0; g < l->k; g += 256)
+                for (int i = 0; i < 16; i++)
+                    for (int t = 0; t < 16; t++) dst[g + 16 * i + t] = row[g + i + 16 * t];
+        }
         src = host.data(), ld = l->kp;
     }
     cudaError_t e = cudaMalloc(&l->w, (size_t)(l->n * l->kp > 0 ? l->n * l->kp : 16));

@@ -2,10 +2,11 @@
  * group-wise (fast Walsh–Hadamard transform, the reference's butterflies in
  * the reference's order), rounded to its dtype, reduced to its absmax and
  * quantized with the reference's roundings. Output: int8 codes [M, ldq]
- * (zero-padded to ldq, the GEMM's 16-byte row pitch) and fp32 scales [M].
- * Bit-identical to ql_load_row_rotated + ql_quantize_row_f32. */
+ * (zero-padded to ldq, the GEMM's 16-byte row pitch) and fp32 scales [M];
+ * with G = 256 each group's codes are stored 16x16-transposed (see
+ * codes_permuted). Codes and scales bit-identical to ql_load_row_rotated +
+ * ql_quantize_row_f32. */
 #include "common.cuh"
-#include "async_copy.cuh"
 #include "cuda_internal.h"
 
 namespace qlc {
@@ -53,7 +54,7 @@ __device__ __forceinline__ float tiny_of(int dt) { return dt == DT_F16 ? 6.10351
 /* log4 of the group (0: no rotation). */
 __global__ void __launch_bounds__(PRO_THREADS) quantize_rows_kernel(const char *x, int xdt, int64_t ldx_bytes,
                                                                      int64_t k, int log4g, bool vec, int8_t *q,
-                                                                     int64_t ldq, float *sx)
+                                                                     int64_t ldq, float *sx, bool perm)
 {
     extern __shared__ float v[]; /* the row, fp32, rotated in place */
     __shared__ float red_max[PRO_THREADS / 32];
@@ -130,7 +131,7 @@ __global__ void __launch_bounds__(PRO_THREADS) quantize_rows_kernel(const char *
 
     int8_t *qrow = q + r * ldq;
     if (bad) {
-        for (int64_t j = tid; j < ldq; j += PRO_THREADS) qrow[j] = 0;
+        for (int64_t j = tid; j < ldq; j += PRO_THREADS) qrow[j] = 0; /* zeros in any order */
         if (tid == 0) sx[r] = __int_as_float(0x7fc00000);
         return;
     }
@@ -154,15 +155,20 @@ __global__ void __launch_bounds__(PRO_THREADS) quantize_rows_kernel(const char *
                 c = fminf(fmaxf(rintf(round_to(xdt, quo)), -128.0f), 127.0f);
             }
             o[i] = (signed char)(int)c;
+            /* the fast kernel's order (K a multiple of 256 there) */
+            if (perm) qrow[(j & ~(int64_t)255) + (j & 15) * 16 + ((j & 255) >> 4)] = o[i];
         }
-        *(char4 *)(qrow + j0) = out;
+        if (!perm) *(char4 *)(qrow + j0) = out;
     }
     if (tid == 0) sx[r] = s;
 }
 
 
 /* The fast path for G = 256 (K a multiple of 256, K <= 8192, 16-byte
- * aligned rows): warp-synchronous, no block barrier anywhere. A half-warp
+ * aligned rows). Its codes come out permuted within each group of 256: the
+ * code of value i + 16·t is stored at 16·i + t (the order this kernel holds
+ * them in; the layer's weight is permuted alike, and a dot product does not
+ * depend on the order of its terms). Warp-synchronous, no block barrier. A half-warp
  * rotates one group: lane i first holds values 16i..16i+15 (the stages of
  * stride 1 and 4 in registers), a transpose through the warp's shared
  * buffer gives it i + 16·t (strides 16 and 64). The rotated values, rounded
@@ -172,7 +178,10 @@ __global__ void __launch_bounds__(PRO_THREADS) quantize_rows_kernel(const char *
  * store. A warp owns a row (two rows, one per half, when K = 256); the next
  * item's input is loaded while the current one is computed. */
 constexpr int WP_WARPS = 4;
-constexpr int GP = 256 + 16; /* elements per group in the row buffer: padded so both halves hit distinct banks */
+/* Row buffer: lane i of a group keeps its 16 rounded values (i + 16·t,
+ * t = 0..15) contiguously, 16 bytes of padding after them so that a
+ * quarter-warp's 16-byte accesses hit distinct banks. */
+template <int ESZ> __host__ __device__ constexpr int lane_stride() { return 16 * ESZ + 16; }
 /* The transpose buffer of a half-warp: lane i's 16 values at 20·i (a pitch
  * that spreads a quarter-warp's 16-byte stores over all 32 banks), the
  * second half 336 floats on (16 banks over, for the column reads). */
@@ -186,7 +195,7 @@ template <int DT> __host__ __device__ constexpr int raw_words() { return DT == D
 __host__ __device__ inline int wp_slots(int k) { return k == 256 ? 2 : (k / 256 + 1) / 2 * 2; }
 template <int DT> __host__ __device__ inline size_t wp_warp_bytes(int k)
 {
-    return 2 * TB_HALF * sizeof(float) + (size_t)wp_slots(k) * GP * sizeof(typename Stored<DT>::T);
+    return 2 * TB_HALF * sizeof(float) + (size_t)wp_slots(k) * 16 * lane_stride<DT == DT_F32 ? 4 : 2>();
 }
 
 /* 16 stored values (bf16/fp16 bits, or fp32) -> 16 codes, the reference's roundings. */
@@ -231,7 +240,8 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 6) quantize_rows_g256_kernel(co
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, half = lane / 16, i = lane % 16;
     unsigned char *mine = smem_raw + (size_t)warp * wp_warp_bytes<DT>(k);
     float *tb = (float *)mine + half * TB_HALF; /* this half's transpose buffer */
-    T *rbuf = (T *)((float *)mine + 2 * TB_HALF);
+    unsigned char *rbuf = mine + 2 * TB_HALF * sizeof(float);
+    constexpr int LS = lane_stride<ESZ>(), SLOT = 16 * LS; /* bytes: a lane's values, a group's */
     const int G = k / 256;
     const bool halves = G == 1; /* K = 256: a row per half-warp */
     const int P = halves ? 1 : (G + 1) / 2;
@@ -295,26 +305,34 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 6) quantize_rows_g256_kernel(co
 #pragma unroll
         for (int t = 0; t < 4; t++) bfly(e[t], e[t + 4], e[t + 8], e[t + 12]);
 
-        /* round to the dtype, absmax, keep: value i + 16·t of the group goes to slot[i + 16·t] */
-        T *slot = rbuf + (halves ? half : 2 * p + half) * GP + i;
+        /* round to the dtype, absmax, keep this lane's 16 values together:
+         * the codes leave in this order (i·16 + t within the group), and the
+         * weight was permuted the same way at upload */
+        unsigned char *mine_vals = rbuf + (halves ? half : 2 * p + half) * SLOT + i * LS;
+        uint32_t packed[8];
 #pragma unroll
         for (int t = 0; t < 16; t += 2) {
             if constexpr (DT == DT_BF16) {
                 const __nv_bfloat162 v = __floats2bfloat162_rn(e[t], e[t + 1]); /* NaN stays NaN */
                 amax_b = __hmax2_nan(amax_b, __habs2(v));
-                const uint32_t bits = *(const uint32_t *)&v;
-                slot[16 * t] = (uint16_t)(bits & 0xffff), slot[16 * (t + 1)] = (uint16_t)(bits >> 16);
+                packed[t / 2] = *(const uint32_t *)&v;
             } else if constexpr (DT == DT_F16) {
                 const __half2 v = __floats2half2_rn(e[t], e[t + 1]);
                 amax_h = __hmax2_nan(amax_h, __habs2(v));
-                const uint32_t bits = *(const uint32_t *)&v;
-                slot[16 * t] = (uint16_t)(bits & 0xffff), slot[16 * (t + 1)] = (uint16_t)(bits >> 16);
+                packed[t / 2] = *(const uint32_t *)&v;
             } else {
                 const float a0 = fabsf(e[t]), a1 = fabsf(e[t + 1]);
                 bad_f |= (a0 != a0) | (a1 != a1);
                 amax_f = fmaxf(amax_f, fmaxf(a0, a1));
-                slot[16 * t] = e[t], slot[16 * (t + 1)] = e[t + 1];
             }
+        }
+        if constexpr (DT == DT_F32) {
+#pragma unroll
+            for (int t = 0; t < 4; t++)
+                ((float4 *)mine_vals)[t] = make_float4(e[4 * t], e[4 * t + 1], e[4 * t + 2], e[4 * t + 3]);
+        } else {
+            ((uint4 *)mine_vals)[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+            ((uint4 *)mine_vals)[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
         }
 
         if (p == P - 1) {
@@ -347,7 +365,7 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 6) quantize_rows_g256_kernel(co
                 int8_t *qrow = q + row * (int64_t)k;
                 const int c0 = halves ? i : lane, cstep = halves ? 16 : 32;
                 for (int c = c0; c < k / 16; c += cstep) {
-                    const T *v = rbuf + (halves ? half : c / 16) * GP + (c % 16) * 16;
+                    const T *v = (const T *)(rbuf + (halves ? half : c / 16) * SLOT + (c % 16) * LS);
                     *(uint4 *)(qrow + c * 16) = bad ? make_uint4(0, 0, 0, 0) : quantize16<DT>(v, st, rcp);
                 }
                 if ((halves ? i : lane) == 0) sx[row] = bad ? __int_as_float(0x7fc00000) : s;
@@ -420,10 +438,9 @@ int log4_of(int64_t g)
     return p;
 }
 
-static bool fast_ok(int64_t k, int64_t group, int64_t ldq)
-{
-    return group == 256 && k % 256 == 0 && k > 0 && k <= 8192 && ldq == k;
-}
+bool codes_permuted(int64_t k, int64_t group, int64_t ldq) { return group == 256 && k % 256 == 0 && k > 0 && ldq == k; }
+
+static bool fast_ok(int64_t k, int64_t group, int64_t ldq) { return codes_permuted(k, group, ldq) && k <= 8192; }
 
 size_t quantize_rows_smem(int64_t k)
 {
@@ -455,7 +472,7 @@ cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m,
         return launch_g256<DT_F32>(x, ldx * esize, m, (int)k, q, sx, stream);
     }
     quantize_rows_kernel<<<(unsigned)m, PRO_THREADS, quantize_rows_smem(k), stream>>>(
-        (const char *)x, xdt, ldx * esize, k, log4_of(group), vec, q, ldq, sx);
+        (const char *)x, xdt, ldx * esize, k, log4_of(group), vec, q, ldq, sx, codes_permuted(k, group, ldq));
     return cudaGetLastError();
 }
 
