@@ -95,8 +95,8 @@ static void loop_smmla(long iters) { QL_A64_LOOP("0x4e80a400"); }
  * plain NEON, whose exact int8 product takes two instructions. */
 double ql_bench_int8_peak_gops(ql_isa isa, int threads, long iters)
 {
-    if (isa != QL_ISA_NEONDOT && isa != QL_ISA_I8MM) return 0.0;
-    const int mm = isa == QL_ISA_I8MM;
+    if (isa != QL_ISA_NEONDOT && isa != QL_ISA_I8MM && isa != QL_ISA_NEONBF16) return 0.0;
+    const int mm = isa != QL_ISA_NEONDOT;
     const double ops = (double)threads * (double)iters * 16.0 * (mm ? 32 : 16) * 2.0;
     double t0 = now_s();
 #pragma omp parallel num_threads(threads)

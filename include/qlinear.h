@@ -87,7 +87,8 @@ typedef enum ql_isa {
     QL_ISA_AVX512VNNI = 4, /* AVX512-VNNI, zmm */
     QL_ISA_NEON = 5,       /* AArch64 Advanced SIMD (SMLAL widening multiply-accumulate) */
     QL_ISA_NEONDOT = 6,    /* + dot product (SDOT, ARMv8.2: Apple M1, Neoverse N1, Cortex-A76) */
-    QL_ISA_I8MM = 7        /* + int8 matrix multiply (SMMLA, ARMv8.6: Apple M2, Neoverse V1/N2) */
+    QL_ISA_I8MM = 7,       /* + int8 matrix multiply (SMMLA, ARMv8.6: Apple M2, Neoverse V1/N2) */
+    QL_ISA_NEONBF16 = 8    /* i8mm + BF16 (BFMMLA for bf16-compute dense layers: Apple M2, Neoverse V1/N2) */
 } ql_isa;
 
 const char *ql_isa_name(ql_isa isa);
@@ -100,7 +101,7 @@ typedef struct ql_context ql_context;
 
 /* A context holds the thread count and the ISA choice. Defaults come from the
  * environment: QLINEAR_THREADS (else the number of online CPUs) and
- * QLINEAR_ISA=generic|avx2|avxvnni|avx512vnni on x86-64, generic|neon|neondot|i8mm
+ * QLINEAR_ISA=generic|avx2|avxvnni|avx512vnni on x86-64, generic|neon|neondot|i8mm|neonbf16
  * on AArch64 (else the best available; one
  * the CPU lacks is refused with QL_ERR_UNSUPPORTED). */
 ql_status ql_context_create(ql_context **out);

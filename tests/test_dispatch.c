@@ -3,11 +3,14 @@
  * accepted, every other one refused with a clear message.
  *   test_dispatch [EXPECTED_ISA]
  * With an expected ISA (the cross build passes the one each qemu CPU model
- * must pick: cortex-a57 -> neon, neoverse-n1 -> neondot, max -> i8mm), the
- * pick must be exactly that one, and exactly the ISAs up to it are available. */
+ * must pick: cortex-a57 -> neon, neoverse-n1 -> neondot, max -> neonbf16),
+ * the pick must be exactly that one, and exactly the ISAs up to it are
+ * available. Each ISA names its int8 kernel and the kernel of a dense
+ * bf16-compute layer (BFMMLA only with neonbf16). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm/f32.h"
 #include "gemm/gemm.h"
 #include "testutil.h"
 
@@ -15,22 +18,38 @@
  * ISA must run (written out here, independently of the library's tables). */
 typedef struct {
     ql_isa isa;
-    const char *kernel;
+    const char *kernel, *bf16; /* int8 GEMM; dense bf16 layer */
 } rung;
-static const rung arm[] = {{QL_ISA_GENERIC, "s8_gemm_4x8c4__generic"},
-                           {QL_ISA_NEON, "s8_gemm_4x8c4__neon"},
-                           {QL_ISA_NEONDOT, "s8_gemm_8x12c4__neondot"},
-                           {QL_ISA_I8MM, "s8_gemm_8x12c8__i8mm"}};
-static const rung x86[] = {{QL_ISA_GENERIC, "s8_gemm_4x8c4__generic"},
-                           {QL_ISA_AVX2, "s8_gemm_6x16c2__avx2"},
-                           {QL_ISA_AVXVNNI, "s8_gemm_6x16c4__avxvnni"},
-                           {QL_ISA_AVX512VNNI, "s8_gemm_12x32c4__avx512vnni"}};
+static const rung arm[] = {{QL_ISA_GENERIC, "s8_gemm_4x8c4__generic", "f32_gemm_4x16__generic"},
+                           {QL_ISA_NEON, "s8_gemm_4x8c4__neon", "f32_gemm_8x8__neon"},
+                           {QL_ISA_NEONDOT, "s8_gemm_8x12c4__neondot", "f32_gemm_8x8__neon"},
+                           {QL_ISA_I8MM, "s8_gemm_8x12c8__i8mm", "f32_gemm_8x8__neon"},
+                           {QL_ISA_NEONBF16, "s8_gemm_8x12c8__i8mm", "bf16_gemm_8x8c4__neonbf16"}};
+static const rung x86[] = {{QL_ISA_GENERIC, "s8_gemm_4x8c4__generic", "f32_gemm_4x16__generic"},
+                           {QL_ISA_AVX2, "s8_gemm_6x16c2__avx2", "f32_gemm_6x16__avx2"},
+                           {QL_ISA_AVXVNNI, "s8_gemm_6x16c4__avxvnni", "f32_gemm_6x16__avx2"},
+                           {QL_ISA_AVX512VNNI, "s8_gemm_12x32c4__avx512vnni", "f32_gemm_12x32__avx512"}};
+enum { n_arm = sizeof arm / sizeof arm[0], n_x86 = sizeof x86 / sizeof x86[0] };
+
+/* The kernel a dense bf16-compute layer of a context on `isa` runs (blocked path). */
+static void bf16_kernel(ql_context *ctx, char *buf, size_t len)
+{
+    static float w[4 * 8];
+    ql_linear_desc d = {.kind = QL_LINEAR_DENSE, .n = 4, .k = 8, .weight = w, .ld_weight = 8, .weight_dtype = QL_F32,
+                        .compute_dtype = QL_BF16};
+    ql_linear *lin = NULL;
+    snprintf(buf, len, "(none)");
+    CHECK_OK(ql_linear_create(ctx, &d, &lin));
+    if (lin) ql_linear_describe(lin, 100, buf, len);
+    ql_linear_destroy(lin);
+}
 
 int main(int argc, char **argv)
 {
     tu_init("test_dispatch");
     const int on_arm = QL_ARM64;
     const rung *own = on_arm ? arm : x86, *other = on_arm ? x86 : arm;
+    const int n_own = on_arm ? n_arm : n_x86, n_other = on_arm ? n_x86 : n_arm;
     const ql_isa best = ql_isa_best();
     printf("  best ISA: %s (kernel %s)\n", ql_isa_name(best), ql_s8_kernel_for(best)->name);
     if (argc > 1) CHECK(!strcmp(ql_isa_name(best), argv[1]), "this CPU picks %s; expected %s", ql_isa_name(best), argv[1]);
@@ -42,7 +61,7 @@ int main(int argc, char **argv)
     CHECK(ql_context_isa(ctx) == best, "default context ISA %s, best %s", ql_isa_name(ql_context_isa(ctx)), ql_isa_name(best));
 
     int best_rung = -1;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < n_own; i++) {
         const ql_isa isa = own[i].isa;
         const int have = ql_isa_supported(isa);
         if (have) best_rung = i;
@@ -55,10 +74,15 @@ int main(int argc, char **argv)
             CHECK(st == QL_OK && ql_context_isa(c) == isa, "QLINEAR_ISA=%s refused on a CPU that has it: %s", ql_isa_name(isa), ql_last_error());
             CHECK(!strcmp(ql_s8_kernel_for(isa)->name, own[i].kernel), "%s runs %s, expected %s", ql_isa_name(isa),
                   ql_s8_kernel_for(isa)->name, own[i].kernel);
-            CHECK(ql_s8_kernel_for(isa)->isa == isa, "%s's kernel says ISA %s", ql_isa_name(isa), ql_isa_name(ql_s8_kernel_for(isa)->isa));
+            CHECK(ql_s8_kernel_for(isa)->isa == (isa == QL_ISA_NEONBF16 ? QL_ISA_I8MM : isa), "%s's kernel says ISA %s",
+                  ql_isa_name(isa), ql_isa_name(ql_s8_kernel_for(isa)->isa));
+            char kb[96];
+            bf16_kernel(c, kb, sizeof kb);
+            CHECK(!strcmp(kb, own[i].bf16), "%s: a dense bf16 layer runs %s, expected %s", ql_isa_name(isa), kb, own[i].bf16);
             CHECK_OK(ql_context_set_isa(ctx, isa));
         } else {
-            CHECK(st == QL_ERR_UNSUPPORTED && strstr(ql_last_error(), "does not support") && strstr(ql_last_error(), ql_isa_name(isa)),
+            CHECK(st == QL_ERR_UNSUPPORTED && strstr(ql_last_error(), "does not support") && strstr(ql_last_error(), ql_isa_name(isa)) &&
+                      !strchr(ql_last_error(), '\n'),
                   "QLINEAR_ISA=%s on a CPU without it: status %d, message '%s'", ql_isa_name(isa), (int)st, ql_last_error());
             CHECK(ql_context_set_isa(ctx, isa) == QL_ERR_UNSUPPORTED, "ql_context_set_isa(%s) accepted", ql_isa_name(isa));
         }
@@ -67,12 +91,12 @@ int main(int argc, char **argv)
     }
     if (argc > 1) {
         int want = -1;
-        for (int i = 0; i < 4; i++) want = strcmp(ql_isa_name(own[i].isa), argv[1]) ? want : i;
+        for (int i = 0; i < n_own; i++) want = strcmp(ql_isa_name(own[i].isa), argv[1]) ? want : i;
         CHECK(want >= 0 && best_rung == want, "ISAs available up to %s, expected exactly up to %s",
               best_rung >= 0 ? ql_isa_name(own[best_rung].isa) : "none", argv[1]);
     }
     /* the other architecture's ISAs are never available; unknown names are refused */
-    for (int i = 1; i < 4; i++) {
+    for (int i = 1; i < n_other; i++) {
         CHECK(!ql_isa_supported(other[i].isa), "%s reported on this architecture", ql_isa_name(other[i].isa));
         setenv("QLINEAR_ISA", ql_isa_name(other[i].isa), 1);
         ql_context *c = NULL;

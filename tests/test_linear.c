@@ -13,7 +13,7 @@
 #include "testutil.h"
 
 static const ql_isa isas[] = {QL_ISA_GENERIC, QL_ISA_AVX2,  QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI,
-                              QL_ISA_NEON,    QL_ISA_NEONDOT, QL_ISA_I8MM};
+                              QL_ISA_NEON,    QL_ISA_NEONDOT, QL_ISA_I8MM, QL_ISA_NEONBF16};
 static const ql_dtype dts[] = {QL_F32, QL_BF16, QL_F16};
 static const int64_t groups[] = {0, 4, 16, 64, 256};
 static double x_sigma = 1.0; /* scale of the random activations */
@@ -405,6 +405,10 @@ int main(void)
     for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
         if (!ql_isa_supported(isas[i])) { printf("  skip %s: not supported by this CPU\n", ql_isa_name(isas[i])); continue; }
         CHECK_OK(ql_context_set_isa(ctx, isas[i]));
+        if (isas[i] == QL_ISA_NEONBF16) { /* i8mm's W8A8 pipeline; only bf16-compute layers change */
+            test_weight_only_and_bf16(ctx);
+            continue;
+        }
         for (int t = 1; t <= 3; t++) {
             CHECK_OK(ql_context_set_threads(ctx, t));
             for (int xi = 0; xi < 3; xi++)

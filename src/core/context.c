@@ -13,10 +13,10 @@ static int default_threads(void)
 static ql_status parse_isa(const char *s, ql_isa *out)
 {
     static const ql_isa all[] = {QL_ISA_AUTO, QL_ISA_GENERIC, QL_ISA_AVX2, QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI,
-                                 QL_ISA_NEON, QL_ISA_NEONDOT, QL_ISA_I8MM};
+                                 QL_ISA_NEON, QL_ISA_NEONDOT, QL_ISA_I8MM, QL_ISA_NEONBF16};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (strcmp(s, ql_isa_name(all[i])) == 0) { *out = all[i]; return QL_OK; }
-    return ql_fail(QL_ERR_INVALID_ARGUMENT, "QLINEAR_ISA=%s is not one of auto, generic, avx2, avxvnni, avx512vnni, neon, neondot, i8mm",
+    return ql_fail(QL_ERR_INVALID_ARGUMENT, "QLINEAR_ISA=%s is not one of auto, generic, avx2, avxvnni, avx512vnni, neon, neondot, i8mm, neonbf16",
                    s);
 }
 
@@ -105,7 +105,7 @@ ql_status ql_context_set_isa(ql_context *ctx, ql_isa isa)
 {
     QL_CHECK_PTR("ql_context_set_isa", ctx);
     if (isa == QL_ISA_AUTO) isa = ql_isa_best();
-    if (isa < QL_ISA_GENERIC || isa > QL_ISA_I8MM)
+    if (isa < QL_ISA_GENERIC || isa > QL_ISA_NEONBF16)
         return ql_fail(QL_ERR_INVALID_ARGUMENT, "ql_context_set_isa: unknown isa %d", (int)isa);
     if (!ql_isa_supported(isa))
         return ql_fail(QL_ERR_UNSUPPORTED, "ql_context_set_isa: this CPU does not support %s", ql_isa_name(isa));

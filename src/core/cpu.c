@@ -112,6 +112,7 @@ const char *ql_isa_name(ql_isa isa)
     case QL_ISA_NEON: return "neon";
     case QL_ISA_NEONDOT: return "neondot";
     case QL_ISA_I8MM: return "i8mm";
+    case QL_ISA_NEONBF16: return "neonbf16";
     }
     return "unknown";
 }
@@ -127,12 +128,14 @@ int ql_isa_supported(ql_isa isa)
     case QL_ISA_NEON: return QL_ARM64 && f->neon;
     case QL_ISA_NEONDOT: return QL_ARM64 && f->neon && f->dotprod;
     case QL_ISA_I8MM: return QL_ARM64 && f->neon && f->dotprod && f->i8mm;
+    case QL_ISA_NEONBF16: return QL_ARM64 && f->neon && f->dotprod && f->i8mm && f->bf16;
     }
     return 0;
 }
 
 ql_isa ql_isa_best(void)
 {
+    if (ql_isa_supported(QL_ISA_NEONBF16)) return QL_ISA_NEONBF16;
     if (ql_isa_supported(QL_ISA_I8MM)) return QL_ISA_I8MM;
     if (ql_isa_supported(QL_ISA_NEONDOT)) return QL_ISA_NEONDOT;
     if (ql_isa_supported(QL_ISA_NEON)) return QL_ISA_NEON;

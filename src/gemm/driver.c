@@ -11,6 +11,7 @@ const ql_s8_kernel *ql_s8_kernel_for(ql_isa isa)
     case QL_ISA_AVX2: return &ql_s8_small_avx2[5];
 #endif
 #if QL_ARM64
+    case QL_ISA_NEONBF16: /* the int8 kernels of i8mm; BF16 adds a float kernel */
     case QL_ISA_I8MM: return &ql_s8_gemm_8x12c8__i8mm;
     case QL_ISA_NEONDOT: return &ql_s8_gemm_8x12c4__neondot;
     case QL_ISA_NEON: return &ql_s8_gemm_4x8c4__neon;
@@ -26,6 +27,7 @@ int ql_s8_rows_max(ql_isa isa)
     case QL_ISA_AVXVNNI:
     case QL_ISA_AVX2: return 6;
 #if QL_ARM64
+    case QL_ISA_NEONBF16:
     case QL_ISA_I8MM:
     case QL_ISA_NEONDOT:
     case QL_ISA_NEON: return ql_s8_kernel_for(isa)->mr;
@@ -45,6 +47,7 @@ const ql_s8_kernel *ql_s8_kernel_rows(ql_isa isa, int rows)
     case QL_ISA_AVX2: return &ql_s8_small_avx2[rows - 1];
 #endif
 #if QL_ARM64
+    case QL_ISA_NEONBF16:
     case QL_ISA_I8MM:
     case QL_ISA_NEONDOT:
     case QL_ISA_NEON: return ql_s8_kernel_for(isa); /* no fewer-row variants: the B layout must match */

@@ -10,7 +10,9 @@
 
 #include "../core/core.h"
 
-/* c: tile of mr×nr fp32 (row stride nr); accumulate: add to it. */
+/* c: tile of mr×nr fp32 (row stride nr); accumulate: add to it. b: the
+ * B slice, fp32 [k][nr]; for a kernel with kb = 4 the packed bf16 blocks
+ * [ceil(k/4)][nr][4] themselves (cast), read in place. */
 typedef void (*ql_f32_tile_fn)(int64_t k, const float *a, int64_t lda, const float *b, float *c, int accumulate);
 typedef void (*ql_f32_decode_fn)(ql_dtype dt, const void *src, int64_t n, float *dst);
 
@@ -30,23 +32,36 @@ typedef struct ql_f32_kernel {
     const char *small_name;
     int small_rows;
     ql_f32_small_fn small;
+    /* 0: B is packed [K][NR] and (bf16 / int8) decoded to fp32 per K slice;
+     * 4: B is packed bf16 in blocks of 4 k ([K/4][NR][4], K padded with 0),
+     * the layout BFMMLA reads (a 2×4 by 4×2 product), used without decoding,
+     * and A rows must hold bf16 values (the kernel takes their top halves). */
+    int kb;
 } ql_f32_kernel;
 
 extern const ql_f32_kernel ql_f32_gemm_4x16__generic;
 extern const ql_f32_kernel ql_f32_gemm_6x16__avx2;
 extern const ql_f32_kernel ql_f32_gemm_12x32__avx512;
 extern const ql_f32_kernel ql_f32_gemm_8x8__neon; /* src/arm */
+/* bf16 operands, fp32 sums with BFMMLA's own rounding (see README, Numerics
+ * contract), and its portable twin (the architected arithmetic, in C) */
+extern const ql_f32_kernel ql_bf16_gemm_8x8c4__neonbf16; /* src/arm */
+extern const ql_f32_kernel ql_bf16_gemm_8x8c4__generic;
 const ql_f32_kernel *ql_f32_kernel_for(ql_isa isa);
+/* The kernel of a layer whose operands are bf16 (dense, compute dtype bf16):
+ * BFMMLA where the ISA has it, else ql_f32_kernel_for(isa). */
+const ql_f32_kernel *ql_bf16_kernel_for(ql_isa isa);
 
 typedef struct ql_packed_f32 {
     int64_t n, k, panels;
     int nr;
     ql_dtype dtype; /* QL_F32, QL_BF16 or QL_I8 */
-    void *data;     /* panels · k · nr elements */
+    void *data;     /* panels · kp · nr elements */
+    int64_t kp;     /* k rounded up to the kernel's kb */
 } ql_packed_f32;
 
 /* Pack w [n, k] (fp32/bf16/fp16 or int8 codes) as `store` (fp32, bf16 or
- * int8; int8 only from int8). */
+ * int8; int8 only from int8; bf16 only for a kernel with kb). */
 ql_status ql_pack_b_float(const ql_f32_kernel *kern, ql_dtype src_dt, const void *w, int64_t n, int64_t k,
                           int64_t ldw, ql_dtype store, int threads, ql_packed_f32 *out);
 void ql_packed_f32_free(ql_packed_f32 *b);

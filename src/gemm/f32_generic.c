@@ -43,7 +43,7 @@ static void small_generic(int rows, int panels, int64_t k, const float *a, int64
 }
 
 const ql_f32_kernel ql_f32_gemm_4x16__generic = {"f32_gemm_4x16__generic", 4, 16, tile_4x16_generic, decode_generic,
-                                                 "f32_gemv_4x32__generic", 4, small_generic};
+                                                 "f32_gemv_4x32__generic", 4, small_generic, 0};
 
 /* Up to this many rows the float paths take the small-M route (a first
  * estimate, to be measured like the int8 limit in driver.c). */
@@ -64,7 +64,7 @@ void ql_gemm_f32_small_part(const ql_f32_kernel *kern, const float *a, int64_t l
                             int64_t jp0, int64_t jp1, ql_f32_epilogue_fn epi, void *arg)
 {
     const int nr = kern->nr, rows = ql_f32_small_rows(kern, m);
-    const int64_t k = b->k, pe = k * nr;
+    const int64_t k = b->k, pe = b->kp * nr;
     const size_t es = ql_dtype_size(b->dtype);
     _Alignas(64) float c[6 * 64]; /* the largest tile */
     for (int64_t jp = jp0; jp < jp1; jp += 2) {
@@ -90,30 +90,43 @@ const ql_f32_kernel *ql_f32_kernel_for(ql_isa isa)
 #if QL_ARM64
     case QL_ISA_NEON:
     case QL_ISA_NEONDOT:
-    case QL_ISA_I8MM: return &ql_f32_gemm_8x8__neon;
+    case QL_ISA_I8MM:
+    case QL_ISA_NEONBF16: return &ql_f32_gemm_8x8__neon;
 #endif
     default: return &ql_f32_gemm_4x16__generic;
     }
 }
 
+const ql_f32_kernel *ql_bf16_kernel_for(ql_isa isa)
+{
+#if QL_ARM64
+    if (isa == QL_ISA_NEONBF16) return &ql_bf16_gemm_8x8c4__neonbf16;
+#endif
+    return ql_f32_kernel_for(isa);
+}
+
 ql_status ql_pack_b_float(const ql_f32_kernel *kern, ql_dtype src_dt, const void *w, int64_t n, int64_t k,
                           int64_t ldw, ql_dtype store, int threads, ql_packed_f32 *out)
 {
-    const int nr = kern->nr;
-    ql_packed_f32 b = {n, k, (n + nr - 1) / nr, nr, store, NULL};
+    const int nr = kern->nr, kb = kern->kb ? kern->kb : 1;
+    if (kern->kb && store != QL_BF16)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "pack weight: %s takes bf16 weights, not %s", kern->name, ql_dtype_name(store));
+    const int64_t kp = (k + kb - 1) / kb * kb;
+    ql_packed_f32 b = {n, k, (n + nr - 1) / nr, nr, store, NULL, kp};
     const size_t es = ql_dtype_size(store);
-    size_t bytes = (size_t)(b.panels * k * nr) * es;
+    size_t bytes = (size_t)(b.panels * kp * nr) * es;
     b.data = ql_aligned_alloc(bytes);
     if (!b.data) return ql_fail(QL_ERR_OUT_OF_MEMORY, "pack weight: cannot allocate %zu bytes", bytes);
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t p = 0; p < b.panels; p++)
         for (int j = 0; j < nr; j++) {
             const int64_t col = p * nr + j;
-            const size_t base = (size_t)(p * k * nr + j);
-            for (int64_t kk = 0; kk < k; kk++) {
-                size_t at = base + (size_t)(kk * nr);
-                if (store == QL_I8) ((int8_t *)b.data)[at] = col < n ? ((const int8_t *)w)[col * ldw + kk] : 0;
-                else ql_store_f(store, b.data, (int64_t)at, col < n ? ql_load_f(src_dt, w, col * ldw + kk) : 0.0f);
+            const size_t base = (size_t)(p * kp * nr + j * kb);
+            for (int64_t kk = 0; kk < kp; kk++) { /* element (kk, j) of the panel: [kp/kb][nr][kb] */
+                size_t at = base + (size_t)(kk / kb * nr * kb + kk % kb);
+                const bool in = col < n && kk < k;
+                if (store == QL_I8) ((int8_t *)b.data)[at] = in ? ((const int8_t *)w)[col * ldw + kk] : 0;
+                else ql_store_f(store, b.data, (int64_t)at, in ? ql_load_f(src_dt, w, col * ldw + kk) : 0.0f);
             }
         }
     *out = b;
@@ -129,7 +142,7 @@ void ql_packed_f32_free(ql_packed_f32 *b)
 
 size_t ql_packed_f32_bytes(const ql_packed_f32 *b)
 {
-    return b ? (size_t)(b->panels * b->k * b->nr) * ql_dtype_size(b->dtype) : 0;
+    return b ? (size_t)(b->panels * b->kp * b->nr) * ql_dtype_size(b->dtype) : 0;
 }
 
 #define QL_F_MC 96
@@ -152,11 +165,12 @@ ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a
 #pragma omp parallel num_threads(threads)
     {
         float *cbuf = ql_aligned_alloc((size_t)(mc * nc * mr * nr) * sizeof(float));
-        float *bdec = b->dtype == QL_F32 ? NULL : ql_aligned_alloc((size_t)(QL_F_KC * nr) * sizeof(float));
+        const bool decode = b->dtype != QL_F32 && !kern->kb; /* kb kernels read their bf16 blocks in place */
+        float *bdec = decode ? ql_aligned_alloc((size_t)(QL_F_KC * nr) * sizeof(float)) : NULL;
         /* the last partial row panel is copied into zero-padded rows so the
          * kernel never reads past A */
         float *tail = (m % mr) ? ql_aligned_alloc((size_t)(mr * (k > 0 ? k : 1)) * sizeof(float)) : NULL;
-        int ok = cbuf && (b->dtype == QL_F32 || bdec) && (!(m % mr) || tail);
+        int ok = cbuf && (!decode || bdec) && (!(m % mr) || tail);
         if (!ok) {
 #pragma omp atomic write
             failed = 1;
@@ -174,7 +188,8 @@ ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a
                 const int64_t kc = k - pc < QL_F_KC ? k - pc : QL_F_KC;
                 const int last = pc + kc >= k;
                 for (int64_t jp = jp0; jp < jp1; jp++) {
-                    const char *bslice = (const char *)b->data + (size_t)(jp * k + pc) * (size_t)nr * es;
+                    /* QL_F_KC is a multiple of kb: a slice starts on a block */
+                    const char *bslice = (const char *)b->data + (size_t)(jp * b->kp + pc) * (size_t)nr * es;
                     const float *bf = (const float *)bslice;
                     if (bdec) {
                         kern->decode(b->dtype, bslice, kc * nr, bdec);

@@ -66,6 +66,7 @@ static isa_ops ops_for(ql_isa isa)
     case QL_ISA_AVX2: return (isa_ops){ql_prologue_avx2, ql_w8a8_epilogue_avx2};
 #endif
 #if QL_ARM64
+    case QL_ISA_NEONBF16:
     case QL_ISA_I8MM: return (isa_ops){ql_prologue_neon_k8, ql_w8a8_epilogue_neon};
     case QL_ISA_NEONDOT:
     case QL_ISA_NEON: return (isa_ops){ql_prologue_neon, ql_w8a8_epilogue_neon};
@@ -211,7 +212,10 @@ ql_status ql_linear_create(ql_context *ctx, const ql_linear_desc *d, ql_linear *
         }
         l->n = d->n;
         l->k = d->k;
-        l->f32 = ql_f32_kernel_for(ctx->isa);
+        /* bf16 compute: operands rounded to bf16, so BFMMLA (where the ISA has
+         * it) multiplies exactly the values the other kernels do; its sums
+         * round their own way (README, Numerics contract) */
+        l->f32 = d->compute_dtype == QL_BF16 ? ql_bf16_kernel_for(ctx->isa) : ql_f32_kernel_for(ctx->isa);
         l->compute = d->compute_dtype;
         if ((st = copy_bias(l, d->bias, d->bias_dtype, d->n)) != QL_OK) break;
         st = ql_pack_b_float(l->f32, d->weight_dtype, d->weight, d->n, d->k, d->ld_weight, d->compute_dtype, ctx->threads, &l->bf);
@@ -415,7 +419,8 @@ static ql_status forward_float(ql_linear *l, const ql_packed_f32 *b, int64_t gro
                            : l->f32 == &ql_f32_gemm_6x16__avx2  ? ql_f32_epilogue_avx2
                                                                 : ql_f32_epilogue_generic;
 #elif QL_ARM64
-    ql_f32_epilogue_fn epi = l->f32 == &ql_f32_gemm_8x8__neon ? ql_f32_epilogue_neon : ql_f32_epilogue_generic;
+    ql_f32_epilogue_fn epi = l->f32 == &ql_f32_gemm_8x8__neon || l->f32 == &ql_bf16_gemm_8x8c4__neonbf16 ? ql_f32_epilogue_neon
+                                                                                         : ql_f32_epilogue_generic;
 #else
     ql_f32_epilogue_fn epi = ql_f32_epilogue_generic;
 #endif

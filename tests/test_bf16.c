@@ -1,0 +1,272 @@
+/* The bf16 kernels (operands bf16, fp32 sums with BFMMLA's rounding):
+ * bf16_gemm_8x8c4__neonbf16 (AArch64 with FEAT_BF16) equals its portable
+ * twin bit for bit, and both stay within a float64 bound derived from K and
+ * the operand magnitudes; odd M/N/K tails, K slices, 1 and 2 threads; bf16
+ * NaN, Inf, the largest and smallest values and denormals; the dense
+ * bf16-compute linear that dispatches to it, with 1-row and empty inputs.
+ * Where the CPU lacks BF16 only the twin runs (and test_dispatch checks
+ * that the ISA is refused).
+ *
+ * The bound. Per output the kernel computes, for each 2-k half i of the
+ * ceil(K/4) blocks (h = 2·ceil(K/4) halves, padding terms exact zeros),
+ * t_i = RO(p_2i + p_2i+1), s_i+1 = RO(s_i + t_i), with exact products p
+ * (bf16·bf16 has 16 significant bits) and RO rounding to fp32 "to odd":
+ * |RO(v) - v| < ulp(v) <= 2^-23·|v| (u = 2^-23, twice nearest-even's). A term
+ * passes through at most h + 1 roundings, so (the usual recursive-sum
+ * argument)  |y - Σ x·w| <= γ_{h+1}·S + D + (1 + γ_{h+1})·F  with
+ * γ_n = n·u / (1 - n·u), S = Σ|x·w|, D = Σ|x·w| over terms with a denormal
+ * operand (flushed to 0 by BFMMLA), F = (K + 2h)·2^-126 (products and sums
+ * below 2^-126 flushed). The float64 reference Σ x·w has error <= K·2^-53·S,
+ * far below. γ_{h+1} ≈ (K/2 + 3)·2^-23 — the same order as a sequential
+ * fp32 FMA chain's γ_K with u = 2^-24. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "gemm/f32.h"
+#include "testutil.h"
+
+typedef struct {
+    float *y;
+    int64_t ldy;
+} epi_arg;
+
+static void epi_copy(void *arg, const float *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff)
+{
+    const epi_arg *e = arg;
+    for (int r = 0; r < mr_eff; r++)
+        for (int j = 0; j < nr_eff; j++) e->y[(m0 + r) * e->ldy + n0 + j] = c[r * nr + j];
+}
+
+static float bf(double v) { return ql_bf16_to_fp32(ql_fp32_to_bf16((float)v)); }
+static int is_denormal(float v) { return v != 0 && fabsf(v) < 0x1p-126f; }
+
+/* y = x·wᵀ through the float driver with kernel `kern` (x: m rows of k
+ * bf16 values as fp32, stride k; w: n × k bf16 values as fp32). */
+static void run(const ql_f32_kernel *kern, int threads, const float *x, int64_t m, const float *w, int64_t n, int64_t k,
+                float *y)
+{
+    ql_packed_f32 b;
+    CHECK_OK(ql_pack_b_float(kern, QL_F32, w, n, k, k, QL_BF16, 1, &b));
+    epi_arg e = {y, n};
+    CHECK_OK(ql_gemm_f32_run(threads, kern, x, k, m, &b, epi_copy, &e));
+    ql_packed_f32_free(&b);
+}
+
+/* Outputs off the bound (or, where the float64 value is NaN or beyond the
+ * fp32 range, not NaN / not that Inf). rel: a final rounding of relative
+ * size rel (the output dtype's half ulp), 0 for fp32 sums. */
+static int64_t off_bound(const float *x, int64_t m, const float *w, int64_t n, int64_t k, const float *y, double rel)
+{
+    const int64_t h = 2 * ((k + 3) / 4);
+    const double u = 0x1p-23, g = (h + 1) * u / (1 - (h + 1) * u), f = (double)(k + 2 * h) * 0x1p-126;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double ref = 0, s = 0, d = 0;
+            for (int64_t p = 0; p < k; p++) {
+                const double t = (double)x[i * k + p] * w[j * k + p];
+                ref += t;
+                s += fabs(t);
+                if (is_denormal(x[i * k + p]) || is_denormal(w[j * k + p])) d += fabs(t);
+            }
+            const double got = y[i * n + j];
+            if (isnan(ref) || fabs(ref) >= 0x1p128) { /* NaN / Inf operands, overflow */
+                bad += !(isnan(ref) ? isnan(got) : got == copysign(INFINITY, ref));
+                continue;
+            }
+            const double bound = g * s + d + (1 + g) * f;
+            bad += !(fabs(got - ref) <= bound * (1 + rel) + rel * fabs(ref));
+        }
+    return bad;
+}
+
+static int64_t diff_bits(const float *a, const float *b, int64_t count)
+{
+    int64_t bad = 0;
+    for (int64_t i = 0; i < count; i++) bad += memcmp(a + i, b + i, 4) != 0;
+    return bad;
+}
+
+/* Random bf16 operands: x ~ N(0, 1), w ~ N(0, 2^e) with e in [-20, 20]. */
+static void fill(float *x, int64_t m, float *w, int64_t n, int64_t k)
+{
+    const double ws = ldexp(1.0, (int)tu_range(-20, 20));
+    for (int64_t i = 0; i < m * k; i++) x[i] = bf(tu_gauss());
+    for (int64_t i = 0; i < n * k; i++) w[i] = bf(tu_gauss() * ws);
+}
+
+static const ql_f32_kernel *fast_kernel(void)
+{
+#if QL_ARM64
+    if (ql_isa_supported(QL_ISA_NEONBF16)) return &ql_bf16_gemm_8x8c4__neonbf16;
+#endif
+    return NULL;
+}
+
+/* One shape: the twin against float64, the fast kernel against the twin
+ * (1 and 2 threads), x and w as given. */
+static void check_case(const char *what, const float *x, int64_t m, const float *w, int64_t n, int64_t k)
+{
+    const ql_f32_kernel *fast = fast_kernel();
+    float *yt = malloc((size_t)(m * n + 1) * 4), *yf = malloc((size_t)(m * n + 1) * 4);
+    run(&ql_bf16_gemm_8x8c4__generic, 1, x, m, w, n, k, yt);
+    const int64_t bad = off_bound(x, m, w, n, k, yt, 0);
+    CHECK(bad == 0, "%s M=%lld N=%lld K=%lld: twin off the float64 bound at %lld of %lld outputs", what, (long long)m,
+          (long long)n, (long long)k, (long long)bad, (long long)(m * n));
+    for (int t = 1; fast && t <= 2; t++) {
+        run(fast, t, x, m, w, n, k, yf);
+        const int64_t d = diff_bits(yt, yf, m * n);
+        CHECK(d == 0, "%s M=%lld N=%lld K=%lld t%d: %s differs from its twin at %lld of %lld outputs", what, (long long)m,
+              (long long)n, (long long)k, t, fast->name, (long long)d, (long long)(m * n));
+    }
+    free(yt);
+    free(yf);
+}
+
+static void test_shapes(void)
+{
+    static const int64_t ks[] = {1, 2, 3, 4, 5, 7, 255, 256, 257, 515};
+    for (int c = 0; c < 24; c++) {
+        const int64_t m = c < 3 ? 1 : tu_range(1, 40), n = c % 4 == 1 ? 1 : tu_range(1, 40),
+                      k = c < 10 ? ks[c] : tu_range(1, 600);
+        float *x = malloc((size_t)(m * k) * 4), *w = malloc((size_t)(n * k) * 4);
+        fill(x, m, w, n, k);
+        check_case("random", x, m, w, n, k);
+        free(x);
+        free(w);
+    }
+}
+
+/* bf16 limits: the largest finite value against tiny weights, the smallest
+ * normal against huge ones, denormal operands (flushed by BFMMLA: the D term
+ * of the bound), NaN and Inf, overflow of a product and of a sum. */
+static void test_limits(void)
+{
+    const int64_t m = 13, n = 11, k = 37;
+    float *x = malloc((size_t)(m * k) * 4), *w = malloc((size_t)(n * k) * 4), *y = malloc((size_t)(m * n) * 4),
+          *yf = malloc((size_t)(m * n) * 4);
+    const float big = ql_bf16_to_fp32(0x7f7f), tiny = 0x1p-126f;
+    for (int v = 0; v < 3; v++) {
+        fill(x, m, w, n, k);
+        for (int64_t i = 0; i < m * k; i++) {
+            const double r = tu_uniform();
+            if (v == 0 && r < 0.3) x[i] = r < 0.15 ? big : -big;                      /* products ~2^8 below */
+            if (v == 1 && r < 0.3) x[i] = r < 0.15 ? tiny : -tiny;                    /* ~2^-106 */
+            if (v == 2 && r < 0.3) x[i] = ql_bf16_to_fp32((uint16_t)tu_range(1, 0x7f)); /* denormals */
+        }
+        for (int64_t i = 0; i < n * k; i++) w[i] = bf(tu_gauss() * (v == 0 ? 0x1p-120 : v == 1 ? 0x1p20 : 1.0));
+        if (v == 2)
+            for (int64_t i = 0; i < n * k; i += 3) w[i] = ql_bf16_to_fp32((uint16_t)(0x8000 | tu_range(1, 0x7f)));
+        check_case(v == 0 ? "bf16 max" : v == 1 ? "bf16 min normal" : "bf16 denormals", x, m, w, n, k);
+    }
+    /* NaN / Inf: x row 1 holds a NaN, row 2 +Inf at k0, row 3 -Inf at k0;
+     * w column k0 holds zeros and normals (no denormals: flushed, they would
+     * meet Inf as zeros and give NaN where float64 gives Inf); w row 4 holds
+     * -Inf at k1. Expected: NaN rows, ±Inf or NaN (Inf·0) by sign. */
+    fill(x, m, w, n, k);
+    const int64_t k0 = 5, k1 = 30;
+    x[1 * k + 17] = NAN;
+    x[2 * k + k0] = INFINITY;
+    x[3 * k + k0] = -INFINITY;
+    for (int64_t j = 0; j < n; j++) w[j * k + k0] = j % 3 == 0 ? 0.0f : bf(tu_gauss());
+    w[4 * k + k1] = -INFINITY;
+    x[6 * k + k1] = 0.0f;
+    check_case("NaN/Inf", x, m, w, n, k);
+    run(&ql_bf16_gemm_8x8c4__generic, 1, x, m, w, n, k, y);
+    int64_t wrong = 0;
+    for (int64_t j = 0; j < n; j++) {
+        wrong += !isnan(y[1 * n + j]);
+        const float s = w[j * k + k0];
+        if (j == 4) continue; /* -Inf at k1 meets these rows too */
+        wrong += s == 0 ? !isnan(y[2 * n + j]) : y[2 * n + j] != copysignf(INFINITY, s);
+        wrong += s == 0 ? !isnan(y[3 * n + j]) : y[3 * n + j] != copysignf(INFINITY, -s);
+    }
+    wrong += !isnan(y[6 * n + 4]); /* 0 · -Inf */
+    CHECK(wrong == 0, "NaN/Inf: %lld outputs not the expected NaN / signed Inf", (long long)wrong);
+    /* overflow: one product above 2^128 (big · 2), a sum of two big·1 */
+    fill(x, m, w, n, k);
+    for (int64_t p = 0; p < k; p++) w[0 * k + p] = w[1 * k + p] = 0.0f;
+    for (int64_t j = 2; j < n; j++) w[j * k + 3] = w[j * k + 8] = w[j * k + 9] = 0.0f; /* no Inf - Inf elsewhere */
+    x[0 * k + 3] = big;
+    w[0 * k + 3] = 2.0f;
+    x[0 * k + 8] = x[0 * k + 9] = big;
+    w[1 * k + 8] = w[1 * k + 9] = 1.0f;
+    check_case("overflow", x, m, w, n, k);
+    run(&ql_bf16_gemm_8x8c4__generic, 1, x, m, w, n, k, y);
+    CHECK(y[0] == INFINITY && y[1] == INFINITY, "overflow: %g %g, expected +Inf", y[0], y[1]);
+    const ql_f32_kernel *fast = fast_kernel();
+    if (fast) {
+        run(fast, 1, x, m, w, n, k, yf);
+        CHECK(yf[0] == INFINITY && yf[1] == INFINITY, "overflow: %s gives %g %g, expected +Inf", fast->name, yf[0], yf[1]);
+    }
+    free(x); free(w); free(y); free(yf);
+}
+
+/* The dense bf16-compute linear on the best ISA: the kernel it names, the
+ * same bound against float64 on bf16-rounded operands (plus the output's own
+ * rounding), x in fp32 / bf16 / fp16 and y in fp32 / bf16, 1 row, M = 0, K = 0. */
+static void test_linear(void)
+{
+    ql_context *ctx;
+    CHECK_OK(ql_context_create(&ctx));
+    const ql_isa isa = ql_context_isa(ctx);
+    char desc[96];
+    static const ql_dtype xdts[] = {QL_F32, QL_BF16, QL_F16};
+    for (int c = 0; c < 8; c++) {
+        const int64_t m = c == 0 ? 1 : tu_range(1, 50), n = tu_range(1, 40), k = tu_range(1, 700);
+        const ql_dtype xdt = xdts[c % 3], ydt = c % 2 ? QL_BF16 : QL_F32;
+        float *w = malloc((size_t)(n * k) * 4), *xb = malloc((size_t)(m * k) * 4), *wb = malloc((size_t)(n * k) * 4);
+        void *x = malloc((size_t)(m * k) * 4), *y = malloc((size_t)(m * n) * 4);
+        float *yf = malloc((size_t)(m * n) * 4);
+        tu_fill_gauss(xdt, x, m * k, 1.0);
+        tu_fill_gauss(QL_F32, w, n * k, 0.05);
+        for (int64_t i = 0; i < m * k; i++) xb[i] = bf(ql_load_f(xdt, x, i));
+        for (int64_t i = 0; i < n * k; i++) wb[i] = bf(w[i]);
+        ql_linear_desc d = {.kind = QL_LINEAR_DENSE, .n = n, .k = k, .weight = w, .ld_weight = k, .weight_dtype = QL_F32,
+                            .compute_dtype = QL_BF16};
+        ql_linear *lin = NULL;
+        CHECK_OK(ql_linear_create(ctx, &d, &lin));
+        if (!lin) break;
+        ql_linear_describe(lin, 100, desc, sizeof desc);
+        CHECK(!strcmp(desc, ql_bf16_kernel_for(isa)->name), "%s: a dense bf16 layer runs %s", ql_isa_name(isa), desc);
+        CHECK_OK(ql_linear_forward(lin, x, xdt, m, k, y, ydt, n, NULL));
+        for (int64_t i = 0; i < m * n; i++) yf[i] = ql_load_f(ydt, y, i);
+        const int64_t bad = off_bound(xb, m, wb, n, k, yf, ydt == QL_BF16 ? 0x1p-8 : 0); /* bf16 half ulp: 2^-8 relative */
+        CHECK(bad == 0, "%s dense bf16 x=%s M=%lld N=%lld K=%lld: %lld outputs off the float64 bound", ql_isa_name(isa),
+              ql_dtype_name(xdt), (long long)m, (long long)n, (long long)k, (long long)bad);
+        /* empty: M = 0 writes nothing */
+        memset(y, 0x5a, (size_t)(m * n) * 4);
+        CHECK_OK(ql_linear_forward(lin, x, xdt, 0, k, y, ydt, n, NULL));
+        int64_t touched = 0;
+        for (int64_t i = 0; i < m * n * (int64_t)ql_dtype_size(ydt); i++) touched += ((unsigned char *)y)[i] != 0x5a;
+        CHECK(touched == 0, "M = 0 wrote %lld bytes", (long long)touched);
+        ql_linear_destroy(lin);
+        free(w); free(xb); free(wb); free(x); free(y); free(yf);
+    }
+    /* K = 0: y = bias */
+    float bias[3] = {1.5f, -2.0f, 0.25f}, y0[6], x0[2] = {0};
+    ql_linear_desc d0 = {.kind = QL_LINEAR_DENSE, .n = 3, .k = 0, .weight = x0, .ld_weight = 0, .weight_dtype = QL_F32,
+                         .compute_dtype = QL_BF16, .bias = bias, .bias_dtype = QL_F32};
+    ql_linear *l0 = NULL;
+    CHECK_OK(ql_linear_create(ctx, &d0, &l0));
+    if (l0) {
+        CHECK_OK(ql_linear_forward(l0, x0, QL_F32, 2, 0, y0, QL_F32, 3, NULL));
+        CHECK(y0[0] == 1.5f && y0[4] == -2.0f && y0[5] == 0.25f, "K = 0: %g %g %g, expected the bias", y0[0], y0[4], y0[5]);
+        ql_linear_destroy(l0);
+    }
+    ql_context_destroy(ctx);
+}
+
+int main(void)
+{
+    tu_init("test_bf16");
+    const ql_f32_kernel *fast = fast_kernel();
+    printf("  %s\n", fast ? "bf16_gemm_8x8c4__neonbf16 against its twin and float64"
+                          : "no BF16 kernel on this CPU: the twin against float64 only");
+    test_shapes();
+    test_limits();
+    test_linear();
+    return tu_finish();
+}
