@@ -17,7 +17,7 @@ QLINEAR_LIBRARY="$PWD/build/libqlinear.so" QLINEAR_CLI="$PWD/build/qlinear" PYTH
 if [ "$(uname -m)" = x86_64 ]; then
   # The ARM backend (src/arm) on this x86 machine: the cross-built suite under
   # qemu-user, once per CPU model: max (every ISA: generic, neon, neondot,
-  # i8mm), neoverse-n1 (dot product, no i8mm), cortex-a57 (NEON only). The
+  # i8mm, neonbf16), neoverse-n1 (dot product, no i8mm), cortex-a57 (NEON only). The
   # dispatch tests pin each model themselves. Left out: test_large (4 GiB,
   # 64-bit indexing: over 10 minutes of CPU emulated), test_install (it builds
   # and runs consumers with the host's tools), test_linear_no_avx512bf16
