@@ -60,7 +60,7 @@ else
 fi
 set -e
 if [ "${QL_GPU_SWEEP:-0}" = 1 ]; then
-  for t in ${QL_GPU_TILES:-0 1 2 3 4 5}; do
+  for t in ${QL_GPU_TILES:-0 1 2 3 4}; do
     echo "== tile $t"
     QLINEAR_CUDA_TILE=$t ./build-gpu/qlinear bench --device cuda --m ${QL_GPU_SWEEP_M:-1024,4096,16384} --reps 5 --no-peak \
       --json "$out/sweep_$t.json" > "$out/sweep_$t.txt" 2>&1 || true

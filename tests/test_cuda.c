@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "cuda/cuda_backend.h"
 #include "testutil.h"
 
 #ifdef QL_TEST_CUDA
@@ -79,7 +80,7 @@ static void test_gemm(ql_context *ctx)
                                         {1000, 2048, 2048}, {17, 33, 48}, {250, 6144, 256}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int kern = 0; kern < 4; kern++) {
-            int tiles = kern == 1 ? 6 : 1; /* every Hopper tile */
+            int tiles = kern == 1 ? ql_cuda_sm90_tile_count() : 1; /* every Hopper tile */
             for (int t = 0; t < tiles; t++)
                 gemm_case(ctx, shapes[s][0], shapes[s][1], shapes[s][2], s % 3 == 2 ? 5 : 0, gemm_kernels[kern],
                           kern == 1 ? t : -1);

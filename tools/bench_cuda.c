@@ -16,14 +16,15 @@
 #include "cuda/cuda_backend.h"
 #include "qlinear.h"
 
-enum { C_BF16, C_FP16, C_INT8, C_W8A8, C_GEMM, NPATHS };
-static const char *names[NPATHS] = {"cublas-bf16", "cublas-fp16", "cublaslt-int8", "w8a8-convrot", "int8-gemm"};
+enum { C_BF16, C_FP16, C_INT8, C_W8A8, C_GEMM, C_PRO, NPATHS };
+static const char *names[NPATHS] = {"cublas-bf16", "cublas-fp16", "cublaslt-int8", "w8a8-convrot", "int8-gemm", "prologue"};
 static const char *notes[NPATHS] = {
     "peer: cuBLASLt bf16 in/out, fp32 accumulate, the dequantized un-rotated weight (the same function in bf16)",
     "peer: cuBLASLt fp16 in/out, fp32 accumulate",
     "peer: cuBLASLt s8*s8->s32 TN, the bare GEMM (no rotation, no quantization, int32 out)",
     "ours: full pipeline, bf16 in -> rotate + quantize (prologue kernel) -> int8 GEMM + scale restore + bias -> bf16",
-    "ours: the int8 GEMM alone, s8*s8->s32 (ql_gemm_s8s8s32 on the device)"};
+    "ours: the int8 GEMM alone, s8*s8->s32 (ql_gemm_s8s8s32 on the device)",
+    "ours: the prologue kernel alone (bf16 rows -> rotated int8 codes + scales); GB/s counts bytes read + written"};
 
 typedef struct { int64_t n, k, count; } shape;
 static const shape anima[] = {{2048, 2048, 168}, {256, 2048, 84}, {6144, 256, 84},
@@ -165,6 +166,8 @@ static double rel_l2_bf16(const uint16_t *a, const uint16_t *b, size_t n)
     return sqrt(num / (den > 0 ? den : 1));
 }
 
+static int dev_index; /* the device the bench runs on */
+
 static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps, size_t l2, shape_result *out)
 {
     const int64_t g = 256;
@@ -186,12 +189,13 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
     if (sets < 2) sets = 2;
     if (sets > 16) sets = 16;
     void *dxb[16], *dwb[16], *dxq[16], *dwq[16], *dyb[16], *dyi[16];
+    float *dsx[16];
     ql_linear *lin[16];
     ql_int8_weight w8 = {n, k, q, k, sw, n, g, bb, QL_BF16};
     ql_linear_desc desc = {.kind = QL_LINEAR_W8A8, .int8 = w8};
     for (int s = 0; s < sets; s++) {
         dxb[s] = dmalloc((size_t)(m * k) * 2), dwb[s] = dmalloc((size_t)(n * k) * 2);
-        dxq[s] = dmalloc((size_t)(m * k)), dwq[s] = dmalloc((size_t)(n * k));
+        dxq[s] = dmalloc((size_t)(m * k)), dwq[s] = dmalloc((size_t)(n * k)), dsx[s] = dmalloc((size_t)m * 4);
         dyb[s] = dmalloc((size_t)(m * n) * 2), dyi[s] = dmalloc((size_t)(m * n) * 4);
         CK(cudaMemcpy(dxb[s], xb, (size_t)(m * k) * 2, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dwb[s], wb, (size_t)(n * k) * 2, cudaMemcpyHostToDevice));
@@ -205,7 +209,7 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
     }
     cudaStream_t st = NULL;
     ltmm gb, gh, gi;
-    int have[NPATHS] = {1, 1, 1, 1, 1};
+    int have[NPATHS] = {1, 1, 1, 1, 1, 1};
     have[C_BF16] = lt_setup(&gb, C_BF16, m, n, k, dwb[0], dxb[0], dyb[0], st);
     have[C_FP16] = lt_setup(&gh, C_FP16, m, n, k, dwb[0], dxb[0], dyb[0], st);
     have[C_INT8] = lt_setup(&gi, C_INT8, m, n, k, dwq[0], dxq[0], dyi[0], st);
@@ -241,6 +245,7 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
                 case C_INT8: lt_run(&gi, dwq[s], dxq[s], dyi[s], st); break;
                 case C_W8A8: qs = ql_linear_forward(lin[s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, NULL); break;
                 case C_GEMM: qs = ql_gemm_s8s8s32(ctx, m, n, k, dxq[s], k, dwq[s], k, dyi[s], n); break;
+                case C_PRO: qs = ql_cuda_quantize_rows(dev_index, st, dxb[s], QL_BF16, m, k, k, g, dxq[s], k, dsx[s]); break;
                 }
                 if (qs != QL_OK) {
                     fprintf(stderr, "qlinear bench: %s\n", ql_last_error());
@@ -274,7 +279,7 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
     if (have[C_INT8]) lt_free(&gi);
     for (int s = 0; s < sets; s++) {
         ql_linear_destroy(lin[s]);
-        cudaFree(dxb[s]), cudaFree(dwb[s]), cudaFree(dxq[s]), cudaFree(dwq[s]), cudaFree(dyb[s]), cudaFree(dyi[s]);
+        cudaFree(dxb[s]), cudaFree(dwb[s]), cudaFree(dxq[s]), cudaFree(dwq[s]), cudaFree(dyb[s]), cudaFree(dyi[s]), cudaFree(dsx[s]);
     }
     free(q), free(sw), free(bias), free(wb), free(xb), free(bb);
 }
@@ -323,6 +328,7 @@ int ql_cmd_bench_cuda(int argc, char **argv)
         return 1;
     }
     CK(cudaSetDevice(device));
+    dev_index = device;
     char dev[160];
     ql_cuda_device_name(device, dev, sizeof dev);
     int l2 = 0;
@@ -345,16 +351,18 @@ int ql_cmd_bench_cuda(int argc, char **argv)
         printf("\nM = %lld\n%-12s %6s | %9s %9s %9s | %9s %9s | %6s %6s %6s | %8s %8s | %s\n", (long long)m, "N x K",
                "count", "bf16 ms", "fp16 ms", "int8 ms", "w8a8 ms", "gemm ms", "w8/bf", "w8/i8", "gm/i8", "gemm TOP",
                "rel-L2", "kernel");
+        printf("%-12s %6s   (prologue alone: ms, GB/s read + written, at the end of each line)\n", "", "");
         for (int si = 0; si < nshapes; si++) {
             const shape *sh = &shapes[si];
             shape_result r;
             run_shape(ctx, m, sh->n, sh->k, reps, (size_t)l2, &r);
             char nk[32];
             snprintf(nk, sizeof nk, "%lldx%lld", (long long)sh->n, (long long)sh->k);
-            printf("%-12s %6lld | %9.4f %9.4f %9.4f | %9.4f %9.4f | %6.2f %6.2f %6.2f | %8.0f %8.1e | %s\n", nk,
+            printf("%-12s %6lld | %9.4f %9.4f %9.4f | %9.4f %9.4f | %6.2f %6.2f %6.2f | %8.0f %8.1e | %s | pro %.4f %4.0f\n", nk,
                    (long long)sh->count, r.ms[C_BF16], r.ms[C_FP16], r.ms[C_INT8], r.ms[C_W8A8], r.ms[C_GEMM],
                    r.ms[C_W8A8] / r.ms[C_BF16], r.ms[C_W8A8] / r.ms[C_INT8], r.ms[C_GEMM] / r.ms[C_INT8],
-                   2.0 * m * sh->n * sh->k / (r.ms[C_GEMM] * 1e9), r.rel_l2, r.kernel);
+                   2.0 * m * sh->n * sh->k / (r.ms[C_GEMM] * 1e9), r.rel_l2, r.kernel, r.ms[C_PRO],
+                   (double)m * sh->k * 3 / (r.ms[C_PRO] * 1e6));
             fflush(stdout);
             for (int p = 0; p < NPATHS; p++) tot[p] += r.ms[p] * (double)sh->count;
             if (js) {
@@ -366,9 +374,9 @@ int ql_cmd_bench_cuda(int argc, char **argv)
                 first_js = 0;
             }
         }
-        printf("%-12s %6s | %9.3f %9.3f %9.3f | %9.3f %9.3f | %6.2f %6.2f %6.2f |  (weighted totals, ms)\n", "total", "",
+        printf("%-12s %6s | %9.3f %9.3f %9.3f | %9.3f %9.3f | %6.2f %6.2f %6.2f |  (weighted totals, ms; prologue %.3f)\n", "total", "",
                tot[C_BF16], tot[C_FP16], tot[C_INT8], tot[C_W8A8], tot[C_GEMM], tot[C_W8A8] / tot[C_BF16],
-               tot[C_W8A8] / tot[C_INT8], tot[C_GEMM] / tot[C_INT8]);
+               tot[C_W8A8] / tot[C_INT8], tot[C_GEMM] / tot[C_INT8], tot[C_PRO]);
     }
     if (peak) {
         shape_result r;

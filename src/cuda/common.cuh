@@ -135,26 +135,35 @@ __device__ __forceinline__ void epi_store2(const EpiParams &p, int64_t row, int6
 /* Two adjacent outputs of a row, both inside N, vector store allowed, no
  * residual; sw and the (already rounded) bias come from the caller. Same
  * roundings as epi_value. */
+/* Two adjacent bf16 outputs of a row, packed (the bf16 case of epi_store_pair). */
+__device__ __forceinline__ uint32_t epi_pair_bf16(const EpiParams &p, int32_t a0, int32_t a1, float sx, float2 sw,
+                                                  float2 bias)
+{
+    float v0 = __fmul_rn(__int2float_rn(a0), __fmul_rn(sx, sw.x));
+    float v1 = __fmul_rn(__int2float_rn(a1), __fmul_rn(sx, sw.y));
+    /* integer rounding; a NaN (a row that held NaN/Inf) passes through */
+    v0 = v0 != v0 ? v0 : bf16_round_nonan(v0);
+    v1 = v1 != v1 ? v1 : bf16_round_nonan(v1);
+    if (p.bias) {
+        v0 = __fadd_rn(v0, bias.x), v1 = __fadd_rn(v1, bias.y);
+        v0 = v0 != v0 ? v0 : bf16_round_nonan(v0);
+        v1 = v1 != v1 ? v1 : bf16_round_nonan(v1);
+    }
+    /* both already bf16 values: the pair is their upper halves */
+    return (__float_as_uint(v0) >> 16) | (__float_as_uint(v1) & 0xffff0000u);
+}
+
 __device__ __forceinline__ void epi_store_pair(const EpiParams &p, int64_t row, int64_t col, int32_t a0, int32_t a1,
                                                float sx, float2 sw, float2 bias)
 {
     const int dt = p.ydt;
     const int64_t i = row * p.ldy + col;
-    float v0 = __fmul_rn(__int2float_rn(a0), __fmul_rn(sx, sw.x));
-    float v1 = __fmul_rn(__int2float_rn(a1), __fmul_rn(sx, sw.y));
     if (dt == DT_BF16) {
-        /* integer rounding; a NaN (a row that held NaN/Inf) passes through */
-        v0 = v0 != v0 ? v0 : bf16_round_nonan(v0);
-        v1 = v1 != v1 ? v1 : bf16_round_nonan(v1);
-        if (p.bias) {
-            v0 = __fadd_rn(v0, bias.x), v1 = __fadd_rn(v1, bias.y);
-            v0 = v0 != v0 ? v0 : bf16_round_nonan(v0);
-            v1 = v1 != v1 ? v1 : bf16_round_nonan(v1);
-        }
-        /* both already bf16 values: the store keeps their upper halves */
-        *(uint32_t *)((__nv_bfloat16 *)p.y + i) = (__float_as_uint(v0) >> 16) | (__float_as_uint(v1) & 0xffff0000u);
+        *(uint32_t *)((__nv_bfloat16 *)p.y + i) = epi_pair_bf16(p, a0, a1, sx, sw, bias);
         return;
     }
+    float v0 = __fmul_rn(__int2float_rn(a0), __fmul_rn(sx, sw.x));
+    float v1 = __fmul_rn(__int2float_rn(a1), __fmul_rn(sx, sw.y));
     v0 = round_to(dt, v0), v1 = round_to(dt, v1);
     if (p.bias) v0 = round_to(dt, __fadd_rn(v0, bias.x)), v1 = round_to(dt, __fadd_rn(v1, bias.y));
     if (dt == DT_BF16) *(__nv_bfloat162 *)((__nv_bfloat16 *)p.y + i) = __floats2bfloat162_rn(v0, v1);

@@ -36,6 +36,14 @@ const char *ql_cuda_linear_kernel(const ql_cuda_linear *l);
 /* The GEMM kernel the last forward of a ql_linear ran on its CUDA device ("" on the CPU). */
 const char *ql_linear_cuda_kernel(const ql_linear *l);
 
+/* The prologue alone (for the bench): x [m, k] (ldx elements, device) ->
+ * codes q [m, ldq] and scales sx [m], rotated with `group` (0: none). */
+ql_status ql_cuda_quantize_rows(int device, void *stream, const void *x, ql_dtype xdt, int64_t m, int64_t k,
+                                int64_t ldx, int64_t group, int8_t *q, int64_t ldq, float *sx);
+
+/* How many Hopper GEMM tiles QLINEAR_CUDA_TILE can force (0 without CUDA). */
+int ql_cuda_sm90_tile_count(void);
+
 /* Exact C[M,N] = A[M,K]·B[N,K]ᵀ with device pointers. */
 ql_status ql_cuda_gemm_s8s8s32(int device, void *stream, int64_t m, int64_t n, int64_t k, const int8_t *a,
                                int64_t lda, const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc);

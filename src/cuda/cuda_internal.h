@@ -10,16 +10,20 @@ namespace qlc {
 int log4_of(int64_t g);
 
 /* Prologue: x [m, k] (ldx elements) -> codes q [m, ldq] (zero-padded past k)
- * and scales sx [m]. group 0: no rotation. */
+ * and scales sx [m]. group 0: no rotation. Where codes_permuted(k, group,
+ * ldq), each group of 256 codes is stored transposed as 16 x 16 (value
+ * i + 16·t at 16·i + t): the weight must be uploaded in that order too. */
+bool codes_permuted(int64_t k, int64_t group, int64_t ldq);
 cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m, int64_t k, int64_t group,
                                  int8_t *q, int64_t ldq, float *sx, cudaStream_t stream);
 /* Shared memory the prologue needs for a row of k (it refuses rows that do not fit). */
 size_t quantize_rows_smem(int64_t k);
 cudaError_t prepare_quantize_rows(int64_t k);
 
-/* Hopper (sm_90a) GEMM tiles: consumer warpgroups (64 rows each) × columns. */
+/* Hopper (sm_90a) GEMM tiles: consumer warpgroups (64 rows each) × columns,
+ * bytes of K per pipeline stage, blocks per SM. */
 struct Sm90Tile {
-    int wgs, bn, ctas_per_sm;
+    int wgs, bn, bk, ctas_per_sm;
 };
 extern const Sm90Tile sm90_tiles[];
 extern const int sm90_tile_count;

@@ -20,15 +20,15 @@
 namespace qlc {
 namespace {
 
-constexpr int BK = 128; /* bytes of K per stage: one 128-byte swizzle row */
-
 #ifdef QLC_SM90A
-/* Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups
- * 1024 bytes apart (leading offset unused for swizzled K-major layouts). */
-__device__ __forceinline__ uint64_t smem_desc(const void *p)
+/* Shared-memory matrix descriptor: K-major rows of BK bytes (one swizzle
+ * row: 128- or 64-byte swizzle), 8-row groups 8·BK bytes apart (leading
+ * offset unused for swizzled K-major layouts). */
+template <int BK> __device__ __forceinline__ uint64_t smem_desc(const void *p)
 {
+    static_assert(BK == 128 || BK == 64, "swizzle width");
     uint64_t a = smem_u32(p);
-    return ((a & 0x3ffff) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+    return ((a & 0x3ffff) >> 4) | (1ull << 16) | ((uint64_t)(8 * BK >> 4) << 32) | ((BK == 128 ? 1ull : 2ull) << 62);
 }
 template <int BN> __device__ __forceinline__ void wgmma_tile(int32_t (&d)[BN / 2], uint64_t da, uint64_t db, int acc)
 {
@@ -39,10 +39,17 @@ template <int BN> __device__ __forceinline__ void wgmma_tile(int32_t (&d)[BN / 2
 #endif
 
 /* NWG consumer warpgroups (BM = 64·NWG rows; warps 0 .. 4·NWG-1, aligned as
- * wgmma wants) and one producer warp after them; BN columns; a STAGES-deep
- * ring; CTAS blocks per SM (2 lets one block's epilogue overlap the other's
- * main loop). */
-template <int NWG, int BN, int STAGES, int CTAS>
+ * wgmma wants) and one producer warp after them; BN columns; BK bytes of K
+ * per stage (128 or 64: a consumer holds two stages, so shorter stages keep
+ * more of the ring in flight); a STAGES-deep ring; CTAS blocks per SM (2
+ * lets one block's epilogue overlap the other's main loop). */
+/* Epilogue variants, chosen at launch so that the common cases carry no
+ * dtype branches (the generic one, unrolled over the tile, is large enough
+ * to miss the instruction cache). The fast variants stage the tile in shared
+ * memory and need N even, y 16-byte aligned and rows a multiple of 16 bytes. */
+enum { EPI_GENERIC = 0, EPI_I32 = 1, EPI_BF16 = 2 };
+
+template <int NWG, int BN, int BK, int STAGES, int CTAS, int EPI>
 __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     s8_gemm_sm90_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b, int m,
                         int n, int k, EpiParams p)
@@ -63,7 +70,9 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     const int kt_count = (k + BK - 1) / BK;
 
     if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], NWG * 128);
+        /* empty: one arrival per consumer warp (256 thread arrivals per stage
+         * serialised on the barrier cost more than the stage's wgmma) */
+        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], NWG * 4);
         mbar_init_fence();
     }
     __syncthreads();
@@ -93,9 +102,10 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
             col_sw[i] = p.sw[p.sw_per_row ? col : 0];
             col_bias[i] = p.bias ? round_to(p.ydt, p.bias[col]) : 0.0f;
         }
+    /* no zeroing: the first wgmma ignores d (K >= 1 here; K = 0 never comes
+     * to this kernel), and a non-wgmma write to the accumulators would make
+     * ptxas serialise the wgmmas */
     int32_t d[BN / 2];
-#pragma unroll
-    for (int i = 0; i < BN / 2; i++) d[i] = 0;
     for (int kt = 0; kt < kt_count; kt++) {
         const int s = kt % STAGES;
         mbar_wait(&full[s], (kt / STAGES) & 1);
@@ -103,12 +113,13 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
         const uint8_t *b = smem + s * STAGE_BYTES + A_BYTES;
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-        for (int kk = 0; kk < BK / 32; kk++) wgmma_tile<BN>(d, smem_desc(a + kk * 32), smem_desc(b + kk * 32), 1);
+        for (int kk = 0; kk < BK / 32; kk++)
+            wgmma_tile<BN>(d, smem_desc<BK>(a + kk * 32), smem_desc<BK>(b + kk * 32), kt > 0 || kk > 0);
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         /* Keep one group in flight: the previous stage is free once the
          * group before this one has retired. */
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        if (kt > 0) mbar_arrive(&empty[(kt - 1) % STAGES]);
+        if (kt > 0 && tid % 32 == 0) mbar_arrive(&empty[(kt - 1) % STAGES]);
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 #pragma unroll
@@ -122,6 +133,50 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     const int warp = tid / 32, lane = tid % 32;
     const int64_t r0 = m0 + c * 64 + warp * 16 + lane / 4, r1 = r0 + 8;
     const float sx0 = scaled && r0 < m ? p.sx[r0] : 0.f, sx1 = scaled && r1 < m ? p.sx[r1] : 0.f;
+    if constexpr (EPI == EPI_I32 || EPI == EPI_BF16) {
+        /* Through shared memory (the ring is free: every consumer is past the
+         * barrier above): the accumulator layout scatters 8 rows per warp
+         * store; the staged tile leaves in 16-byte row chunks. */
+        constexpr int ES = EPI == EPI_I32 ? 4 : 2;
+        constexpr int PITCH = BN * ES + (EPI == EPI_I32 ? 32 : 16); /* bytes: rows 8 or 4 banks apart */
+        static_assert(NWG * 64 * PITCH <= STAGES * STAGE_BYTES, "staged tile fits the ring");
+        uint8_t *stage = smem + c * 64 * PITCH;
+        const int lr0 = warp * 16 + lane / 4, lr1 = lr0 + 8;
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+            const int cl = j * 8 + 2 * (lane % 4);
+            if constexpr (EPI == EPI_I32) {
+                *(int2 *)(stage + lr0 * PITCH + cl * 4) = make_int2(d[4 * j], d[4 * j + 1]);
+                *(int2 *)(stage + lr1 * PITCH + cl * 4) = make_int2(d[4 * j + 2], d[4 * j + 3]);
+            } else {
+                const float2 sw = *(const float2 *)(col_sw + cl), bs = *(const float2 *)(col_bias + cl);
+                *(uint32_t *)(stage + lr0 * PITCH + cl * 2) = epi_pair_bf16(p, d[4 * j], d[4 * j + 1], sx0, sw, bs);
+                *(uint32_t *)(stage + lr1 * PITCH + cl * 2) = epi_pair_bf16(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs);
+            }
+        }
+        asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory");
+        constexpr int CH = BN * ES / 16, PER = 16 / ES; /* chunks per row, elements per chunk */
+        uint8_t *ybase = (uint8_t *)p.y;
+#pragma unroll 4
+        for (int idx = tid; idx < 64 * CH; idx += 128) {
+            const int lr = idx / CH, ch = idx % CH;
+            const int64_t row = m0 + c * 64 + lr, col = n0 + ch * PER;
+            if (row >= m || col >= n) continue;
+            const uint4 v = *(const uint4 *)(stage + lr * PITCH + ch * 16);
+            uint8_t *dst = ybase + (row * p.ldy + col) * ES;
+            if (col + PER <= n) {
+                *(uint4 *)dst = v;
+            } else { /* the last columns (N even: whole 2-element pairs) */
+                const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+                const int pairs = (int)(n - col) / 2;
+                for (int q = 0; q < pairs; q++) {
+                    if constexpr (ES == 2) ((uint32_t *)dst)[q] = w[q];
+                    else ((uint2 *)dst)[q] = make_uint2(w[2 * q], w[2 * q + 1]);
+                }
+            }
+        }
+        return;
+    }
     const bool fast = scaled && !p.res && p.vec2;
 #pragma unroll
     for (int j = 0; j < BN / 8; j++) {
@@ -162,32 +217,32 @@ encode_tiled_fn get_encode()
 } // namespace
 
 /* A 2-D int8 tensor map over [rows, cols] with row pitch `ld` bytes. */
-bool make_map(CUtensorMap *map, const int8_t *base, int64_t rows, int64_t cols, int64_t ld, int box_rows)
+bool make_map(CUtensorMap *map, const int8_t *base, int64_t rows, int64_t cols, int64_t ld, int box_rows, int bk)
 {
     encode_tiled_fn enc = get_encode();
     if (!enc) return false;
     cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
     cuuint64_t strides[1] = {(cuuint64_t)ld};
-    cuuint32_t box[2] = {BK, (cuuint32_t)box_rows};
+    cuuint32_t box[2] = {(cuuint32_t)bk, (cuuint32_t)box_rows};
     cuuint32_t estr[2] = {1, 1};
     return enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)base, dims, strides, box, estr,
-               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, bk == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 namespace {
 
-template <int NWG, int BN, int STAGES, int CTAS> constexpr size_t smem_bytes()
+template <int NWG, int BN, int BK, int STAGES, int CTAS> constexpr size_t smem_bytes()
 {
     return (size_t)STAGES * (64 * NWG + BN) * BK + 2 * STAGES * sizeof(uint64_t) + 2 * BN * sizeof(float) + 1024;
 }
 
-template <int NWG, int BN, int STAGES, int CTAS>
-cudaError_t launch_cfg(const CUtensorMap &ma, const CUtensorMap &mb, int m, int n, int k, const EpiParams &p,
+template <int NWG, int BN, int BK, int STAGES, int CTAS, int EPI>
+cudaError_t launch_epi(const CUtensorMap &ma, const CUtensorMap &mb, int m, int n, int k, const EpiParams &p,
                        cudaStream_t stream, bool pdl)
 {
-    auto kern = s8_gemm_sm90_kernel<NWG, BN, STAGES, CTAS>;
-    constexpr size_t smem = smem_bytes<NWG, BN, STAGES, CTAS>();
+    auto kern = s8_gemm_sm90_kernel<NWG, BN, BK, STAGES, CTAS, EPI>;
+    constexpr size_t smem = smem_bytes<NWG, BN, BK, STAGES, CTAS>();
     static_assert(smem * CTAS <= 227 * 1024, "shared memory per SM");
     static bool attr_set = false; /* per process: the attribute is per function */
     if (!attr_set) {
@@ -208,19 +263,35 @@ cudaError_t launch_cfg(const CUtensorMap &ma, const CUtensorMap &mb, int m, int 
     return cudaLaunchKernelEx(&cfg, kern, ma, mb, m, n, k, p);
 }
 
+template <int NWG, int BN, int BK, int STAGES, int CTAS>
+cudaError_t launch_cfg(const CUtensorMap &ma, const CUtensorMap &mb, int m, int n, int k, const EpiParams &p,
+                       cudaStream_t stream, bool pdl)
+{
+    /* the staged variants store 16-byte chunks of rows */
+    const int es = p.ydt == DT_I32 ? 4 : 2;
+    const bool chunks = (uintptr_t)p.y % 16 == 0 && (p.ldy * es) % 16 == 0 && n % 2 == 0;
+    if (chunks && p.ydt == DT_I32)
+        return launch_epi<NWG, BN, BK, STAGES, CTAS, EPI_I32>(ma, mb, m, n, k, p, stream, pdl);
+    if (chunks && p.ydt == DT_BF16 && !p.res)
+        return launch_epi<NWG, BN, BK, STAGES, CTAS, EPI_BF16>(ma, mb, m, n, k, p, stream, pdl);
+    return launch_epi<NWG, BN, BK, STAGES, CTAS, EPI_GENERIC>(ma, mb, m, n, k, p, stream, pdl);
+}
+
 } // namespace
 
 /* Two blocks per SM where the grid fills the SMs twice (one block's epilogue
  * overlaps the other's main loop); deep rings with one block per SM where
- * it does not (then the load latency is what a block waits for). */
-const Sm90Tile sm90_tiles[] = {{2, 256, 1}, {2, 128, 2}, {1, 128, 2}, {1, 256, 1}, {2, 128, 1}, {1, 128, 1}};
+ * it does not (then the load latency is what a block waits for). Fields:
+ * consumer warpgroups, BN, BK, blocks per SM; the ring depth is in the
+ * launch switch below. */
+const Sm90Tile sm90_tiles[] = {{2, 256, 64, 1}, {2, 128, 128, 2}, {2, 128, 64, 2}, {2, 128, 128, 1}, {1, 128, 128, 1}};
 const int sm90_tile_count = sizeof sm90_tiles / sizeof sm90_tiles[0];
 
 bool make_sm90_maps(int tile, const int8_t *a, int64_t lda, int64_t m, const int8_t *b, int64_t ldb, int64_t n,
                     int64_t k, CUtensorMap *ma, CUtensorMap *mb)
 {
     const Sm90Tile t = sm90_tiles[tile];
-    return (!ma || make_map(ma, a, m, k, lda, 64 * t.wgs)) && (!mb || make_map(mb, b, n, k, ldb, t.bn));
+    return (!ma || make_map(ma, a, m, k, lda, 64 * t.wgs, t.bk)) && (!mb || make_map(mb, b, n, k, ldb, t.bn, t.bk));
 }
 
 cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorMap &mb, int64_t m, int64_t n,
@@ -228,12 +299,11 @@ cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorM
 {
     const int im = (int)m, in = (int)n, ik = (int)k;
     switch (tile) {
-    case 0: return launch_cfg<2, 256, 4, 1>(ma, mb, im, in, ik, p, stream, pdl);
-    case 1: return launch_cfg<2, 128, 3, 2>(ma, mb, im, in, ik, p, stream, pdl);
-    case 2: return launch_cfg<1, 128, 4, 2>(ma, mb, im, in, ik, p, stream, pdl);
-    case 3: return launch_cfg<1, 256, 5, 1>(ma, mb, im, in, ik, p, stream, pdl);
-    case 4: return launch_cfg<2, 128, 6, 1>(ma, mb, im, in, ik, p, stream, pdl);
-    default: return launch_cfg<1, 128, 8, 1>(ma, mb, im, in, ik, p, stream, pdl);
+    case 0: return launch_cfg<2, 256, 64, 8, 1>(ma, mb, im, in, ik, p, stream, pdl);
+    case 1: return launch_cfg<2, 128, 128, 3, 2>(ma, mb, im, in, ik, p, stream, pdl);
+    case 2: return launch_cfg<2, 128, 64, 6, 2>(ma, mb, im, in, ik, p, stream, pdl);
+    case 3: return launch_cfg<2, 128, 128, 6, 1>(ma, mb, im, in, ik, p, stream, pdl);
+    default: return launch_cfg<1, 128, 128, 8, 1>(ma, mb, im, in, ik, p, stream, pdl);
     }
 }
 

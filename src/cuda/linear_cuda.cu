@@ -111,8 +111,8 @@ int pick_tile(int64_t m, int64_t n, int sms)
 {
     const int64_t ctas = ((m + 127) / 128) * ((n + 127) / 128);
     if (ctas * 2 >= (int64_t)sms * 3) return 1;
-    if (ctas * 2 >= (int64_t)sms) return 4;
-    return 5;
+    if (ctas * 2 >= (int64_t)sms) return 3;
+    return 4;
 }
 
 int dtype_code(ql_dtype dt) { return (int)dt; } /* DT_* are the ql_dtype values */
@@ -212,7 +212,8 @@ extern "C" ql_status ql_cuda_linear_create(int device, const ql_int8_weight *w, 
     std::vector<int8_t> host;
     const int8_t *src = w->q;
     int64_t ld = w->ldq;
-    if (l->kp != w->k || w->ldq != l->kp) {
+    const bool perm = codes_permuted(l->k, l->group, l->kp);
+    if (perm || l->kp != w->k || w->ldq != l->kp) {
         try {
             host.assign((size_t)(l->n * l->kp), 0);
         } catch (const std::bad_alloc &) {
@@ -220,7 +221,18 @@ extern "C" ql_status ql_cuda_linear_create(int device, const ql_int8_weight *w, 
             return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: cannot stage a %lld x %lld weight", fn, (long long)l->n,
                            (long long)l->kp);
         }
-        for (int64_t r = 0; r < l->n; r++) memcpy(&host[(size_t)(r * l->kp)], w->q + r * w->ldq, (size_t)w->k);
+        for (int64_t r = 0; r < l->n; r++) {
+            int8_t *dst = &host[(size_t)(r * l->kp)];
+            const int8_t *row = w->q + r * w->ldq;
+            if (!perm) {
+                memcpy(dst, row, (size_t)w->k);
+                continue;
+            }
+            /* the prologue's code order: value i + 16·t of a group at 16·i + t */
+            for (int64_t g = 0; g < l->k; g += 256)
+                for (int i = 0; i < 16; i++)
+                    for (int t = 0; t < 16; t++) dst[g + 16 * i + t] = row[g + i + 16 * t];
+        }
         src = host.data(), ld = l->kp;
     }
     cudaError_t e = cudaMalloc(&l->w, (size_t)(l->n * l->kp > 0 ? l->n * l->kp : 16));
@@ -291,7 +303,7 @@ cudaError_t run_gemm(int force, int force_tile, bool sm90, int sms, const int8_t
                 cache->bmap_ok[t] = true;
             }
         } else if (!make_sm90_maps(t, a, lda, m, b, ldb, n, k, ma, mb)) return cudaErrorInvalidValue;
-        snprintf(name, name_len, "sm90 wgmma %dx%d%s", 64 * sm90_tiles[t].wgs, sm90_tiles[t].bn,
+        snprintf(name, name_len, "sm90 wgmma %dx%d k%d%s", 64 * sm90_tiles[t].wgs, sm90_tiles[t].bn, sm90_tiles[t].bk,
                  sm90_tiles[t].ctas_per_sm > 1 ? " x2/SM" : "");
         return launch_s8_gemm_sm90(t, *ma, *mb, m, n, k, p, stream, pdl);
     }
@@ -348,6 +360,24 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *l, ql_cuda_workspace
     QLC_CUDA(fn, "the GEMM kernel",
              run_gemm(l->force, l->force_tile, l->sm90, l->sms, ws->q, l->kp, l->w, l->kp, m, l->n, l->k, p, s, true,
                       l->kernel, sizeof l->kernel, &cache));
+    return QL_OK;
+}
+
+extern "C" int ql_cuda_sm90_tile_count(void) { return sm90_tile_count; }
+
+extern "C" ql_status ql_cuda_quantize_rows(int device, void *stream, const void *x, ql_dtype xdt, int64_t m,
+                                           int64_t k, int64_t ldx, int64_t group, int8_t *q, int64_t ldq, float *sx)
+{
+    const char *fn = "ql_cuda_quantize_rows";
+    ql_status st = ql_cuda_check_device(fn, device);
+    if (st != QL_OK) return st;
+    if ((st = check_device_ptr(fn, "x", x, device)) != QL_OK) return st;
+    if ((st = check_device_ptr(fn, "q", q, device)) != QL_OK) return st;
+    if (m == 0) return QL_OK;
+    DeviceScope ds(device);
+    QLC_CUDA(fn, "cudaFuncSetAttribute", prepare_quantize_rows(k));
+    QLC_CUDA(fn, "the prologue kernel",
+             launch_quantize_rows(x, dtype_code(xdt), ldx, m, k, group, q, ldq, sx, (cudaStream_t)stream));
     return QL_OK;
 }
 

@@ -2,10 +2,11 @@
  * group-wise (fast Walsh–Hadamard transform, the reference's butterflies in
  * the reference's order), rounded to its dtype, reduced to its absmax and
  * quantized with the reference's roundings. Output: int8 codes [M, ldq]
- * (zero-padded to ldq, the GEMM's 16-byte row pitch) and fp32 scales [M].
- * Bit-identical to ql_load_row_rotated + ql_quantize_row_f32. */
+ * (zero-padded to ldq, the GEMM's 16-byte row pitch) and fp32 scales [M];
+ * with G = 256 each group's codes are stored 16x16-transposed (see
+ * codes_permuted). Codes and scales bit-identical to ql_load_row_rotated +
+ * ql_quantize_row_f32. */
 #include "common.cuh"
-#include "async_copy.cuh"
 #include "cuda_internal.h"
 
 namespace qlc {
@@ -53,7 +54,7 @@ __device__ __forceinline__ float tiny_of(int dt) { return dt == DT_F16 ? 6.10351
 /* log4 of the group (0: no rotation). */
 __global__ void __launch_bounds__(PRO_THREADS) quantize_rows_kernel(const char *x, int xdt, int64_t ldx_bytes,
                                                                      int64_t k, int log4g, bool vec, int8_t *q,
-                                                                     int64_t ldq, float *sx)
+                                                                     int64_t ldq, float *sx, bool perm)
 {
     extern __shared__ float v[]; /* the row, fp32, rotated in place */
     __shared__ float red_max[PRO_THREADS / 32];
@@ -130,7 +131,7 @@ __global__ void __launch_bounds__(PRO_THREADS) quantize_rows_kernel(const char *
 
     int8_t *qrow = q + r * ldq;
     if (bad) {
-        for (int64_t j = tid; j < ldq; j += PRO_THREADS) qrow[j] = 0;
+        for (int64_t j = tid; j < ldq; j += PRO_THREADS) qrow[j] = 0; /* zeros in any order */
         if (tid == 0) sx[r] = __int_as_float(0x7fc00000);
         return;
     }
@@ -154,152 +155,278 @@ __global__ void __launch_bounds__(PRO_THREADS) quantize_rows_kernel(const char *
                 c = fminf(fmaxf(rintf(round_to(xdt, quo)), -128.0f), 127.0f);
             }
             o[i] = (signed char)(int)c;
+            /* the fast kernel's order (K a multiple of 256 there) */
+            if (perm) qrow[(j & ~(int64_t)255) + (j & 15) * 16 + ((j & 255) >> 4)] = o[i];
         }
-        *(char4 *)(qrow + j0) = out;
+        if (!perm) *(char4 *)(qrow + j0) = out;
     }
     if (tid == 0) sx[r] = s;
 }
 
 
-/* The fast path for G = 256 (and K <= 8192, K a multiple of 256): each
- * thread owns 16 values and every row's values stay in registers from load
- * to code. A row takes K/16 threads; a block holds whole rows (several when
- * K is short). Stages of stride 1 and 4 run on 16 consecutive values; one
- * exchange through shared memory regroups them so that the thread holds
- * i + 16·t (t = 0..15) of one group, where the stages of stride 16 and 64
- * run; codes go back through shared memory so that each thread stores 16
- * consecutive bytes. */
-constexpr int FAST_THREADS = 256;
-constexpr int GROUP_PITCH = 256 + 16; /* floats: a padded group, so the regrouping reads hit distinct banks */
+/* The fast path for G = 256 (K a multiple of 256, K <= 8192, 16-byte
+ * aligned rows). Its codes come out permuted within each group of 256: the
+ * code of value i + 16·t is stored at 16·i + t (the order this kernel holds
+ * them in; the layer's weight is permuted alike, and a dot product does not
+ * depend on the order of its terms). Warp-synchronous, no block barrier. A half-warp
+ * rotates one group: lane i first holds values 16i..16i+15 (the stages of
+ * stride 1 and 4 in registers), a transpose through the warp's shared
+ * buffer gives it i + 16·t (strides 16 and 64). The rotated values, rounded
+ * to the dtype with packed conversions, go to the warp's row buffer while
+ * the absmax runs on packed pairs; once the row is complete the warp reads
+ * it back in memory order, 16 values per lane, and writes 16 codes with one
+ * store. A warp owns a row (two rows, one per half, when K = 256); the next
+ * item's input is loaded while the current one is computed. */
+constexpr int WP_WARPS = 4;
+/* Row buffer: lane i of a group keeps its 16 rounded values (i + 16·t,
+ * t = 0..15) contiguously, 16 bytes of padding after them so that a
+ * quarter-warp's 16-byte accesses hit distinct banks. */
+template <int ESZ> __host__ __device__ constexpr int lane_stride() { return 16 * ESZ + 16; }
+/* The transpose buffer of a half-warp: lane i's 16 values at 20·i (a pitch
+ * that spreads a quarter-warp's 16-byte stores over all 32 banks), the
+ * second half 336 floats on (16 banks over, for the column reads). */
+constexpr int TB_PITCH = 20, TB_HALF = 336;
 
-/* Grid-stride over blocks of whole rows. On sm_90 one thread streams each
- * block's rows into shared memory with bulk asynchronous copies, the next
- * block's while this one is computed (double buffer, mbarriers): the loads
- * stay in flight without registers or occupancy. Before sm_90 the threads
- * load their 16 values themselves. Rows must be 16-byte aligned (`vec`). */
-__global__ void __launch_bounds__(512) quantize_rows_g256_kernel(const char *x, int xdt, int64_t ldx_bytes,
-                                                                  int64_t m, int k, int8_t *q, int64_t ldq,
-                                                                  float *sx)
+template <int DT> struct Stored { using T = uint16_t; };
+template <> struct Stored<DT_F32> { using T = float; };
+
+template <int DT> __host__ __device__ constexpr int raw_words() { return DT == DT_F32 ? 4 : 2; } /* uint4 per 16 values */
+
+__host__ __device__ inline int wp_slots(int k) { return k == 256 ? 2 : (k / 256 + 1) / 2 * 2; }
+template <int DT> __host__ __device__ inline size_t wp_warp_bytes(int k)
 {
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    __shared__ unsigned row_max[FAST_THREADS / 16], row_bad[FAST_THREADS / 16];
-    const int esize = xdt == DT_F32 ? 4 : 2;
-    const int row_bytes = k * esize;
-    const int tpr = k / 16;            /* threads per row */
-    const int rows = blockDim.x / tpr; /* rows in a block */
-    const int lr = threadIdx.x / tpr, c = threadIdx.x % tpr;
-    const int64_t nrb = (m + rows - 1) / rows;
-    float *sv = (float *)(smem_raw + 2 * (size_t)rows * row_bytes); /* [rows][k/256][GROUP_PITCH] */
-    float *rowv = sv + (size_t)lr * (k / 256) * GROUP_PITCH;
-    int8_t *codes = (int8_t *)(sv + (size_t)rows * (k / 256) * GROUP_PITCH) + (size_t)lr * k;
+    return 2 * TB_HALF * sizeof(float) + (size_t)wp_slots(k) * 16 * lane_stride<DT == DT_F32 ? 4 : 2>();
+}
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    __shared__ __align__(8) uint64_t bars[2];
-    unsigned char *in = smem_raw; /* [2][rows][row_bytes] */
-    /* thread 0: the rows of block `b` into buffer `buf` */
-    auto issue = [&](int64_t b, int buf) {
-        const int64_t r0 = b * rows;
-        const int live_rows = (int)(m - r0 < rows ? m - r0 : rows);
-        mbar_expect_tx(&bars[buf], (uint32_t)(live_rows * row_bytes));
-        for (int i = 0; i < live_rows; i++)
-            bulk_load(in + ((size_t)buf * rows + i) * row_bytes, x + (r0 + i) * ldx_bytes, (uint32_t)row_bytes,
-                      &bars[buf]);
-    };
-    if (threadIdx.x == 0) {
-        mbar_init(&bars[0], 1), mbar_init(&bars[1], 1);
-        mbar_init_fence();
-    }
-    __syncthreads();
-    if (threadIdx.x == 0 && blockIdx.x < nrb) issue(blockIdx.x, 0);
-#endif
-    int it = 0;
-    for (int64_t rb = blockIdx.x; rb < nrb; rb += gridDim.x, it++) {
-        const int64_t r = rb * rows + lr;
-        const bool live = r < m;
-        const int buf = it & 1;
-        if (threadIdx.x < rows) row_max[threadIdx.x] = 0u, row_bad[threadIdx.x] = 0u;
-        float e[16];
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        /* the other buffer was read in the previous round, which ended with a barrier */
-        if (threadIdx.x == 0 && rb + gridDim.x < nrb) issue(rb + gridDim.x, buf ^ 1);
-        mbar_wait(&bars[buf], (it >> 1) & 1);
-        const unsigned char *src_row = in + ((size_t)buf * rows + lr) * row_bytes;
-#else
-        (void)buf;
-        const unsigned char *src_row = (const unsigned char *)(x + (live ? r : 0) * ldx_bytes);
-#endif
-        if (xdt == DT_F32) {
-            const float4 *p = (const float4 *)(src_row + (size_t)c * 64);
+/* 16 stored values (bf16/fp16 bits, or fp32) -> 16 codes, the reference's roundings. */
+template <int DT>
+__device__ __forceinline__ uint4 quantize16(const typename Stored<DT>::T *v, float st, float rcp)
+{
+    uint32_t w[4];
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                float4 f = p[i];
-                e[4 * i] = f.x, e[4 * i + 1] = f.y, e[4 * i + 2] = f.z, e[4 * i + 3] = f.w;
+    for (int j = 0; j < 4; j++) {
+        uint32_t b[4];
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            float e, quo;
+            if constexpr (DT == DT_BF16) {
+                e = __uint_as_float((uint32_t)v[4 * j + t] << 16);
+                quo = bf16_round_nonan(__fmul_rn(e, rcp));
+            } else if constexpr (DT == DT_F16) {
+                e = __half2float(__ushort_as_half(v[4 * j + t]));
+                quo = __half2float(__float2half_rn(__fdiv_rn(e, st)));
+            } else {
+                e = v[4 * j + t];
+                quo = __fdiv_rn(e, st);
             }
-        } else {
-            const uint4 *p = (const uint4 *)(src_row + (size_t)c * 32);
-            uint4 u[2] = {p[0], p[1]};
-            const uint16_t *h = (const uint16_t *)u;
-#pragma unroll
-            for (int i = 0; i < 16; i++)
-                e[i] = xdt == DT_BF16 ? __uint_as_float((uint32_t)h[i] << 16) : __half2float(__ushort_as_half(h[i]));
+            /* |quo| <= 127.5 by construction: only the top needs the clamp;
+             * 1.5·2^23 rounds to an integer whose low byte is the code */
+            b[t] = __float_as_uint(__fadd_rn(fminf(quo, 127.0f), 12582912.0f));
         }
-        if (!live)
-#pragma unroll
-            for (int i = 0; i < 16; i++) e[i] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 16; i++) e[i] = __fmul_rn(e[i], 0.0625f); /* 1/sqrt(256) */
-#pragma unroll
-        for (int i = 0; i < 16; i += 4) bfly(e[i], e[i + 1], e[i + 2], e[i + 3]);
-#pragma unroll
-        for (int i = 0; i < 4; i++) bfly(e[i], e[i + 4], e[i + 8], e[i + 12]);
-        {
-            float4 *dst = (float4 *)(rowv + (c / 16) * GROUP_PITCH + (c % 16) * 16);
-#pragma unroll
-            for (int i = 0; i < 4; i++) dst[i] = make_float4(e[4 * i], e[4 * i + 1], e[4 * i + 2], e[4 * i + 3]);
-        }
-        __syncthreads();
-        /* now thread c takes i = c % 16 of group c / 16: values i + 16·t */
-        const float *src = rowv + (c / 16) * GROUP_PITCH + (c % 16);
-#pragma unroll
-        for (int t = 0; t < 16; t++) e[t] = src[16 * t];
-#pragma unroll
-        for (int i = 0; i < 16; i += 4) bfly(e[i], e[i + 1], e[i + 2], e[i + 3]);
-#pragma unroll
-        for (int i = 0; i < 4; i++) bfly(e[i], e[i + 4], e[i + 8], e[i + 12]);
-        float amax = 0.0f;
-        unsigned bad = 0;
-#pragma unroll
-        for (int t = 0; t < 16; t++) {
-            if (e[t] != e[t]) bad = 1; /* NaN: tested before the integer rounding */
-            e[t] = round_to_nonan(xdt, e[t]);
-            float a = fabsf(e[t]);
-            if (!(a <= 3.402823466e38f)) bad = 1;
-            else amax = fmaxf(amax, a);
-        }
-        /* non-negative floats order like their bit patterns */
-        atomicMax(&row_max[lr], __float_as_uint(amax));
-        if (bad) atomicOr(&row_bad[lr], 1u);
-        __syncthreads();
-        const bool row_bad_now = row_bad[lr] != 0;
-        float s = __fdiv_rn(__uint_as_float(row_max[lr]), 127.0f);
-        s = s > 1e-30f ? s : 1e-30f;
-        float st = round_to(xdt, s);
-        if (st == 0.0f) st = tiny_of(xdt);
-        const float rcp = __frcp_rn(st);
-        int8_t *cg = codes + (c / 16) * 256 + (c % 16);
-#pragma unroll
-        for (int t = 0; t < 16; t++) {
-            /* finite row: |quotient| <= ~128, never NaN */
-            float quo = xdt == DT_BF16 ? __fmul_rn(e[t], rcp) : __fdiv_rn(e[t], st);
-            cg[16 * t] = row_bad_now ? (int8_t)0 : (int8_t)rint_clamp_s8(round_to_nonan(xdt, quo));
-        }
-        __syncthreads();
-        if (live) {
-            *(int4 *)(q + r * ldq + c * 16) = *(const int4 *)(codes + c * 16);
-            if (c == 0) sx[r] = row_bad_now ? __int_as_float(0x7fc00000) : s; /* ldq == k: K is a multiple of 256 */
-        }
-        __syncthreads(); /* row_max, the regrouping buffer and the input buffer are reused */
+        w[j] = __byte_perm(__byte_perm(b[0], b[1], 0x0040), __byte_perm(b[2], b[3], 0x0040), 0x5410);
     }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+template <int DT>
+__global__ void __launch_bounds__(WP_WARPS * 32, 6) quantize_rows_g256_kernel(const char *x, int64_t ldx_bytes, int64_t m,
+                                                                          int k, int8_t *q, float *sx)
+{
+    using T = typename Stored<DT>::T;
+    constexpr int RAW = raw_words<DT>();
+    constexpr int ESZ = DT == DT_F32 ? 4 : 2;
+    constexpr int DEPTH = 8 / ESZ; /* items loading while one is computed: 4 KiB per warp in flight */
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, half = lane / 16, i = lane % 16;
+    unsigned char *mine = smem_raw + (size_t)warp * wp_warp_bytes<DT>(k);
+    float *tb = (float *)mine + half * TB_HALF; /* this half's transpose buffer */
+    unsigned char *rbuf = mine + 2 * TB_HALF * sizeof(float);
+    constexpr int LS = lane_stride<ESZ>(), SLOT = 16 * LS; /* bytes: a lane's values, a group's */
+    const int G = k / 256;
+    const bool halves = G == 1; /* K = 256: a row per half-warp */
+    const int P = halves ? 1 : (G + 1) / 2;
+    const int64_t units = halves ? (m + 1) / 2 : m, gw = (int64_t)blockIdx.x * WP_WARPS + warp,
+                  nw = (int64_t)gridDim.x * WP_WARPS;
+
+    /* item (u, p): the row and group this lane's half rotates; zeros where there is none */
+    auto load = [&](int64_t u, int p, uint4 (&r)[RAW]) {
+        const int64_t row = halves ? 2 * u + half : u;
+        const int g = halves ? 0 : 2 * p + half;
+        if (row < m && g < G) {
+            const uint4 *src = (const uint4 *)(x + row * ldx_bytes + (size_t)(g * 256 + i * 16) * ESZ);
+#pragma unroll
+            for (int j = 0; j < RAW; j++) r[j] = __ldcs(src + j);
+        } else {
+#pragma unroll
+            for (int j = 0; j < RAW; j++) r[j] = make_uint4(0, 0, 0, 0);
+        }
+    };
+
+    /* running absmax of the row: packed pairs for 16-bit dtypes, a float for fp32 */
+    __nv_bfloat162 amax_b = __float2bfloat162_rn(0.0f);
+    __half2 amax_h = __float2half2_rn(0.0f);
+    float amax_f = 0.0f;
+    unsigned bad_f = 0;
+
+    auto process = [&](const uint4 (&raw)[RAW], const int64_t u, const int p) {
+        float e[16];
+        if constexpr (DT == DT_F32) {
+            const float *f = (const float *)raw;
+#pragma unroll
+            for (int t = 0; t < 16; t++) e[t] = f[t];
+        } else {
+            const uint32_t *w = (const uint32_t *)raw;
+#pragma unroll
+            for (int t = 0; t < 8; t++) {
+                if constexpr (DT == DT_BF16) {
+                    e[2 * t] = __uint_as_float(w[t] << 16);
+                    e[2 * t + 1] = __uint_as_float(w[t] & 0xffff0000u);
+                } else {
+                    e[2 * t] = __half2float(__ushort_as_half((uint16_t)(w[t] & 0xffff)));
+                    e[2 * t + 1] = __half2float(__ushort_as_half((uint16_t)(w[t] >> 16)));
+                }
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < 16; t++) e[t] = __fmul_rn(e[t], 0.0625f); /* 1/sqrt(256), before the sums as the reference */
+#pragma unroll
+        for (int t = 0; t < 16; t += 4) bfly(e[t], e[t + 1], e[t + 2], e[t + 3]);
+#pragma unroll
+        for (int t = 0; t < 4; t++) bfly(e[t], e[t + 4], e[t + 8], e[t + 12]);
+#pragma unroll
+        for (int t = 0; t < 4; t++)
+            ((float4 *)(tb + i * TB_PITCH))[t] = make_float4(e[4 * t], e[4 * t + 1], e[4 * t + 2], e[4 * t + 3]);
+        __syncwarp();
+#pragma unroll
+        for (int t = 0; t < 16; t++) e[t] = tb[t * TB_PITCH + i]; /* value i + 16·t: lane t's value i */
+        __syncwarp(); /* the transpose buffer is free for the next item */
+#pragma unroll
+        for (int t = 0; t < 16; t += 4) bfly(e[t], e[t + 1], e[t + 2], e[t + 3]);
+#pragma unroll
+        for (int t = 0; t < 4; t++) bfly(e[t], e[t + 4], e[t + 8], e[t + 12]);
+
+        /* round to the dtype, absmax, keep this lane's 16 values together:
+         * the codes leave in this order (i·16 + t within the group), and the
+         * weight was permuted the same way at upload */
+        unsigned char *mine_vals = rbuf + (halves ? half : 2 * p + half) * SLOT + i * LS;
+        uint32_t packed[8];
+#pragma unroll
+        for (int t = 0; t < 16; t += 2) {
+            if constexpr (DT == DT_BF16) {
+                const __nv_bfloat162 v = __floats2bfloat162_rn(e[t], e[t + 1]); /* NaN stays NaN */
+                amax_b = __hmax2_nan(amax_b, __habs2(v));
+                packed[t / 2] = *(const uint32_t *)&v;
+            } else if constexpr (DT == DT_F16) {
+                const __half2 v = __floats2half2_rn(e[t], e[t + 1]);
+                amax_h = __hmax2_nan(amax_h, __habs2(v));
+                packed[t / 2] = *(const uint32_t *)&v;
+            } else {
+                const float a0 = fabsf(e[t]), a1 = fabsf(e[t + 1]);
+                bad_f |= (a0 != a0) | (a1 != a1);
+                amax_f = fmaxf(amax_f, fmaxf(a0, a1));
+            }
+        }
+        if constexpr (DT == DT_F32) {
+#pragma unroll
+            for (int t = 0; t < 4; t++)
+                ((float4 *)mine_vals)[t] = make_float4(e[4 * t], e[4 * t + 1], e[4 * t + 2], e[4 * t + 3]);
+        } else {
+            ((uint4 *)mine_vals)[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+            ((uint4 *)mine_vals)[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+        }
+
+        if (p == P - 1) {
+            /* the row (each half's row when K = 256) is complete */
+            float amax;
+            if constexpr (DT == DT_BF16) amax = fmaxf(__low2float(amax_b), __high2float(amax_b));
+            else if constexpr (DT == DT_F16) amax = fmaxf(__low2float(amax_h), __high2float(amax_h));
+            else amax = amax_f;
+            unsigned bad = bad_f;
+            if constexpr (DT != DT_F32) {
+                const float lo = DT == DT_BF16 ? __low2float(amax_b) : __low2float(amax_h);
+                const float hi = DT == DT_BF16 ? __high2float(amax_b) : __high2float(amax_h);
+                bad = (lo != lo) | (hi != hi);
+            }
+            bad |= !(amax <= 3.402823466e38f) && amax == amax; /* ±Inf */
+#pragma unroll
+            for (int o = 16; o; o >>= 1) {
+                if (halves && o == 16) continue;
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+                bad |= __shfl_xor_sync(0xffffffffu, bad, o);
+            }
+            float s = __fdiv_rn(amax, 127.0f);
+            s = s > 1e-30f ? s : 1e-30f;
+            float st = round_to(DT, s);
+            if (st == 0.0f) st = tiny_of(DT);
+            const float rcp = __frcp_rn(st);
+            const int64_t row = halves ? 2 * u + half : u;
+            __syncwarp(); /* the row buffer is complete */
+            if (row < m) {
+                int8_t *qrow = q + row * (int64_t)k;
+                const int c0 = halves ? i : lane, cstep = halves ? 16 : 32;
+                for (int c = c0; c < k / 16; c += cstep) {
+                    const T *v = (const T *)(rbuf + (halves ? half : c / 16) * SLOT + (c % 16) * LS);
+                    *(uint4 *)(qrow + c * 16) = bad ? make_uint4(0, 0, 0, 0) : quantize16<DT>(v, st, rcp);
+                }
+                if ((halves ? i : lane) == 0) sx[row] = bad ? __int_as_float(0x7fc00000) : s;
+            }
+            __syncwarp(); /* read back before the next row overwrites it */
+            amax_b = __float2bfloat162_rn(0.0f), amax_h = __float2half2_rn(0.0f), amax_f = 0.0f, bad_f = 0;
+        }
+    };
+
+    /* Items in order (u, 0..P-1), u = gw, gw + nw, ...; DEPTH of them in
+     * flight as register loads (the loop over d is unrolled so that each
+     * buffer is a fixed set of registers). */
+    auto advance = [&](int64_t &uu, int &pp) {
+        if (++pp == P) pp = 0, uu += nw;
+    };
+    uint4 raw[DEPTH][RAW];
+    int64_t lu = gw, u = gw; /* the next item to load, the item to process */
+    int lp = 0, p = 0;
+#pragma unroll
+    for (int d = 0; d < DEPTH; d++) {
+        if (lu < units) load(lu, lp, raw[d]);
+        advance(lu, lp);
+    }
+    while (u < units) {
+#pragma unroll
+        for (int d = 0; d < DEPTH; d++) {
+            if (u >= units) break;
+            uint4 cur[RAW];
+#pragma unroll
+            for (int j = 0; j < RAW; j++) cur[j] = raw[d][j];
+            if (lu < units) load(lu, lp, raw[d]);
+            advance(lu, lp);
+            process(cur, u, p);
+            advance(u, p);
+        }
+    }
+}
+
+
+template <int DT> cudaError_t launch_g256(const void *x, int64_t ldx_bytes, int64_t m, int k, int8_t *q, float *sx,
+                                          cudaStream_t stream)
+{
+    auto kern = quantize_rows_g256_kernel<DT>;
+    const size_t smem = WP_WARPS * wp_warp_bytes<DT>(k);
+    /* per (kernel, k): the shared-memory limit raised once, the resident block count */
+    static int last_k = -1, resident = 0;
+    if (k != last_k) {
+        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+        int dev = 0, sms = 0, per_sm = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, WP_WARPS * 32, smem);
+        resident = (sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1);
+        last_k = k;
+    }
+    const int64_t units = k == 256 ? (m + 1) / 2 : m;
+    int64_t blocks = (units + WP_WARPS - 1) / WP_WARPS;
+    if (blocks > resident) blocks = resident;
+    kern<<<(unsigned)blocks, WP_WARPS * 32, smem, stream>>>((const char *)x, ldx_bytes, m, k, q, sx);
+    return cudaGetLastError();
 }
 
 } // namespace
@@ -311,17 +438,9 @@ int log4_of(int64_t g)
     return p;
 }
 
-/* The fast kernel's block: whole rows of k/16 threads, up to FAST_THREADS (one row when longer). */
-static int fast_rows(int64_t k) { return k / 16 >= FAST_THREADS ? 1 : (int)(FAST_THREADS / (k / 16)); }
-static bool fast_ok(int64_t k, int64_t group) { return group == 256 && k % 256 == 0 && k > 0 && k <= 8192; }
-static size_t fast_smem(int64_t k, int esize)
-{
-    if (!fast_ok(k, 256)) return 0;
-    const size_t rows = (size_t)fast_rows(k);
-    return 2 * rows * (size_t)k * (size_t)esize + rows * (size_t)(k / 256) * GROUP_PITCH * sizeof(float) +
-           rows * (size_t)k;
-}
-static const size_t fast_smem_cap = 200 * 1024;
+bool codes_permuted(int64_t k, int64_t group, int64_t ldq) { return group == 256 && k % 256 == 0 && k > 0 && ldq == k; }
+
+static bool fast_ok(int64_t k, int64_t group, int64_t ldq) { return codes_permuted(k, group, ldq) && k <= 8192; }
 
 size_t quantize_rows_smem(int64_t k)
 {
@@ -331,17 +450,13 @@ size_t quantize_rows_smem(int64_t k)
 
 cudaError_t prepare_quantize_rows(int64_t k)
 {
-    /* Raise each kernel's dynamic shared-memory limit once, to the largest a layer needs. */
-    static size_t generic_set = 48 * 1024, fast_set = 48 * 1024;
-    const size_t g = quantize_rows_smem(k), f = fast_smem(k, 4);
+    /* Raise the generic kernel's dynamic shared-memory limit once, to the largest a layer needs. */
+    static size_t generic_set = 48 * 1024;
+    const size_t g = quantize_rows_smem(k);
     cudaError_t e = cudaSuccess;
     if (g > generic_set) {
         e = cudaFuncSetAttribute(quantize_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g);
         if (e == cudaSuccess) generic_set = g;
-    }
-    if (e == cudaSuccess && f > fast_set && f <= fast_smem_cap) {
-        e = cudaFuncSetAttribute(quantize_rows_g256_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)f);
-        if (e == cudaSuccess) fast_set = f;
     }
     return e;
 }
@@ -351,27 +466,13 @@ cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m,
 {
     const int esize = xdt == DT_F32 ? 4 : 2;
     const bool vec = ((uintptr_t)x % 16 == 0) && ((ldx * esize) % 16 == 0);
-    const size_t smem = fast_smem(k, esize);
-    if (vec && fast_ok(k, group) && smem <= fast_smem_cap) {
-        const int rows = fast_rows(k), threads = rows * (int)(k / 16);
-        int64_t blocks = (m + rows - 1) / rows;
-        /* as many blocks as stay resident (each streams its next rows while it computes) */
-        static int64_t last_k = -1, last_es = -1, resident = 0;
-        if (k != last_k || esize != last_es) {
-            int dev = 0, sms = 0, per_sm = 0;
-            cudaGetDevice(&dev);
-            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, quantize_rows_g256_kernel, threads, smem);
-            resident = (int64_t)(sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1);
-            last_k = k, last_es = esize;
-        }
-        if (blocks > resident) blocks = resident;
-        quantize_rows_g256_kernel<<<(unsigned)blocks, (unsigned)threads, smem, stream>>>(
-            (const char *)x, xdt, ldx * esize, m, (int)k, q, ldq, sx);
-        return cudaGetLastError();
+    if (vec && fast_ok(k, group, ldq)) {
+        if (xdt == DT_BF16) return launch_g256<DT_BF16>(x, ldx * esize, m, (int)k, q, sx, stream);
+        if (xdt == DT_F16) return launch_g256<DT_F16>(x, ldx * esize, m, (int)k, q, sx, stream);
+        return launch_g256<DT_F32>(x, ldx * esize, m, (int)k, q, sx, stream);
     }
     quantize_rows_kernel<<<(unsigned)m, PRO_THREADS, quantize_rows_smem(k), stream>>>(
-        (const char *)x, xdt, ldx * esize, k, log4_of(group), vec, q, ldq, sx);
+        (const char *)x, xdt, ldx * esize, k, log4_of(group), vec, q, ldq, sx, codes_permuted(k, group, ldq));
     return cudaGetLastError();
 }
 
