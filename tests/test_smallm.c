@@ -7,8 +7,9 @@
  *  - the float paths (dense fp32, dense bf16, weight-only) give the same bits
  *    for every row whether it runs in a small batch (small-M path) or in a
  *    tall one (the blocked path, checked against float64 in test_linear);
- *  - the path choice: small-M up to the limit, blocked above it, and row
- *    tiles that never multiply a padded row more than once per panel. */
+ *  - the path choice: small-M up to the limit, blocked above it, and (on
+ *    both paths) row tiles that never multiply a padded row more than once
+ *    per panel. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,12 +174,12 @@ static void test_plan(void)
             CHECK(p.kern->nr == base->nr && p.kern->kb == base->kb && p.kern->b_offset128 == base->b_offset128 &&
                       (p.kern->kg ? p.kern->kg : 4) == (base->kg ? base->kg : 4),
                   "%s: %s packs B unlike %s", ql_isa_name(isas[i]), p.kern->name, base->name);
-            if (p.small && isas[i] != QL_ISA_GENERIC) { /* the generic twin has 4-row tiles only */
+            if (isas[i] != QL_ISA_GENERIC) { /* both paths fit the height; the generic twin has 4-row tiles only */
                 const int64_t panels = (m + p.kern->mr - 1) / p.kern->mr;
                 CHECK(p.kern->mr <= ql_s8_rows_max(isas[i]) && panels * p.kern->mr - m < panels &&
                           panels == (m + ql_s8_rows_max(isas[i]) - 1) / ql_s8_rows_max(isas[i]),
                       "%s: M=%lld runs %lld panels of %s", ql_isa_name(isas[i]), (long long)m, (long long)panels, p.kern->name);
-            } else CHECK(p.kern == ql_s8_kernel_for(isas[i]), "%s: blocked M=%lld runs %s", ql_isa_name(isas[i]), (long long)m, p.kern->name);
+            } else CHECK(p.kern == ql_s8_kernel_for(isas[i]), "%s: M=%lld runs %s", ql_isa_name(isas[i]), (long long)m, p.kern->name);
         }
         CHECK(limit >= 1 && limit < 200, "%s: small-M limit %lld", ql_isa_name(isas[i]), (long long)limit);
         printf("  %s: small-M path up to M = %lld\n", ql_isa_name(isas[i]), (long long)limit);
@@ -212,6 +213,12 @@ int main(void)
             }
             /* around the switch to the blocked path, and tall */
             for (int64_t m = 21; m <= 70; m += 7) blocked += !w8a8_case(ctx, m, odd(30, 300), 256 * tu_range(1, 2), 256);
+            /* heights fitted on the blocked path too (AVX2: 5 × 5 rows, 13 × 6; AVX-512: 7 × 11, 9 × 11),
+             * the last over several K slices (partial sums carried by the fitted tiles) */
+            const int64_t fitted[] = {25, 77, 97};
+            for (int c = 0; c < 3; c++)
+                blocked += !w8a8_case(ctx, fitted[c], odd(30, 200), c == 2 ? odd(2100, 4400) : 256 * tu_range(1, 3), c == 2 ? 0 : 256);
+            gemm_case(ctx, 25, odd(1, 40), odd(2100, 4400), 1);
             blocked += !w8a8_case(ctx, 300, odd(1, 100), odd(1, 300), 0);
             CHECK(smalls == want && want >= 16 && blocked >= 1, "%s t%d: %d of 20 small cases on the small-M path (want %d), %d blocked",
                   ql_isa_name(isas[i]), t, smalls, want, blocked);

@@ -102,64 +102,62 @@ static inline int8x16_t quant16(ql_dtype dt, const float *v, float32x4_t st)
 }
 
 static void prologue(int kb, ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
-                     int64_t p0, int64_t p1, int8_t *packed, float *sx, int32_t *rowsum, float *v)
+                     int64_t r0, int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *v)
 {
     const int64_t kp = (k + kb - 1) / kb * kb, k16 = k & ~(int64_t)15;
-    for (int64_t p = p0; p < p1; p++) {
-        int8_t *panel = packed + (size_t)(p * kp * mr);
-        for (int r = 0; r < mr; r++) {
-            const int64_t row = p * mr + r;
-            int64_t pos = 0;
-            if (row < m) {
-                load_row(dt, ql_row_cptr(dt, x, row, ldx), k, v);
-                if (group > 0) rotate_row(dt, v, k, group);
-                const float a = absmax(v, k);
-                if (!(a <= 3.402823466e38f)) { /* NaN or Inf: codes 0, scale NaN (ql_quantize_row_f32) */
-                    sx[row] = NAN;
-                    rowsum[row] = 0;
-                } else {
-                    const float s = ql_scale_from_absmax(a), st = ql_scale_divisor(dt, s);
-                    const float32x4_t stv = vdupq_n_f32(st);
-                    int32x4_t sum = vdupq_n_s32(0);
-                    for (; pos < k16; pos += 16) {
-                        const int8x16_t q = quant16(dt, v + pos, stv);
-                        sum = vpadalq_s16(sum, vpaddlq_s8(q));
-                        if (kb == 4) {
-                            int8_t *d = panel + (size_t)(((pos / 4) * mr + r) * 4);
-                            const int32x4_t q32 = vreinterpretq_s32_s8(q);
-                            vst1q_lane_s32((int32_t *)d, q32, 0);
-                            vst1q_lane_s32((int32_t *)(d + 4 * mr), q32, 1);
-                            vst1q_lane_s32((int32_t *)(d + 8 * mr), q32, 2);
-                            vst1q_lane_s32((int32_t *)(d + 12 * mr), q32, 3);
-                        } else {
-                            int8_t *d = panel + (size_t)(((pos / 8) * mr + r) * 8);
-                            vst1_s8(d, vget_low_s8(q));
-                            vst1_s8(d + 8 * mr, vget_high_s8(q));
-                        }
+    for (int64_t row = r0; row < r1; row++) {
+        int8_t *panel = packed + (size_t)(row / mr * kp * mr);
+        const int r = (int)(row % mr);
+        int64_t pos = 0;
+        if (row < m) {
+            load_row(dt, ql_row_cptr(dt, x, row, ldx), k, v);
+            if (group > 0) rotate_row(dt, v, k, group);
+            const float a = absmax(v, k);
+            if (!(a <= 3.402823466e38f)) { /* NaN or Inf: codes 0, scale NaN (ql_quantize_row_f32) */
+                sx[row] = NAN;
+                rowsum[row] = 0;
+            } else {
+                const float s = ql_scale_from_absmax(a), st = ql_scale_divisor(dt, s);
+                const float32x4_t stv = vdupq_n_f32(st);
+                int32x4_t sum = vdupq_n_s32(0);
+                for (; pos < k16; pos += 16) {
+                    const int8x16_t q = quant16(dt, v + pos, stv);
+                    sum = vpadalq_s16(sum, vpaddlq_s8(q));
+                    if (kb == 4) {
+                        int8_t *d = panel + (size_t)(((pos / 4) * mr + r) * 4);
+                        const int32x4_t q32 = vreinterpretq_s32_s8(q);
+                        vst1q_lane_s32((int32_t *)d, q32, 0);
+                        vst1q_lane_s32((int32_t *)(d + 4 * mr), q32, 1);
+                        vst1q_lane_s32((int32_t *)(d + 8 * mr), q32, 2);
+                        vst1q_lane_s32((int32_t *)(d + 12 * mr), q32, 3);
+                    } else {
+                        int8_t *d = panel + (size_t)(((pos / 8) * mr + r) * 8);
+                        vst1_s8(d, vget_low_s8(q));
+                        vst1_s8(d + 8 * mr, vget_high_s8(q));
                     }
-                    int32_t s32 = vaddvq_s32(sum);
-                    for (; pos < k; pos++) {
-                        const int8_t q = ql_quantize_value(dt, v[pos], st);
-                        panel[ql_a_offset(kb, mr, r, pos)] = q;
-                        s32 += q;
-                    }
-                    sx[row] = s;
-                    rowsum[row] = s32;
                 }
+                int32_t s32 = vaddvq_s32(sum);
+                for (; pos < k; pos++) {
+                    const int8_t q = ql_quantize_value(dt, v[pos], st);
+                    panel[ql_a_offset(kb, mr, r, pos)] = q;
+                    s32 += q;
+                }
+                sx[row] = s;
+                rowsum[row] = s32;
             }
-            for (; pos < kp; pos++) panel[ql_a_offset(kb, mr, r, pos)] = 0; /* padding, rows >= m, non-finite rows */
         }
+        for (; pos < kp; pos++) panel[ql_a_offset(kb, mr, r, pos)] = 0; /* padding, rows >= m, non-finite rows */
     }
 }
 
-void ql_prologue_neon(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr, int64_t p0,
-                      int64_t p1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch)
+void ql_prologue_neon(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr, int64_t r0,
+                      int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch)
 {
-    prologue(4, dt, x, ldx, m, k, group, mr, p0, p1, packed, sx, rowsum, scratch);
+    prologue(4, dt, x, ldx, m, k, group, mr, r0, r1, packed, sx, rowsum, scratch);
 }
 
 void ql_prologue_neon_k8(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
-                         int64_t p0, int64_t p1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch)
+                         int64_t r0, int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch)
 {
-    prologue(8, dt, x, ldx, m, k, group, mr, p0, p1, packed, sx, rowsum, scratch);
+    prologue(8, dt, x, ldx, m, k, group, mr, r0, r1, packed, sx, rowsum, scratch);
 }

@@ -123,6 +123,12 @@ void ql_pack_a_s8(const ql_s8_kernel *kern, const int8_t *a, int64_t m, int64_t 
 ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const void *packed_a, int64_t m,
                          const ql_packed_b *b, ql_tile_epilogue_fn epi, void *arg)
 {
+    return ql_gemm_s8_run_pre(threads, kern, packed_a, m, b, NULL, NULL, epi, arg);
+}
+
+ql_status ql_gemm_s8_run_pre(int threads, const ql_s8_kernel *kern, const void *packed_a, int64_t m,
+                             const ql_packed_b *b, ql_gemm_pre_fn pre, void *pre_arg, ql_tile_epilogue_fn epi, void *arg)
+{
     const int mr = kern->mr, nr = kern->nr, aes = kern->aes ? kern->aes : 1;
     const int64_t k4 = b->k4, kc4 = (kern->kc ? kern->kc : QL_KC) / 4;
     const int64_t a_panel = k4 * mr * 4 * aes, b_panel = k4 * nr * 4;
@@ -147,6 +153,10 @@ ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const void *pack
         if (!cbuf) {
 #pragma omp atomic write
             failed = 1;
+        }
+        if (pre) {
+            pre(pre_arg, omp_get_thread_num(), omp_get_num_threads());
+#pragma omp barrier
         }
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < blocks; blk++) {
@@ -228,9 +238,11 @@ ql_s8_plan ql_s8_plan_limit(ql_isa isa, int64_t m, int64_t n, int64_t k, int64_t
 {
     (void)n;
     (void)k;
-    if (m > (limit >= 0 ? limit : small_m_limit(isa))) return (ql_s8_plan){ql_s8_kernel_for(isa), false};
-    const int64_t max = ql_s8_rows_max(isa), panels = (m + max - 1) / max;
-    return (ql_s8_plan){ql_s8_kernel_rows(isa, (int)((m + panels - 1) / panels)), true};
+    /* both paths fit the tile height to M: ceil(M / max) panels of equal
+     * height (M = 77: 7 × 11 rows, not 7 × 12 with 7 padded rows) */
+    const int64_t max = ql_s8_rows_max(isa), mm = m > 0 ? m : 1, panels = (mm + max - 1) / max;
+    const ql_s8_kernel *fitted = ql_s8_kernel_rows(isa, (int)((mm + panels - 1) / panels));
+    return (ql_s8_plan){fitted, m <= (limit >= 0 ? limit : small_m_limit(isa))};
 }
 
 ql_status ql_gemm_s8_exec(int threads, ql_s8_plan plan, const void *packed_a, int64_t m, const ql_packed_b *b,

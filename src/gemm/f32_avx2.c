@@ -52,6 +52,7 @@ static inline __attribute__((always_inline)) __m256 load_w(const ql_dtype dt, co
         _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)b + at))), 16));
 }
 
+#define QL_F32_SMALL_PF 1024 /* prefetch distance, bytes of each panel's stream */
 static inline __attribute__((always_inline)) void small_tile(const int R, const int P, const ql_dtype dt, int64_t k,
                                                              const float *a, int64_t lda, const void *b, int64_t pe,
                                                              float *c)
@@ -61,15 +62,25 @@ static inline __attribute__((always_inline)) void small_tile(const int R, const 
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int v = 0; v < 2 * P; v++) acc[r][v] = _mm256_setzero_ps();
+    const int es = dt == QL_F32 ? 4 : dt == QL_I8 ? 1 : 2, line = 64 / (16 * es); /* k steps per cache line */
     for (int64_t p = 0; p < k; p++) {
-        __m256 w[4];
-#pragma GCC unroll 4
-        for (int v = 0; v < 2 * P; v++) w[v] = load_w(dt, b, (v / 2) * pe + p * 16 + (v % 2) * 8);
+        /* each panel is a stream of its own: prefetched, like the int8 small-M tiles */
+        if (line <= 1 || p % line == 0)
+#pragma GCC unroll 2
+            for (int q = 0; q < P; q++)
+#pragma GCC unroll 2
+                for (int o = 0; o < 16 * es; o += 64)
+                    _mm_prefetch((const char *)b + (q * pe + p * 16) * es + o + QL_F32_SMALL_PF, _MM_HINT_T0);
+        /* rows broadcast first, then one weight vector at a time: R·2P
+         * accumulators + R + 1 registers (3×32 on AVX2: 16, no spill) */
+        __m256 ar[3];
 #pragma GCC unroll 3
-        for (int r = 0; r < R; r++) {
-            const __m256 ar = _mm256_broadcast_ss(a + r * lda + p);
+        for (int r = 0; r < R; r++) ar[r] = _mm256_broadcast_ss(a + r * lda + p);
 #pragma GCC unroll 4
-            for (int v = 0; v < 2 * P; v++) acc[r][v] = _mm256_fmadd_ps(ar, w[v], acc[r][v]);
+        for (int v = 0; v < 2 * P; v++) {
+            const __m256 w = load_w(dt, b, (v / 2) * pe + p * 16 + (v % 2) * 8);
+#pragma GCC unroll 3
+            for (int r = 0; r < R; r++) acc[r][v] = _mm256_fmadd_ps(ar[r], w, acc[r][v]);
         }
     }
 #pragma GCC unroll 3

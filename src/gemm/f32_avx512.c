@@ -57,6 +57,7 @@ static inline __attribute__((always_inline)) __m512 load_w(const ql_dtype dt, co
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)b + at))), 16));
 }
 
+#define QL_F32_SMALL_PF 1024 /* prefetch distance, bytes of each panel's stream */
 static inline __attribute__((always_inline)) void small_tile(const int R, const int P, const ql_dtype dt, int64_t k,
                                                              const float *a, int64_t lda, const void *b, int64_t pe,
                                                              float *c)
@@ -66,15 +67,25 @@ static inline __attribute__((always_inline)) void small_tile(const int R, const 
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int v = 0; v < 2 * P; v++) acc[r][v] = _mm512_setzero_ps();
+    const int es = dt == QL_F32 ? 4 : dt == QL_I8 ? 1 : 2, line = 64 / (32 * es); /* k steps per cache line */
     for (int64_t p = 0; p < k; p++) {
-        __m512 w[4];
-#pragma GCC unroll 4
-        for (int v = 0; v < 2 * P; v++) w[v] = load_w(dt, b, (v / 2) * pe + p * 32 + (v % 2) * 16);
+        /* each panel is a stream of its own: prefetched, like the int8 small-M tiles */
+        if (line <= 1 || p % line == 0)
+#pragma GCC unroll 2
+            for (int q = 0; q < P; q++)
+#pragma GCC unroll 2
+                for (int o = 0; o < 32 * es; o += 64)
+                    _mm_prefetch((const char *)b + (q * pe + p * 32) * es + o + QL_F32_SMALL_PF, _MM_HINT_T0);
+        /* rows broadcast first, then one weight vector at a time: R·2P
+         * accumulators + R + 1 registers (3×32 on AVX2: 16, no spill) */
+        __m512 ar[6];
 #pragma GCC unroll 6
-        for (int r = 0; r < R; r++) {
-            const __m512 ar = _mm512_set1_ps(a[r * lda + p]);
+        for (int r = 0; r < R; r++) ar[r] = _mm512_set1_ps(a[r * lda + p]);
 #pragma GCC unroll 4
-            for (int v = 0; v < 2 * P; v++) acc[r][v] = _mm512_fmadd_ps(ar, w[v], acc[r][v]);
+        for (int v = 0; v < 2 * P; v++) {
+            const __m512 w = load_w(dt, b, (v / 2) * pe + p * 32 + (v % 2) * 16);
+#pragma GCC unroll 6
+            for (int r = 0; r < R; r++) acc[r][v] = _mm512_fmadd_ps(ar[r], w, acc[r][v]);
         }
     }
 #pragma GCC unroll 6

@@ -167,6 +167,12 @@ typedef void (*ql_tile_epilogue_fn)(void *arg, const int32_t *c, int nr, int64_t
  * packed_a holds int8 codes, or int16 ones for kernels with aes == 2. */
 ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const void *packed_a, int64_t m, const ql_packed_b *b,
                     ql_tile_epilogue_fn epi, void *arg);
+/* The same, with pre(pre_arg, t, n) run first by each thread t of the n in
+ * the GEMM's parallel region, then a barrier (the prologue that packs A:
+ * one fork-join per call instead of two). */
+typedef void (*ql_gemm_pre_fn)(void *arg, int t, int n);
+ql_status ql_gemm_s8_run_pre(int threads, const ql_s8_kernel *kern, const void *packed_a, int64_t m, const ql_packed_b *b,
+                             ql_gemm_pre_fn pre, void *pre_arg, ql_tile_epilogue_fn epi, void *arg);
 
 /* The small-M path (GEMV / narrow panels, bound by the weight stream):
  * threads split N, not M — thread t owns a contiguous range of weight
@@ -179,7 +185,8 @@ typedef struct ql_s8_plan {
     bool small;
 } ql_s8_plan;
 /* The path for m rows of an [n, k] weight, chosen from measurements (see
- * driver.c): small-M up to a row count per ISA, else blocked. */
+ * driver.c): small-M up to a row count per ISA, else blocked; either way
+ * with the tile height fitted to m. */
 ql_s8_plan ql_s8_plan_for(ql_isa isa, int64_t m, int64_t n, int64_t k);
 /* The same with the small-M limit of a context (QLINEAR_SMALL_M; -1: default). */
 ql_s8_plan ql_s8_plan_limit(ql_isa isa, int64_t m, int64_t n, int64_t k, int64_t limit);

@@ -41,6 +41,9 @@ static inline __attribute__((always_inline)) void tile_rx16c2(const int R, const
                 const __m256i ar = _mm256_set1_epi32(pair);
                 acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(ar, b0));
                 acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(ar, b1));
+                /* integer adds reassociate: without this GCC sums the 16
+                 * unrolled products as a tree and spills them to the stack */
+                __asm__("" : "+x"(acc[r][0]), "+x"(acc[r][1]));
             }
         }
     }

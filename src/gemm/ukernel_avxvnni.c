@@ -46,12 +46,13 @@ const ql_s8_kernel ql_s8_gemm_6x16c4__avxvnni = {QL_ISA_AVXVNNI, "s8_gemm_6x16c4
 /* Small-M tiles, R×16 for R = 1..5 (ql_s8_kernel_rows); up to 2 rows keep
  * two accumulator sets (even and odd k steps) for enough independent chains. */
 static inline __attribute__((always_inline)) void tile_rx16(const int R, int64_t k4, const int8_t *a, const uint8_t *b,
-                                                            int32_t *c)
+                                                            int32_t *c, int accumulate)
 {
     __m256i acc[6][2], alt[2][2];
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++) {
-        acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+        acc[r][0] = accumulate ? _mm256_load_si256((const __m256i *)(c + 16 * r)) : _mm256_setzero_si256();
+        acc[r][1] = accumulate ? _mm256_load_si256((const __m256i *)(c + 16 * r + 8)) : _mm256_setzero_si256();
         if (r < 2) alt[r][0] = alt[r][1] = _mm256_setzero_si256();
     }
     for (int64_t q0 = 0; q0 < k4; q0 += 8, a += R * 32) {
@@ -82,12 +83,11 @@ static inline __attribute__((always_inline)) void tile_rx16(const int R, int64_t
     }
 }
 
-/* (the small-M path runs every tile over the whole K: accumulate is never set) */
+/* (accumulate: K slices of the blocked driver, which fits the tile height to M too) */
 #define QL_SMALL(R)                                                                                   \
     static void tile_##R##x16c4_avxvnni(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int acc) \
     {                                                                                                  \
-        (void)acc;                                                                                     \
-        tile_rx16(R, k4, a, b, c);                                                                     \
+        tile_rx16(R, k4, a, b, c, acc);                                                                \
     }
 QL_SMALL(1) QL_SMALL(2) QL_SMALL(3) QL_SMALL(4) QL_SMALL(5)
 #undef QL_SMALL

@@ -7,23 +7,23 @@
 #include "../gemm/gemm.h"
 #include "linear.h"
 
-/* Quantize rows of panels [p0, p1) of x into packed A (panels of mr rows),
- * with per-row scale sx and Σq in rowsum. Rows >= m are written as zeros.
- * scratch holds k floats (64-byte aligned). */
+/* Quantize rows [r0, r1) of x into packed A (panels of mr rows; threads
+ * may split a panel's rows), with per-row scale sx and Σq in rowsum. Rows
+ * >= m are written as zeros. scratch holds k floats (64-byte aligned). */
 typedef void (*ql_prologue_fn)(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
-                               int64_t p0, int64_t p1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
+                               int64_t r0, int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
 
 void ql_prologue_generic(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
-                         int64_t p0, int64_t p1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
+                         int64_t r0, int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
 void ql_prologue_avx2(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
-                      int64_t p0, int64_t p1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
+                      int64_t r0, int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
 void ql_prologue_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
-                        int64_t p0, int64_t p1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
+                        int64_t r0, int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
 /* src/arm: c4 panels (kb = 4) and the SMMLA kernel's 8-k blocks (kb = 8) */
 void ql_prologue_neon(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
-                      int64_t p0, int64_t p1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
+                      int64_t r0, int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
 void ql_prologue_neon_k8(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
-                         int64_t p0, int64_t p1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
+                         int64_t r0, int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
 
 /* The unmerged-LoRA term of one output tile (see lora.h): int32 sums c of
  * t_q·u_qᵀ (row stride nr; u stored + 128 like the weights when offset128,

@@ -241,36 +241,69 @@ size_t ql_linear_weight_bytes(const ql_linear *l)
 
 /* ---- W8A8 */
 
-/* Quantize panels [p0, p1) of the chunk; int16 kernels get them widened
- * (from a per-thread int8 staging panel in scratch). */
-static void prologue_panels(const ql_s8_kernel *kern, isa_ops ops, ql_dtype xdt, const void *xc, int64_t ldx, int64_t mc,
-                            int64_t k, int64_t group, int64_t p0, int64_t p1, void *packed, float *sx, int32_t *rowsum,
-                            float *scr, int8_t *stage)
+/* One chunk's prologue, shared by the threads of the GEMM's parallel region. */
+typedef struct {
+    const ql_s8_kernel *kern;
+    isa_ops ops;
+    ql_dtype xdt;
+    const void *xc;
+    int64_t ldx, mc, k, group;
+    void *packed;
+    float *sx;
+    int32_t *rowsum;
+    char *scratch;
+    size_t scratch_bytes, stage_off;
+    ql_lora_run *lora; /* NULL: none */
+} prologue_job;
+
+/* Thread t of n: int8 kernels without LoRA split the rows (padding rows
+ * included) evenly, so M = 77 in 7 panels is not 4 panels against 3; the
+ * int16 kernels (a panel is staged as int8, then widened) and the LoRA down
+ * product (per finished panel) split whole panels. */
+static void prologue_part(void *arg, int t, int n)
 {
+    const prologue_job *j = arg;
+    const ql_s8_kernel *kern = j->kern;
     const int mr = kern->mr;
-    if (kern->aes != 2) {
-        ops.prologue(xdt, xc, ldx, mc, k, group, mr, p0, p1, packed, sx, rowsum, scr);
+    char *mine = j->scratch + j->scratch_bytes * (size_t)t;
+    const int64_t panels = ql_panels(j->mc, mr);
+    if (kern->aes != 2 && !j->lora) {
+        const int64_t rows = panels * mr;
+        j->ops.prologue(j->xdt, j->xc, j->ldx, j->mc, j->k, j->group, mr, rows * t / n, rows * (t + 1) / n, j->packed,
+                        j->sx, j->rowsum, (float *)mine);
         return;
     }
-    const int64_t panel = ql_kpad(kern, k) * mr;
-    for (int64_t p = p0; p < p1; p++) {
-        const int64_t r0 = p * mr; /* panel p as panel 0 of the rows from r0 on */
-        ops.prologue(xdt, ql_row_cptr(xdt, xc, r0, ldx), ldx, mc - r0, k, group, mr, 0, 1, stage, sx + r0, rowsum + r0, scr);
-        kern->widen(stage, (int16_t *)packed + p * panel, panel);
+    const int64_t panel = ql_kpad(kern, j->k) * mr;
+    for (int64_t p = panels * t / n; p < panels * (t + 1) / n; p++) {
+        if (kern->aes == 2) { /* panel p as panel 0 of the rows from r0 on, widened from an int8 staging panel */
+            const int64_t r0 = p * mr;
+            int8_t *stage = (int8_t *)(mine + j->stage_off);
+            j->ops.prologue(j->xdt, ql_row_cptr(j->xdt, j->xc, r0, j->ldx), j->ldx, j->mc - r0, j->k, j->group, mr, 0, mr,
+                            stage, j->sx + r0, j->rowsum + r0, (float *)mine);
+            kern->widen(stage, (int16_t *)j->packed + p * panel, panel);
+        } else
+            j->ops.prologue(j->xdt, j->xc, j->ldx, j->mc, j->k, j->group, mr, p * mr, (p + 1) * mr, j->packed, j->sx,
+                            j->rowsum, (float *)mine);
+        if (j->lora) ql_lora_down_panel(j->lora, p, j->mc, j->k, j->packed, j->sx, j->rowsum, t);
     }
+}
+
+static ql_s8_plan w8a8_plan(const ql_linear *l, int64_t m)
+{
+    /* weights decoded in the GEMM (W4A8/W6A8) and asymmetric corrections run blocked */
+    if (l->corr || l->b8.decode) return (ql_s8_plan){l->s8, false};
+    return ql_s8_plan_limit(l->s8->isa, m, l->n, l->k, l->ctx->small_m);
 }
 
 static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t m, int64_t ldx, void *y,
                               ql_dtype ydt, int64_t ldy, const ql_epi_plan *plan)
 {
-    /* weights decoded in the GEMM (W4A8/W6A8) and asymmetric corrections run blocked */
-    const ql_s8_plan sp = l->corr || l->b8.decode ? (ql_s8_plan){l->s8, false}
-                                                  : ql_s8_plan_limit(l->s8->isa, m, l->n, l->k, l->ctx->small_m);
+    const int64_t chunk = m < QL_M_CHUNK ? m : QL_M_CHUNK;
+    const ql_s8_plan sp = w8a8_plan(l, chunk);
     const ql_s8_kernel *kern = sp.kern;
     const isa_ops ops = ops_for(kern->isa);
     const int threads = l->ctx->threads, mr = kern->mr, aes = kern->aes ? kern->aes : 1;
     const int64_t k = l->k, kp = (k + 63) & ~(int64_t)63;
-    const int64_t chunk = m < QL_M_CHUNK ? m : QL_M_CHUNK;
     /* one workspace: packed activations | row scales | row sums | per-thread scratch (+ int8 staging panel) */
     const size_t a_bytes = (ql_packed_a_bytes(kern, chunk, k) * (size_t)aes + 63) & ~(size_t)63;
     const size_t v_bytes = ((size_t)chunk * 4 + 63) & ~(size_t)63;
@@ -282,22 +315,21 @@ static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t
     if (!ws) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot allocate the activation buffers");
     ql_lora_run lr;
     if (lora) ql_lora_run_init(&lr, l->lora, kern, ws + base_bytes, chunk, threads);
-    int8_t *packed = (int8_t *)ws;
-    float *sx = (float *)(ws + a_bytes);
-    int32_t *rowsum = (int32_t *)(ws + a_bytes + v_bytes);
-    char *scratch = ws + a_bytes + 2 * v_bytes;
-    const size_t stage_off = ((size_t)kp * 5 + 127) & ~(size_t)63;
+    prologue_job pj = {kern, ops, xdt, NULL, ldx, 0, k, l->group, ws, (float *)(ws + a_bytes),
+                       (int32_t *)(ws + a_bytes + v_bytes), ws + a_bytes + 2 * v_bytes, scratch_bytes,
+                       ((size_t)kp * 5 + 127) & ~(size_t)63, lora ? &lr : NULL};
     ql_status st = QL_OK;
+    if (l->corr && lora) {
+        st = ql_fail(QL_ERR_UNSUPPORTED, "ql_linear_forward: unmerged LoRA on an asymmetric W4A8 layer is not supported");
+        goto done;
+    }
     for (int64_t m0 = 0; m0 < m; m0 += chunk) {
-        const int64_t mc = m - m0 < chunk ? m - m0 : chunk, panels = ql_panels(mc, mr);
-        const void *xc = ql_row_cptr(xdt, x, m0, ldx);
-        ql_w8a8_epi e = {sx, rowsum, kern->b_offset128, l->sw, l->n_sw == 1, *plan,
+        const int64_t mc = m - m0 < chunk ? m - m0 : chunk;
+        pj.xc = ql_row_cptr(xdt, x, m0, ldx);
+        pj.mc = mc;
+        ql_w8a8_epi e = {pj.sx, pj.rowsum, kern->b_offset128, l->sw, l->n_sw == 1, *plan,
                          ql_row_ptr(ydt, y, m0, ldy), ldy, NULL, 0, l->finite_weights[ydt], NULL};
         if (e.plan.residual) e.plan.residual = ql_row_cptr(ydt, e.plan.residual, m0, e.plan.ld_residual);
-        if (l->corr && lora) {
-            st = ql_fail(QL_ERR_UNSUPPORTED, "ql_linear_forward: unmerged LoRA on an asymmetric W4A8 layer is not supported");
-            goto done;
-        }
         if (lora) {
             lr.base = e;
             lr.inner = ops.epilogue;
@@ -309,33 +341,21 @@ static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t
 #pragma omp parallel num_threads(nt)
             {
                 const int t = omp_get_thread_num(), n = omp_get_num_threads();
-                char *mine = scratch + scratch_bytes * (size_t)t;
-                for (int64_t p = panels * t / n; p < panels * (t + 1) / n; p++) {
-                    prologue_panels(kern, ops, xdt, xc, ldx, mc, k, l->group, p, p + 1, packed, sx, rowsum, (float *)mine,
-                                    (int8_t *)(mine + stage_off));
-                    if (lora) ql_lora_down_panel(&lr, p, mc, k, packed, sx, rowsum, t);
-                }
+                prologue_part(&pj, t, n);
 #pragma omp barrier
                 int64_t jp0, jp1;
                 ql_split_panels(l->b8.panels, t, n, &jp0, &jp1);
-                ql_gemm_s8_small_part(kern, packed, mc, &l->b8, jp0, jp1, epi, epi_arg);
+                ql_gemm_s8_small_part(kern, pj.packed, mc, &l->b8, jp0, jp1, epi, epi_arg);
             }
             continue;
         }
-        int pt = threads < panels ? threads : (int)panels;
+        if (l->corr) { /* the corrected GEMM reads the packed rows back: its own region */
+            const int64_t panels = ql_panels(mc, mr);
+            const int pt = threads < panels ? threads : (int)panels;
 #pragma omp parallel num_threads(pt)
-        {
-            const int t = omp_get_thread_num();
-            char *mine = scratch + scratch_bytes * (size_t)t;
-#pragma omp for schedule(static)
-            for (int64_t p = 0; p < panels; p++) {
-                prologue_panels(kern, ops, xdt, xc, ldx, mc, k, l->group, p, p + 1, packed, sx, rowsum, (float *)mine,
-                                (int8_t *)(mine + stage_off));
-                if (lora) ql_lora_down_panel(&lr, p, mc, k, packed, sx, rowsum, t);
-            }
-        }
-        st = l->corr ? ql_wxa8_gemm_corrected(threads, kern, packed, mc, &l->b8, &e, l->corr, l->corr_group, l->k)
-                     : ql_gemm_s8_run(threads, kern, packed, mc, &l->b8, epi, epi_arg);
+            prologue_part(&pj, omp_get_thread_num(), omp_get_num_threads());
+            st = ql_wxa8_gemm_corrected(threads, kern, pj.packed, mc, &l->b8, &e, l->corr, l->corr_group, l->k);
+        } else st = ql_gemm_s8_run_pre(threads, kern, pj.packed, mc, &l->b8, prologue_part, &pj, epi, epi_arg);
         if (st != QL_OK) goto done;
     }
 done:
@@ -494,8 +514,7 @@ void ql_linear_describe(const ql_linear *l, int64_t m, char *buf, size_t len)
         return;
     }
     if (l->kind == QL_LINEAR_W8A8) {
-        const ql_s8_plan sp = l->corr || l->b8.decode ? (ql_s8_plan){l->s8, false}
-                                                      : ql_s8_plan_limit(l->s8->isa, m, l->n, l->k, l->ctx->small_m);
+        const ql_s8_plan sp = w8a8_plan(l, m < QL_M_CHUNK ? m : QL_M_CHUNK);
         snprintf(buf, len, "%s%s", sp.kern->name, sp.small ? " small-M" : "");
         return;
     }

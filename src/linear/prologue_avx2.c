@@ -150,54 +150,52 @@ static void zero_row32(int64_t kp, int mr, int r, int8_t *panel)
 
 /* Rows of x -> packed A in 32-byte blocks (the AVX2 and AVX-VNNI kernels). */
 void ql_prologue_avx2(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
-                      int64_t p0, int64_t p1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch)
+                      int64_t r0, int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch)
 {
     const int64_t kp = (k + 31) & ~(int64_t)31, k8 = k & ~(int64_t)7;
     const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
-    for (int64_t p = p0; p < p1; p++) {
-        int8_t *panel = packed + (size_t)(p * kp * mr);
-        for (int r = 0; r < mr; r++) {
-            const int64_t row = p * mr + r;
-            if (row >= m) { zero_row32(kp, mr, r, panel); continue; }
-            const void *src = ql_row_cptr(dt, x, row, ldx);
-            uint32_t bits;
-            if (group == 256) bits = rotate_row256(dt, src, k, scratch); /* k % 256 == 0: kp == k */
-            else {
-                for (int64_t i = 0; i < k8; i += 8) _mm256_store_ps(scratch + i, ql256_load(dt, src, i));
-                for (int64_t i = k8; i < kp; i++) scratch[i] = i < k ? ql_load_f(dt, src, i) : 0.0f;
-                if (group >= 16) {
-                    for (int64_t g0 = 0; g0 < k; g0 += group) fwht_group(scratch + g0, group);
-                } else if (group == 4) {
-                    for (int64_t i = 0; i < kp; i += 8)
-                        _mm256_store_ps(scratch + i, stage_s1(_mm256_mul_ps(_mm256_load_ps(scratch + i), _mm256_set1_ps(0.5f))));
-                }
-                /* rounded to dt; max |v| as the unsigned maximum of the bits of
-                 * |v|, where NaN and Inf exceed every finite value */
-                __m256i amax = _mm256_setzero_si256();
-                for (int64_t i = 0; i < kp; i += 8) {
-                    __m256 v = _mm256_load_ps(scratch + i);
-                    if (group > 0 && dt != QL_F32) {
-                        v = ql256_round_to(dt, v);
-                        _mm256_store_ps(scratch + i, v);
-                    }
-                    amax = _mm256_max_epu32(amax, _mm256_and_si256(_mm256_castps_si256(v), absmask));
-                }
-                uint32_t lanes[8];
-                _mm256_storeu_si256((__m256i *)lanes, amax);
-                bits = 0;
-                for (int t = 0; t < 8; t++) bits = lanes[t] > bits ? lanes[t] : bits;
+    for (int64_t row = r0; row < r1; row++) {
+        int8_t *panel = packed + (size_t)(row / mr * kp * mr);
+        const int r = (int)(row % mr);
+        if (row >= m) { zero_row32(kp, mr, r, panel); continue; }
+        const void *src = ql_row_cptr(dt, x, row, ldx);
+        uint32_t bits;
+        if (group == 256) bits = rotate_row256(dt, src, k, scratch); /* k % 256 == 0: kp == k */
+        else {
+            for (int64_t i = 0; i < k8; i += 8) _mm256_store_ps(scratch + i, ql256_load(dt, src, i));
+            for (int64_t i = k8; i < kp; i++) scratch[i] = i < k ? ql_load_f(dt, src, i) : 0.0f;
+            if (group >= 16) {
+                for (int64_t g0 = 0; g0 < k; g0 += group) fwht_group(scratch + g0, group);
+            } else if (group == 4) {
+                for (int64_t i = 0; i < kp; i += 8)
+                    _mm256_store_ps(scratch + i, stage_s1(_mm256_mul_ps(_mm256_load_ps(scratch + i), _mm256_set1_ps(0.5f))));
             }
-            if (bits >= 0x7F800000u) { /* non-finite row: codes 0, scale NaN -> NaN output row */
-                sx[row] = NAN;
-                rowsum[row] = 0;
-                zero_row32(kp, mr, r, panel);
-                continue;
+            /* rounded to dt; max |v| as the unsigned maximum of the bits of
+             * |v|, where NaN and Inf exceed every finite value */
+            __m256i amax = _mm256_setzero_si256();
+            for (int64_t i = 0; i < kp; i += 8) {
+                __m256 v = _mm256_load_ps(scratch + i);
+                if (group > 0 && dt != QL_F32) {
+                    v = ql256_round_to(dt, v);
+                    _mm256_store_ps(scratch + i, v);
+                }
+                amax = _mm256_max_epu32(amax, _mm256_and_si256(_mm256_castps_si256(v), absmask));
             }
-            float a;
-            memcpy(&a, &bits, 4);
-            const float s = ql_scale_from_absmax(a);
-            sx[row] = s;
-            rowsum[row] = quantize_row_blocks(dt, scratch, kp, ql_scale_divisor(dt, s), mr, r, panel);
+            uint32_t lanes[8];
+            _mm256_storeu_si256((__m256i *)lanes, amax);
+            bits = 0;
+            for (int t = 0; t < 8; t++) bits = lanes[t] > bits ? lanes[t] : bits;
         }
+        if (bits >= 0x7F800000u) { /* non-finite row: codes 0, scale NaN -> NaN output row */
+            sx[row] = NAN;
+            rowsum[row] = 0;
+            zero_row32(kp, mr, r, panel);
+            continue;
+        }
+        float a;
+        memcpy(&a, &bits, 4);
+        const float s = ql_scale_from_absmax(a);
+        sx[row] = s;
+        rowsum[row] = quantize_row_blocks(dt, scratch, kp, ql_scale_divisor(dt, s), mr, r, panel);
     }
 }

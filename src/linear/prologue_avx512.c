@@ -348,35 +348,33 @@ static void zero_row64(int64_t kp, int mr, int r, int8_t *panel)
 }
 
 void ql_prologue_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
-                        int64_t p0, int64_t p1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch)
+                        int64_t r0, int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch)
 {
     const int64_t kp = (k + 63) & ~(int64_t)63, kp16 = (k + 15) & ~(int64_t)15;
     const bool fbf = ql_cpu()->avx512bf16, fast = group == 256;
-    for (int64_t p = p0; p < p1; p++) {
-        int8_t *panel = packed + (size_t)(p * kp * mr);
-        for (int r = 0; r < mr; r++) {
-            const int64_t row = p * mr + r;
-            if (row >= m) {
-                zero_row64(kp, mr, r, panel);
-                continue;
-            }
-            const void *src = ql_row_cptr(dt, x, row, ldx);
-            float a;
-            if (fast) a = rotate_row256(dt, src, k, scratch, fbf);
-            else {
-                a = load_rotate_absmax(dt, src, k, group, scratch, fbf, false);
-                for (int64_t i = kp16; i < kp; i += 16) _mm512_store_ps(scratch + i, _mm512_setzero_ps());
-            }
-            if (isnan(a)) { /* non-finite row: codes 0, scale NaN -> NaN output row */
-                sx[row] = NAN;
-                rowsum[row] = 0;
-                zero_row64(kp, mr, r, panel);
-                continue;
-            }
-            const float s = ql_scale_from_absmax(a);
-            sx[row] = s;
-            rowsum[row] = quantize_row_blocks(dt, scratch, !fast, kp, ql_scale_divisor(dt, s), mr, r, panel, fbf);
+    for (int64_t row = r0; row < r1; row++) {
+        int8_t *panel = packed + (size_t)(row / mr * kp * mr);
+        const int r = (int)(row % mr);
+        if (row >= m) {
+            zero_row64(kp, mr, r, panel);
+            continue;
         }
+        const void *src = ql_row_cptr(dt, x, row, ldx);
+        float a;
+        if (fast) a = rotate_row256(dt, src, k, scratch, fbf);
+        else {
+            a = load_rotate_absmax(dt, src, k, group, scratch, fbf, false);
+            for (int64_t i = kp16; i < kp; i += 16) _mm512_store_ps(scratch + i, _mm512_setzero_ps());
+        }
+        if (isnan(a)) { /* non-finite row: codes 0, scale NaN -> NaN output row */
+            sx[row] = NAN;
+            rowsum[row] = 0;
+            zero_row64(kp, mr, r, panel);
+            continue;
+        }
+        const float s = ql_scale_from_absmax(a);
+        sx[row] = s;
+        rowsum[row] = quantize_row_blocks(dt, scratch, !fast, kp, ql_scale_divisor(dt, s), mr, r, panel, fbf);
     }
 }
 

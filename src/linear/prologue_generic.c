@@ -2,21 +2,19 @@
 
 /* The reference twin: the eager row quantizer, then a scatter into panels. */
 void ql_prologue_generic(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
-                         int64_t p0, int64_t p1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch)
+                         int64_t r0, int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch)
 {
     int8_t *q = (int8_t *)(scratch + k); /* scratch holds k floats + k bytes */
-    for (int64_t p = p0; p < p1; p++) {
-        int8_t *panel = packed + (size_t)(p * ql_k4(k) * mr * 4);
-        for (int r = 0; r < mr; r++) {
-            int64_t row = p * mr + r;
-            if (row >= m) { ql_zero_row(k, mr, r, panel); continue; }
-            ql_load_row_rotated(dt, ql_row_cptr(dt, x, row, ldx), k, group, scratch);
-            ql_quantize_row_f32(dt, scratch, k, q, &sx[row]);
-            int32_t s = 0;
-            for (int64_t j = 0; j < k; j++) s += q[j];
-            rowsum[row] = s;
-            ql_scatter_row(q, k, mr, r, panel);
-        }
+    for (int64_t row = r0; row < r1; row++) {
+        int8_t *panel = packed + (size_t)(row / mr * ql_k4(k) * mr * 4);
+        const int r = (int)(row % mr);
+        if (row >= m) { ql_zero_row(k, mr, r, panel); continue; }
+        ql_load_row_rotated(dt, ql_row_cptr(dt, x, row, ldx), k, group, scratch);
+        ql_quantize_row_f32(dt, scratch, k, q, &sx[row]);
+        int32_t s = 0;
+        for (int64_t j = 0; j < k; j++) s += q[j];
+        rowsum[row] = s;
+        ql_scatter_row(q, k, mr, r, panel);
     }
 }
 
