@@ -29,6 +29,26 @@ _DT_NAMES = {_F32: "fp32", _F16: "fp16", _BF16: "bf16"}
 _DT_ALIASES = {"fp32": _F32, "float32": _F32, "float": _F32, "fp16": _F16, "float16": _F16, "half": _F16,
                "bf16": _BF16, "bfloat16": _BF16}
 _NP_OF = {_F32: np.dtype(np.float32), _F16: np.dtype(np.float16), _BF16: np.dtype(np.uint16)}
+_NP_CODES = {v: k for k, v in _NP_OF.items()}  # native byte order only: '>f4' is not a key
+
+# Linear.forward's fast path for torch tensors: (torch.Tensor, fn(linear, x) -> y or
+# None), filled in when qlinear.torch is imported; numpy users never import torch.
+_torch_fast = [None, None]
+
+
+def _forward_int():
+    """ql_linear_forward taking x and y as integers (torch's data_ptr()): the
+    same function, with the two pointers declared uintptr_t, which every ABI
+    cffi runs on passes as it passes a pointer; saves two ffi.cast per call."""
+    if "forward_int" not in _fast_fns:
+        ffi, lib = load()
+        _fast_fns["forward_int"] = ffi.cast(
+            "ql_status (*)(ql_linear *, uintptr_t, ql_dtype, int64_t, int64_t, uintptr_t, ql_dtype, int64_t, "
+            "const ql_epilogue *)", lib.ql_linear_forward)
+    return _fast_fns["forward_int"]
+
+
+_fast_fns = {}
 
 _KINDS = {"w8a8": 0, "weight-only": 1, "dense": 2, "dequant": 3}
 _KIND_NAMES = {v: k for k, v in _KINDS.items()}
@@ -288,6 +308,10 @@ class Linear:
         self._ptr, self._ctx = ptr, ctx
         self._ffi, self._lib = load()
         self.n, self.k, self.kind, self.format, self.group, self.has_bias = n, k, kind, fmt, group, has_bias
+        # Per-call constants, bound once (the M = 1 call costs a few µs in C).
+        self._fwd, self._fwd_int = self._lib.ql_linear_forward, _forward_int()
+        self._from_buffer, self._null = self._ffi.from_buffer, self._ffi.NULL
+        self._last_shapes = ((), ())
 
     # -- construction
     @classmethod
@@ -401,6 +425,29 @@ class Linear:
         kind (numpy array or torch tensor). fp32/fp16/bf16 in (numpy bf16 as
         uint16), out_dtype defaults to the input's. Rows may be strided; the
         last dimension must be contiguous."""
+        # Fast paths: a C-contiguous array or CPU tensor of a dtype the library
+        # takes, output in its dtype: no per-call tables, casts or shape walks.
+        if out_dtype is None:
+            t = type(x)
+            if t is np.ndarray:
+                code = _NP_CODES.get(x.dtype)
+                if code is not None and x.ndim and x.shape[-1] == self.k:
+                    f = x.flags
+                    if f.c_contiguous and f.aligned:
+                        y = np.empty(x.shape[:-1] + (self.n,), x.dtype)
+                        if x.size:
+                            st = self._fwd(self._ptr, self._from_buffer(x), code, x.size // self.k, self.k,
+                                           self._from_buffer(y), code, self.n, self._null)
+                            if st:
+                                _check(st, "ql_linear_forward")
+                        return y
+            elif t is _torch_fast[0]:
+                y = _torch_fast[1](self, x)
+                if y is not None:
+                    return y
+        return self._forward_any(x, out_dtype)
+
+    def _forward_any(self, x, out_dtype):
         ptr, code, shape, strides = _host_array(x, "x")
         m, ld = _rows(shape, strides, self.k, "x")
         ocode = code if out_dtype is None else _dtype_code(out_dtype, "out_dtype")
@@ -413,9 +460,7 @@ class Linear:
             y = np.empty(oshape, _NP_OF[ocode])
             yp = y.__array_interface__["data"][0]
         if m:
-            ffi = self._ffi
-            st = self._lib.ql_linear_forward(self._ptr, ffi.cast("void *", ptr), code, m, ld,
-                                             ffi.cast("void *", yp), ocode, self.n, ffi.NULL)
+            st = self._fwd_int(self._ptr, ptr, code, m, ld, yp, ocode, self.n, self._null)
             if st:
                 _check(st, "ql_linear_forward")
         return y

@@ -3,6 +3,8 @@ in PyTorch, with its linears as PyTorch fp32 / oneDNN fp32 / bf16 or as qlinear.
 
     python3 -m qlinear.e2e [--blocks 28] [--tokens 1024] [--paths LIST] [--reps N]
                            [--threads N] [--json FILE] [--plot FILE.png] [--seed S]
+                           [--quantize REGEX] [--spin]
+    python3 -m qlinear.e2e --overhead [--calls N] [--threads N] [--json FILE]
 
 The model (random weights N(0, 0.02²), four input channels ×10 in every
 linear): `blocks` transformer blocks of hidden size 2048 with 16 heads; each
@@ -24,7 +26,13 @@ any dtype, and the output's rel-L2 against the fp32 path.
 OpenBLAS 0.3.21 (Debian 12) does not know recent CPUs and falls back to its
 slowest kernels; as qlinear bench does, this sets OPENBLAS_CORETYPE (and
 OPENBLAS_NUM_THREADS = --threads) before OpenBLAS loads, by re-executing
-itself once, and says so.
+itself once, and says so. It also makes idle pool workers sleep (POOL_ENV:
+OPENBLAS_THREAD_TIMEOUT=4, OMP_WAIT_POLICY=passive; --spin leaves the
+runtimes' defaults), the same setup for every path, and prints it.
+
+--overhead times the binding per call at M = 1: QLinear(x), Linear.forward on
+torch and numpy inputs, against ql_linear_forward called through cffi with
+prepared arguments (the C API floor), each call timed on its own, medians.
 """
 import argparse
 import json
@@ -55,8 +63,24 @@ def _cpu_flags():
     return set()
 
 
-def _reexec_for_openblas(argv, threads):
-    """Set OPENBLAS_CORETYPE / OPENBLAS_NUM_THREADS before any BLAS loads."""
+# The thread pools in the process: PyTorch's ATen, oneDNN and qlinear all run
+# on libgomp (one pool, shared); Debian's torch does its fp32 matmuls in
+# OpenBLAS's own pthread pool. Idle workers of either pool spin (OpenBLAS's
+# for ~2^28 cycles after each call, libgomp's for a while after each parallel
+# region), so on a 2-core machine whichever pool runs next shares its cores
+# with the other's spinning workers. Every path here mixes both pools (the
+# attention matmuls go through OpenBLAS on every path), so the harness makes
+# both pools' idle workers sleep at once; the wake-up costs ~10-50 µs per call
+# or region, far below the milliseconds each one runs at M = 1024.
+POOL_ENV = (
+    ("OPENBLAS_THREAD_TIMEOUT", "4", "OpenBLAS workers sleep right after each call instead of spinning"),
+    ("OMP_WAIT_POLICY", "passive", "libgomp workers (PyTorch, oneDNN, qlinear) sleep at the end of each region"),
+)
+
+
+def _reexec_for_openblas(argv, threads, spin):
+    """Set OPENBLAS_CORETYPE / OPENBLAS_NUM_THREADS and the pools' idle policy
+    before any BLAS or OpenMP runtime loads (environment variables the user set win)."""
     if os.environ.get("QL_E2E_REEXEC"):
         return
     env = dict(os.environ, QL_E2E_REEXEC="1")
@@ -70,9 +94,28 @@ def _reexec_for_openblas(argv, threads):
     if "OPENBLAS_NUM_THREADS" not in env:
         env["OPENBLAS_NUM_THREADS"] = str(threads)
         notes.append(f"OPENBLAS_NUM_THREADS={threads}")
+    if not spin:
+        for var, val, _ in POOL_ENV:
+            if var not in env:
+                env[var] = val
+                notes.append(f"{var}={val}")
     env["QL_E2E_NOTE"] = " ".join(notes)
     sys.stdout.flush()
     os.execve(sys.executable, [sys.executable, "-m", "qlinear.e2e", *argv], env)
+
+
+def _pool_config(torch, threads, note):
+    """One paragraph: the thread setup every path runs under, and who set it."""
+    env = " ".join(f"{v}={os.environ.get(v, '(unset)')}" for v in
+                   ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT", "OMP_WAIT_POLICY",
+                    "OMP_NUM_THREADS"))
+    lines = [f"threads: torch.set_num_threads({threads}) (ATen and oneDNN on libgomp; qlinear's layers follow "
+             f"torch.get_num_threads() = {torch.get_num_threads()}, on the same libgomp pool); {env}"]
+    if note:
+        lines.append(f"set by qlinear.e2e: {note} (OPENBLAS_CORETYPE: OpenBLAS 0.3.21 falls back to its slowest "
+                     "kernels on CPUs it does not know; the idle policies keep one pool's spinning workers off the "
+                     "cores another pool is running on; --spin leaves them at the runtimes' defaults)")
+    return "\n".join(lines)
 
 
 def _parse(argv):
@@ -84,17 +127,25 @@ def _parse(argv):
     p.add_argument("--reps", type=int, default=3, help="timed steps per path (median)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--quantize", metavar="REGEX",
+                   help="qlinear paths: swap only the linears whose role matches (roles: self_attn.q/k/v/o, "
+                        "cross_attn.q/k/v/o, mlp.fc1, mlp.fc2, mod0/1/2.down, mod0/1/2.up); to see which layers "
+                        "carry the error")
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--plot", metavar="FILE.png")
     p.add_argument("--overhead", action="store_true",
                    help="measure the binding's per-call overhead at M = 1 instead")
+    p.add_argument("--spin", action="store_true",
+                   help="leave the thread pools' idle policy at the runtimes' defaults (spinning workers; "
+                        "see POOL_ENV) instead of setting " + " ".join(f"{v}={x}" for v, x, _ in POOL_ENV))
+    p.add_argument("--calls", type=int, default=10000, help="--overhead: timed calls per entry point (median)")
     a = p.parse_args(argv)
     a.paths = [x for x in a.paths.split(",") if x]
     bad = [x for x in a.paths if x not in ALL_PATHS]
     if bad:
         p.error(f"unknown path(s) {', '.join(bad)}; choose from {', '.join(ALL_PATHS)}")
-    if a.blocks < 1 or a.tokens < 1 or a.text_tokens < 1 or a.reps < 1 or a.threads < 1:
-        p.error("--blocks, --tokens, --text-tokens, --reps and --threads must be positive")
+    if min(a.blocks, a.tokens, a.text_tokens, a.reps, a.threads, a.calls) < 1:
+        p.error("--blocks, --tokens, --text-tokens, --reps, --threads and --calls must be positive")
     return a
 
 
@@ -103,15 +154,20 @@ def _parse(argv):
 HIDDEN, HEADS, TEXT_DIM, MLP, LORA = 2048, 16, 1024, 8192, 256
 
 
-def build(torch, nn, blocks, seed, path):
+def build(torch, nn, blocks, seed, path, quantize=None):
     """The model for one path. Weights are drawn layer by layer from per-layer
     seeds (every path gets the same numbers) and converted at once, so the
-    peak memory is the path's model plus one fp32 layer."""
+    peak memory is the path's model plus one fp32 layer. `quantize` (a regex
+    on the layer's role, e.g. "mlp.fc2" or "mod.*up"): on the qlinear paths,
+    only the matching linears become qlinear, the others stay PyTorch fp32."""
+    import re
+
     import qlinear.torch as qt
 
     counter = [0]
+    sel = re.compile(quantize) if quantize else None
 
-    def make(k, n, bias=True):
+    def make(k, n, role, bias=True):
         g = torch.Generator()
         g.manual_seed(seed * 1_000_003 + counter[0])
         counter[0] += 1
@@ -124,6 +180,8 @@ def build(torch, nn, blocks, seed, path):
         if path == "onednn-fp32":
             from torch.utils import mkldnn as mk
             return mk.MkldnnLinear(lin, torch.float32)
+        if path in ("w8a8-convrot", "weight-only") and sel and not sel.search(role):
+            return lin
         if path == "w8a8-convrot":
             return qt.QLinear.from_linear(lin, format="int8-convrot")
         if path == "weight-only":
@@ -133,25 +191,26 @@ def build(torch, nn, blocks, seed, path):
         return lin
 
     class Attention(nn.Module):
-        def __init__(self, ctx_dim):
+        def __init__(self, ctx_dim, name):
             super().__init__()
-            self.q, self.k, self.v, self.o = make(HIDDEN, HIDDEN), make(ctx_dim, HIDDEN), make(ctx_dim, HIDDEN), \
-                make(HIDDEN, HIDDEN)
+            self.q, self.k, self.v, self.o = (make(HIDDEN if r in "qo" else ctx_dim, HIDDEN, f"{name}.{r}")
+                                              for r in "qkvo")
 
         def forward(self, x, ctx):
             b, m, _ = x.shape
             t = ctx.shape[1]
             d = HIDDEN // HEADS
-            q = self.q(x).view(b, m, HEADS, d).transpose(1, 2)
-            k = self.k(ctx).view(b, t, HEADS, d).transpose(1, 2)
+            q = (self.q(x) * d ** -0.5).view(b, m, HEADS, d).transpose(1, 2)  # scaled before q·kᵀ: M·2048
+            k = self.k(ctx).view(b, t, HEADS, d).transpose(1, 2)              # products, not 16·M·T
             v = self.v(ctx).view(b, t, HEADS, d).transpose(1, 2)
-            a = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * d ** -0.5, dim=-1)
+            a = torch.softmax(torch.matmul(q, k.transpose(-1, -2)), dim=-1)
             return self.o(torch.matmul(a, v).transpose(1, 2).reshape(b, m, HIDDEN))
 
     class Modulation(nn.Module):  # adaLN-LoRA: shift, scale, gate from the time embedding
-        def __init__(self):
+        def __init__(self, i):
             super().__init__()
-            self.down, self.up = make(HIDDEN, LORA, bias=False), make(LORA, 3 * HIDDEN, bias=False)
+            self.down, self.up = make(HIDDEN, LORA, f"mod{i}.down", bias=False), \
+                make(LORA, 3 * HIDDEN, f"mod{i}.up", bias=False)
 
         def forward(self, t):
             return self.up(self.down(t)).unsqueeze(1).chunk(3, dim=-1)
@@ -159,9 +218,9 @@ def build(torch, nn, blocks, seed, path):
     class Block(nn.Module):
         def __init__(self):
             super().__init__()
-            self.self_attn, self.cross_attn = Attention(HIDDEN), Attention(TEXT_DIM)
-            self.fc1, self.fc2 = make(HIDDEN, MLP), make(MLP, HIDDEN)
-            self.mods = nn.ModuleList([Modulation() for _ in range(3)])
+            self.self_attn, self.cross_attn = Attention(HIDDEN, "self_attn"), Attention(TEXT_DIM, "cross_attn")
+            self.fc1, self.fc2 = make(HIDDEN, MLP, "mlp.fc1"), make(MLP, HIDDEN, "mlp.fc2")
+            self.mods = nn.ModuleList([Modulation(i) for i in range(3)])
 
         def forward(self, x, t, ctx):
             t = nn.functional.silu(t)
@@ -259,11 +318,7 @@ def run(a):
           f"M = {a.tokens} image tokens, {a.text_tokens} text tokens of width {TEXT_DIM}; {n_lin} linears")
     print(f"torch {torch.__version__}, qlinear {qlinear.version()} ({qlinear.library_path()}), "
           f"{a.threads} threads, {a.reps} timed steps per path (median), seed {a.seed}")
-    if note:
-        print(f"note: {note} set by qlinear.e2e (OpenBLAS 0.3.21 falls back to its slowest kernels on CPUs it does "
-              "not know; this gives PyTorch's fp32 matmuls its fast ones)")
-    else:
-        print(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
+    print(_pool_config(torch, a.threads, note))
     for p in paths:
         print(f"  {p:<13} {NOTES[p]}")
     g = torch.Generator()
@@ -297,7 +352,7 @@ def run(a):
 
     def prepare(p):
         t0 = time.perf_counter()
-        model = build(torch, nn, a.blocks, a.seed, p)
+        model = build(torch, nn, a.blocks, a.seed, p, a.quantize)
         timer = LinearTimer(model)
         res[p]["build_s"] = time.perf_counter() - t0
         dt = torch.bfloat16 if p == "bf16" else torch.float32
@@ -347,14 +402,10 @@ def run(a):
                   f"{res[p]['speedup_vs_fastest_torch']:.2f}x its fastest ({fastest}), rel-L2 {res[p]['rel_l2']:.3g}")
     records = [res[p] for p in paths]
     if a.json:
-        tmp = a.json + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"model": {"blocks": a.blocks, "tokens": a.tokens, "text_tokens": a.text_tokens,
-                                 "hidden": HIDDEN, "heads": HEADS, "linears": n_lin},
-                       "threads": a.threads, "reps": a.reps, "torch": torch.__version__, "note": note,
-                       "best_fp32": best_fp32, "fastest_torch": fastest, "paths": records}, f, indent=1)
-        os.replace(tmp, a.json)
-        print(f"wrote {a.json}")
+        _write_json(a.json, {"model": {"blocks": a.blocks, "tokens": a.tokens, "text_tokens": a.text_tokens,
+                                       "hidden": HIDDEN, "heads": HEADS, "linears": n_lin},
+                             "threads": a.threads, "reps": a.reps, "torch": torch.__version__, "note": note,
+                             "best_fp32": best_fp32, "fastest_torch": fastest, "paths": records})
     if a.plot:
         plot(records, a, best_fp32, fastest)
     return 0
@@ -386,7 +437,9 @@ def plot(records, a, best_fp32, fastest):
 # ----------------------------------------------------------------------------- binding overhead
 
 def overhead(a):
-    """Per-call cost of QLinear.forward and Linear.forward beyond the C call, at M = 1."""
+    """Per-call cost of the Python entry points beyond the C call, at M = 1:
+    each call timed on its own (perf_counter_ns), the entry points interleaved
+    in chunks of 100 calls, medians over all calls."""
     import numpy as np
     import torch
 
@@ -394,46 +447,69 @@ def overhead(a):
     import qlinear.torch as qt
 
     torch.set_num_threads(a.threads)
-    print(f"binding overhead at M = 1, {a.threads} threads, qlinear {qlinear.version()}, torch {torch.__version__}")
+    print(f"binding overhead at M = 1 (fp32 in and out), qlinear {qlinear.version()}, torch {torch.__version__}; "
+          f"median of {a.calls} calls each, interleaved in chunks of 100")
+    print(_pool_config(torch, a.threads, os.environ.get("QL_E2E_NOTE", "")))
     ffi, lib = qlinear._lib.load()
+    clock = time.perf_counter_ns
+    out = []
     for n, k in ((256, 256), (2048, 2048)):
+        g = torch.Generator()
+        g.manual_seed(a.seed)
         lin = torch.nn.Linear(k, n)
         q = qt.QLinear.from_linear(lin)
-        x = torch.randn(1, k)
+        x = torch.randn(1, k, generator=g)
         xn = x.numpy()
         y = torch.empty(1, n)
-        raw_args = (q.linear._ptr, ffi.cast("void *", x.data_ptr()), 0, 1, k, ffi.cast("void *", y.data_ptr()), 0, n,
-                    ffi.NULL)
+        fwd, args = q.linear._fwd_int, (q.linear._ptr, x.data_ptr(), 0, 1, k, y.data_ptr(), 0, n, ffi.NULL)
         fns = {
-            "C call alone (cffi, prepared args)": lambda: lib.ql_linear_forward(*raw_args),
+            "cffi call of ql_version() (the FFI floor)": lib.ql_version,
+            "C API: ql_linear_forward, prepared args": lambda: fwd(*args),
             "qlinear.torch.QLinear(x)": lambda: q(x),
+            "qlinear.Linear.forward(torch x)": lambda: q.linear.forward(x),
             "qlinear.Linear.forward(numpy x)": lambda: q.linear.forward(xn),
             "torch nn.Linear(x) (for scale)": lambda: lin(x),
         }
+        assert torch.equal(q(x), q.linear.forward(x)) and np.array_equal(q.linear.forward(xn), q(x).numpy())
+        fwd(*args)
+        assert torch.equal(y, q(x))
+        times = {name: [] for name in fns}
         with torch.no_grad():
-            res = {}
-            for name, fn in fns.items():
+            for fn in fns.values():
                 for _ in range(200):
                     fn()
-            for rnd in range(7):  # interleaved rounds, median
+            for _ in range(max(1, a.calls // 100)):
                 for name, fn in fns.items():
-                    iters = 2000 if n == 256 else 300
-                    t0 = time.perf_counter()
-                    for _ in range(iters):
+                    rec = times[name].append
+                    for _ in range(100):
+                        t0 = clock()
                         fn()
-                    res.setdefault(name, []).append((time.perf_counter() - t0) / iters * 1e6)
-        base = _median(res["C call alone (cffi, prepared args)"])
+                        rec(clock() - t0)
+        med = {name: _median(v) / 1e3 for name, v in times.items()}
+        base = med["C API: ql_linear_forward, prepared args"]
         print(f"\n{n}x{k}, M = 1:")
         for name in fns:
-            med = _median(res[name])
-            extra = "" if name.startswith("C call") or name.startswith("torch") else f"  (+{med - base:.1f} us)"
-            print(f"  {name:<38} {med:9.2f} us{extra}")
+            extra = f"  (+{med[name] - base:.1f} us over the C API)" if name.startswith("qlinear") else ""
+            print(f"  {name:<42} {med[name]:9.2f} us{extra}")
+        out.append({"n": n, "k": k, "threads": a.threads, "calls": len(times[name]),
+                    "median_us": med, "overhead_us": {nm: med[nm] - base for nm in fns if nm.startswith("qlinear")}})
+    if a.json:
+        _write_json(a.json, {"overhead": out})
+    return 0
+
+
+def _write_json(path, obj):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+    print(f"wrote {path}")
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     a = _parse(argv)
-    _reexec_for_openblas(argv, a.threads)
+    _reexec_for_openblas(argv, a.threads, a.spin)
     return overhead(a) if a.overhead else run(a)
 
 

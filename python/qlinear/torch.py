@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 import qlinear as _ql
-from . import QlinearError, _host_array, _rows, load
+from . import QlinearError
 
 __all__ = ["QLinear", "quantize_module", "load_comfy", "SwapReport"]
 
@@ -48,9 +48,7 @@ class QLinear(nn.Module):
         self.in_features, self.out_features = linear.k, linear.n
         self.linear = linear
         self._follow = follow_torch_threads
-        ffi, lib = load()
-        self._fwd, self._ptr = lib.ql_linear_forward, linear._ptr
-        self._cast, self._null = ffi.cast, ffi.NULL
+        self._ptr, self._fwd_int, self._null = linear._ptr, linear._fwd_int, linear._null
 
     @classmethod
     def from_linear(cls, linear, format="int8-convrot", kind="w8a8", group=256, threads=None):
@@ -73,23 +71,51 @@ class QLinear(nn.Module):
                 f"format={lin.format}{g}, kind={lin.kind}")
 
     def forward(self, x):
+        # The hot path: no per-call tables, shape walks or casts (a dict
+        # lookup, a few attribute reads, torch.empty and the C call).
+        if type(x) is _Tensor:
+            y = _forward_fast(self.linear, x, self._follow)
+            if y is not None:
+                return y
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"QLinear takes a torch tensor, not {type(x).__name__}")
-        ptr, code, shape, strides = _host_array(x, "x")
-        m, ld = _rows(shape, strides, self.in_features, "x")
-        ctx = self.linear._ctx
         if self._follow:
-            t = torch.get_num_threads()
-            if t != ctx.threads:
-                ctx.set_threads(t)
-        y = torch.empty(shape[:-1] + (self.out_features,), dtype=x.dtype)
-        if m:
-            c = self._cast
-            st = self._fwd(self._ptr, c("void *", ptr), code, m, ld, c("void *", y.data_ptr()), code,
-                           self.out_features, self._null)
-            if st:
-                _ql._check(st, "ql_linear_forward")
-        return y
+            _follow_threads(self.linear._ctx)
+        return self.linear._forward_any(x, None)
+
+
+def _follow_threads(ctx):
+    t = torch.get_num_threads()
+    if t != ctx.threads:
+        ctx.set_threads(t)
+
+
+def _forward_fast(lin, x, follow=False):
+    """y for a contiguous CPU tensor of a dtype the library takes, whose last
+    dimension is K; None for anything else (the general path then decides)."""
+    code = _CODE.get(x.dtype)
+    if code is None or not x.is_cpu or x.layout is not _strided or not x.is_contiguous():
+        return None
+    shape = x.shape
+    k = lin.k
+    if not shape or shape[-1] != k:
+        return None
+    if follow:
+        _follow_threads(lin._ctx)
+    last = lin._last_shapes  # (input shape, output shape) of the previous call: torch.Size arithmetic costs ~1 µs
+    if shape != last[0]:
+        last = lin._last_shapes = (shape, shape[:-1] + (lin.n,))
+    y = torch.empty(last[1], dtype=x.dtype)
+    m = x.numel() // k
+    if m:
+        st = lin._fwd_int(lin._ptr, x.data_ptr(), code, m, k, y.data_ptr(), code, lin.n, lin._null)
+        if st:
+            _ql._check(st, "ql_linear_forward")
+    return y
+
+
+_Tensor, _strided = torch.Tensor, torch.strided
+_ql._torch_fast[:] = [_Tensor, _forward_fast]
 
 
 class SwapReport:

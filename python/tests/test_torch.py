@@ -63,6 +63,33 @@ def test_qlinear_strided_and_edges(gen):
     assert not y.requires_grad
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_fast_path_equals_general_path(gen, dtype):
+    """The per-call fast path (contiguous input, output in its dtype) and the
+    general one (strided rows, a tensor subclass, an explicit out_dtype) give
+    the same bits, through QLinear and qlinear.Linear, torch and numpy."""
+    q = QLinear.from_linear(make_linear(gen, 512, 96))
+    x = torch.randn(2, 5, 512, generator=gen).to(dtype)
+    fast = q(x)
+    pad = torch.zeros(2, 5, 768, dtype=dtype)
+    pad[..., :512] = x
+    assert torch.equal(q(pad[..., :512]), fast)  # rows at a stride of 768
+    assert torch.equal(q(nn.Parameter(x, requires_grad=False)), fast)  # a subclass of Tensor
+    assert torch.equal(q.linear.forward(x), fast)
+    name = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    assert torch.equal(q.linear.forward(x, out_dtype=name), fast)
+    assert torch.equal(q(x.reshape(10, 512)), fast.reshape(10, 96))
+    xn = x.view(torch.int16).numpy().view(np.uint16) if dtype == torch.bfloat16 else x.numpy()
+    want = fast.view(torch.int16).numpy().view(np.uint16) if dtype == torch.bfloat16 else fast.numpy()
+    assert np.array_equal(q.linear.forward(xn), want)
+    ro = xn.copy()
+    ro.setflags(write=False)  # read-only arrays are read in place too
+    assert np.array_equal(q.linear.forward(ro), want)
+    assert np.array_equal(q.linear.forward(xn, out_dtype=name), want)
+    assert np.array_equal(q.linear.forward(np.pad(xn, ((0, 0), (0, 0), (0, 256)))[..., :512]), want)  # strided rows
+    assert q.linear.forward(xn[:0]).shape == (0, 5, 96)
+
+
 def test_threads_follow_torch(gen):
     q = QLinear.from_linear(make_linear(gen, 512, 256))
     x = torch.randn(64, 512, generator=gen)

@@ -33,22 +33,6 @@ __device__ __forceinline__ float bf16_round_nonan(float v)
     return __uint_as_float(u & 0xffff0000u);
 }
 
-/* round_to for values known not to be NaN. */
-__device__ __forceinline__ float round_to_nonan(int dt, float v)
-{
-    if (dt == DT_BF16) return bf16_round_nonan(v);
-    if (dt == DT_F16) return __half2float(__float2half_rn(v));
-    return v;
-}
-
-/* rint(v) clamped to [-128, 127] for |v| < 2^22: adding 1.5·2^23 rounds to
- * an integer (ties to even) in the low mantissa bits. */
-__device__ __forceinline__ int rint_clamp_s8(float v)
-{
-    int i = (int)__float_as_uint(__fadd_rn(v, 12582912.0f)) - 0x4B400000;
-    return max(-128, min(127, i));
-}
-
 __device__ __forceinline__ float load_f(int dt, const void *p, int64_t i)
 {
     if (dt == DT_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
