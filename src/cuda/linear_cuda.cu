@@ -291,7 +291,7 @@ cudaError_t run_gemm(int force, int force_tile, bool sm90, int sms, const int8_t
     if (use == 0) use = gemv_ok ? 3 : sm90_ok ? 1 : 2;
     if (use == 3) {
         snprintf(name, name_len, "gemv dp4a");
-        return launch_s8_gemv(a, lda, b, ldb, m, n, k, p, stream);
+        return launch_s8_gemv(a, lda, b, ldb, m, n, k, p, stream, pdl && sm90); /* PDL is Hopper's */
     }
     if (use == 1) {
         const int t = force_tile >= 0 ? force_tile : pick_tile(m, n, k, sms);
