@@ -55,7 +55,7 @@ static void gemm_case(ql_context *ctx, int64_t m, int64_t n, int64_t k, int64_t 
     int32_t *dc = dev_alloc((size_t)(m * ldc) * 4);
     cudaMemset(dc, 0x7b, (size_t)(m * ldc) * 4); /* poison */
     setenv("QLINEAR_CUDA_GEMM", kernel, 1);
-    char t[8];
+    char t[16];
     snprintf(t, sizeof t, "%d", tile);
     if (tile >= 0) setenv("QLINEAR_CUDA_TILE", t, 1);
     else unsetenv("QLINEAR_CUDA_TILE");
@@ -131,6 +131,8 @@ static void linear_case(ql_context *gpu, int64_t m, int64_t n, int64_t k, int64_
     CHECK_OK(ql_int8_linear_ref(&w, x, xdt, m, ldx, y0, ydt, ldy, res_on ? &epi_h : NULL));
 
     setenv("QLINEAR_CUDA_GEMM", kernel, 1);
+    static int cases; /* every team size of the G = 256 prologue in turn (auto picks by M) */
+    setenv("QLINEAR_CUDA_ROWW", (const char *[]){"auto", "1", "2", "4"}[cases++ % 4], 1);
     ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};
     ql_linear *lin = NULL;
     CHECK_OK(ql_linear_create(gpu, &d, &lin));
@@ -172,6 +174,7 @@ static void test_linear(ql_context *gpu)
     linear_case(gpu, 333, 2048, 8192, 256, QL_F16, QL_BF16, 0, 1, "auto");
     linear_case(gpu, 37, 300, 8448, 256, QL_BF16, QL_BF16, 1, 0, "auto"); /* K > 8192: the generic prologue, permuted codes */
     unsetenv("QLINEAR_CUDA_GEMM");
+    unsetenv("QLINEAR_CUDA_ROWW");
 }
 
 static void test_bad_input(ql_context *gpu)

@@ -12,10 +12,11 @@ int log4_of(int64_t g);
 /* Prologue: x [m, k] (ldx elements) -> codes q [m, ldq] (zero-padded past k)
  * and scales sx [m]. group 0: no rotation. Where codes_permuted(k, group,
  * ldq), each group of 256 codes is stored transposed as 16 x 16 (value
- * i + 16·t at 16·i + t): the weight must be uploaded in that order too. */
+ * i + 16·t at 16·i + t): the weight must be uploaded in that order too.
+ * force_roww: warps per row of the G = 256 kernel (1, 2, 4; 0 = choose). */
 bool codes_permuted(int64_t k, int64_t group, int64_t ldq);
 cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m, int64_t k, int64_t group,
-                                 int8_t *q, int64_t ldq, float *sx, cudaStream_t stream);
+                                 int8_t *q, int64_t ldq, float *sx, int force_roww, cudaStream_t stream);
 /* Shared memory the prologue needs for a row of k (it refuses rows that do not fit). */
 size_t quantize_rows_smem(int64_t k);
 cudaError_t prepare_quantize_rows(int64_t k);

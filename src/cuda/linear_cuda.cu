@@ -39,6 +39,7 @@ struct ql_cuda_linear {
     int sms;
     int force;   /* QLINEAR_CUDA_GEMM: 0 auto, 1 sm90, 2 mma, 3 gemv */
     int force_tile; /* QLINEAR_CUDA_TILE: -1 auto, else an index into sm90_tiles */
+    int force_roww; /* QLINEAR_CUDA_ROWW: 0 auto, else the prologue's warps per row (1, 2, 4) */
     char kernel[48];
     CUtensorMap bmap[8]; /* the weight's TMA descriptor per Hopper tile, made on first use */
     bool bmap_ok[8];
@@ -206,6 +207,8 @@ extern "C" ql_status ql_cuda_linear_create(int device, const ql_int8_weight *w, 
     l->force = env_choice("QLINEAR_CUDA_GEMM", gemms, 4);
     const char *tile = getenv("QLINEAR_CUDA_TILE");
     l->force_tile = tile && *tile ? atoi(tile) % sm90_tile_count : -1;
+    static const char *const rowws[] = {"auto", "1", "2", "4"};
+    l->force_roww = (1 << env_choice("QLINEAR_CUDA_ROWW", rowws, 4)) >> 1;
     snprintf(l->kernel, sizeof l->kernel, "none");
 
     /* The codes, each row padded with zeros to the 16-byte pitch TMA wants. */
@@ -349,7 +352,7 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *l, ql_cuda_workspace
     }
     cudaStream_t s = (cudaStream_t)stream;
     QLC_CUDA(fn, "the prologue kernel",
-             launch_quantize_rows(x, dtype_code(xdt), ldx, m, l->k, l->group, ws->q, l->kp, ws->sx, s));
+             launch_quantize_rows(x, dtype_code(xdt), ldx, m, l->k, l->group, ws->q, l->kp, ws->sx, l->force_roww, s));
     EpiParams p = {};
     p.y = y, p.ldy = ldy, p.ydt = dtype_code(ydt);
     p.sx = ws->sx, p.sw = l->sw, p.sw_per_row = l->sw_per_row, p.bias = l->bias;
@@ -377,7 +380,7 @@ extern "C" ql_status ql_cuda_quantize_rows(int device, void *stream, const void 
     DeviceScope ds(device);
     QLC_CUDA(fn, "cudaFuncSetAttribute", prepare_quantize_rows(k));
     QLC_CUDA(fn, "the prologue kernel",
-             launch_quantize_rows(x, dtype_code(xdt), ldx, m, k, group, q, ldq, sx, (cudaStream_t)stream));
+             launch_quantize_rows(x, dtype_code(xdt), ldx, m, k, group, q, ldq, sx, 0, (cudaStream_t)stream));
     return QL_OK;
 }
 

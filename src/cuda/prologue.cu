@@ -175,8 +175,11 @@ __global__ void __launch_bounds__(PRO_THREADS) quantize_rows_kernel(const char *
  * to the dtype with packed conversions, go to the warp's row buffer while
  * the absmax runs on packed pairs; once the row is complete the warp reads
  * it back in memory order, 16 values per lane, and writes 16 codes with one
- * store. A warp owns a row (two rows, one per half, when K = 256); the next
- * item's input is loaded while the current one is computed. */
+ * store. A team of ROWW warps (1, 2 or 4, chosen by the launch so that
+ * small M still fills the GPU) owns a row, each warp a contiguous share of
+ * its groups, the absmax joined through shared memory at a named barrier
+ * of the team (two rows per warp, one per half, when K = 256: ROWW = 1);
+ * the next item's input is loaded while the current one is computed. */
 constexpr int WP_WARPS = 4;
 /* Row buffer: lane i of a group keeps its 16 rounded values (i + 16·t,
  * t = 0..15) contiguously, 16 bytes of padding after them so that a
@@ -192,61 +195,75 @@ template <> struct Stored<DT_F32> { using T = float; };
 
 template <int DT> __host__ __device__ constexpr int raw_words() { return DT == DT_F32 ? 4 : 2; } /* uint4 per 16 values */
 
-__host__ __device__ inline int wp_slots(int k) { return k == 256 ? 2 : (k / 256 + 1) / 2 * 2; }
-template <int DT> __host__ __device__ inline size_t wp_warp_bytes(int k)
+/* items (pairs of groups) of a row, and a warp's share of them in a team of roww */
+__host__ __device__ inline int wp_items(int k) { return k == 256 ? 1 : (k / 256 + 1) / 2; }
+__host__ __device__ inline int wp_slots(int k, int roww) { return 2 * (wp_items(k) / roww); }
+template <int DT> __host__ __device__ inline size_t wp_warp_bytes(int k, int roww)
 {
-    return 2 * TB_HALF * sizeof(float) + (size_t)wp_slots(k) * 16 * lane_stride<DT == DT_F32 ? 4 : 2>();
+    return 2 * TB_HALF * sizeof(float) + (size_t)wp_slots(k, roww) * 16 * lane_stride<DT == DT_F32 ? 4 : 2>();
 }
 
-/* 16 stored values (bf16/fp16 bits, or fp32) -> 16 codes, the reference's roundings. */
+/* 16 stored values (bf16/fp16 bits, or fp32; 16-byte aligned in shared
+ * memory) -> 16 codes, the reference's roundings. Read as 16-byte words:
+ * element loads would be 16 instructions with 4-way bank conflicts. */
 template <int DT>
 __device__ __forceinline__ uint4 quantize16(const typename Stored<DT>::T *v, float st, float rcp)
 {
-    uint32_t w[4];
+    constexpr int RAW = raw_words<DT>();
+    uint4 raw[RAW];
+#pragma unroll
+    for (int j = 0; j < RAW; j++) raw[j] = ((const uint4 *)v)[j];
+    const uint32_t *w = (const uint32_t *)raw;
+    uint32_t out[4];
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         uint32_t b[4];
 #pragma unroll
         for (int t = 0; t < 4; t++) {
+            const int i = 4 * j + t; /* value i: word i/2, half i%2 (16-bit dtypes) */
             float e, quo;
             if constexpr (DT == DT_BF16) {
-                e = __uint_as_float((uint32_t)v[4 * j + t] << 16);
+                e = __uint_as_float(i % 2 ? w[i / 2] & 0xffff0000u : w[i / 2] << 16);
                 quo = bf16_round_nonan(__fmul_rn(e, rcp));
             } else if constexpr (DT == DT_F16) {
-                e = __half2float(__ushort_as_half(v[4 * j + t]));
+                e = __half2float(__ushort_as_half((uint16_t)(i % 2 ? w[i / 2] >> 16 : w[i / 2] & 0xffff)));
                 quo = __half2float(__float2half_rn(__fdiv_rn(e, st)));
             } else {
-                e = v[4 * j + t];
+                e = __uint_as_float(w[i]);
                 quo = __fdiv_rn(e, st);
             }
             /* |quo| <= 127.5 by construction: only the top needs the clamp;
              * 1.5·2^23 rounds to an integer whose low byte is the code */
             b[t] = __float_as_uint(__fadd_rn(fminf(quo, 127.0f), 12582912.0f));
         }
-        w[j] = __byte_perm(__byte_perm(b[0], b[1], 0x0040), __byte_perm(b[2], b[3], 0x0040), 0x5410);
+        out[j] = __byte_perm(__byte_perm(b[0], b[1], 0x0040), __byte_perm(b[2], b[3], 0x0040), 0x5410);
     }
-    return make_uint4(w[0], w[1], w[2], w[3]);
+    return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
-template <int DT>
-__global__ void __launch_bounds__(WP_WARPS * 32, 6) quantize_rows_g256_kernel(const char *x, int64_t ldx_bytes, int64_t m,
+template <int DT, int ROWW>
+__global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(const char *x, int64_t ldx_bytes, int64_t m,
                                                                           int k, int8_t *q, float *sx)
 {
+    constexpr int roww = ROWW;
     using T = typename Stored<DT>::T;
     constexpr int RAW = raw_words<DT>();
     constexpr int ESZ = DT == DT_F32 ? 4 : 2;
     constexpr int DEPTH = 8 / ESZ; /* items loading while one is computed: 4 KiB per warp in flight */
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, half = lane / 16, i = lane % 16;
-    unsigned char *mine = smem_raw + (size_t)warp * wp_warp_bytes<DT>(k);
+    unsigned char *mine = smem_raw + (size_t)warp * wp_warp_bytes<DT>(k, roww);
+    __shared__ float team_amax[2][WP_WARPS]; /* by row parity: a row's reads end before row + 2 writes */
+    __shared__ unsigned team_bad[2][WP_WARPS];
     float *tb = (float *)mine + half * TB_HALF; /* this half's transpose buffer */
     unsigned char *rbuf = mine + 2 * TB_HALF * sizeof(float);
     constexpr int LS = lane_stride<ESZ>(), SLOT = 16 * LS; /* bytes: a lane's values, a group's */
     const int G = k / 256;
     const bool halves = G == 1; /* K = 256: a row per half-warp */
-    const int P = halves ? 1 : (G + 1) / 2;
-    const int64_t units = halves ? (m + 1) / 2 : m, gw = (int64_t)blockIdx.x * WP_WARPS + warp,
-                  nw = (int64_t)gridDim.x * WP_WARPS;
+    const int PW = wp_items(k) / roww, p0 = warp % roww * PW; /* this warp's items of a row */
+    const int64_t units = halves ? (m + 1) / 2 : m, gw = ((int64_t)blockIdx.x * WP_WARPS + warp) / roww,
+                  nw = (int64_t)gridDim.x * WP_WARPS / roww;
+    int parity = 0;
 
     /* item (u, p): the row and group this lane's half rotates; zeros where there is none */
     auto load = [&](int64_t u, int p, uint4 (&r)[RAW]) {
@@ -308,7 +325,7 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 6) quantize_rows_g256_kernel(co
         /* round to the dtype, absmax, keep this lane's 16 values together:
          * the codes leave in this order (i·16 + t within the group), and the
          * weight was permuted the same way at upload */
-        unsigned char *mine_vals = rbuf + (halves ? half : 2 * p + half) * SLOT + i * LS;
+        unsigned char *mine_vals = rbuf + (halves ? half : 2 * (p - p0) + half) * SLOT + i * LS;
         uint32_t packed[8];
 #pragma unroll
         for (int t = 0; t < 16; t += 2) {
@@ -335,7 +352,7 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 6) quantize_rows_g256_kernel(co
             ((uint4 *)mine_vals)[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
         }
 
-        if (p == P - 1) {
+        if (p == p0 + PW - 1) {
             /* the row (each half's row when K = 256) is complete */
             float amax;
             if constexpr (DT == DT_BF16) amax = fmaxf(__low2float(amax_b), __high2float(amax_b));
@@ -354,6 +371,14 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 6) quantize_rows_g256_kernel(co
                 amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
                 bad |= __shfl_xor_sync(0xffffffffu, bad, o);
             }
+            if (roww > 1) {
+                const int first = warp - warp % roww;
+                if (lane == 0) team_amax[parity][warp] = amax, team_bad[parity][warp] = bad;
+                asm volatile("bar.sync %0, %1;" ::"r"(1 + warp / roww), "r"(roww * 32) : "memory");
+                for (int w = first; w < first + roww; w++)
+                    amax = fmaxf(amax, team_amax[parity][w]), bad |= team_bad[parity][w];
+                parity ^= 1;
+            }
             float s = __fdiv_rn(amax, 127.0f);
             s = s > 1e-30f ? s : 1e-30f;
             float st = round_to(DT, s);
@@ -363,12 +388,14 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 6) quantize_rows_g256_kernel(co
             __syncwarp(); /* the row buffer is complete */
             if (row < m) {
                 int8_t *qrow = q + row * (int64_t)k;
-                const int c0 = halves ? i : lane, cstep = halves ? 16 : 32;
-                for (int c = c0; c < k / 16; c += cstep) {
-                    const T *v = (const T *)(rbuf + (halves ? half : c / 16) * SLOT + (c % 16) * LS);
+                /* this warp's chunks of 16 codes: its groups 2·p0 ... */
+                const int c0 = halves ? i : 32 * p0 + lane, cstep = halves ? 16 : 32,
+                          cend = halves ? 16 : min(k / 16, 32 * (p0 + PW));
+                for (int c = c0; c < cend; c += cstep) {
+                    const T *v = (const T *)(rbuf + (halves ? half : c / 16 - 2 * p0) * SLOT + (c % 16) * LS);
                     *(uint4 *)(qrow + c * 16) = bad ? make_uint4(0, 0, 0, 0) : quantize16<DT>(v, st, rcp);
                 }
-                if ((halves ? i : lane) == 0) sx[row] = bad ? __int_as_float(0x7fc00000) : s;
+                if ((halves ? i : lane + p0) == 0) sx[row] = bad ? __int_as_float(0x7fc00000) : s;
             }
             __syncwarp(); /* read back before the next row overwrites it */
             amax_b = __float2bfloat162_rn(0.0f), amax_h = __float2half2_rn(0.0f), amax_f = 0.0f, bad_f = 0;
@@ -379,11 +406,11 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 6) quantize_rows_g256_kernel(co
      * flight as register loads (the loop over d is unrolled so that each
      * buffer is a fixed set of registers). */
     auto advance = [&](int64_t &uu, int &pp) {
-        if (++pp == P) pp = 0, uu += nw;
+        if (++pp == p0 + PW) pp = p0, uu += nw;
     };
     uint4 raw[DEPTH][RAW];
     int64_t lu = gw, u = gw; /* the next item to load, the item to process */
-    int lp = 0, p = 0;
+    int lp = p0, p = p0;
 #pragma unroll
     for (int d = 0; d < DEPTH; d++) {
         if (lu < units) load(lu, lp, raw[d]);
@@ -405,27 +432,49 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 6) quantize_rows_g256_kernel(co
 }
 
 
-template <int DT> cudaError_t launch_g256(const void *x, int64_t ldx_bytes, int64_t m, int k, int8_t *q, float *sx,
-                                          cudaStream_t stream)
+/* Warps per row: as many as keep every team's row in one wave of resident
+ * warps (small M: a row per warp would leave most of the GPU idle, each
+ * warp waiting on its own loads); a divisor of the row's items. `force`
+ * (1, 2, 4; 0 = choose) caps it instead, for tests and measurements. */
+static int pick_roww(int64_t m, int k, int64_t resident_warps, int force)
 {
-    auto kern = quantize_rows_g256_kernel<DT>;
-    const size_t smem = WP_WARPS * wp_warp_bytes<DT>(k);
-    /* per (kernel, k): the shared-memory limit raised once, the resident block count */
-    static int last_k = -1, resident = 0;
+    const int items = wp_items(k);
+    if (k == 256) return 1;
+    int roww = 1;
+    while (roww < WP_WARPS && items % (2 * roww) == 0 && (force ? 2 * roww <= force : m * 2 * roww <= resident_warps))
+        roww *= 2;
+    return roww;
+}
+
+template <int DT> cudaError_t launch_g256(const void *x, int64_t ldx_bytes, int64_t m, int k, int8_t *q, float *sx,
+                                          int force_roww, cudaStream_t stream)
+{
+    void (*const kerns[3])(const char *, int64_t, int64_t, int, int8_t *, float *) = {
+        quantize_rows_g256_kernel<DT, 1>, quantize_rows_g256_kernel<DT, 2>, quantize_rows_g256_kernel<DT, 4>};
+    /* per k: the shared-memory limit raised once per kernel, the resident
+     * block count of each team size (the row buffer shrinks with it) */
+    static int last_k = -1, resident[3];
     if (k != last_k) {
-        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
-        int dev = 0, sms = 0, per_sm = 0;
+        int dev = 0, sms = 0;
         cudaGetDevice(&dev);
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, WP_WARPS * 32, smem);
-        resident = (sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1);
+        for (int r = 0; r < 3; r++) {
+            const int smem = (int)(WP_WARPS * wp_warp_bytes<DT>(k, 1 << r));
+            cudaError_t e = cudaFuncSetAttribute(kerns[r], cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+            if (e != cudaSuccess) return e;
+            int per_sm = 0;
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kerns[r], WP_WARPS * 32, smem);
+            resident[r] = (sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1);
+        }
         last_k = k;
     }
+    const int roww = pick_roww(m, k, (int64_t)resident[0] * WP_WARPS, force_roww);
+    const int r = roww == 1 ? 0 : roww == 2 ? 1 : 2;
     const int64_t units = k == 256 ? (m + 1) / 2 : m;
-    int64_t blocks = (units + WP_WARPS - 1) / WP_WARPS;
-    if (blocks > resident) blocks = resident;
-    kern<<<(unsigned)blocks, WP_WARPS * 32, smem, stream>>>((const char *)x, ldx_bytes, m, k, q, sx);
+    int64_t blocks = (units * roww + WP_WARPS - 1) / WP_WARPS;
+    if (blocks > resident[r]) blocks = resident[r];
+    kerns[r]<<<(unsigned)blocks, WP_WARPS * 32, WP_WARPS * wp_warp_bytes<DT>(k, roww), stream>>>(
+        (const char *)x, ldx_bytes, m, k, q, sx);
     return cudaGetLastError();
 }
 
@@ -462,14 +511,14 @@ cudaError_t prepare_quantize_rows(int64_t k)
 }
 
 cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m, int64_t k, int64_t group,
-                                 int8_t *q, int64_t ldq, float *sx, cudaStream_t stream)
+                                 int8_t *q, int64_t ldq, float *sx, int force_roww, cudaStream_t stream)
 {
     const int esize = xdt == DT_F32 ? 4 : 2;
     const bool vec = ((uintptr_t)x % 16 == 0) && ((ldx * esize) % 16 == 0);
     if (vec && fast_ok(k, group, ldq)) {
-        if (xdt == DT_BF16) return launch_g256<DT_BF16>(x, ldx * esize, m, (int)k, q, sx, stream);
-        if (xdt == DT_F16) return launch_g256<DT_F16>(x, ldx * esize, m, (int)k, q, sx, stream);
-        return launch_g256<DT_F32>(x, ldx * esize, m, (int)k, q, sx, stream);
+        if (xdt == DT_BF16) return launch_g256<DT_BF16>(x, ldx * esize, m, (int)k, q, sx, force_roww, stream);
+        if (xdt == DT_F16) return launch_g256<DT_F16>(x, ldx * esize, m, (int)k, q, sx, force_roww, stream);
+        return launch_g256<DT_F32>(x, ldx * esize, m, (int)k, q, sx, force_roww, stream);
     }
     quantize_rows_kernel<<<(unsigned)m, PRO_THREADS, quantize_rows_smem(k), stream>>>(
         (const char *)x, xdt, ldx * esize, k, log4_of(group), vec, q, ldq, sx, codes_permuted(k, group, ldq));

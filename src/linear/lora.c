@@ -317,8 +317,10 @@ void ql_lora_down_panel(const ql_lora_run *r, int64_t p, int64_t mc, int64_t k, 
         const double inv = amax ? 127.0 / (double)amax : 0.0;
         r->st[row] = amax ? (float)((double)sx[row] * ((double)amax / 127.0) * s->e2) : 0.0f;
         int32_t sum = 0;
+        /* rne by the 1.5·2^52 trick (exact for |v| <= 127; no libm call, so the loop vectorizes) */
         for (int64_t c = 0; c < rt; c++) {
-            tq[c] = (int8_t)nearbyint((double)tv[c] * inv);
+            const double v = ((double)tv[c] * inv + 0x1.8p52) - 0x1.8p52;
+            tq[c] = (int8_t)(int32_t)v;
             sum += tq[c];
         }
         for (int64_t c = rt; c < rpad; c++) tq[c] = 0;
