@@ -424,7 +424,7 @@ static void release(int p, runner *rn)
 static void bench_shape(ql_context *ctx, const layer_data *d, const int *want, int reps, result *res, double *peak,
                         double *bw, int *nsamples)
 {
-    double peaks[64], bws[64];
+    double peaks[64], bws[64 * BENCH_SWEEPS];
     /* the read-bandwidth probe: a buffer the size of the int8 weight, read
      * once per round like every path's weight (so from the same cache level) */
     const size_t bw_bytes = ((size_t)(d->n * d->k) + 4095) & ~(size_t)4095;
@@ -453,21 +453,23 @@ static void bench_shape(ql_context *ctx, const layer_data *d, const int *want, i
     *nsamples = samples;
     for (int r = 0; r < reps; r++) {
         fprintf(stderr, "\r  timing N=%-5lld K=%-5lld M=%-5lld round %d/%d        ", (long long)d->n, (long long)d->k, (long long)d->m, r + 1, reps);
-        for (int s = 0; s < sweeps; s++)
+        for (int s = 0; s < sweeps; s++) {
             for (int p = 0; p < NPATHS; p++) {
                 if (!rn[p].ok) continue;
                 double t0 = now_ms();
                 rn[p].ok = rn[p].fn(rn[p].arg) == 0;
                 rn[p].t[r * sweeps + s] = now_ms() - t0;
             }
+            /* the probe in every sweep, so its buffer is as warm as the weights */
+            bws[r * sweeps + s] = bwbuf ? ql_bench_read_gbs(bwbuf, bw_bytes, ql_context_threads(ctx)) : 0.0;
+        }
         peaks[r] = ql_bench_int8_peak_gops(isa, ql_context_threads(ctx), 200000);
-        bws[r] = bwbuf ? ql_bench_read_gbs(bwbuf, bw_bytes, ql_context_threads(ctx)) : 0.0;
     }
     ql_aligned_free(bwbuf);
     qsort(peaks, (size_t)reps, sizeof(double), cmp_double);
     *peak = reps % 2 ? peaks[reps / 2] : 0.5 * (peaks[reps / 2 - 1] + peaks[reps / 2]);
-    qsort(bws, (size_t)reps, sizeof(double), cmp_double);
-    *bw = reps % 2 ? bws[reps / 2] : 0.5 * (bws[reps / 2 - 1] + bws[reps / 2]);
+    qsort(bws, (size_t)samples, sizeof(double), cmp_double);
+    *bw = samples % 2 ? bws[samples / 2] : 0.5 * (bws[samples / 2 - 1] + bws[samples / 2]);
     for (int p = 0; p < NPATHS; p++) {
         if (rn[p].ok) {
             qsort(rn[p].t, (size_t)samples, sizeof(double), cmp_double);
