@@ -36,8 +36,8 @@ memory is reused instead of faulted in again page by page, ~80 000 minor
 faults per block otherwise); --malloc-defaults leaves glibc's defaults. The
 minor page faults per step are printed for every path.
 
---overhead times the binding per call at M = 1: QLinear(x), Linear.forward on
-torch and numpy inputs, against ql_linear_forward called through cffi with
+--overhead times the binding per call at M = 1: QLinear(x), QLinear(x, out=y)
+(a reused output buffer), Linear.forward on torch and numpy inputs, against ql_linear_forward called through cffi with
 prepared arguments (the C API floor), each call timed on its own, medians.
 """
 import argparse
@@ -491,12 +491,13 @@ def overhead(a):
         q = qt.QLinear.from_linear(lin)
         x = torch.randn(1, k, generator=g)
         xn = x.numpy()
-        y = torch.empty(1, n)
+        y, yo = torch.empty(1, n), torch.empty(1, n)  # yo: a reused output buffer
         fwd, args = q.linear._fwd_int, (q.linear._ptr, x.data_ptr(), 0, 1, k, y.data_ptr(), 0, n, ffi.NULL)
         fns = {
             "cffi call of ql_version() (the FFI floor)": lib.ql_version,
             "C API: ql_linear_forward, prepared args": lambda: fwd(*args),
             "qlinear.torch.QLinear(x)": lambda: q(x),
+            "qlinear.torch.QLinear(x, out=y)": lambda: q(x, out=yo),
             "qlinear.Linear.forward(torch x)": lambda: q.linear.forward(x),
             "qlinear.Linear.forward(numpy x)": lambda: q.linear.forward(xn),
             "torch nn.Linear(x) (for scale)": lambda: lin(x),
