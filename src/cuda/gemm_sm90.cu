@@ -69,6 +69,15 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
     const int kt_count = (k + BK - 1) / BK;
 
+    /* the tile's scale and bias table: layer constants, read before waiting
+     * for the prologue */
+    const bool scaled = p.ydt != DT_I32; /* raw int32 output (the bare GEMM) has no scales */
+    if (scaled)
+        for (int i = threadIdx.x; i < BN; i += NWG * 128) {
+            const int64_t col = n0 + i < n ? n0 + i : n - 1;
+            col_sw[i] = p.sw[p.sw_per_row ? col : 0];
+            col_bias[i] = p.bias ? round_to(p.ydt, p.bias[col]) : 0.0f;
+        }
     if (threadIdx.x == 0) {
         /* empty: one arrival per consumer warp (256 thread arrivals per stage
          * serialised on the barrier cost more than the stage's wgmma) */
@@ -95,13 +104,6 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     }
 
     const int c = wg;
-    const bool scaled = p.ydt != DT_I32; /* raw int32 output (the bare GEMM) has no scales */
-    if (scaled)
-        for (int i = threadIdx.x; i < BN; i += NWG * 128) {
-            const int64_t col = n0 + i < n ? n0 + i : n - 1;
-            col_sw[i] = p.sw[p.sw_per_row ? col : 0];
-            col_bias[i] = p.bias ? round_to(p.ydt, p.bias[col]) : 0.0f;
-        }
     /* no zeroing: the first wgmma ignores d (K >= 1 here; K = 0 never comes
      * to this kernel), and a non-wgmma write to the accumulators would make
      * ptxas serialise the wgmmas */
@@ -128,15 +130,15 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     /* Accumulator layout of wgmma m64nN: warp w of the group owns rows
      * 16w + lane/4 (+8); register 4j+{0,1} holds columns 8j + 2(lane%4) + {0,1}
      * of the first row, 4j+{2,3} the same columns of the second. */
-    /* the column table above is complete once every consumer got here */
-    asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory");
+
     const int warp = tid / 32, lane = tid % 32;
     const int64_t r0 = m0 + c * 64 + warp * 16 + lane / 4, r1 = r0 + 8;
     const float sx0 = scaled && r0 < m ? p.sx[r0] : 0.f, sx1 = scaled && r1 < m ? p.sx[r1] : 0.f;
     if constexpr (EPI == EPI_I32 || EPI == EPI_BF16) {
-        /* Through shared memory (the ring is free: every consumer is past the
-         * barrier above): the accumulator layout scatters 8 rows per warp
-         * store; the staged tile leaves in 16-byte row chunks. */
+        /* Through shared memory, once every consumer's last wgmma has read
+         * the ring: the accumulator layout scatters 8 rows per warp store;
+         * the staged tile leaves in 16-byte row chunks. */
+        asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory");
         constexpr int ES = EPI == EPI_I32 ? 4 : 2;
         constexpr int PITCH = BN * ES + (EPI == EPI_I32 ? 32 : 16); /* bytes: rows 8 or 4 banks apart */
         static_assert(NWG * 64 * PITCH <= STAGES * STAGE_BYTES, "staged tile fits the ring");

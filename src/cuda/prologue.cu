@@ -214,7 +214,7 @@ __device__ __forceinline__ uint4 quantize16(const typename Stored<DT>::T *v, flo
 #pragma unroll
     for (int j = 0; j < RAW; j++) raw[j] = ((const uint4 *)v)[j];
     const uint32_t *w = (const uint32_t *)raw;
-    uint32_t out[4];
+    uint32_t out[4], pair = 0;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         uint32_t b[4];
@@ -223,8 +223,14 @@ __device__ __forceinline__ uint4 quantize16(const typename Stored<DT>::T *v, flo
             const int i = 4 * j + t; /* value i: word i/2, half i%2 (16-bit dtypes) */
             float e, quo;
             if constexpr (DT == DT_BF16) {
-                e = __uint_as_float(i % 2 ? w[i / 2] & 0xffff0000u : w[i / 2] << 16);
-                quo = bf16_round_nonan(__fmul_rn(e, rcp));
+                /* a pair at a time: one packed RNE conversion for two quotients */
+                if (i % 2 == 0) {
+                    const float e0 = __uint_as_float(w[i / 2] << 16), e1 = __uint_as_float(w[i / 2] & 0xffff0000u);
+                    const __nv_bfloat162 h = __floats2bfloat162_rn(__fmul_rn(e0, rcp), __fmul_rn(e1, rcp));
+                    pair = *(const uint32_t *)&h;
+                }
+                quo = __uint_as_float(i % 2 ? pair & 0xffff0000u : pair << 16);
+                (void)e;
             } else if constexpr (DT == DT_F16) {
                 e = __half2float(__ushort_as_half((uint16_t)(i % 2 ? w[i / 2] >> 16 : w[i / 2] & 0xffff)));
                 quo = __half2float(__float2half_rn(__fdiv_rn(e, st)));
@@ -246,6 +252,13 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
                                                                           int k, int8_t *q, float *sx)
 {
     constexpr int roww = ROWW;
+    /* Programmatic dependent launch: the GEMM may start its preamble now (it
+     * waits for this grid's completion before reading the codes). Every
+     * block of this grid is resident (the launch caps it), so nothing of it
+     * waits behind the GEMM's blocks. */
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
     using T = typename Stored<DT>::T;
     constexpr int RAW = raw_words<DT>();
     constexpr int ESZ = DT == DT_F32 ? 4 : 2;
