@@ -42,6 +42,6 @@ cudaError_t launch_s8_gemm_mma(const int8_t *a, int64_t lda, const int8_t *b, in
  * weight row once; 16-byte aligned operands with pitches multiple of 16. */
 #define QLC_GEMV_MAX_M 8
 cudaError_t launch_s8_gemv(const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m, int64_t n,
-                           int64_t k, const EpiParams &p, cudaStream_t stream);
+                           int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl);
 
 } // namespace qlc

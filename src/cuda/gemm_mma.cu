@@ -108,7 +108,15 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) s8_gemv_kernel(const int8_t *
     const int64_t col = (int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
     if (col >= n) return;
     const int8_t *w = b + col * ldb;
+#if __CUDA_ARCH__ >= 900
+    /* Launched while the prologue still runs (programmatic dependent
+     * launch): start the weight row's way from DRAM into L2 first, then
+     * wait for the activation codes. */
+    for (int64_t k0 = (int64_t)lane * 128; k0 < k; k0 += 32 * 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(w + k0));
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
     int32_t acc[MR] = {};
+#pragma unroll 4
     for (int64_t k0 = (int64_t)lane * 16; k0 < k; k0 += 32 * 16) {
         /* k is a multiple of 16 here (the pitch pads with zeros). */
         const int4 wv = __ldg((const int4 *)(w + k0));
@@ -146,19 +154,28 @@ cudaError_t launch_s8_gemm_mma(const int8_t *a, int64_t lda, const int8_t *b, in
 }
 
 cudaError_t launch_s8_gemv(const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m, int64_t n,
-                           int64_t k, const EpiParams &p, cudaStream_t stream)
+                           int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl)
 {
-    dim3 grid((unsigned)((n + GEMV_WARPS - 1) / GEMV_WARPS));
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)((n + GEMV_WARPS - 1) / GEMV_WARPS));
+    cfg.blockDim = dim3(GEMV_WARPS * 32);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
     const int64_t kp = (k + 15) / 16 * 16;
+    cudaError_t e = cudaSuccess;
     switch (m) {
 #define QLC_GEMV_CASE(R)                                                                                              \
-    case R: s8_gemv_kernel<R><<<grid, GEMV_WARPS * 32, 0, stream>>>(a, lda, b, ldb, n, kp, p); break;
+    case R: e = cudaLaunchKernelEx(&cfg, s8_gemv_kernel<R>, a, lda, b, ldb, n, kp, p); break;
         QLC_GEMV_CASE(1) QLC_GEMV_CASE(2) QLC_GEMV_CASE(3) QLC_GEMV_CASE(4)
         QLC_GEMV_CASE(5) QLC_GEMV_CASE(6) QLC_GEMV_CASE(7) QLC_GEMV_CASE(8)
 #undef QLC_GEMV_CASE
     default: return cudaErrorInvalidValue;
     }
-    return cudaGetLastError();
+    return e;
 }
 
 } // namespace qlc

@@ -286,7 +286,8 @@ cudaError_t launch_cfg(const CUtensorMap &ma, const CUtensorMap &mb, int m, int 
  * it does not (then the load latency is what a block waits for). Fields:
  * consumer warpgroups, BN, BK, blocks per SM; the ring depth is in the
  * launch switch below. */
-const Sm90Tile sm90_tiles[] = {{2, 256, 64, 1}, {2, 128, 128, 2}, {2, 128, 64, 2}, {2, 128, 128, 1}, {1, 128, 128, 1}};
+const Sm90Tile sm90_tiles[] = {{2, 256, 64, 1},  {2, 128, 128, 2}, {2, 128, 64, 2},
+                               {2, 128, 128, 1}, {1, 128, 128, 1}, {1, 128, 128, 4}};
 const int sm90_tile_count = sizeof sm90_tiles / sizeof sm90_tiles[0];
 
 bool make_sm90_maps(int tile, const int8_t *a, int64_t lda, int64_t m, const int8_t *b, int64_t ldb, int64_t n,
@@ -305,7 +306,8 @@ cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorM
     case 1: return launch_cfg<2, 128, 128, 3, 2>(ma, mb, im, in, ik, p, stream, pdl);
     case 2: return launch_cfg<2, 128, 64, 6, 2>(ma, mb, im, in, ik, p, stream, pdl);
     case 3: return launch_cfg<2, 128, 128, 6, 1>(ma, mb, im, in, ik, p, stream, pdl);
-    default: return launch_cfg<1, 128, 128, 8, 1>(ma, mb, im, in, ik, p, stream, pdl);
+    case 4: return launch_cfg<1, 128, 128, 8, 1>(ma, mb, im, in, ik, p, stream, pdl);
+    default: return launch_cfg<1, 128, 128, 2, 4>(ma, mb, im, in, ik, p, stream, pdl);
     }
 }
 
