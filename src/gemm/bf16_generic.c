@@ -98,4 +98,4 @@ static void tile_8x8c4_generic(int64_t k, const float *a, int64_t lda, const flo
     memcpy(c, acc, sizeof acc);
 }
 
-const ql_f32_kernel ql_bf16_gemm_8x8c4__generic = {"bf16_gemm_8x8c4__generic", 8, 8, tile_8x8c4_generic, NULL, NULL, 0, NULL, 4};
+const ql_f32_kernel ql_bf16_gemm_8x8c4__generic = {"bf16_gemm_8x8c4__generic", 8, 8, tile_8x8c4_generic, NULL, NULL, 0, NULL, 0, 4};
