@@ -420,11 +420,16 @@ class Linear:
                 f"{'/' + str(self.group) if self.group else ''} {self.kind}, {self.threads} threads>")
 
     # -- running
-    def forward(self, x, out_dtype=None):
+    def forward(self, x, out_dtype=None, out=None):
         """y = x·Wᵀ (+ bias) for x of shape [..., K]; returns [..., N] of the same
         kind (numpy array or torch tensor). fp32/fp16/bf16 in (numpy bf16 as
         uint16), out_dtype defaults to the input's. Rows may be strided; the
-        last dimension must be contiguous."""
+        last dimension must be contiguous. out: an existing array or tensor of
+        shape [..., N] (rows at any fixed stride, not overlapping x) written in
+        place and returned — a reused buffer saves the fresh output memory of
+        every call; its dtype is the output dtype."""
+        if out is not None:
+            return self._forward_any(x, out_dtype, out)
         # Fast paths: a C-contiguous array or CPU tensor of a dtype the library
         # takes, output in its dtype: no per-call tables, casts or shape walks.
         if out_dtype is None:
@@ -447,11 +452,30 @@ class Linear:
                     return y
         return self._forward_any(x, out_dtype)
 
-    def _forward_any(self, x, out_dtype):
+    def _forward_any(self, x, out_dtype, out=None):
         ptr, code, shape, strides = _host_array(x, "x")
         m, ld = _rows(shape, strides, self.k, "x")
         ocode = code if out_dtype is None else _dtype_code(out_dtype, "out_dtype")
         oshape = tuple(shape[:-1]) + (self.n,)
+        if out is not None:
+            yp, ycode, yshape, ystrides = _host_array(out, "out")
+            if tuple(yshape) != oshape:
+                raise QlinearError(f"qlinear: out has shape {list(yshape)}, expected {list(oshape)}", "invalid argument")
+            if out_dtype is not None and ycode != ocode:
+                raise QlinearError(f"qlinear: out dtype {_DT_NAMES[ycode]} is not out_dtype {_DT_NAMES[ocode]}",
+                                   "invalid argument")
+            _, ldy = _rows(yshape, ystrides, self.n, "out")
+            if m:
+                xe, ye = (4, 2, 2)[code], (4, 2, 2)[ycode]  # element bytes of fp32, fp16, bf16
+                x_end = ptr + ((m - 1) * ld + self.k) * xe
+                y_end = yp + ((m - 1) * ldy + self.n) * ye
+                if ptr < y_end and yp < x_end:
+                    raise QlinearError("qlinear: out overlaps x (the layer reads x while it writes out)",
+                                       "invalid argument")
+                st = self._fwd_int(self._ptr, ptr, code, m, ld, yp, ycode, ldy, self._null)
+                if st:
+                    _check(st, "ql_linear_forward")
+            return out
         if _is_torch(x):
             import torch
             y = torch.empty(oshape, dtype=(torch.float32, torch.float16, torch.bfloat16)[ocode])

@@ -3,7 +3,7 @@ in PyTorch, with its linears as PyTorch fp32 / oneDNN fp32 / bf16 or as qlinear.
 
     python3 -m qlinear.e2e [--blocks 28] [--tokens 1024] [--paths LIST] [--reps N]
                            [--threads N] [--json FILE] [--plot FILE.png] [--seed S]
-                           [--quantize REGEX] [--spin]
+                           [--quantize REGEX] [--spin] [--malloc-defaults]
     python3 -m qlinear.e2e --overhead [--calls N] [--threads N] [--json FILE]
 
 The model (random weights N(0, 0.02²), four input channels ×10 in every
@@ -28,15 +28,22 @@ slowest kernels; as qlinear bench does, this sets OPENBLAS_CORETYPE (and
 OPENBLAS_NUM_THREADS = --threads) before OpenBLAS loads, by re-executing
 itself once, and says so. It also makes idle pool workers sleep (POOL_ENV:
 OPENBLAS_THREAD_TIMEOUT=4, OMP_WAIT_POLICY=passive; --spin leaves the
-runtimes' defaults), the same setup for every path, and prints it.
+runtimes' defaults), the same setup for every path, and prints it. And it
+keeps glibc's malloc from mapping each large temporary (attention scores, MLP
+activations: tens of MB) fresh and unmapping it after (MALLOC_ENV:
+MALLOC_MMAP_MAX_=0, MALLOC_TRIM_THRESHOLD_ and MALLOC_TOP_PAD_ large; freed
+memory is reused instead of faulted in again page by page, ~80 000 minor
+faults per block otherwise); --malloc-defaults leaves glibc's defaults. The
+minor page faults per step are printed for every path.
 
---overhead times the binding per call at M = 1: QLinear(x), Linear.forward on
-torch and numpy inputs, against ql_linear_forward called through cffi with
+--overhead times the binding per call at M = 1: QLinear(x), QLinear(x, out=y)
+(a reused output buffer), Linear.forward on torch and numpy inputs, against ql_linear_forward called through cffi with
 prepared arguments (the C API floor), each call timed on its own, medians.
 """
 import argparse
 import json
 import os
+import resource
 import sys
 import time
 
@@ -78,7 +85,18 @@ POOL_ENV = (
 )
 
 
-def _reexec_for_openblas(argv, threads, spin):
+# glibc malloc, the same for every path: large blocks come from the heap (no
+# mmap per allocation; the mmap threshold itself cannot be raised past 32 MiB)
+# and freed memory stays there for the next step. 1 GiB of top pad / trim
+# threshold: the heap grows in large steps and does not shrink between steps.
+MALLOC_ENV = (
+    ("MALLOC_MMAP_MAX_", "0", "no mmap per large allocation: tensors come from the heap"),
+    ("MALLOC_TRIM_THRESHOLD_", str(1 << 30), "freed memory stays in the heap for the next step"),
+    ("MALLOC_TOP_PAD_", str(1 << 26), "the heap grows in 64 MiB steps"),
+)
+
+
+def _reexec_for_openblas(argv, threads, spin, malloc_defaults=False):
     """Set OPENBLAS_CORETYPE / OPENBLAS_NUM_THREADS and the pools' idle policy
     before any BLAS or OpenMP runtime loads (environment variables the user set win)."""
     if os.environ.get("QL_E2E_REEXEC"):
@@ -99,6 +117,11 @@ def _reexec_for_openblas(argv, threads, spin):
             if var not in env:
                 env[var] = val
                 notes.append(f"{var}={val}")
+    if not malloc_defaults:
+        for var, val, _ in MALLOC_ENV:
+            if var not in env:
+                env[var] = val
+                notes.append(f"{var}={val}")
     env["QL_E2E_NOTE"] = " ".join(notes)
     sys.stdout.flush()
     os.execve(sys.executable, [sys.executable, "-m", "qlinear.e2e", *argv], env)
@@ -108,13 +131,15 @@ def _pool_config(torch, threads, note):
     """One paragraph: the thread setup every path runs under, and who set it."""
     env = " ".join(f"{v}={os.environ.get(v, '(unset)')}" for v in
                    ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT", "OMP_WAIT_POLICY",
-                    "OMP_NUM_THREADS"))
+                    "OMP_NUM_THREADS") + tuple(v for v, _, _ in MALLOC_ENV))
     lines = [f"threads: torch.set_num_threads({threads}) (ATen and oneDNN on libgomp; qlinear's layers follow "
              f"torch.get_num_threads() = {torch.get_num_threads()}, on the same libgomp pool); {env}"]
     if note:
         lines.append(f"set by qlinear.e2e: {note} (OPENBLAS_CORETYPE: OpenBLAS 0.3.21 falls back to its slowest "
                      "kernels on CPUs it does not know; the idle policies keep one pool's spinning workers off the "
-                     "cores another pool is running on; --spin leaves them at the runtimes' defaults)")
+                     "cores another pool is running on; --spin leaves them at the runtimes' defaults; MALLOC_*: "
+                     "large temporaries reuse heap memory instead of fresh mmaps faulted in page by page, for every "
+                     "path alike; --malloc-defaults leaves glibc's defaults)")
     return "\n".join(lines)
 
 
@@ -138,6 +163,9 @@ def _parse(argv):
     p.add_argument("--spin", action="store_true",
                    help="leave the thread pools' idle policy at the runtimes' defaults (spinning workers; "
                         "see POOL_ENV) instead of setting " + " ".join(f"{v}={x}" for v, x, _ in POOL_ENV))
+    p.add_argument("--malloc-defaults", action="store_true",
+                   help="leave glibc malloc's defaults (each large temporary mmapped fresh) instead of setting "
+                        + " ".join(f"{v}={x}" for v, x, _ in MALLOC_ENV))
     p.add_argument("--calls", type=int, default=10000, help="--overhead: timed calls per entry point (median)")
     a = p.parse_args(argv)
     a.paths = [x for x in a.paths.split(",") if x]
@@ -335,16 +363,18 @@ def run(a):
     print(f"weights of all paths: {need / 2**30:.1f} GiB; "
           + ("paths interleaved round by round" if interleave else "one path after another (not enough memory to "
                                                                     "hold every model at once)"))
-    res = {p: {"path": p, "step_ms_all": [], "linear_ms_all": []} for p in paths}
+    res = {p: {"path": p, "step_ms_all": [], "linear_ms_all": [], "minflt_all": []} for p in paths}
     outs = {}
 
     def one_step(p, model, timer):
         dt = torch.bfloat16 if p == "bf16" else torch.float32
         timer.reset()
         with torch.no_grad():
+            f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             t0 = time.perf_counter()
             y = model(*inputs[dt])
             el = time.perf_counter() - t0
+            res[p]["minflt_all"].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
         res[p]["step_ms_all"].append(el * 1e3)
         res[p]["linear_ms_all"].append(timer.total * 1e3)
         assert timer.calls == n_lin, (timer.calls, n_lin)
@@ -381,20 +411,21 @@ def run(a):
         r = res[p]
         r["step_ms"] = _median(r["step_ms_all"])
         r["linear_ms"] = _median(r["linear_ms_all"])
+        r["minflt"] = _median(r["minflt_all"])
         r["rel_l2"] = float((outs[p].double() - ref).norm() / ref.norm())
         r["blocks"], r["tokens"], r["threads"], r["reps"] = a.blocks, a.tokens, a.threads, a.reps
     torch_paths = [p for p in paths if p in TORCH_PATHS]
     best_fp32 = min((p for p in paths if p in TORCH_FP32_PATHS), key=lambda p: res[p]["step_ms"])
     fastest = min(torch_paths, key=lambda p: res[p]["step_ms"])
     print(f"\n{'path':<14} {'step ms':>9} {'linears ms':>11} {'share':>6} {'rest ms':>9} "
-          f"{'vs ' + best_fp32:>16} {'vs ' + fastest:>16} {'rel-L2 vs fp32':>15}")
+          f"{'vs ' + best_fp32:>16} {'vs ' + fastest:>16} {'rel-L2 vs fp32':>15} {'faults/step':>12}")
     for p in paths:
         r = res[p]
         r["speedup_vs_best_fp32"] = res[best_fp32]["step_ms"] / r["step_ms"]
         r["speedup_vs_fastest_torch"] = res[fastest]["step_ms"] / r["step_ms"]
         print(f"{p:<14} {r['step_ms']:9.0f} {r['linear_ms']:11.0f} {r['linear_ms'] / r['step_ms']:6.0%} "
               f"{r['step_ms'] - r['linear_ms']:9.0f} {r['speedup_vs_best_fp32']:15.2f}x "
-              f"{r['speedup_vs_fastest_torch']:15.2f}x {r['rel_l2']:15.3g}")
+              f"{r['speedup_vs_fastest_torch']:15.2f}x {r['rel_l2']:15.3g} {r['minflt']:12.0f}")
     print(f"\nPyTorch's best fp32 path: {best_fp32}; its fastest path of any dtype: {fastest}")
     for p in paths:
         if p not in TORCH_PATHS:
@@ -460,12 +491,13 @@ def overhead(a):
         q = qt.QLinear.from_linear(lin)
         x = torch.randn(1, k, generator=g)
         xn = x.numpy()
-        y = torch.empty(1, n)
+        y, yo = torch.empty(1, n), torch.empty(1, n)  # yo: a reused output buffer
         fwd, args = q.linear._fwd_int, (q.linear._ptr, x.data_ptr(), 0, 1, k, y.data_ptr(), 0, n, ffi.NULL)
         fns = {
             "cffi call of ql_version() (the FFI floor)": lib.ql_version,
             "C API: ql_linear_forward, prepared args": lambda: fwd(*args),
             "qlinear.torch.QLinear(x)": lambda: q(x),
+            "qlinear.torch.QLinear(x, out=y)": lambda: q(x, out=yo),
             "qlinear.Linear.forward(torch x)": lambda: q.linear.forward(x),
             "qlinear.Linear.forward(numpy x)": lambda: q.linear.forward(xn),
             "torch nn.Linear(x) (for scale)": lambda: lin(x),
@@ -509,7 +541,7 @@ def _write_json(path, obj):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     a = _parse(argv)
-    _reexec_for_openblas(argv, a.threads, a.spin)
+    _reexec_for_openblas(argv, a.threads, a.spin, a.malloc_defaults)
     return overhead(a) if a.overhead else run(a)
 
 

@@ -70,18 +70,23 @@ class QLinear(nn.Module):
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={lin.has_bias}, "
                 f"format={lin.format}{g}, kind={lin.kind}")
 
-    def forward(self, x):
+    def forward(self, x, out=None):
+        """y for x of any leading shape, in x's dtype. out: a tensor of the output's
+        shape to write into and return, its dtype the output's (a reused buffer:
+        no fresh output memory per call; checked, and not overlapping x)."""
         # The hot path: no per-call tables, shape walks or casts (a dict
-        # lookup, a few attribute reads, torch.empty and the C call).
+        # lookup, a few attribute reads, torch.empty (or out) and the C call).
         if type(x) is _Tensor:
-            y = _forward_fast(self.linear, x, self._follow)
+            y = _forward_fast(self.linear, x, self._follow, out)
             if y is not None:
                 return y
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"QLinear takes a torch tensor, not {type(x).__name__}")
+        if out is not None and not isinstance(out, torch.Tensor):
+            raise TypeError(f"QLinear: out must be a torch tensor, not {type(out).__name__}")
         if self._follow:
             _follow_threads(self.linear._ctx)
-        return self.linear._forward_any(x, None)
+        return self.linear._forward_any(x, None, out)
 
 
 def _follow_threads(ctx):
@@ -90,9 +95,11 @@ def _follow_threads(ctx):
         ctx.set_threads(t)
 
 
-def _forward_fast(lin, x, follow=False):
+def _forward_fast(lin, x, follow=False, out=None):
     """y for a contiguous CPU tensor of a dtype the library takes, whose last
-    dimension is K; None for anything else (the general path then decides)."""
+    dimension is K (written into out if that is a contiguous CPU tensor of the
+    output's shape and x's dtype, apart from x); None for anything else (the
+    general path then decides, and checks)."""
     code = _CODE.get(x.dtype)
     if code is None or not x.is_cpu or x.layout is not _strided or not x.is_contiguous():
         return None
@@ -105,7 +112,16 @@ def _forward_fast(lin, x, follow=False):
     last = lin._last_shapes  # (input shape, output shape) of the previous call: torch.Size arithmetic costs ~1 µs
     if shape != last[0]:
         last = lin._last_shapes = (shape, shape[:-1] + (lin.n,))
-    y = torch.empty(last[1], dtype=x.dtype)
+    if out is None:
+        y = torch.empty(last[1], dtype=x.dtype)
+    elif (type(out) is _Tensor and out.dtype is x.dtype and out.is_cpu and out.layout is _strided
+          and out.is_contiguous() and out.shape == last[1]):
+        xp, yp, nb = x.data_ptr(), out.data_ptr(), x.element_size()
+        if xp < yp + out.numel() * nb and yp < xp + x.numel() * nb:
+            return None  # overlapping: the general path says so
+        y = out
+    else:
+        return None
     m = x.numel() // k
     if m:
         st = lin._fwd_int(lin._ptr, x.data_ptr(), code, m, k, y.data_ptr(), code, lin.n, lin._null)

@@ -22,12 +22,14 @@ def test_e2e_small(tmp_path):
               "--json", str(js), "--plot", str(png)], timeout=600)
     assert r.returncode == 0, r.stderr
     assert "OPENBLAS_CORETYPE" in r.stdout
+    assert "MALLOC_MMAP_MAX_=0" in r.stdout  # the allocator setting, the same for every path, printed
     d = json.loads(js.read_text())
     assert d["model"] == {"blocks": 1, "tokens": 24, "text_tokens": 8, "hidden": 2048, "heads": 16, "linears": 16}
     recs = {p["path"]: p for p in d["paths"]}
     assert set(recs) == {"fp32", "onednn-fp32", "bf16", "w8a8-convrot", "weight-only"}
     for p in recs.values():
         assert 0 < p["linear_ms"] < p["step_ms"] and p["reps"] == 1
+        assert p["minflt"] >= 0 and len(p["minflt_all"]) == 1
     assert recs["fp32"]["rel_l2"] == 0.0
     assert recs["onednn-fp32"]["rel_l2"] < 1e-5  # the same model in fp32, another GEMM
     assert 1e-4 < recs["w8a8-convrot"]["rel_l2"] < 3e-2

@@ -90,6 +90,43 @@ def test_fast_path_equals_general_path(gen, dtype):
     assert q.linear.forward(xn[:0]).shape == (0, 5, 96)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_out_buffer(gen, dtype):
+    """out=: the same bits written into a given buffer (fast and general path,
+    torch and numpy, strided rows), the buffer returned; a wrong shape, dtype,
+    kind or an overlap with x is an error, never a silent copy."""
+    q = QLinear.from_linear(make_linear(gen, 512, 96))
+    x = torch.randn(3, 512, generator=gen).to(dtype)
+    want = q(x)
+    out = torch.full((3, 96), float("nan"), dtype=dtype)
+    assert q(x, out=out) is out and torch.equal(out, want)
+    out.fill_(7)
+    assert q.linear.forward(x, out=out) is out and torch.equal(out, want)
+    wide = torch.zeros(3, 160, dtype=dtype)  # rows at a stride of 160: the general path
+    assert torch.equal(q(x, out=wide[:, :96]), want) and torch.equal(wide[:, 96:], torch.zeros(3, 64, dtype=dtype))
+    name = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    if dtype != torch.bfloat16:
+        yn = np.empty((3, 96), x.numpy().dtype)
+        assert q.linear.forward(x.numpy(), out=yn) is yn and np.array_equal(yn, want.numpy())
+    yf = torch.empty(3, 96)  # another output dtype through out_dtype
+    assert torch.equal(q.linear.forward(x, out_dtype="fp32", out=yf), q.linear.forward(x, out_dtype="fp32"))
+    with pytest.raises(qlinear.QlinearError, match="out has shape"):
+        q(x, out=torch.empty(3, 95, dtype=dtype))
+    other = torch.float16 if dtype != torch.float16 else torch.float32
+    with pytest.raises(qlinear.QlinearError, match="is not out_dtype"):
+        q.linear.forward(x, out_dtype=name, out=torch.empty(3, 96, dtype=other))
+    with pytest.raises(TypeError):
+        q(x, out=np.empty((3, 96), np.float32))
+    buf = torch.zeros(3, 512 + 96, dtype=dtype)
+    buf[:, :512] = x
+    with pytest.raises(qlinear.QlinearError, match="overlaps x"):
+        q(buf[:, :512], out=buf[:, 416:512])
+    same = torch.zeros(1, 512, dtype=dtype)
+    q96 = QLinear.from_linear(make_linear(gen, 512, 512))
+    with pytest.raises(qlinear.QlinearError, match="overlaps x"):
+        q96(same, out=same)  # contiguous, fast-path shape: still refused
+
+
 def test_threads_follow_torch(gen):
     q = QLinear.from_linear(make_linear(gen, 512, 256))
     x = torch.randn(64, 512, generator=gen)

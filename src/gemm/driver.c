@@ -218,14 +218,15 @@ void ql_gemm_s8_small_part(const ql_s8_kernel *kern, const void *packed_a, int64
 }
 
 /* Up to this many rows the small-M path is taken (per ISA). AVX-512:
- * measured, QLINEAR_SMALL_M=0 against =1000 over `qlinear bench --profile
- * qwen3-te --m 8,16,32,48,64,96` (small-M faster up to 48, blocked from 64;
- * README); the others are estimates. Its row count per tile is then fitted
+ * measured, QLINEAR_SMALL_M=0 against =1000 (or 96) over `qlinear bench
+ * --profile qwen3-te`: small-M faster at 8-48, 77 and 96 rows, blocked 3-4 %
+ * faster at 64 (two sessions; README), so small-M up to 96; the others are
+ * estimates. Its row count per tile is then fitted
  * to M: ceil(M / max rows) row panels of equal height. */
 static int64_t small_m_limit(ql_isa isa)
 {
     switch (isa) {
-    case QL_ISA_AVX512VNNI: return 48;
+    case QL_ISA_AVX512VNNI: return 96;
     case QL_ISA_AVXVNNI: return 24;
     case QL_ISA_AVX2: return 24;
     default: return 16;

@@ -30,6 +30,7 @@ typedef struct ql_f32_kernel {
     const char *small_name;
     int small_rows;
     ql_f32_small_fn small;
+    int small_max; /* the small route up to this many rows (measured per kernel, see f32_generic.c) */
 } ql_f32_kernel;
 
 extern const ql_f32_kernel ql_f32_gemm_4x16__generic;

@@ -43,15 +43,16 @@ static void small_generic(int rows, int panels, int64_t k, const float *a, int64
 }
 
 const ql_f32_kernel ql_f32_gemm_4x16__generic = {"f32_gemm_4x16__generic", 4, 16, tile_4x16_generic, decode_generic,
-                                                 "f32_gemv_4x32__generic", 4, small_generic};
+                                                 "f32_gemv_4x32__generic", 4, small_generic, 16};
 
-/* Up to this many rows the float paths take the small-M route (a first
- * estimate, to be measured like the int8 limit in driver.c). */
-#define QL_F_SMALL_M 16
-
+/* Up to kern->small_max rows the float paths take the small-M route.
+ * AVX-512: measured, QLINEAR_SMALL_M=96 against =0 over `qlinear bench
+ * --profile qwen3-te --m 48,64,77,96` (fp32 and weight-only totals, one run
+ * each: small-M 0.59-0.90x the blocked time at 48-77 rows, 1.2-1.4x at 96:
+ * README); AVX2 and generic: 16, an estimate. */
 bool ql_f32_small_m(const ql_f32_kernel *kern, int64_t m, int64_t limit)
 {
-    return kern->small && m <= (limit >= 0 ? limit : QL_F_SMALL_M);
+    return kern->small && m <= (limit >= 0 ? limit : kern->small_max);
 }
 
 int ql_f32_small_rows(const ql_f32_kernel *kern, int64_t m)
