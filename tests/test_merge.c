@@ -1251,7 +1251,10 @@ static void test_merge_wxa8(void)
             const double kept = w_delta_kept(tp("wm_s.safetensors"), i, 1.0);
             printf("  small delta (well below one step), layer %s: %s rounding keeps %.3f of it\n", wc[i].path,
                    sr ? "stochastic" : "nearest", kept);
-            if (sr) CHECK(kept > 0.75 && kept < 1.25, "layer %s: stochastic rounding kept %.3f of a small delta", wc[i].path, kept);
+            /* unbiased, not exact: 0.93-1.29 seen over seeds (seed 97633820466: 1.285 on w.big), the
+             * spread ~0.08; nearest keeps 0.0-0.1 on W4A8. The code assignment itself is checked
+             * exactly against the in-test model above. */
+            if (sr) CHECK(kept > 0.6 && kept < 1.4, "layer %s: stochastic rounding kept %.3f of a small delta", wc[i].path, kept);
         }
     }
     /* bad input: one line naming the file and the tensor / layer, nothing written */
