@@ -943,6 +943,16 @@ static double *w_decode64(const wcase *c, const uint8_t *q, const void *srel, co
     return w;
 }
 
+/* The uniform / asymmetric group step of a rotated group (and its minimum). */
+static float w_model_group_step(const wcase *c, const float *grp, float *mn_out)
+{
+    float mx = -INFINITY, mn = INFINITY, am = 0;
+    for (int64_t e = 0; e < c->group; e++) mx = fmaxf(mx, grp[e]), mn = fminf(mn, grp[e]), am = fmaxf(am, fabsf(grp[e]));
+    const float gs = c->mode == QL_WXA8_UNIFORM ? am / 7.0f : (mx - mn) / 15.0f;
+    *mn_out = mn;
+    return gs > 1e-8f ? gs : 1e-8f;
+}
+
 /* An independent model of the final assignment (FORMATS §5.2 / §5.6 with the
  * pcg-hash noise): codes of the rotated merged weight wr, given the output
  * scales (codebook / 6-bit) or recomputing the group scale (uniform / asym). */
@@ -953,12 +963,8 @@ static int w_model_code(const wcase *c, const float *cb, const float *wr, int64_
     const float w = wr[n * K + j];
     const double u = seed ? model_noise(n * K + j, seed) : 0.0;
     if (c->mode == QL_WXA8_UNIFORM || c->mode == QL_WXA8_ASYM) {
-        float mx = -INFINITY, mn = INFINITY, am = 0;
-        for (int64_t e = g0; e < g0 + c->group; e++) {
-            mx = fmaxf(mx, wr[n * K + e]), mn = fminf(mn, wr[n * K + e]), am = fmaxf(am, fabsf(wr[n * K + e]));
-        }
-        float gs = c->mode == QL_WXA8_UNIFORM ? am / 7.0f : (mx - mn) / 15.0f;
-        gs = gs > 1e-8f ? gs : 1e-8f;
+        float mn;
+        const float gs = w_model_group_step(c, wr + n * K + g0, &mn);
         const float x = c->mode == QL_WXA8_UNIFORM ? w / gs : (w - mn) / gs;
         double v = seed ? floor((double)(float)((double)x + u)) : nearbyint((double)x);
         if (c->mode == QL_WXA8_UNIFORM) return (int)(v < -8 ? -8 : v > 7 ? 7 : v) + 8;
@@ -993,12 +999,8 @@ static double w_model_maxdist(const wcase *c, const float *cb, const float *wr, 
     const int64_t K = c->k, g0 = j - j % c->group;
     const float w = wr[n * K + j];
     if (c->mode == QL_WXA8_UNIFORM || c->mode == QL_WXA8_ASYM) {
-        float mx = -INFINITY, mn = INFINITY, am = 0;
-        for (int64_t e = g0; e < g0 + c->group; e++) {
-            mx = fmaxf(mx, wr[n * K + e]), mn = fminf(mn, wr[n * K + e]), am = fmaxf(am, fabsf(wr[n * K + e]));
-        }
-        float gs = c->mode == QL_WXA8_UNIFORM ? am / 7.0f : (mx - mn) / 15.0f;
-        gs = gs > 1e-8f ? gs : 1e-8f;
+        float mn;
+        const float gs = w_model_group_step(c, wr + n * K + g0, &mn);
         const double x = c->mode == QL_WXA8_UNIFORM ? (double)w / gs : ((double)w - mn) / gs;
         const double lo = c->mode == QL_WXA8_UNIFORM ? -8 : 0, hi = c->mode == QL_WXA8_UNIFORM ? 7 : 15;
         const double a = fmin(fmax(floor(x), lo), hi), b = fmin(fmax(floor(x) + 1, lo), hi);
