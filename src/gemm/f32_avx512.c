@@ -77,7 +77,7 @@ static inline __attribute__((always_inline)) void small_tile(const int R, const 
                 for (int o = 0; o < 32 * es; o += 64)
                     _mm_prefetch((const char *)b + (q * pe + p * 32) * es + o + QL_F32_SMALL_PF, _MM_HINT_T0);
         /* rows broadcast first, then one weight vector at a time: R·2P
-         * accumulators + R + 1 registers (3×32 on AVX2: 16, no spill) */
+         * accumulators + R + 1 registers (at most 24 + 6 + 1 of the 32 zmm: no spill) */
         __m512 ar[6];
 #pragma GCC unroll 6
         for (int r = 0; r < R; r++) ar[r] = _mm512_set1_ps(a[r * lda + p]);
