@@ -397,6 +397,84 @@ static void test_bad_input(ql_context *ctx)
     CHECK(ql_int8_linear_ref(&big, x, QL_F32, 1, 1 << 20, y, QL_F32, 4, NULL) == QL_ERR_UNSUPPORTED, "K = 2^20 accepted");
 }
 
+/* The single-thread route for tiny layers (QLINEAR_SERIAL_WORK): a layer run
+ * on the calling thread alone equals the same layer on 2-3 threads bit for
+ * bit, for every kind, dtype, bias and residual, small-M and blocked row
+ * counts; and the default threshold, whichever route it picks, too. */
+static ql_context *context_with(const char *serial_work, ql_isa isa, int threads)
+{
+    if (serial_work) setenv("QLINEAR_SERIAL_WORK", serial_work, 1);
+    else unsetenv("QLINEAR_SERIAL_WORK");
+    ql_context *c = NULL;
+    CHECK_OK(ql_context_create(&c));
+    setenv("QLINEAR_SERIAL_WORK", "0", 1);
+    if (c) {
+        CHECK_OK(ql_context_set_isa(c, isa));
+        CHECK_OK(ql_context_set_threads(c, threads));
+    }
+    return c;
+}
+
+static void test_serial_route(ql_isa isa)
+{
+    setenv("QLINEAR_SERIAL_WORK", "12x", 1);
+    ql_context *bad = NULL;
+    CHECK(ql_context_create(&bad) == QL_ERR_INVALID_ARGUMENT && strstr(ql_last_error(), "QLINEAR_SERIAL_WORK=12x"),
+          "a malformed QLINEAR_SERIAL_WORK was accepted (%s)", ql_last_error());
+    ql_context_destroy(bad);
+    for (int t = 2; t <= 3; t++) {
+        ql_context *par = context_with("0", isa, t), *ser = context_with("1099511627776", isa, t),
+                   *def = context_with(NULL, isa, t);
+        if (!par || !ser || !def) break;
+        static const int64_t ms[] = {1, 2, 13, 96, 97, 150};
+        static const ql_linear_kind kinds[] = {QL_LINEAR_W8A8, QL_LINEAR_WEIGHT_ONLY, QL_LINEAR_DENSE, QL_LINEAR_DENSE,
+                                               QL_LINEAR_DEQUANT};
+        for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ki++)
+            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+                const int64_t m = ms[mi], n = tu_range(1, 300), g = tu_range(0, 1) ? 256 : 0,
+                              k = g ? 256 * tu_range(1, 3) : tu_range(1, 700);
+                const ql_dtype xdt = dts[tu_range(0, 2)], ydt = dts[tu_range(0, 2)], bdt = dts[tu_range(0, 2)];
+                const int res = (int)tu_range(0, 1), bias_on = (int)tu_range(0, 1);
+                int8_t *q = malloc((size_t)(n * k));
+                float *s = malloc((size_t)n * 4), *wf = malloc((size_t)(n * k) * 4);
+                void *x = malloc((size_t)(m * k) * 4), *b = malloc((size_t)n * 4), *r = malloc((size_t)(m * n) * 4),
+                     *rs = malloc((size_t)n * 4), *y[3];
+                random_weight(n, k, q, s, n);
+                tu_fill_gauss(QL_F32, wf, n * k, 0.05);
+                tu_fill_gauss(xdt, x, m * k, 1.0);
+                tu_fill_gauss(bdt, b, n, 0.5);
+                tu_fill_gauss(ydt, r, m * n, 1.0);
+                tu_fill_gauss(ydt, rs, n, 1.0);
+                ql_epilogue epi = {r, n, rs};
+                ql_linear_desc d = {.kind = kinds[ki], .int8 = {n, k, q, k, s, n, g, bias_on ? b : NULL, bdt}};
+                if (kinds[ki] == QL_LINEAR_DENSE)
+                    d = (ql_linear_desc){.kind = QL_LINEAR_DENSE, .n = n, .k = k, .weight = wf, .ld_weight = k,
+                                         .weight_dtype = QL_F32, .compute_dtype = ki == 2 ? QL_F32 : QL_BF16,
+                                         .bias = bias_on ? b : NULL, .bias_dtype = bdt};
+                ql_context *ctxs[3] = {par, ser, def};
+                for (int c = 0; c < 3; c++) {
+                    y[c] = malloc((size_t)(m * n) * 4);
+                    memset(y[c], 0x5a, (size_t)(m * n) * 4);
+                    ql_linear *lin = NULL;
+                    CHECK_OK(ql_linear_create(ctxs[c], &d, &lin));
+                    if (lin) CHECK_OK(ql_linear_forward(lin, x, xdt, m, k, y[c], ydt, n, res ? &epi : NULL));
+                    ql_linear_destroy(lin);
+                }
+                int64_t f1 = -1, f2 = -1;
+                int ok1 = same_bits(ydt, y[0], y[1], m, n, n, n, &f1), ok2 = same_bits(ydt, y[0], y[2], m, n, n, n, &f2);
+                CHECK(ok1 && ok2, "%s kind %d t%d M=%lld N=%lld K=%lld G=%lld x=%s y=%s bias=%d res=%d: the serial route "
+                      "differs from %d threads at %lld (default threshold: at %lld)", ql_isa_name(isa), (int)kinds[ki], t,
+                      (long long)m, (long long)n, (long long)k, (long long)g, ql_dtype_name(xdt), ql_dtype_name(ydt),
+                      bias_on, res, t, (long long)f1, (long long)f2);
+                free(q); free(s); free(wf); free(x); free(b); free(r); free(rs);
+                for (int c = 0; c < 3; c++) free(y[c]);
+            }
+        ql_context_destroy(par);
+        ql_context_destroy(ser);
+        ql_context_destroy(def);
+    }
+}
+
 int main(void)
 {
     tu_init("test_linear");
@@ -439,6 +517,7 @@ int main(void)
         test_weight_only_and_bf16(ctx);
         test_concurrent(ctx);
         test_bad_input(ctx);
+        test_serial_route(isas[i]);
     }
     test_accuracy();
     ql_context_destroy(ctx);

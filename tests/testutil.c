@@ -13,6 +13,11 @@ static const char *test_name;
 void tu_init(const char *name)
 {
     test_name = name;
+    /* The suites run small shapes on 2-3 threads to exercise every split of
+     * the work; the single-thread route for tiny layers would take most of
+     * them, so it is off here (0 = never) and tested on its own
+     * (test_linear: test_serial_route). */
+    setenv("QLINEAR_SERIAL_WORK", "0", 0);
     const char *s = getenv("QL_TEST_SEED");
     tu_seed = s && *s ? strtoull(s, NULL, 0) : ((uint64_t)time(NULL) ^ ((uint64_t)clock() << 20));
     state = tu_seed;

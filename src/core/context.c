@@ -24,7 +24,7 @@ ql_status ql_context_create(ql_context **out)
 {
     QL_CHECK_PTR("ql_context_create", out);
     *out = NULL;
-    ql_context c = {default_threads(), ql_isa_best(), NULL, 0, 0, QL_DEVICE_CPU, 0, NULL, NULL, -1};
+    ql_context c = {default_threads(), ql_isa_best(), NULL, 0, 0, QL_DEVICE_CPU, 0, NULL, NULL, -1, -1};
     const char *sm = getenv("QLINEAR_SMALL_M");
     if (sm && *sm) {
         char *end;
@@ -32,6 +32,14 @@ ql_status ql_context_create(ql_context **out)
         if (*end != '\0' || v < 0 || v > 1 << 20)
             return ql_fail(QL_ERR_INVALID_ARGUMENT, "QLINEAR_SMALL_M=%s is not an integer in 0..1048576", sm);
         c.small_m = v;
+    }
+    const char *sw = getenv("QLINEAR_SERIAL_WORK");
+    if (sw && *sw) {
+        char *end;
+        long long v = strtoll(sw, &end, 10);
+        if (*end != '\0' || v < 0 || v > (1LL << 40))
+            return ql_fail(QL_ERR_INVALID_ARGUMENT, "QLINEAR_SERIAL_WORK=%s is not an integer in 0..2^40", sw);
+        c.serial_work = v;
     }
     const char *t = getenv("QLINEAR_THREADS");
     if (t && *t) {

@@ -122,6 +122,10 @@ struct ql_context {
     /* rows up to which the CPU small-M path runs; -1: the measured default
      * per ISA (QLINEAR_SMALL_M overrides it, to measure the crossover) */
     int64_t small_m;
+    /* work (M·N·K multiply-adds) below which a CPU forward runs on the calling
+     * thread alone; -1: the measured default (QLINEAR_SERIAL_WORK overrides
+     * it, 0 = never) */
+    int64_t serial_work;
 };
 
 /* A 64-byte aligned buffer of `bytes` for one call; release with the same

@@ -243,6 +243,19 @@ size_t ql_linear_weight_bytes(const ql_linear *l)
     return ql_packed_f32_bytes(&l->bf) + (size_t)l->n_sw * 4;
 }
 
+/* Threads for one forward of m rows. Below QL_SERIAL_WORK multiply-adds the
+ * call stays on the calling thread and never enters a parallel region: waking
+ * a sleeping OpenMP worker (OMP_WAIT_POLICY=passive, or a pool idle past its
+ * spin) costs ~100 µs, more than a tiny layer's whole work. The split of
+ * rows and N panels over threads never changes a result, so both routes are
+ * bit-identical (tested). Threshold measured: README, "tiny layers". */
+#define QL_SERIAL_WORK ((int64_t)1 << 20)
+static int forward_threads(const ql_linear *l, int64_t m)
+{
+    const int64_t lim = l->ctx->serial_work >= 0 ? l->ctx->serial_work : QL_SERIAL_WORK;
+    return (double)m * (double)l->n * (double)l->k < (double)lim ? 1 : l->ctx->threads;
+}
+
 /* ---- W8A8 */
 
 /* One chunk's prologue, shared by the threads of the GEMM's parallel region. */
@@ -306,7 +319,7 @@ static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t
     const ql_s8_plan sp = w8a8_plan(l, chunk);
     const ql_s8_kernel *kern = sp.kern;
     const isa_ops ops = ops_for(kern->isa);
-    const int threads = l->ctx->threads, mr = kern->mr, aes = kern->aes ? kern->aes : 1;
+    const int threads = forward_threads(l, m), mr = kern->mr, aes = kern->aes ? kern->aes : 1;
     const int64_t k = l->k, kp = (k + 63) & ~(int64_t)63;
     /* one workspace: packed activations | row scales | row sums | per-thread scratch (+ int8 staging panel) */
     const size_t a_bytes = (ql_packed_a_bytes(kern, chunk, k) * (size_t)aes + 63) & ~(size_t)63;
@@ -342,6 +355,11 @@ static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t
         void *epi_arg = lora ? (void *)&lr : (void *)&e;
         if (sp.small) { /* one parallel region: rows quantized, then N split */
             const int nt = threads < l->b8.panels ? threads : (int)l->b8.panels;
+            if (nt <= 1) {
+                prologue_part(&pj, 0, 1);
+                ql_gemm_s8_small_part(kern, pj.packed, mc, &l->b8, 0, l->b8.panels, epi, epi_arg);
+                continue;
+            }
 #pragma omp parallel num_threads(nt)
             {
                 const int t = omp_get_thread_num(), n = omp_get_num_threads();
@@ -414,6 +432,7 @@ static ql_status forward_float(ql_linear *l, const ql_packed_f32 *b, int64_t gro
     if (!direct && !a) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot allocate the fp32 activations");
     const bool wo = l->kind == QL_LINEAR_WEIGHT_ONLY;
     ql_f32_epi e = {*plan, NULL, ldy, wo ? l->sw : NULL, wo && l->n_sw == 1};
+    const int threads = forward_threads(l, m);
 #if QL_X86
     ql_f32_epilogue_fn epi = l->f32 == &ql_f32_gemm_12x32__avx512 ? ql_f32_epilogue_avx512
                            : l->f32 == &ql_f32_gemm_6x16__avx2  ? ql_f32_epilogue_avx2
@@ -424,7 +443,6 @@ static ql_status forward_float(ql_linear *l, const ql_packed_f32 *b, int64_t gro
 #else
     ql_f32_epilogue_fn epi = ql_f32_epilogue_generic;
 #endif
-    const int threads = l->ctx->threads;
     ql_status st = QL_OK;
     for (int64_t m0 = 0; m0 < m && st == QL_OK; m0 += chunk) {
         const int64_t mc = m - m0 < chunk ? m - m0 : chunk;
@@ -435,6 +453,11 @@ static ql_status forward_float(ql_linear *l, const ql_packed_f32 *b, int64_t gro
         const int64_t ldac = direct ? ldx : lda;
         if (ql_f32_small_m(l->f32, mc, l->ctx->small_m)) { /* one parallel region: rows converted, then N split */
             const int nt = threads < b->panels ? threads : (int)b->panels;
+            if (nt <= 1) {
+                if (!direct) rows_to_f32(l, xc, xdt, ldx, 0, mc, group, a, lda);
+                ql_gemm_f32_small_part(l->f32, ac, ldac, mc, b, 0, b->panels, epi, &e);
+                continue;
+            }
 #pragma omp parallel num_threads(nt)
             {
                 const int t = omp_get_thread_num(), n = omp_get_num_threads();
@@ -447,7 +470,7 @@ static ql_status forward_float(ql_linear *l, const ql_packed_f32 *b, int64_t gro
             continue;
         }
         if (!direct) {
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
             for (int64_t r = 0; r < mc; r++) rows_to_f32(l, xc, xdt, ldx, r, r + 1, group, a, lda);
         }
         st = ql_gemm_f32_run(threads, l->f32, ac, ldac, mc, b, epi, &e);
@@ -465,7 +488,8 @@ static ql_status forward_dequant(ql_linear *l, const void *x, ql_dtype xdt, int6
     if (!w) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot allocate the dequantized weight");
     int failed = 0;
     const int64_t step = 64; /* rows per task: the reference dequantizer, spread over the threads */
-#pragma omp parallel for num_threads(l->ctx->threads) schedule(static)
+    const int threads = forward_threads(l, m);
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t r0 = 0; r0 < l->n; r0 += step) {
         const int64_t rows = l->n - r0 < step ? l->n - r0 : step;
         const float *sc = l->n_sw == 1 ? l->sw : l->sw + r0;
@@ -477,7 +501,7 @@ static ql_status forward_dequant(ql_linear *l, const void *x, ql_dtype xdt, int6
     }
     ql_packed_f32 b = {0};
     ql_status st = failed ? ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot dequantize the weight")
-                          : ql_pack_b_float(l->f32, QL_F32, w, l->n, l->k, l->k, QL_F32, l->ctx->threads, &b);
+                          : ql_pack_b_float(l->f32, QL_F32, w, l->n, l->k, l->k, QL_F32, threads, &b);
     ql_aligned_free(w);
     if (st == QL_OK) st = forward_float(l, &b, 0, x, xdt, m, ldx, y, ydt, ldy, plan);
     ql_packed_f32_free(&b);
