@@ -420,16 +420,19 @@ class Linear:
                 f"{'/' + str(self.group) if self.group else ''} {self.kind}, {self.threads} threads>")
 
     # -- running
-    def forward(self, x, out_dtype=None, out=None):
+    def forward(self, x, out_dtype=None, out=None, residual=None, residual_scale=None):
         """y = x·Wᵀ (+ bias) for x of shape [..., K]; returns [..., N] of the same
         kind (numpy array or torch tensor). fp32/fp16/bf16 in (numpy bf16 as
         uint16), out_dtype defaults to the input's. Rows may be strided; the
         last dimension must be contiguous. out: an existing array or tensor of
         shape [..., N] (rows at any fixed stride, not overlapping x) written in
         place and returned — a reused buffer saves the fresh output memory of
-        every call; its dtype is the output dtype."""
-        if out is not None:
-            return self._forward_any(x, out_dtype, out)
+        every call; its dtype is the output dtype. residual [..., N] and
+        residual_scale (N elements), both in the output dtype, fuse a gated
+        residual into the epilogue: y = residual + residual_scale ⊙ y (the
+        library's ql_epilogue; out may be residual itself, updated in place)."""
+        if out is not None or residual is not None or residual_scale is not None:
+            return self._forward_any(x, out_dtype, out, residual, residual_scale)
         # Fast paths: a C-contiguous array or CPU tensor of a dtype the library
         # takes, output in its dtype: no per-call tables, casts or shape walks.
         if out_dtype is None:
@@ -452,11 +455,16 @@ class Linear:
                     return y
         return self._forward_any(x, out_dtype)
 
-    def _forward_any(self, x, out_dtype, out=None):
+    def _forward_any(self, x, out_dtype, out=None, residual=None, residual_scale=None):
         ptr, code, shape, strides = _host_array(x, "x")
         m, ld = _rows(shape, strides, self.k, "x")
         ocode = code if out_dtype is None else _dtype_code(out_dtype, "out_dtype")
         oshape = tuple(shape[:-1]) + (self.n,)
+        epi = self._null
+        if residual is not None or residual_scale is not None:
+            if out is not None:
+                ocode = _host_array(out, "out")[1]
+            epi, spans = self._epilogue(residual, residual_scale, oshape, ocode, m)
         if out is not None:
             yp, ycode, yshape, ystrides = _host_array(out, "out")
             if tuple(yshape) != oshape:
@@ -472,7 +480,14 @@ class Linear:
                 if ptr < y_end and yp < x_end:
                     raise QlinearError("qlinear: out overlaps x (the layer reads x while it writes out)",
                                        "invalid argument")
-                st = self._fwd_int(self._ptr, ptr, code, m, ld, yp, ycode, ldy, self._null)
+                if epi is not self._null:
+                    (r0, r1, rld), (s0, s1) = spans
+                    if yp < s1 and s0 < y_end:
+                        raise QlinearError("qlinear: out overlaps residual_scale", "invalid argument")
+                    if yp < r1 and r0 < y_end and (r0, rld) != (yp, ldy):
+                        raise QlinearError("qlinear: out overlaps residual without being it (in place, out must be "
+                                           "residual itself)", "invalid argument")
+                st = self._fwd_int(self._ptr, ptr, code, m, ld, yp, ycode, ldy, epi)
                 if st:
                     _check(st, "ql_linear_forward")
             return out
@@ -484,10 +499,40 @@ class Linear:
             y = np.empty(oshape, _NP_OF[ocode])
             yp = y.__array_interface__["data"][0]
         if m:
-            st = self._fwd_int(self._ptr, ptr, code, m, ld, yp, ocode, self.n, self._null)
+            st = self._fwd_int(self._ptr, ptr, code, m, ld, yp, ocode, self.n, epi)
             if st:
                 _check(st, "ql_linear_forward")
         return y
+
+    def _epilogue(self, residual, residual_scale, oshape, ocode, m):
+        """The ql_epilogue for a gated residual, checked: (struct, ((start, end, ld)
+        of residual, (start, end) of residual_scale) in bytes)."""
+        if residual is None or residual_scale is None:
+            raise QlinearError("qlinear: residual and residual_scale go together (y = residual + residual_scale ⊙ y)",
+                               "invalid argument")
+        rp, rcode, rshape, rstrides = _host_array(residual, "residual")
+        sp, scode, sshape, sstrides = _host_array(residual_scale, "residual_scale")
+        for what, c in (("residual", rcode), ("residual_scale", scode)):
+            if c != ocode:
+                raise QlinearError(f"qlinear: {what} dtype {_DT_NAMES[c]} is not the output dtype {_DT_NAMES[ocode]}",
+                                   "invalid argument")
+        if tuple(rshape) != oshape:
+            raise QlinearError(f"qlinear: residual has shape {list(rshape)}, expected {list(oshape)}",
+                               "invalid argument")
+        _, rld = _rows(rshape, rstrides, self.n, "residual")
+        n_el = 1
+        for d in sshape:
+            n_el *= d
+        if not sshape or sshape[-1] != self.n or n_el != self.n or (self.n > 1 and sstrides[-1] != 1):
+            raise QlinearError(f"qlinear: residual_scale has shape {list(sshape)} and strides {list(sstrides)}; "
+                               f"expected {self.n} contiguous elements ([..., {self.n}] with leading sizes 1)",
+                               "invalid argument")
+        e = self._ffi.new("ql_epilogue *")
+        e.residual, e.ld_residual = self._ffi.cast("void *", rp), rld
+        e.residual_scale = self._ffi.cast("void *", sp)
+        eb = (4, 2, 2)[ocode]
+        r_end = rp + (((m - 1) * rld + self.n) * eb if m else 0)
+        return e, ((rp, r_end, rld), (sp, sp + self.n * eb))
 
     __call__ = forward
 

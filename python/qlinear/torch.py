@@ -70,12 +70,24 @@ class QLinear(nn.Module):
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={lin.has_bias}, "
                 f"format={lin.format}{g}, kind={lin.kind}")
 
-    def forward(self, x, out=None):
+    def forward(self, x, out=None, residual=None, residual_scale=None):
         """y for x of any leading shape, in x's dtype. out: a tensor of the output's
         shape to write into and return, its dtype the output's (a reused buffer:
-        no fresh output memory per call; checked, and not overlapping x)."""
+        no fresh output memory per call; checked, and not overlapping x).
+        residual (the output's shape) and residual_scale (N elements, e.g. a
+        [1, 1, N] gate), in the output's dtype: returns residual +
+        residual_scale ⊙ y, computed in the layer's epilogue (in fp32 the
+        product and the sum each rounded, as PyTorch's `residual + gate * y`;
+        for a 16-bit output one rounding at the end)."""
         # The hot path: no per-call tables, shape walks or casts (a dict
         # lookup, a few attribute reads, torch.empty (or out) and the C call).
+        if residual is not None or residual_scale is not None:
+            if self._follow:
+                _follow_threads(self.linear._ctx)
+            for what, t in (("x", x), ("residual", residual), ("residual_scale", residual_scale), ("out", out)):
+                if t is not None and not isinstance(t, torch.Tensor):
+                    raise TypeError(f"QLinear: {what} must be a torch tensor, not {type(t).__name__}")
+            return self.linear._forward_any(x, None, out, residual, residual_scale)
         if type(x) is _Tensor:
             y = _forward_fast(self.linear, x, self._follow, out)
             if y is not None:

@@ -127,6 +127,49 @@ def test_out_buffer(gen, dtype):
         q96(same, out=same)  # contiguous, fast-path shape: still refused
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_gated_residual(gen, dtype):
+    """residual=, residual_scale=: residual + scale ⊙ y in the layer's epilogue.
+    fp32: the same bits as PyTorch's `r + g * y` (one product, one sum, each
+    rounded); 16-bit outputs: float64 of r + g·y rounded once to the dtype
+    (within one unit in the last place). In place (out=residual) gives the same;
+    mismatched pieces are refused with a message."""
+    q = QLinear.from_linear(make_linear(gen, 512, 96))
+    x = torch.randn(2, 3, 512, generator=gen).to(dtype)
+    r = torch.randn(2, 3, 96, generator=gen).to(dtype)
+    g = torch.randn(1, 1, 3 * 96, generator=gen).to(dtype).chunk(3, dim=-1)[1]  # a strided view, as adaLN's gate
+    y = q(x)
+    z = q(x, residual=r, residual_scale=g)
+    if dtype == torch.float32:
+        assert torch.equal(z, r + g * y)
+    else:
+        want = (r.double() + g.double() * y.double()).to(dtype).double()
+        ulp = want.abs().clamp_min(1e-30) * (2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10)
+        assert ((z.double() - want).abs() <= ulp).all()
+    inplace = r.clone()
+    assert q(x, out=inplace, residual=inplace, residual_scale=g) is inplace and torch.equal(inplace, z)
+    if dtype == torch.float32:
+        zn = q.linear.forward(x.numpy(), residual=r.numpy(), residual_scale=g.numpy())
+        assert np.array_equal(zn, z.numpy())
+    with pytest.raises(qlinear.QlinearError, match="go together"):
+        q(x, residual=r)
+    with pytest.raises(qlinear.QlinearError, match="residual has shape"):
+        q(x, residual=r[:, :2], residual_scale=g)
+    with pytest.raises(qlinear.QlinearError, match="residual_scale has shape"):
+        q(x, residual=r, residual_scale=torch.ones(96, 2, dtype=dtype)[:, 0])
+    other = torch.float16 if dtype != torch.float16 else torch.float32
+    with pytest.raises(qlinear.QlinearError, match="not the output dtype"):
+        q(x, residual=r.to(other), residual_scale=g)
+    with pytest.raises(qlinear.QlinearError, match="overlaps residual_scale"):
+        buf = r.clone().view(-1)
+        q(x[:1, :1], out=buf[:96].view(1, 1, 96), residual=r[:1, :1], residual_scale=buf[:96])
+    with pytest.raises(qlinear.QlinearError, match="without being it"):
+        big = torch.zeros(7, 96, dtype=dtype)
+        q(x.view(6, 512), out=big[1:], residual=big[:6], residual_scale=g)
+    with pytest.raises(TypeError):
+        q(x, residual=r.numpy() if dtype == torch.float32 else [1.0], residual_scale=g)
+
+
 def test_threads_follow_torch(gen):
     q = QLinear.from_linear(make_linear(gen, 512, 256))
     x = torch.randn(64, 512, generator=gen)
