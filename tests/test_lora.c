@@ -326,6 +326,49 @@ static void test_isas_and_bound(int iters, int64_t m_lo, int64_t m_hi, int max_t
                stats[4], stats[1] / stats[4], stats[0], stats[3] / stats[4], stats[2]);
 }
 
+/* Sums that land on fp32 subnormals (bf16 output): columns whose weight codes
+ * are all 0 get only a LoRA term scaled by 2^-130. vcvtne2ps2bf16 would flush
+ * those, so the AVX-512 epilogue must take its exact path for the tile; every
+ * ISA (small-M and blocked) equals the generic twin bit for bit, and the
+ * generic output holds bf16 subnormals. */
+static void test_subnormal_sums(void)
+{
+    for (int it = 0; it < 4; it++) {
+        const int64_t m = it < 2 ? tu_range(5, 30) : tu_range(97, 130), n = 64, k = 64 * tu_range(1, 4);
+        const int64_t rk[1] = {it % 2 ? 17 : 64};
+        lcase c;
+        random_case(&c, m, n, k, 0, 1, rk, 1.0);
+        free(c.bias);
+        c.bias = NULL;
+        c.ydt = QL_BF16;
+        c.scale[0] = 0x1p-130;
+        for (int64_t j = 0; j < n; j += 2) memset(c.q + j * k, 0, (size_t)k);
+        ql_context *ctx = NULL;
+        CHECK_OK(ql_context_create(&ctx));
+        ql_context_set_threads(ctx, 1);
+        ql_context_set_isa(ctx, QL_ISA_GENERIC);
+        uint16_t *y0 = run(ctx, &c, 1);
+        int64_t sub = 0;
+        for (int64_t i = 0; i < m * n; i++) sub += (y0[i] & 0x7f80) == 0 && (y0[i] & 0x7f) != 0;
+        CHECK(sub >= m * n / 8, "M=%lld K=%lld: only %lld subnormal outputs", (long long)m, (long long)k, (long long)sub);
+        for (int ii = 1; ii < (int)(sizeof isas / sizeof isas[0]); ii++) {
+            if (!ql_isa_supported(isas[ii])) continue;
+            for (int th = 1; th <= 2; th++) {
+                ql_context_set_isa(ctx, isas[ii]);
+                ql_context_set_threads(ctx, th);
+                void *y1 = run(ctx, &c, 1);
+                int64_t first = -1;
+                CHECK(same_bits(&c, y0, y1, &first), "%s t%d M=%lld K=%lld rank %lld: subnormal sums differ from generic at %lld",
+                      ql_isa_name(isas[ii]), th, (long long)m, (long long)k, (long long)rk[0], (long long)first);
+                free(y1);
+            }
+        }
+        free(y0);
+        ql_context_destroy(ctx);
+        free_case(&c);
+    }
+}
+
 /* A LoRA equal to minus the dequantized weight (up = -W_rot, down = H, or
  * the identity without ConvRot): x·(W + up·down)ᵀ = 0 exactly, for any x;
  * the unmerged path must return exactly 0. Weight scales are powers of two,
@@ -618,6 +661,7 @@ int main(void)
     test_t_row_twins();
     test_isas_and_bound(30, 1, 30, 2);
     test_isas_and_bound(15, 97, 160, 3);
+    test_subnormal_sums();
     test_cancel();
     test_identity();
     test_extreme_scales();
