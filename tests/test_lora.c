@@ -481,7 +481,7 @@ static void test_identity(void)
 
 /* scale·up and down rescaled by powers of two as large as 2^±120 give the
  * same bits as the moderate LoRA, and finite outputs; a strength of 1e-30
- * gives the base result up to one output rounding. */
+ * gives the base result (where the base sum is exactly 0: a term below 2^-80). */
 static void test_extreme_scales(void)
 {
     for (int ii = 0; ii < (int)(sizeof isas / sizeof isas[0]); ii++) {
@@ -515,7 +515,8 @@ static void test_extreme_scales(void)
         int64_t off = 0;
         for (int64_t i = 0; i < c.m * c.n; i++) {
             float a = ql_load_f(c.ydt, yt, i), b = ql_load_f(c.ydt, yb, i);
-            off += !isfinite(a) || a != b;
+            /* (an output whose base sum is exactly 0 shows the tiny term itself) */
+            off += !isfinite(a) || (a != b && !(b == 0.0f && fabsf(a) < 0x1p-80f));
         }
         CHECK(off == 0, "%s: strength 1e-30 moved %lld outputs", ql_isa_name(isas[ii]), (long long)off);
         free(yt); free(yb); free(y0);
