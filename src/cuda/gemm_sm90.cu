@@ -196,6 +196,42 @@ __device__ __forceinline__ void epilogue_tile(const int32_t (&d)[BN / 2], const 
     }
 }
 
+/* bf16 epilogue of a persistent block: warpgroup c's 64 x BN part rounded
+ * into `stage` as BN/64 boxes of 64 x 64 in TMA's 128-byte swizzle (16-byte
+ * chunk i of row r at chunk i ^ (r % 8): the accumulator layout writes
+ * without bank conflicts), then one thread sends the boxes with TMA stores
+ * and the warpgroup goes on to its next tile while they drain; the next
+ * epilogue first waits until they have left shared memory. */
+template <int BN>
+__device__ __forceinline__ void epilogue_bf16_tma(const int32_t (&d)[BN / 2], const EpiParams &p, int m, int n,
+                                                  int row0, int n0, int tid, const float *col_sw,
+                                                  const float *col_bias, uint8_t *stage, int bar,
+                                                  const CUtensorMap *tma_y)
+{
+    const int warp = tid / 32, lane = tid % 32;
+    const int r0 = row0 + warp * 16 + lane / 4, r1 = r0 + 8;
+    const float sx0 = r0 < m ? p.sx[r0] : 0.f, sx1 = r1 < m ? p.sx[r1] : 0.f;
+    if (tid == 0) bulk_wait_read();
+    asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory");
+    uint8_t *row_a = stage + (warp * 16 + lane / 4) * 128 + 4 * (lane % 4), *row_b = row_a + 8 * 128;
+    const int xr = lane / 4; /* (row % 8) for both rows */
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+        const int cl = j * 8 + 2 * (lane % 4), off = (j / 8) * 8192 + ((j % 8) ^ xr) * 16;
+        const float2 sw = *(const float2 *)(col_sw + cl), bs = *(const float2 *)(col_bias + cl);
+        *(uint32_t *)(row_a + off) = epi_pair_bf16(p, d[4 * j], d[4 * j + 1], sx0, sw, bs);
+        *(uint32_t *)(row_b + off) = epi_pair_bf16(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs);
+    }
+    fence_proxy_async_smem();
+    asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory");
+    if (tid == 0 && row0 < m) {
+#pragma unroll
+        for (int q = 0; q < BN / 64; q++)
+            if (n0 + q * 64 < n) tma_store_2d(tma_y, stage + q * 8192, n0 + q * 64, row0);
+        bulk_commit();
+    }
+}
+
 /* The tile's weight scales and bias (rounded to the output dtype), read from
  * shared memory in the epilogue: no global loads between its stores. */
 __device__ __forceinline__ void fill_col_table(const EpiParams &p, int n, int n0, int bn, int t, int nt,
@@ -218,8 +254,8 @@ __device__ __forceinline__ void fill_col_table(const EpiParams &p, int n, int n0
  * main loop). The fast epilogues stage the tile in the ring, free by then. */
 template <int NWG, int BN, int BK, int STAGES, int CTAS, int EPI>
 __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
-    s8_gemm_sm90_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b, int m,
-                        int n, int k, EpiParams p)
+    s8_gemm_sm90_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
+                        const __grid_constant__ CUtensorMap tma_y, int m, int n, int k, EpiParams p)
 {
 #ifdef QLC_SM90A
     constexpr int BM = 64 * NWG, STAGE_BYTES = (BM + BN) * BK;
@@ -267,15 +303,19 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
  * next tile while the consumers finish the last one, so the epilogue hides
  * the next tile's first loads and no block pays a pipeline ramp per tile;
  * 128 x 256 needs a quarter less L2 -> shared traffic per MAC than 128 x 128.
- * The fast epilogues stage through their own area (the ring stays busy). */
+ * The fast epilogues stage through their own area (the ring stays busy);
+ * bf16 tiles leave by TMA stores that overlap the next tile's main loop. */
 template <int BK, int STAGES, int EPI>
-__global__ void __launch_bounds__(2 * 128 + 32, 1)
+__global__ void __launch_bounds__(3 * 128, 1)
     s8_gemm_sm90_persistent_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
-                                   int m, int n, int k, EpiParams p)
+                                   const __grid_constant__ CUtensorMap tma_y, int m, int n, int k, EpiParams p)
 {
 #ifdef QLC_SM90A
     constexpr int NWG = 2, BM = 128, BN = 256, STAGE_BYTES = (BM + BN) * BK;
     using S = Staging<BN, EPI>;
+    /* the TMA epilogue's boxes per warpgroup: 1024-aligned for the swizzle */
+    constexpr int TMA_STAGE = BN / 64 * 8192;
+    static_assert(NWG * TMA_STAGE <= NWG * Staging<BN, EPI_I32>::BYTES && STAGE_BYTES % 1024 == 0, "staging");
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     uint8_t *staging = smem + STAGES * STAGE_BYTES;
@@ -292,7 +332,10 @@ __global__ void __launch_bounds__(2 * 128 + 32, 1)
     }
     __syncthreads();
 
+    /* The producer is a whole warpgroup so that registers can move to the
+     * consumers (128 accumulators each and the epilogue's temporaries). */
     if (wg == NWG) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (tid == 0) {
             uint32_t it = 0;
             for (int t = blockIdx.x; t < tiles; t += gridDim.x)
@@ -301,6 +344,7 @@ __global__ void __launch_bounds__(2 * 128 + 32, 1)
         }
         return;
     }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     asm volatile("griddepcontrol.wait;" ::: "memory");
     uint32_t it = 0;
     int32_t d[BN / 2];
@@ -313,10 +357,17 @@ __global__ void __launch_bounds__(2 * 128 + 32, 1)
         fill_col_table(p, n, n0, BN, threadIdx.x, NWG * 128, col_sw, col_bias);
         consume_tile<BM, BN, BK, STAGES>(d, smem, full, empty, wg, tid, kt_count, it);
         asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory"); /* the table is complete */
-        epilogue_tile<BN, EPI>(d, p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, staging + wg * S::BYTES, 2 + wg);
-        /* the staging area is rewritten by the next tile */
-        if constexpr (EPI != EPI_GENERIC) asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
+        if constexpr (EPI == EPI_BF16) {
+            epilogue_bf16_tma<BN>(d, p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, staging + wg * TMA_STAGE,
+                                  2 + wg, &tma_y);
+        } else {
+            epilogue_tile<BN, EPI>(d, p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, staging + wg * S::BYTES, 2 + wg);
+            /* the staging area is rewritten by the next tile */
+            if constexpr (EPI != EPI_GENERIC) asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
+        }
     }
+    if constexpr (EPI == EPI_BF16)
+        if (tid == 0) bulk_wait_all(); /* shared memory stays until the stores have read it */
 #endif
 }
 
@@ -355,6 +406,21 @@ bool make_map(CUtensorMap *map, const int8_t *base, int64_t rows, int64_t cols, 
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+/* The bf16 output [rows, cols] (row pitch ld elements) in 64 x 64 boxes with
+ * 128-byte swizzle, for the TMA epilogue. */
+static bool make_out_map(CUtensorMap *map, void *base, int64_t rows, int64_t cols, int64_t ld)
+{
+    encode_tiled_fn enc = get_encode();
+    if (!enc) return false;
+    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+    cuuint64_t strides[1] = {(cuuint64_t)(ld * 2)};
+    cuuint32_t box[2] = {64, 64};
+    cuuint32_t estr[2] = {1, 1};
+    return enc(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 namespace {
 
 /* The ring, its barriers, the column tables (two in a persistent block) and
@@ -369,13 +435,15 @@ template <int NWG, int BN, int BK, int STAGES, int CTAS, bool PERSIST, int EPI>
 cudaError_t launch_epi(const CUtensorMap &ma, const CUtensorMap &mb, int m, int n, int k, const EpiParams &p,
                        cudaStream_t stream, bool pdl, int sms)
 {
-    void (*kern)(CUtensorMap, CUtensorMap, int, int, int, EpiParams);
+    void (*kern)(CUtensorMap, CUtensorMap, CUtensorMap, int, int, int, EpiParams);
     dim3 grid((unsigned)((n + BN - 1) / BN), (unsigned)((m + 64 * NWG - 1) / (64 * NWG)), 1);
+    CUtensorMap my = {}; /* the output, for the TMA epilogue only */
     if constexpr (PERSIST) {
         static_assert(NWG == 2 && BN == 256 && CTAS == 1, "the persistent kernel's tile");
         kern = s8_gemm_sm90_persistent_kernel<BK, STAGES, EPI>;
         const int64_t tiles = (int64_t)grid.x * grid.y;
         grid = dim3((unsigned)(tiles < sms ? tiles : sms), 1, 1);
+        if (EPI == EPI_BF16 && !make_out_map(&my, p.y, m, n, p.ldy)) return cudaErrorInvalidValue;
     } else {
         kern = s8_gemm_sm90_kernel<NWG, BN, BK, STAGES, CTAS, EPI>;
     }
@@ -389,7 +457,7 @@ cudaError_t launch_epi(const CUtensorMap &ma, const CUtensorMap &mb, int m, int 
     }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
-    cfg.blockDim = dim3(NWG * 128 + 32, 1, 1);
+    cfg.blockDim = dim3(PERSIST ? 3 * 128 : NWG * 128 + 32, 1, 1);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
     cudaLaunchAttribute attr[1];
@@ -397,7 +465,7 @@ cudaError_t launch_epi(const CUtensorMap &ma, const CUtensorMap &mb, int m, int 
     attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, kern, ma, mb, m, n, k, p);
+    return cudaLaunchKernelEx(&cfg, kern, ma, mb, my, m, n, k, p);
 }
 
 template <int NWG, int BN, int BK, int STAGES, int CTAS, bool PERSIST = false>
