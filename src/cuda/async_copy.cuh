@@ -53,8 +53,7 @@ __device__ __forceinline__ void tma_store_2d(const void *map, const void *src, i
 }
 __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-/* this thread's bulk stores have read their shared memory / are complete */
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+/* this thread's bulk stores are complete */
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 /* `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory. */
 __device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *bar)

@@ -199,36 +199,42 @@ __device__ __forceinline__ void epilogue_tile(const int32_t (&d)[BN / 2], const 
 /* bf16 epilogue of a persistent block: warpgroup c's 64 x BN part rounded
  * into `stage` as BN/64 boxes of 64 x 64 in TMA's 128-byte swizzle (16-byte
  * chunk i of row r at chunk i ^ (r % 8): the accumulator layout writes
- * without bank conflicts), then one thread sends the boxes with TMA stores
- * and the warpgroup goes on to its next tile while they drain; the next
- * epilogue first waits until they have left shared memory. */
+ * without bank conflicts); one thread sends each box by a TMA store as soon
+ * as it is written, and the warpgroup goes on while they drain. A box is
+ * rewritten once its store from the previous tile has left shared memory
+ * (bulk groups complete in order: at most BN/64 - 1 others pending), so a
+ * layer bound by its output (K = 256) computes while the last tile drains. */
 template <int BN>
 __device__ __forceinline__ void epilogue_bf16_tma(const int32_t (&d)[BN / 2], const EpiParams &p, int m, int n,
                                                   int row0, int n0, int tid, const float *col_sw,
                                                   const float *col_bias, uint8_t *stage, int bar,
                                                   const CUtensorMap *tma_y)
 {
+    constexpr int BOXES = BN / 64;
     const int warp = tid / 32, lane = tid % 32;
     const int r0 = row0 + warp * 16 + lane / 4, r1 = r0 + 8;
     const float sx0 = r0 < m ? p.sx[r0] : 0.f, sx1 = r1 < m ? p.sx[r1] : 0.f;
-    if (tid == 0) bulk_wait_read();
-    asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory");
     uint8_t *row_a = stage + (warp * 16 + lane / 4) * 128 + 4 * (lane % 4), *row_b = row_a + 8 * 128;
     const int xr = lane / 4; /* (row % 8) for both rows */
 #pragma unroll
-    for (int j = 0; j < BN / 8; j++) {
-        const int cl = j * 8 + 2 * (lane % 4), off = (j / 8) * 8192 + ((j % 8) ^ xr) * 16;
-        const float2 sw = *(const float2 *)(col_sw + cl), bs = *(const float2 *)(col_bias + cl);
-        *(uint32_t *)(row_a + off) = epi_pair_bf16(p, d[4 * j], d[4 * j + 1], sx0, sw, bs);
-        *(uint32_t *)(row_b + off) = epi_pair_bf16(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs);
-    }
-    fence_proxy_async_smem();
-    asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory");
-    if (tid == 0 && row0 < m) {
+    for (int q = 0; q < BOXES; q++) {
+        if (tid == 0) asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(BOXES - 1) : "memory");
+        asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory");
 #pragma unroll
-        for (int q = 0; q < BN / 64; q++)
-            if (n0 + q * 64 < n) tma_store_2d(tma_y, stage + q * 8192, n0 + q * 64, row0);
-        bulk_commit();
+        for (int jj = 0; jj < 8; jj++) {
+            const int j = q * 8 + jj, cl = j * 8 + 2 * (lane % 4), off = q * 8192 + (jj ^ xr) * 16;
+            const float2 sw = *(const float2 *)(col_sw + cl), bs = *(const float2 *)(col_bias + cl);
+            *(uint32_t *)(row_a + off) = epi_pair_bf16(p, d[4 * j], d[4 * j + 1], sx0, sw, bs);
+            *(uint32_t *)(row_b + off) = epi_pair_bf16(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs);
+        }
+        fence_proxy_async_smem();
+        asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory");
+        if (tid == 0) {
+            /* a box wholly past the output stores nothing; the group is
+             * committed anyway so that the count above stays exact */
+            if (row0 < m && n0 + q * 64 < n) tma_store_2d(tma_y, stage + q * 8192, n0 + q * 64, row0);
+            bulk_commit();
+        }
     }
 }
 
