@@ -5,7 +5,10 @@
  * 128-byte swizzle, completion on an mbarrier); one or two consumer
  * warpgroups run wgmma m64nBNk32 (s32 += s8·s8) on them and apply the
  * epilogue straight from the accumulator registers. Out-of-range rows and
- * K columns arrive as zeros from TMA, so tails need no code in the loop. */
+ * K columns arrive as zeros from TMA, so tails need no code in the loop.
+ * Two kernels share these parts: one tile per block (small grids, several
+ * blocks per SM), and a persistent one (a block per SM walking 128 x 256
+ * tiles, bf16 tiles leaving by TMA stores while the next tile runs). */
 #include <cuda.h>
 
 #include "common.cuh"
