@@ -171,6 +171,7 @@ static int dev_index; /* the device the bench runs on */
 static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps, size_t l2, shape_result *out)
 {
     const int64_t g = 256;
+    ql_cuda_workspace *pro_ws = NULL; /* the bare prologue's workspace */
     /* host data: codes, scales, the equivalent bf16 weight (dequantized, un-rotated), activations */
     int8_t *q = malloc((size_t)(n * k));
     float *sw = malloc((size_t)n * 4), *bias = malloc((size_t)n * 4);
@@ -245,7 +246,7 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
                 case C_INT8: lt_run(&gi, dwq[s], dxq[s], dyi[s], st); break;
                 case C_W8A8: qs = ql_linear_forward(lin[s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, NULL); break;
                 case C_GEMM: qs = ql_gemm_s8s8s32(ctx, m, n, k, dxq[s], k, dwq[s], k, dyi[s], n); break;
-                case C_PRO: qs = ql_cuda_quantize_rows(dev_index, st, dxb[s], QL_BF16, m, k, k, g, dxq[s], k, dsx[s]); break;
+                case C_PRO: qs = ql_cuda_quantize_rows(&pro_ws, dev_index, st, dxb[s], QL_BF16, m, k, k, g, dxq[s], k, dsx[s]); break;
                 }
                 if (qs != QL_OK) {
                     fprintf(stderr, "qlinear bench: %s\n", ql_last_error());
@@ -274,6 +275,7 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
     out->rel_l2 = rel_l2_bf16(y0, y1, (size_t)(m * n));
     free(y0), free(y1);
     cudaEventDestroy(e0), cudaEventDestroy(e1);
+    ql_cuda_workspace_free(pro_ws);
     if (have[C_BF16]) lt_free(&gb);
     if (have[C_FP16]) lt_free(&gh);
     if (have[C_INT8]) lt_free(&gi);

@@ -37,9 +37,11 @@ const char *ql_cuda_linear_kernel(const ql_cuda_linear *l);
 const char *ql_linear_cuda_kernel(const ql_linear *l);
 
 /* The prologue alone (for the bench): x [m, k] (ldx elements, device) ->
- * codes q [m, ldq] and scales sx [m], rotated with `group` (0: none). */
-ql_status ql_cuda_quantize_rows(int device, void *stream, const void *x, ql_dtype xdt, int64_t m, int64_t k,
-                                int64_t ldx, int64_t group, int8_t *q, int64_t ldq, float *sx);
+ * codes q [m, ldq] and scales sx [m], rotated with `group` (0: none). *ws:
+ * a workspace (made on first use; ql_cuda_workspace_free) that keeps the
+ * launch shape of the last K. */
+ql_status ql_cuda_quantize_rows(ql_cuda_workspace **ws, int device, void *stream, const void *x, ql_dtype xdt,
+                                int64_t m, int64_t k, int64_t ldx, int64_t group, int8_t *q, int64_t ldq, float *sx);
 
 /* How many Hopper GEMM tiles QLINEAR_CUDA_TILE can force (0 without CUDA). */
 int ql_cuda_sm90_tile_count(void);

@@ -15,11 +15,18 @@ int log4_of(int64_t g);
  * i + 16·t at 16·i + t): the weight must be uploaded in that order too.
  * force_roww: warps per row of the G = 256 kernel (1, 2, 4; 0 = choose). */
 bool codes_permuted(int64_t k, int64_t group, int64_t ldq);
+/* What a launch needs to know of the device for a row length k (resident
+ * blocks of the G = 256 kernel per dtype f32 / f16 / bf16 and team size),
+ * filled by prepare_quantize_rows on the device that will run it. */
+struct PrologueFit {
+    int resident[3][3];
+};
+cudaError_t prepare_quantize_rows(int64_t k, PrologueFit *fit);
 cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m, int64_t k, int64_t group,
-                                 int8_t *q, int64_t ldq, float *sx, int force_roww, cudaStream_t stream);
+                                 int8_t *q, int64_t ldq, float *sx, int force_roww, const PrologueFit &fit,
+                                 cudaStream_t stream);
 /* Shared memory the prologue needs for a row of k (it refuses rows that do not fit). */
 size_t quantize_rows_smem(int64_t k);
-cudaError_t prepare_quantize_rows(int64_t k);
 
 /* Hopper (sm_90a) GEMM tiles: consumer warpgroups (64 rows each) × columns,
  * bytes of K per pipeline stage, blocks per SM; persistent: one block per SM
@@ -35,8 +42,11 @@ extern const int sm90_tile_count;
 bool make_sm90_maps(int tile, const int8_t *a, int64_t lda, int64_t m, const int8_t *b, int64_t ldb, int64_t n,
                     int64_t k, CUtensorMap *ma, CUtensorMap *mb);
 /* pdl: may start while the previous kernel on the stream finishes (it waits for its results). */
+/* set_attr: raise the kernel's shared-memory limit first (else
+ * prepare_s8_gemm_sm90 has done it for every tile on this device). */
 cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorMap &mb, int64_t m, int64_t n,
-                                int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl, int sms);
+                                int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl, int sms, bool set_attr);
+cudaError_t prepare_s8_gemm_sm90();
 /* Portable tensor-core GEMM (mma.sync, sm_80+): any K, any pitch and alignment. */
 cudaError_t launch_s8_gemm_mma(const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m, int64_t n,
                                int64_t k, const EpiParams &p, cudaStream_t stream);

@@ -5,7 +5,10 @@
  * 128-byte swizzle, completion on an mbarrier); one or two consumer
  * warpgroups run wgmma m64nBNk32 (s32 += s8·s8) on them and apply the
  * epilogue straight from the accumulator registers. Out-of-range rows and
- * K columns arrive as zeros from TMA, so tails need no code in the loop. */
+ * K columns arrive as zeros from TMA, so tails need no code in the loop.
+ * Two kernels share these parts: one tile per block (small grids, several
+ * blocks per SM), and a persistent one (a block per SM walking 128 x 256
+ * tiles, bf16 tiles leaving by TMA stores while the next tile runs). */
 #include <cuda.h>
 
 #include "common.cuh"
@@ -437,34 +440,57 @@ template <int NWG, int BN, int BK, int STAGES, bool PERSIST> constexpr size_t sm
            (PERSIST ? 2 : 1) * 2 * BN * sizeof(float) + (PERSIST ? NWG * Staging<BN, EPI_I32>::BYTES : 0) + 1024;
 }
 
-template <int NWG, int BN, int BK, int STAGES, int CTAS, bool PERSIST, int EPI>
-cudaError_t launch_epi(const CUtensorMap &ma, const CUtensorMap &mb, int m, int n, int k, const EpiParams &p,
-                       cudaStream_t stream, bool pdl, int sms)
+/* A Hopper tile configuration as a type (with_tile lists them). */
+template <int NWG_, int BN_, int BK_, int STAGES_, int CTAS_, bool PERSIST_ = false> struct Cfg {
+    static constexpr int NWG = NWG_, BN = BN_, BK = BK_, STAGES = STAGES_, CTAS = CTAS_;
+    static constexpr bool PERSIST = PERSIST_;
+    static constexpr size_t SMEM = smem_bytes<NWG, BN, BK, STAGES, PERSIST>();
+    static_assert(SMEM * CTAS <= 227 * 1024, "shared memory per SM");
+};
+
+typedef void (*gemm_kernel_fn)(CUtensorMap, CUtensorMap, CUtensorMap, int, int, int, EpiParams);
+template <typename C, int EPI> gemm_kernel_fn kernel_of()
 {
-    void (*kern)(CUtensorMap, CUtensorMap, CUtensorMap, int, int, int, EpiParams);
-    dim3 grid((unsigned)((n + BN - 1) / BN), (unsigned)((m + 64 * NWG - 1) / (64 * NWG)), 1);
+    if constexpr (C::PERSIST) return s8_gemm_sm90_persistent_kernel<C::BK, C::STAGES, EPI>;
+    else return s8_gemm_sm90_kernel<C::NWG, C::BN, C::BK, C::STAGES, C::CTAS, EPI>;
+}
+
+/* f(Cfg<...>{}) for tile t of sm90_tiles (ring depths are here) */
+template <typename F> cudaError_t with_tile(int tile, F &&f)
+{
+    switch (tile) {
+    case 0: return f(Cfg<2, 256, 64, 8, 1>{});
+    case 1: return f(Cfg<2, 128, 128, 3, 2>{});
+    case 2: return f(Cfg<2, 128, 64, 6, 2>{});
+    case 3: return f(Cfg<2, 128, 128, 6, 1>{});
+    case 4: return f(Cfg<1, 128, 128, 8, 1>{});
+    case 5: return f(Cfg<1, 128, 128, 2, 4>{});
+    case 6: return f(Cfg<2, 256, 128, 3, 1, true>{});
+    default: return f(Cfg<2, 256, 64, 6, 1, true>{});
+    }
+}
+
+template <typename C, int EPI>
+cudaError_t launch_epi(const CUtensorMap &ma, const CUtensorMap &mb, int m, int n, int k, const EpiParams &p,
+                       cudaStream_t stream, bool pdl, int sms, bool set_attr)
+{
+    const gemm_kernel_fn kern = kernel_of<C, EPI>();
+    dim3 grid((unsigned)((n + C::BN - 1) / C::BN), (unsigned)((m + 64 * C::NWG - 1) / (64 * C::NWG)), 1);
     CUtensorMap my = {}; /* the output, for the TMA epilogue only */
-    if constexpr (PERSIST) {
-        static_assert(NWG == 2 && BN == 256 && CTAS == 1, "the persistent kernel's tile");
-        kern = s8_gemm_sm90_persistent_kernel<BK, STAGES, EPI>;
+    if constexpr (C::PERSIST) {
+        static_assert(C::NWG == 2 && C::BN == 256 && C::CTAS == 1, "the persistent kernel's tile");
         const int64_t tiles = (int64_t)grid.x * grid.y;
         grid = dim3((unsigned)(tiles < sms ? tiles : sms), 1, 1);
         if (EPI == EPI_BF16 && !make_out_map(&my, p.y, m, n, p.ldy)) return cudaErrorInvalidValue;
-    } else {
-        kern = s8_gemm_sm90_kernel<NWG, BN, BK, STAGES, CTAS, EPI>;
     }
-    constexpr size_t smem = smem_bytes<NWG, BN, BK, STAGES, PERSIST>();
-    static_assert(smem * CTAS <= 227 * 1024, "shared memory per SM");
-    static bool attr_set = false; /* per process: the attribute is per function */
-    if (!attr_set) {
-        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (set_attr) {
+        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
         if (e != cudaSuccess) return e;
-        attr_set = true;
     }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
-    cfg.blockDim = dim3(PERSIST ? 3 * 128 : NWG * 128 + 32, 1, 1);
-    cfg.dynamicSmemBytes = smem;
+    cfg.blockDim = dim3(C::PERSIST ? 3 * 128 : C::NWG * 128 + 32, 1, 1);
+    cfg.dynamicSmemBytes = C::SMEM;
     cfg.stream = stream;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -474,27 +500,13 @@ cudaError_t launch_epi(const CUtensorMap &ma, const CUtensorMap &mb, int m, int 
     return cudaLaunchKernelEx(&cfg, kern, ma, mb, my, m, n, k, p);
 }
 
-template <int NWG, int BN, int BK, int STAGES, int CTAS, bool PERSIST = false>
-cudaError_t launch_cfg(const CUtensorMap &ma, const CUtensorMap &mb, int m, int n, int k, const EpiParams &p,
-                       cudaStream_t stream, bool pdl, int sms)
-{
-    /* the staged variants store 16-byte chunks of rows */
-    const int es = p.ydt == DT_I32 ? 4 : 2;
-    const bool chunks = (uintptr_t)p.y % 16 == 0 && (p.ldy * es) % 16 == 0 && n % 2 == 0;
-    if (chunks && p.ydt == DT_I32)
-        return launch_epi<NWG, BN, BK, STAGES, CTAS, PERSIST, EPI_I32>(ma, mb, m, n, k, p, stream, pdl, sms);
-    if (chunks && p.ydt == DT_BF16 && !p.res)
-        return launch_epi<NWG, BN, BK, STAGES, CTAS, PERSIST, EPI_BF16>(ma, mb, m, n, k, p, stream, pdl, sms);
-    return launch_epi<NWG, BN, BK, STAGES, CTAS, PERSIST, EPI_GENERIC>(ma, mb, m, n, k, p, stream, pdl, sms);
-}
-
 } // namespace
 
 /* Two blocks per SM where the grid fills the SMs twice (one block's epilogue
  * overlaps the other's main loop); deep rings with one block per SM where
  * it does not (then the load latency is what a block waits for). Fields:
- * consumer warpgroups, BN, BK, blocks per SM; the ring depth is in the
- * launch switch below. The last two are persistent (one block per SM
+ * consumer warpgroups, BN, BK, blocks per SM; the ring depths are in
+ * with_tile. The last two are persistent (one block per SM
  * walking the 128 x 256 tiles). */
 const Sm90Tile sm90_tiles[QLC_SM90_TILES] = {{2, 256, 64, 1},  {2, 128, 128, 2}, {2, 128, 64, 2},    {2, 128, 128, 1},
                                {1, 128, 128, 1}, {1, 128, 128, 4}, {2, 256, 128, 1, 1}, {2, 256, 64, 1, 1}};
@@ -507,20 +519,37 @@ bool make_sm90_maps(int tile, const int8_t *a, int64_t lda, int64_t m, const int
     return (!ma || make_map(ma, a, m, k, lda, 64 * t.wgs, t.bk)) && (!mb || make_map(mb, b, n, k, ldb, t.bn, t.bk));
 }
 
+cudaError_t prepare_s8_gemm_sm90()
+{
+    for (int t = 0; t < QLC_SM90_TILES; t++) {
+        cudaError_t e = with_tile(t, [](auto c) {
+            using C = decltype(c);
+            const gemm_kernel_fn ks[3] = {kernel_of<C, EPI_GENERIC>(), kernel_of<C, EPI_I32>(), kernel_of<C, EPI_BF16>()};
+            for (gemm_kernel_fn kern : ks) {
+                cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
+                if (e != cudaSuccess) return e;
+            }
+            return cudaSuccess;
+        });
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+
 cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorMap &mb, int64_t m, int64_t n,
-                                int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl, int sms)
+                                int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl, int sms, bool set_attr)
 {
     const int im = (int)m, in = (int)n, ik = (int)k;
-    switch (tile) {
-    case 0: return launch_cfg<2, 256, 64, 8, 1>(ma, mb, im, in, ik, p, stream, pdl, sms);
-    case 1: return launch_cfg<2, 128, 128, 3, 2>(ma, mb, im, in, ik, p, stream, pdl, sms);
-    case 2: return launch_cfg<2, 128, 64, 6, 2>(ma, mb, im, in, ik, p, stream, pdl, sms);
-    case 3: return launch_cfg<2, 128, 128, 6, 1>(ma, mb, im, in, ik, p, stream, pdl, sms);
-    case 4: return launch_cfg<1, 128, 128, 8, 1>(ma, mb, im, in, ik, p, stream, pdl, sms);
-    case 5: return launch_cfg<1, 128, 128, 2, 4>(ma, mb, im, in, ik, p, stream, pdl, sms);
-    case 6: return launch_cfg<2, 256, 128, 3, 1, true>(ma, mb, im, in, ik, p, stream, pdl, sms);
-    default: return launch_cfg<2, 256, 64, 6, 1, true>(ma, mb, im, in, ik, p, stream, pdl, sms);
-    }
+    /* the staged variants store 16-byte chunks of rows */
+    const int es = p.ydt == DT_I32 ? 4 : 2;
+    const bool chunks = (uintptr_t)p.y % 16 == 0 && (p.ldy * es) % 16 == 0 && n % 2 == 0;
+    const int epi = chunks && p.ydt == DT_I32 ? EPI_I32 : chunks && p.ydt == DT_BF16 && !p.res ? EPI_BF16 : EPI_GENERIC;
+    return with_tile(tile, [&](auto c) {
+        using C = decltype(c);
+        if (epi == EPI_I32) return launch_epi<C, EPI_I32>(ma, mb, im, in, ik, p, stream, pdl, sms, set_attr);
+        if (epi == EPI_BF16) return launch_epi<C, EPI_BF16>(ma, mb, im, in, ik, p, stream, pdl, sms, set_attr);
+        return launch_epi<C, EPI_GENERIC>(ma, mb, im, in, ik, p, stream, pdl, sms, set_attr);
+    });
 }
 
 } // namespace qlc

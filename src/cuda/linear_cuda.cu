@@ -25,6 +25,9 @@ struct ql_cuda_workspace {
     CUtensorMap amap;
     int64_t amap_m = -1, amap_k = -1;
     int amap_tile = -1;
+    /* the prologue's launch shape for the last K of the bare prologue (layers keep their own) */
+    PrologueFit fit;
+    int64_t fit_k = -1;
 };
 
 struct ql_cuda_linear {
@@ -41,6 +44,7 @@ struct ql_cuda_linear {
     int force_tile; /* QLINEAR_CUDA_TILE: -1 auto, else an index into sm90_tiles */
     int force_roww; /* QLINEAR_CUDA_ROWW: 0 auto, else the prologue's warps per row (1, 2, 4) */
     char kernel[48];
+    PrologueFit fit; /* the prologue's launch shape at this K, on this device */
     CUtensorMap bmap[QLC_SM90_TILES]; /* the weight's TMA descriptor per Hopper tile, made on first use */
     bool bmap_ok[QLC_SM90_TILES];
 };
@@ -253,7 +257,8 @@ extern "C" ql_status ql_cuda_linear_create(int device, const ql_int8_weight *w, 
         e = cudaMalloc(&l->bias, (size_t)l->n * sizeof(float) + 4);
         if (e == cudaSuccess) e = cudaMemcpy(l->bias, bias_f32, (size_t)l->n * sizeof(float), cudaMemcpyHostToDevice);
     }
-    if (e == cudaSuccess) e = prepare_quantize_rows(l->k);
+    if (e == cudaSuccess) e = prepare_quantize_rows(l->k, &l->fit);
+    if (e == cudaSuccess && l->sm90) e = prepare_s8_gemm_sm90();
     if (e != cudaSuccess) {
         ql_cuda_linear_destroy(l);
         return cuda_fail(fn, "uploading the weight", e);
@@ -317,12 +322,30 @@ cudaError_t run_gemm(int force, int force_tile, bool sm90, int sms, const int8_t
         if (sm90_tiles[t].ctas_per_sm > 1) snprintf(per_sm, sizeof per_sm, " x%d/SM", sm90_tiles[t].ctas_per_sm);
         snprintf(name, name_len, "sm90 wgmma %dx%d k%d%s%s", 64 * sm90_tiles[t].wgs, sm90_tiles[t].bn, sm90_tiles[t].bk,
                  per_sm, sm90_tiles[t].persistent ? " persistent" : "");
-        return launch_s8_gemm_sm90(t, *ma, *mb, m, n, k, p, stream, pdl, sms);
+        /* a layer (cache) prepared every tile when it was created */
+        return launch_s8_gemm_sm90(t, *ma, *mb, m, n, k, p, stream, pdl, sms, cache == nullptr);
     }
     snprintf(name, name_len, "mma.sync 128x128");
     return launch_s8_gemm_mma(a, lda, b, ldb, m, n, k, p, stream);
 }
 
+} // namespace
+
+namespace {
+/* The context's workspace, made on first use on `device`. */
+ql_status workspace_on(const char *fn, ql_cuda_workspace **wsp, int device, ql_cuda_workspace **out)
+{
+    if (!*wsp) {
+        *wsp = new (std::nothrow) ql_cuda_workspace;
+        if (!*wsp) return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+        (*wsp)->device = device;
+    }
+    if ((*wsp)->device != device)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: the context's workspace is on CUDA device %d, the layer on %d", fn,
+                       (*wsp)->device, device);
+    *out = *wsp;
+    return QL_OK;
+}
 } // namespace
 
 extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *l, ql_cuda_workspace **wsp, void *stream, const void *x,
@@ -337,15 +360,8 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *l, ql_cuda_workspace
         if ((st = check_device_ptr(fn, "residual", epi->residual, l->device)) != QL_OK) return st;
         if ((st = check_device_ptr(fn, "residual_scale", epi->residual_scale, l->device)) != QL_OK) return st;
     }
-    if (!*wsp) {
-        *wsp = new (std::nothrow) ql_cuda_workspace;
-        if (!*wsp) return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-        (*wsp)->device = l->device;
-    }
-    ql_cuda_workspace *ws = *wsp;
-    if (ws->device != l->device)
-        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: the context's workspace is on CUDA device %d, the layer on %d", fn,
-                       ws->device, l->device);
+    ql_cuda_workspace *ws;
+    if ((st = workspace_on(fn, wsp, l->device, &ws)) != QL_OK) return st;
     DeviceScope ds(l->device);
     std::lock_guard<std::mutex> guard(ws->lock);
     const size_t q_bytes = (size_t)(m * l->kp);
@@ -361,7 +377,7 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *l, ql_cuda_workspace
     }
     cudaStream_t s = (cudaStream_t)stream;
     QLC_CUDA(fn, "the prologue kernel",
-             launch_quantize_rows(x, dtype_code(xdt), ldx, m, l->k, l->group, ws->q, l->kp, ws->sx, l->force_roww, s));
+             launch_quantize_rows(x, dtype_code(xdt), ldx, m, l->k, l->group, ws->q, l->kp, ws->sx, l->force_roww, l->fit, s));
     EpiParams p = {};
     p.y = y, p.ldy = ldy, p.ydt = dtype_code(ydt);
     p.sx = ws->sx, p.sw = l->sw, p.sw_per_row = l->sw_per_row, p.bias = l->bias;
@@ -377,8 +393,9 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *l, ql_cuda_workspace
 
 extern "C" int ql_cuda_sm90_tile_count(void) { return sm90_tile_count; }
 
-extern "C" ql_status ql_cuda_quantize_rows(int device, void *stream, const void *x, ql_dtype xdt, int64_t m,
-                                           int64_t k, int64_t ldx, int64_t group, int8_t *q, int64_t ldq, float *sx)
+extern "C" ql_status ql_cuda_quantize_rows(ql_cuda_workspace **wsp, int device, void *stream, const void *x,
+                                           ql_dtype xdt, int64_t m, int64_t k, int64_t ldx, int64_t group, int8_t *q,
+                                           int64_t ldq, float *sx)
 {
     const char *fn = "ql_cuda_quantize_rows";
     ql_status st = ql_cuda_check_device(fn, device);
@@ -387,9 +404,15 @@ extern "C" ql_status ql_cuda_quantize_rows(int device, void *stream, const void 
     if ((st = check_device_ptr(fn, "q", q, device)) != QL_OK) return st;
     if (m == 0) return QL_OK;
     DeviceScope ds(device);
-    QLC_CUDA(fn, "cudaFuncSetAttribute", prepare_quantize_rows(k));
+    ql_cuda_workspace *ws;
+    if ((st = workspace_on(fn, wsp, device, &ws)) != QL_OK) return st;
+    std::lock_guard<std::mutex> guard(ws->lock);
+    if (ws->fit_k != k) {
+        QLC_CUDA(fn, "preparing the prologue", prepare_quantize_rows(k, &ws->fit));
+        ws->fit_k = k;
+    }
     QLC_CUDA(fn, "the prologue kernel",
-             launch_quantize_rows(x, dtype_code(xdt), ldx, m, k, group, q, ldq, sx, 0, (cudaStream_t)stream));
+             launch_quantize_rows(x, dtype_code(xdt), ldx, m, k, group, q, ldq, sx, 0, ws->fit, (cudaStream_t)stream));
     return QL_OK;
 }
 

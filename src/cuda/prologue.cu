@@ -459,35 +459,43 @@ static int pick_roww(int64_t m, int k, int64_t resident_warps, int force)
     return roww;
 }
 
-template <int DT> cudaError_t launch_g256(const void *x, int64_t ldx_bytes, int64_t m, int k, int8_t *q, float *sx,
-                                          int force_roww, cudaStream_t stream)
+template <int DT> void *const *g256_kernels()
 {
-    void (*const kerns[3])(const char *, int64_t, int64_t, int, int8_t *, float *) = {
-        quantize_rows_g256_kernel<DT, 1>, quantize_rows_g256_kernel<DT, 2>, quantize_rows_g256_kernel<DT, 4>};
-    /* per k: the shared-memory limit raised once per kernel, the resident
-     * block count of each team size (the row buffer shrinks with it) */
-    static int last_k = -1, resident[3];
-    if (k != last_k) {
-        int dev = 0, sms = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        for (int r = 0; r < 3; r++) {
-            const int smem = (int)(WP_WARPS * wp_warp_bytes<DT>(k, 1 << r));
-            cudaError_t e = cudaFuncSetAttribute(kerns[r], cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-            if (e != cudaSuccess) return e;
-            int per_sm = 0;
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kerns[r], WP_WARPS * 32, smem);
-            resident[r] = (sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1);
-        }
-        last_k = k;
+    static void *const k[3] = {(void *)quantize_rows_g256_kernel<DT, 1>, (void *)quantize_rows_g256_kernel<DT, 2>,
+                               (void *)quantize_rows_g256_kernel<DT, 4>};
+    return k;
+}
+
+/* The shared-memory limit of each team size raised to what the largest fast
+ * row (K = 8192) needs, and the resident blocks at this K. */
+template <int DT> cudaError_t fit_g256(int k, int sms, int (&resident)[3])
+{
+    for (int r = 0; r < 3; r++) {
+        const void *kern = g256_kernels<DT>()[r];
+        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)(WP_WARPS * wp_warp_bytes<DT>(8192, 1 << r)));
+        if (e != cudaSuccess) return e;
+        int per_sm = 0;
+        if (k % 256 == 0 && k > 0 && k <= 8192)
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, WP_WARPS * 32,
+                                                              WP_WARPS * wp_warp_bytes<DT>(k, 1 << r));
+        if (e != cudaSuccess) return e;
+        resident[r] = (sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1);
     }
+    return cudaSuccess;
+}
+
+template <int DT> cudaError_t launch_g256(const void *x, int64_t ldx_bytes, int64_t m, int k, int8_t *q, float *sx,
+                                          int force_roww, const int (&resident)[3], cudaStream_t stream)
+{
     const int roww = pick_roww(m, k, (int64_t)resident[0] * WP_WARPS, force_roww);
     const int r = roww == 1 ? 0 : roww == 2 ? 1 : 2;
     const int64_t units = k == 256 ? (m + 1) / 2 : m;
     int64_t blocks = (units * roww + WP_WARPS - 1) / WP_WARPS;
     if (blocks > resident[r]) blocks = resident[r];
-    kerns[r]<<<(unsigned)blocks, WP_WARPS * 32, WP_WARPS * wp_warp_bytes<DT>(k, roww), stream>>>(
-        (const char *)x, ldx_bytes, m, k, q, sx);
+    auto kern = (void (*)(const char *, int64_t, int64_t, int, int8_t *, float *))g256_kernels<DT>()[r];
+    kern<<<(unsigned)blocks, WP_WARPS * 32, WP_WARPS * wp_warp_bytes<DT>(k, roww), stream>>>((const char *)x, ldx_bytes,
+                                                                                           m, k, q, sx);
     return cudaGetLastError();
 }
 
@@ -510,28 +518,32 @@ size_t quantize_rows_smem(int64_t k)
     return bytes <= 200u * 1024u ? (bytes ? bytes : 4) : 0;
 }
 
-cudaError_t prepare_quantize_rows(int64_t k)
+cudaError_t prepare_quantize_rows(int64_t k, PrologueFit *fit)
 {
-    /* Raise the generic kernel's dynamic shared-memory limit once, to the largest a layer needs. */
-    static size_t generic_set = 48 * 1024;
-    const size_t g = quantize_rows_smem(k);
-    cudaError_t e = cudaSuccess;
-    if (g > generic_set) {
-        e = cudaFuncSetAttribute(quantize_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)g);
-        if (e == cudaSuccess) generic_set = g;
-    }
+    /* the generic kernel's limit raised to the most any row may use */
+    cudaError_t e = cudaFuncSetAttribute(quantize_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)quantize_rows_smem(51200));
+    int dev = 0, sms = 0;
+    if (e == cudaSuccess) e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e == cudaSuccess) e = fit_g256<DT_F32>((int)k, sms, fit->resident[0]);
+    if (e == cudaSuccess) e = fit_g256<DT_F16>((int)k, sms, fit->resident[1]);
+    if (e == cudaSuccess) e = fit_g256<DT_BF16>((int)k, sms, fit->resident[2]);
     return e;
 }
 
 cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m, int64_t k, int64_t group,
-                                 int8_t *q, int64_t ldq, float *sx, int force_roww, cudaStream_t stream)
+                                 int8_t *q, int64_t ldq, float *sx, int force_roww, const PrologueFit &fit,
+                                 cudaStream_t stream)
 {
     const int esize = xdt == DT_F32 ? 4 : 2;
     const bool vec = ((uintptr_t)x % 16 == 0) && ((ldx * esize) % 16 == 0);
     if (vec && fast_ok(k, group, ldq)) {
-        if (xdt == DT_BF16) return launch_g256<DT_BF16>(x, ldx * esize, m, (int)k, q, sx, force_roww, stream);
-        if (xdt == DT_F16) return launch_g256<DT_F16>(x, ldx * esize, m, (int)k, q, sx, force_roww, stream);
-        return launch_g256<DT_F32>(x, ldx * esize, m, (int)k, q, sx, force_roww, stream);
+        if (xdt == DT_BF16)
+            return launch_g256<DT_BF16>(x, ldx * esize, m, (int)k, q, sx, force_roww, fit.resident[2], stream);
+        if (xdt == DT_F16)
+            return launch_g256<DT_F16>(x, ldx * esize, m, (int)k, q, sx, force_roww, fit.resident[1], stream);
+        return launch_g256<DT_F32>(x, ldx * esize, m, (int)k, q, sx, force_roww, fit.resident[0], stream);
     }
     quantize_rows_kernel<<<(unsigned)m, PRO_THREADS, quantize_rows_smem(k), stream>>>(
         (const char *)x, xdt, ldx * esize, k, log4_of(group), vec, q, ldq, sx, codes_permuted(k, group, ldq));

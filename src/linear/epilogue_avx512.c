@@ -79,29 +79,39 @@ static void row_exact(const ql_w8a8_epi *e, const int32_t *c, int nr, int r, int
  * none can occur: |s_x·s_w| >= 2^-126 (then a nonzero |acc·s_x·s_w| is
  * normal) and every bias is 0 or >= 2^-118 in magnitude (then a nonzero
  * rounded value plus it is a multiple of an ulp >= 2^-126, or >= 2^-119).
- * With a LoRA term the sum itself is checked: a row with a denormal lane
- * takes the exact path. */
+ * With a LoRA term the sums themselves are checked: if any lane of the tile
+ * is denormal, the tile is redone by the exact path (rare: the two terms
+ * must cancel to below 2^-126). The LoRA term is ql_lora_term's, with the
+ * tile's column scales and row pointers loaded once. */
 static void tile32_bf16(const ql_w8a8_epi *e, const int32_t *c, int64_t m0, int64_t n0, int mr_eff, __m512 sw0,
                         __m512 sw1, bool has_bias, __m512 blo, __m512 bhi, bool fbf)
 {
     const __m512i order = _mm512_set_epi16(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10, 9, 8, 23, 22, 21, 20,
                                            7, 6, 5, 4, 19, 18, 17, 16, 3, 2, 1, 0);
     const __m512i zero = _mm512_setzero_si512();
+    const ql_lora_tile *lt = e->lora;
+    const int32_t *c2 = lt ? lt->c : NULL, *trs = lt ? lt->rowsum : NULL;
+    const float *st = lt ? lt->st : NULL;
+    const __m512 su0 = lt ? _mm512_loadu_ps(lt->su + n0) : _mm512_setzero_ps();
+    const __m512 su1 = lt ? _mm512_loadu_ps(lt->su + n0 + 16) : _mm512_setzero_ps();
+    const int32_t off = e->offset128 ? 128 : 0;
+    __mmask16 denormal = 0;
     for (int r = 0; r < mr_eff; r++) {
         const int64_t row = m0 + r;
-        const __m512i corr = _mm512_set1_epi32(e->offset128 ? 128 * e->rowsum[row] : 0);
+        const __m512i corr = _mm512_set1_epi32(off * e->rowsum[row]);
         const __m512 sx = _mm512_set1_ps(e->sx[row]);
         __m512 v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512((const void *)(c + 32 * r)), corr)),
                                   _mm512_mul_ps(sx, sw0));
         __m512 v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512((const void *)(c + 32 * r + 16)), corr)),
                                   _mm512_mul_ps(sx, sw1));
-        if (e->lora) {
-            v0 = _mm512_add_ps(v0, lora_term(e, 32, r, 0, row, n0, 0xFFFF));
-            v1 = _mm512_add_ps(v1, lora_term(e, 32, r, 16, row, n0 + 16, 0xFFFF));
-            if (_mm512_fpclass_ps_mask(v0, 0x20) | _mm512_fpclass_ps_mask(v1, 0x20)) {
-                row_exact(e, c, 32, r, m0, n0, 32, fbf);
-                continue;
-            }
+        if (lt) {
+            const __m512i corr2 = _mm512_set1_epi32(off * trs[row]);
+            const __m512 s = _mm512_set1_ps(st[row]);
+            const __m512 a0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512((const void *)(c2 + 32 * r)), corr2));
+            const __m512 a1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512((const void *)(c2 + 32 * r + 16)), corr2));
+            v0 = _mm512_add_ps(v0, _mm512_mul_ps(a0, _mm512_mul_ps(s, su0)));
+            v1 = _mm512_add_ps(v1, _mm512_mul_ps(a1, _mm512_mul_ps(s, su1)));
+            denormal |= _mm512_fpclass_ps_mask(v0, 0x20) | _mm512_fpclass_ps_mask(v1, 0x20);
         }
         __m512i y = (__m512i)_mm512_cvtne2ps_pbh(v1, v0); /* columns 0..31 */
         if (has_bias) {
@@ -111,6 +121,8 @@ static void tile32_bf16(const ql_w8a8_epi *e, const int32_t *c, int64_t m0, int6
         }
         _mm512_storeu_si512((void *)((uint16_t *)e->y + row * e->ldy + n0), y);
     }
+    if (denormal)
+        for (int r = 0; r < mr_eff; r++) row_exact(e, c, 32, r, m0, n0, 32, fbf);
 }
 
 void ql_w8a8_epilogue_avx512(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff)

@@ -295,8 +295,10 @@ void ql_lora_down_panel(const ql_lora_run *r, int64_t p, int64_t mc, int64_t k, 
     for (int64_t jp = 0; jp < s->d.panels; jp++)
         kern->tile(s->d.k4, a, s->d.data + (size_t)(jp * s->d.k4 * nr * 4), cb + jp * mr * nr, 0);
     int8_t *tp = r->t_packed + (size_t)p * t_panel_bytes(s, kern);
-    int32_t *tv = (int32_t *)(cb + s->d.panels * mr * nr); /* rpad values of one row */
-    int8_t *tq = (int8_t *)(tv + rpad);
+    int32_t *scratch = (int32_t *)(cb + s->d.panels * mr * nr); /* rpad values of one row and their codes */
+#if QL_X86
+    const bool simd = kern->isa == QL_ISA_AVX512VNNI && kb == 64 && nr == 32 && aes == 1;
+#endif
     for (int i = 0; i < mr; i++) {
         const int64_t row = p * mr + i;
         if (row >= mc) { /* padding rows of the last panel */
@@ -304,39 +306,50 @@ void ql_lora_down_panel(const ql_lora_run *r, int64_t p, int64_t mc, int64_t k, 
             continue;
         }
         const int32_t corr = kern->b_offset128 ? 128 * rowsum[row] : 0;
-        int32_t amax = 0;
-        for (int64_t jp = 0, c = 0; jp < s->d.panels; jp++) {
-            const int32_t *src = cb + (jp * mr + i) * nr;
-            for (int j = 0; j < nr && c < rt; j++, c++) {
-                const int32_t v = src[j] - corr;
-                tv[c] = v;
-                amax = (v < 0 ? -v : v) > amax ? (v < 0 ? -v : v) : amax;
-            }
-        }
-        /* σ = amax/127: t_q = rne(t/σ) in [-127, 127]; st = s_x·σ·2^E */
-        const double inv = amax ? 127.0 / (double)amax : 0.0;
+        int32_t amax;
+#if QL_X86
+        if (simd) amax = ql_lora_t_row_s8_64__avx512(cb, mr, i, rt, rpad, corr, tp, &r->trowsum[row]);
+        else
+#endif
+            amax = ql_lora_t_row_generic(cb, mr, nr, kb, aes, s->perm, i, rt, rpad, corr, tp, scratch, &r->trowsum[row]);
+        /* σ = amax/127 (t_q = rne(t/σ) in [-127, 127]); st = s_x·σ·2^E */
         r->st[row] = amax ? (float)((double)sx[row] * ((double)amax / 127.0) * s->e2) : 0.0f;
-        int32_t sum = 0;
-        /* rne by the 1.5·2^52 trick (exact for |v| <= 127; no libm call, so the loop vectorizes) */
-        for (int64_t c = 0; c < rt; c++) {
-            const double v = ((double)tv[c] * inv + 0x1.8p52) - 0x1.8p52;
-            tq[c] = (int8_t)(int32_t)v;
-            sum += tq[c];
-        }
-        for (int64_t c = rt; c < rpad; c++) tq[c] = 0;
-        r->trowsum[row] = sum;
-        /* block b of the row: position q holds element b·kb + perm[q], the order U was packed in */
-        for (int64_t b = 0; b < rpad / kb; b++) {
-            const int8_t *src = tq + b * kb;
-            if (aes == 2) {
-                int16_t *dst = (int16_t *)tp + (b * mr + i) * kb;
-                for (int q = 0; q < kb; q++) dst[q] = src[s->perm[q]];
-            } else {
-                int8_t *dst = tp + (b * mr + i) * kb;
-                for (int q = 0; q < kb; q++) dst[q] = src[s->perm[q]];
-            }
+    }
+}
+
+int32_t ql_lora_t_row_generic(const int32_t *cb, int mr, int nr, int kb, int aes, const uint8_t *perm, int i, int64_t rt,
+                              int64_t rpad, int32_t corr, int8_t *tp, int32_t *scratch, int32_t *sum)
+{
+    int32_t *tv = scratch;
+    int8_t *tq = (int8_t *)(tv + rpad);
+    int32_t amax = 0;
+    for (int64_t c = 0; c < rt; c++) {
+        const int32_t v = cb[((c / nr) * mr + i) * nr + c % nr] - corr;
+        tv[c] = v;
+        amax = (v < 0 ? -v : v) > amax ? (v < 0 ? -v : v) : amax;
+    }
+    const double inv = amax ? 127.0 / (double)amax : 0.0;
+    int32_t s = 0;
+    /* rne by the 1.5·2^52 trick (exact for |v| <= 127; no libm call, so the loop vectorizes) */
+    for (int64_t c = 0; c < rt; c++) {
+        const double v = ((double)tv[c] * inv + 0x1.8p52) - 0x1.8p52;
+        tq[c] = (int8_t)(int32_t)v;
+        s += tq[c];
+    }
+    for (int64_t c = rt; c < rpad; c++) tq[c] = 0;
+    *sum = s;
+    /* block b of the row: position q holds element b·kb + perm[q], the order U was packed in */
+    for (int64_t b = 0; b < rpad / kb; b++) {
+        const int8_t *src = tq + b * kb;
+        if (aes == 2) {
+            int16_t *dst = (int16_t *)tp + (b * mr + i) * kb;
+            for (int q = 0; q < kb; q++) dst[q] = src[perm[q]];
+        } else {
+            int8_t *dst = tp + (b * mr + i) * kb;
+            for (int q = 0; q < kb; q++) dst[q] = src[perm[q]];
         }
     }
+    return amax;
 }
 
 void ql_lora_epilogue(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff)

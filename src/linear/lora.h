@@ -49,6 +49,15 @@ void ql_lora_run_init(ql_lora_run *r, const ql_lora_set *set, const ql_s8_kernel
  * thread th, right after the prologue packed it. */
 void ql_lora_down_panel(const ql_lora_run *r, int64_t p, int64_t mc, int64_t k, const int8_t *packed, const float *sx,
                         const int32_t *rowsum, int th);
+/* Row i of t (the D × A tiles cb: panels of mr × nr int32, minus corr) ->
+ * int8 codes rne(t·127/max|t|) in the T panel tp ([rpad/kb][mr][kb], position
+ * q of a block holding element perm[q]; int16 codes when aes = 2), columns
+ * >= rt as 0; *sum = Σ codes; returns max|t|. scratch: rpad·5 bytes. */
+int32_t ql_lora_t_row_generic(const int32_t *cb, int mr, int nr, int kb, int aes, const uint8_t *perm, int i, int64_t rt,
+                              int64_t rpad, int32_t corr, int8_t *tp, int32_t *scratch, int32_t *sum);
+/* The AVX-512 twin for the 64-block kernels (nr = 32, kb = 64, int8 A). */
+int32_t ql_lora_t_row_s8_64__avx512(const int32_t *cb, int mr, int i, int64_t rt, int64_t rpad, int32_t corr,
+                                    int8_t *tp, int32_t *sum);
 /* Tile epilogue (arg: ql_lora_run): the T × U tile, then r->inner with the
  * low-rank term attached. */
 void ql_lora_epilogue(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
