@@ -77,7 +77,8 @@ static void test_gemm(ql_context *ctx)
 {
     static const int64_t shapes[][3] = {{37, 80, 256},  {1, 2048, 2048}, {5, 300, 1000}, {128, 256, 128},
                                         {129, 257, 384}, {300, 520, 4096}, {8, 64, 16},   {64, 192, 8192},
-                                        {1000, 2048, 2048}, {17, 33, 48}, {250, 6144, 256}};
+                                        {1000, 2048, 2048}, {17, 33, 48}, {250, 6144, 256},
+                                        {1700, 2600, 320}}; /* more 128x256 tiles than SMs: persistent blocks run several */
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int kern = 0; kern < 4; kern++) {
             int tiles = kern == 1 ? ql_cuda_sm90_tile_count() : 1; /* every Hopper tile */
@@ -173,6 +174,16 @@ static void test_linear(ql_context *gpu)
     linear_case(gpu, 1100, 6144, 256, 256, QL_BF16, QL_BF16, 1, 0, "auto");
     linear_case(gpu, 333, 2048, 8192, 256, QL_F16, QL_BF16, 0, 1, "auto");
     linear_case(gpu, 37, 300, 8448, 256, QL_BF16, QL_BF16, 1, 0, "auto"); /* K > 8192: the generic prologue, permuted codes */
+    /* every Hopper tile with each epilogue variant (bf16 staged, generic with residual, fp32 / fp16),
+     * once on a grid with more tiles than SMs */
+    for (int t = 0; t < ql_cuda_sm90_tile_count(); t++) {
+        char ts[16];
+        snprintf(ts, sizeof ts, "%d", t);
+        setenv("QLINEAR_CUDA_TILE", ts, 1);
+        for (int yd = 0; yd < 3; yd++) linear_case(gpu, 300, 1104, 512, 256, QL_BF16, dts[yd], 1, yd == 2, "sm90");
+        linear_case(gpu, 1700, 2608, 512, 256, QL_F16, QL_BF16, t % 2, (t + 1) % 3 == 0, "sm90");
+    }
+    unsetenv("QLINEAR_CUDA_TILE");
     unsetenv("QLINEAR_CUDA_GEMM");
     unsetenv("QLINEAR_CUDA_ROWW");
 }

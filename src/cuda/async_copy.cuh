@@ -41,6 +41,20 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const void *map, uint64_t
                  "l"((uint64_t)map), "r"(smem_u32(bar)), "r"(x), "r"(y)
                  : "memory");
 }
+/* 2-D tile from shared memory into a tensor map's global tensor, in this
+ * thread's bulk group; rows and columns outside the tensor are not written.
+ * The writes to `src` must be made visible to the async proxy first
+ * (fence_proxy_async_smem by each writer, then a barrier). */
+__device__ __forceinline__ void tma_store_2d(const void *map, const void *src, int x, int y)
+{
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"((uint64_t)map),
+                 "r"(smem_u32(src)), "r"(x), "r"(y)
+                 : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+/* this thread's bulk stores are complete */
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 /* `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory. */
 __device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *bar)
 {

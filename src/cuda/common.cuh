@@ -21,18 +21,6 @@ __device__ __forceinline__ float round_to(int dt, float v)
     return v;
 }
 
-/* Round-to-nearest-even fp32 -> bf16 (result as fp32) in integer arithmetic:
- * the conversion unit runs at a quarter of the integer rate, and these
- * kernels round every element two or three times. Exact for every finite
- * value and ±Inf (overflow gives Inf, as RNE must); NOT for NaN, which the
- * callers test beforehand. */
-__device__ __forceinline__ float bf16_round_nonan(float v)
-{
-    uint32_t u = __float_as_uint(v);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return __uint_as_float(u & 0xffff0000u);
-}
-
 __device__ __forceinline__ float load_f(int dt, const void *p, int64_t i)
 {
     if (dt == DT_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
@@ -119,22 +107,24 @@ __device__ __forceinline__ void epi_store2(const EpiParams &p, int64_t row, int6
 /* Two adjacent outputs of a row, both inside N, vector store allowed, no
  * residual; sw and the (already rounded) bias come from the caller. Same
  * roundings as epi_value. */
-/* Two adjacent bf16 outputs of a row, packed (the bf16 case of epi_store_pair). */
+/* Two adjacent bf16 outputs of a row, packed (the bf16 case of epi_store_pair).
+ * One packed conversion rounds both values (RNE, subnormals kept, NaN stays
+ * NaN): a third of the instructions of rounding each in integer arithmetic
+ * with its NaN test, and the epilogue is what a K = 256 layer is bound by. */
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
+{
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&h;
+}
 __device__ __forceinline__ uint32_t epi_pair_bf16(const EpiParams &p, int32_t a0, int32_t a1, float sx, float2 sw,
                                                   float2 bias)
 {
-    float v0 = __fmul_rn(__int2float_rn(a0), __fmul_rn(sx, sw.x));
-    float v1 = __fmul_rn(__int2float_rn(a1), __fmul_rn(sx, sw.y));
-    /* integer rounding; a NaN (a row that held NaN/Inf) passes through */
-    v0 = v0 != v0 ? v0 : bf16_round_nonan(v0);
-    v1 = v1 != v1 ? v1 : bf16_round_nonan(v1);
-    if (p.bias) {
-        v0 = __fadd_rn(v0, bias.x), v1 = __fadd_rn(v1, bias.y);
-        v0 = v0 != v0 ? v0 : bf16_round_nonan(v0);
-        v1 = v1 != v1 ? v1 : bf16_round_nonan(v1);
-    }
-    /* both already bf16 values: the pair is their upper halves */
-    return (__float_as_uint(v0) >> 16) | (__float_as_uint(v1) & 0xffff0000u);
+    const float v0 = __fmul_rn(__int2float_rn(a0), __fmul_rn(sx, sw.x));
+    const float v1 = __fmul_rn(__int2float_rn(a1), __fmul_rn(sx, sw.y));
+    uint32_t r = pack_bf16x2(v0, v1);
+    if (p.bias) /* the rounded pair back as fp32 (exact), plus the rounded bias, rounded */
+        r = pack_bf16x2(__fadd_rn(__uint_as_float(r << 16), bias.x), __fadd_rn(__uint_as_float(r & 0xffff0000u), bias.y));
+    return r;
 }
 
 __device__ __forceinline__ void epi_store_pair(const EpiParams &p, int64_t row, int64_t col, int32_t a0, int32_t a1,

@@ -22,11 +22,13 @@ size_t quantize_rows_smem(int64_t k);
 cudaError_t prepare_quantize_rows(int64_t k);
 
 /* Hopper (sm_90a) GEMM tiles: consumer warpgroups (64 rows each) × columns,
- * bytes of K per pipeline stage, blocks per SM. */
+ * bytes of K per pipeline stage, blocks per SM; persistent: one block per SM
+ * walks the tiles (the grid is at most `sms` blocks). */
 struct Sm90Tile {
-    int wgs, bn, bk, ctas_per_sm;
+    int wgs, bn, bk, ctas_per_sm, persistent;
 };
-extern const Sm90Tile sm90_tiles[];
+#define QLC_SM90_TILES 8
+extern const Sm90Tile sm90_tiles[QLC_SM90_TILES];
 extern const int sm90_tile_count;
 /* TMA descriptors of the operands for a tile (either may be NULL: not made).
  * a, b: 16-byte aligned, lda/ldb multiples of 16 bytes. False: refused. */
@@ -34,7 +36,7 @@ bool make_sm90_maps(int tile, const int8_t *a, int64_t lda, int64_t m, const int
                     int64_t k, CUtensorMap *ma, CUtensorMap *mb);
 /* pdl: may start while the previous kernel on the stream finishes (it waits for its results). */
 cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorMap &mb, int64_t m, int64_t n,
-                                int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl);
+                                int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl, int sms);
 /* Portable tensor-core GEMM (mma.sync, sm_80+): any K, any pitch and alignment. */
 cudaError_t launch_s8_gemm_mma(const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m, int64_t n,
                                int64_t k, const EpiParams &p, cudaStream_t stream);

@@ -38,79 +38,67 @@ template <int BN> __device__ __forceinline__ void wgmma_tile(int32_t (&d)[BN / 2
 }
 #endif
 
-/* NWG consumer warpgroups (BM = 64·NWG rows; warps 0 .. 4·NWG-1, aligned as
- * wgmma wants) and one producer warp after them; BN columns; BK bytes of K
- * per stage (128 or 64: a consumer holds two stages, so shorter stages keep
- * more of the ring in flight); a STAGES-deep ring; CTAS blocks per SM (2
- * lets one block's epilogue overlap the other's main loop). */
 /* Epilogue variants, chosen at launch so that the common cases carry no
  * dtype branches (the generic one, unrolled over the tile, is large enough
  * to miss the instruction cache). The fast variants stage the tile in shared
  * memory and need N even, y 16-byte aligned and rows a multiple of 16 bytes. */
 enum { EPI_GENERIC = 0, EPI_I32 = 1, EPI_BF16 = 2 };
 
-template <int NWG, int BN, int BK, int STAGES, int CTAS, int EPI>
-__global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
-    s8_gemm_sm90_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b, int m,
-                        int n, int k, EpiParams p)
-{
+/* Staging of the fast epilogues: columns per pass (int32 tiles leave in two
+ * passes of 128 so that the staging area stays at 64·544 bytes per
+ * warpgroup) and the row pitch (rows 8 or 4 banks apart). */
+template <int BN, int EPI> struct Staging {
+    static constexpr int ES = EPI == EPI_I32 ? 4 : 2;
+    static constexpr int HC = EPI == EPI_I32 && BN > 128 ? 128 : BN;
+    static constexpr int PITCH = HC * ES + (EPI == EPI_I32 ? 32 : 16);
+    static constexpr int BYTES = 64 * PITCH; /* per consumer warpgroup */
+};
+
 #ifdef QLC_SM90A
-    constexpr int BM = 64 * NWG;
-    constexpr int A_BYTES = BM * BK, B_BYTES = BN * BK, STAGE_BYTES = A_BYTES + B_BYTES;
-    extern __shared__ uint8_t smem_raw[];
-    uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-    uint64_t *full = (uint64_t *)(smem + STAGES * STAGE_BYTES);
-    uint64_t *empty = full + STAGES;
-    /* the tile's weight scales and bias (rounded to the output dtype), read
-     * from shared memory in the epilogue: no global loads between its stores */
-    float *col_sw = (float *)(empty + STAGES), *col_bias = col_sw + BN;
-
-    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128; /* wg == NWG: the producer warp */
-    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-    const int kt_count = (k + BK - 1) / BK;
-
-    /* the tile's scale and bias table: layer constants, read before waiting
-     * for the prologue */
-    const bool scaled = p.ydt != DT_I32; /* raw int32 output (the bare GEMM) has no scales */
-    if (scaled)
-        for (int i = threadIdx.x; i < BN; i += NWG * 128) {
-            const int64_t col = n0 + i < n ? n0 + i : n - 1;
-            col_sw[i] = p.sw[p.sw_per_row ? col : 0];
-            col_bias[i] = p.bias ? round_to(p.ydt, p.bias[col]) : 0.0f;
+/* Producer: the TMA loads of one tile's K slices into the ring. `it` counts
+ * stages over the block's whole life (a persistent block runs many tiles).
+ * pdl_first: the weight slices of the first stages are requested before
+ * waiting for the previous kernel (the prologue that writes A). */
+template <int BM, int BN, int BK, int STAGES>
+__device__ __forceinline__ void produce_tile(const CUtensorMap &tma_a, const CUtensorMap &tma_b, uint8_t *smem,
+                                             uint64_t *full, uint64_t *empty, int m0, int n0, int kt_count,
+                                             uint32_t &it, bool pdl_first)
+{
+    constexpr int A_BYTES = BM * BK, STAGE_BYTES = (BM + BN) * BK;
+    int kt = 0;
+    if (pdl_first) {
+        const int pre = kt_count < STAGES ? kt_count : STAGES;
+        for (int i = 0; i < pre; i++) {
+            mbar_expect_tx(&full[i], STAGE_BYTES);
+            tma_load_2d(smem + i * STAGE_BYTES + A_BYTES, &tma_b, &full[i], i * BK, n0);
         }
-    if (threadIdx.x == 0) {
-        /* empty: one arrival per consumer warp (256 thread arrivals per stage
-         * serialised on the barrier cost more than the stage's wgmma) */
-        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], NWG * 4);
-        mbar_init_fence();
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+        for (int i = 0; i < pre; i++) tma_load_2d(smem + i * STAGE_BYTES, &tma_a, &full[i], i * BK, m0);
+        kt = pre, it += pre;
     }
-    __syncthreads();
-    /* Programmatic dependent launch: the activation codes come from the
-     * prologue kernel just before; everything above overlapped its tail. */
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-
-    if (wg == NWG) {
-        if (tid == 0) {
-            for (int kt = 0; kt < kt_count; kt++) {
-                const int s = kt % STAGES;
-                if (kt >= STAGES) mbar_wait(&empty[s], ((kt / STAGES) - 1) & 1);
-                uint8_t *st = smem + s * STAGE_BYTES;
-                mbar_expect_tx(&full[s], STAGE_BYTES);
-                tma_load_2d(st, &tma_a, &full[s], kt * BK, m0);
-                tma_load_2d(st + A_BYTES, &tma_b, &full[s], kt * BK, n0);
-            }
-        }
-        return;
+    for (; kt < kt_count; kt++, it++) {
+        const uint32_t s = it % STAGES;
+        if (it >= STAGES) mbar_wait(&empty[s], ((it / STAGES) - 1) & 1);
+        uint8_t *st = smem + s * STAGE_BYTES;
+        mbar_expect_tx(&full[s], STAGE_BYTES);
+        tma_load_2d(st, &tma_a, &full[s], kt * BK, m0);
+        tma_load_2d(st + A_BYTES, &tma_b, &full[s], kt * BK, n0);
     }
+}
 
-    const int c = wg;
+/* Consumer warpgroup c: wgmma over one tile's K slices, accumulators in d.
+ * Every stage is released (one arrival per warp) once its wgmmas retired. */
+template <int BM, int BN, int BK, int STAGES>
+__device__ __forceinline__ void consume_tile(int32_t (&d)[BN / 2], uint8_t *smem, uint64_t *full, uint64_t *empty,
+                                             int c, int tid, int kt_count, uint32_t &it)
+{
+    constexpr int A_BYTES = BM * BK, STAGE_BYTES = (BM + BN) * BK;
     /* no zeroing: the first wgmma ignores d (K >= 1 here; K = 0 never comes
      * to this kernel), and a non-wgmma write to the accumulators would make
      * ptxas serialise the wgmmas */
-    int32_t d[BN / 2];
-    for (int kt = 0; kt < kt_count; kt++) {
-        const int s = kt % STAGES;
-        mbar_wait(&full[s], (kt / STAGES) & 1);
+    for (int kt = 0; kt < kt_count; kt++, it++) {
+        const uint32_t s = it % STAGES;
+        mbar_wait(&full[s], (it / STAGES) & 1);
         const uint8_t *a = smem + s * STAGE_BYTES + c * 64 * BK;
         const uint8_t *b = smem + s * STAGE_BYTES + A_BYTES;
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
@@ -121,59 +109,71 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
         /* Keep one group in flight: the previous stage is free once the
          * group before this one has retired. */
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        if (kt > 0 && tid % 32 == 0) mbar_arrive(&empty[(kt - 1) % STAGES]);
+        if (kt > 0 && tid % 32 == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    if (tid % 32 == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) asm volatile("" : "+r"(d[i])::"memory");
+}
 
-    /* Accumulator layout of wgmma m64nN: warp w of the group owns rows
-     * 16w + lane/4 (+8); register 4j+{0,1} holds columns 8j + 2(lane%4) + {0,1}
-     * of the first row, 4j+{2,3} the same columns of the second. */
-
+/* The epilogue of consumer warpgroup c's 64 x BN part of a tile (rows from
+ * row0, columns from n0): scale restore, rounding, bias (col_sw / col_bias:
+ * the tile's table in shared memory), store. Fast variants go through
+ * `stage` (Staging<BN, EPI>::BYTES, this warpgroup's own) and named barrier
+ * `bar` of the warpgroup.
+ * Accumulator layout of wgmma m64nN: warp w of the group owns rows
+ * 16w + lane/4 (+8); register 4j+{0,1} holds columns 8j + 2(lane%4) + {0,1}
+ * of the first row, 4j+{2,3} the same columns of the second. */
+template <int BN, int EPI>
+__device__ __forceinline__ void epilogue_tile(const int32_t (&d)[BN / 2], const EpiParams &p, int m, int n,
+                                              int64_t row0, int n0, int tid, const float *col_sw,
+                                              const float *col_bias, uint8_t *stage, int bar)
+{
+    const bool scaled = p.ydt != DT_I32;
     const int warp = tid / 32, lane = tid % 32;
-    const int64_t r0 = m0 + c * 64 + warp * 16 + lane / 4, r1 = r0 + 8;
+    const int64_t r0 = row0 + warp * 16 + lane / 4, r1 = r0 + 8;
     const float sx0 = scaled && r0 < m ? p.sx[r0] : 0.f, sx1 = scaled && r1 < m ? p.sx[r1] : 0.f;
     if constexpr (EPI == EPI_I32 || EPI == EPI_BF16) {
-        /* Through shared memory, once every consumer's last wgmma has read
-         * the ring: the accumulator layout scatters 8 rows per warp store;
-         * the staged tile leaves in 16-byte row chunks. */
-        asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory");
-        constexpr int ES = EPI == EPI_I32 ? 4 : 2;
-        constexpr int PITCH = BN * ES + (EPI == EPI_I32 ? 32 : 16); /* bytes: rows 8 or 4 banks apart */
-        static_assert(NWG * 64 * PITCH <= STAGES * STAGE_BYTES, "staged tile fits the ring");
-        uint8_t *stage = smem + c * 64 * PITCH;
+        /* the accumulator layout scatters 8 rows per warp store; the staged
+         * tile leaves in 16-byte row chunks */
+        using S = Staging<BN, EPI>;
+        constexpr int ES = S::ES, HC = S::HC, PITCH = S::PITCH;
         const int lr0 = warp * 16 + lane / 4, lr1 = lr0 + 8;
 #pragma unroll
-        for (int j = 0; j < BN / 8; j++) {
-            const int cl = j * 8 + 2 * (lane % 4);
-            if constexpr (EPI == EPI_I32) {
-                *(int2 *)(stage + lr0 * PITCH + cl * 4) = make_int2(d[4 * j], d[4 * j + 1]);
-                *(int2 *)(stage + lr1 * PITCH + cl * 4) = make_int2(d[4 * j + 2], d[4 * j + 3]);
-            } else {
-                const float2 sw = *(const float2 *)(col_sw + cl), bs = *(const float2 *)(col_bias + cl);
-                *(uint32_t *)(stage + lr0 * PITCH + cl * 2) = epi_pair_bf16(p, d[4 * j], d[4 * j + 1], sx0, sw, bs);
-                *(uint32_t *)(stage + lr1 * PITCH + cl * 2) = epi_pair_bf16(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs);
+        for (int h = 0; h < BN / HC; h++) {
+            if (h > 0) asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory"); /* the previous pass has left */
+#pragma unroll
+            for (int jj = 0; jj < HC / 8; jj++) {
+                const int j = h * (HC / 8) + jj, cl = jj * 8 + 2 * (lane % 4);
+                if constexpr (EPI == EPI_I32) {
+                    *(int2 *)(stage + lr0 * PITCH + cl * 4) = make_int2(d[4 * j], d[4 * j + 1]);
+                    *(int2 *)(stage + lr1 * PITCH + cl * 4) = make_int2(d[4 * j + 2], d[4 * j + 3]);
+                } else {
+                    const float2 sw = *(const float2 *)(col_sw + cl), bs = *(const float2 *)(col_bias + cl);
+                    *(uint32_t *)(stage + lr0 * PITCH + cl * 2) = epi_pair_bf16(p, d[4 * j], d[4 * j + 1], sx0, sw, bs);
+                    *(uint32_t *)(stage + lr1 * PITCH + cl * 2) = epi_pair_bf16(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs);
+                }
             }
-        }
-        asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory");
-        constexpr int CH = BN * ES / 16, PER = 16 / ES; /* chunks per row, elements per chunk */
-        uint8_t *ybase = (uint8_t *)p.y;
+            asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory");
+            constexpr int CH = HC * ES / 16, PER = 16 / ES; /* chunks per row, elements per chunk */
+            uint8_t *ybase = (uint8_t *)p.y;
 #pragma unroll 4
-        for (int idx = tid; idx < 64 * CH; idx += 128) {
-            const int lr = idx / CH, ch = idx % CH;
-            const int64_t row = m0 + c * 64 + lr, col = n0 + ch * PER;
-            if (row >= m || col >= n) continue;
-            const uint4 v = *(const uint4 *)(stage + lr * PITCH + ch * 16);
-            uint8_t *dst = ybase + (row * p.ldy + col) * ES;
-            if (col + PER <= n) {
-                *(uint4 *)dst = v;
-            } else { /* the last columns (N even: whole 2-element pairs) */
-                const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-                const int pairs = (int)(n - col) / 2;
-                for (int q = 0; q < pairs; q++) {
-                    if constexpr (ES == 2) ((uint32_t *)dst)[q] = w[q];
-                    else ((uint2 *)dst)[q] = make_uint2(w[2 * q], w[2 * q + 1]);
+            for (int idx = tid; idx < 64 * CH; idx += 128) {
+                const int lr = idx / CH, ch = idx % CH;
+                const int64_t row = row0 + lr, col = n0 + h * HC + ch * PER;
+                if (row >= m || col >= n) continue;
+                const uint4 v = *(const uint4 *)(stage + lr * PITCH + ch * 16);
+                uint8_t *dst = ybase + (row * p.ldy + col) * ES;
+                if (col + PER <= n) {
+                    *(uint4 *)dst = v;
+                } else { /* the last columns (N even: whole 2-element pairs) */
+                    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+                    const int pairs = (int)(n - col) / 2;
+                    for (int q = 0; q < pairs; q++) {
+                        if constexpr (ES == 2) ((uint32_t *)dst)[q] = w[q];
+                        else ((uint2 *)dst)[q] = make_uint2(w[2 * q], w[2 * q + 1]);
+                    }
                 }
             }
         }
@@ -194,6 +194,186 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
         if (r0 < m) epi_store2(p, r0, col, n, d[4 * j], d[4 * j + 1], sx0);
         if (r1 < m) epi_store2(p, r1, col, n, d[4 * j + 2], d[4 * j + 3], sx1);
     }
+}
+
+/* bf16 epilogue of a persistent block: warpgroup c's 64 x BN part rounded
+ * into `stage` as BN/64 boxes of 64 x 64 in TMA's 128-byte swizzle (16-byte
+ * chunk i of row r at chunk i ^ (r % 8): the accumulator layout writes
+ * without bank conflicts); one thread sends each box by a TMA store as soon
+ * as it is written, and the warpgroup goes on while they drain. A box is
+ * rewritten once its store from the previous tile has left shared memory
+ * (bulk groups complete in order: at most BN/64 - 1 others pending), so a
+ * layer bound by its output (K = 256) computes while the last tile drains. */
+template <int BN>
+__device__ __forceinline__ void epilogue_bf16_tma(const int32_t (&d)[BN / 2], const EpiParams &p, int m, int n,
+                                                  int row0, int n0, int tid, const float *col_sw,
+                                                  const float *col_bias, uint8_t *stage, int bar,
+                                                  const CUtensorMap *tma_y)
+{
+    constexpr int BOXES = BN / 64;
+    const int warp = tid / 32, lane = tid % 32;
+    const int r0 = row0 + warp * 16 + lane / 4, r1 = r0 + 8;
+    const float sx0 = r0 < m ? p.sx[r0] : 0.f, sx1 = r1 < m ? p.sx[r1] : 0.f;
+    uint8_t *row_a = stage + (warp * 16 + lane / 4) * 128 + 4 * (lane % 4), *row_b = row_a + 8 * 128;
+    const int xr = lane / 4; /* (row % 8) for both rows */
+#pragma unroll
+    for (int q = 0; q < BOXES; q++) {
+        if (tid == 0) asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(BOXES - 1) : "memory");
+        asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory");
+#pragma unroll
+        for (int jj = 0; jj < 8; jj++) {
+            const int j = q * 8 + jj, cl = j * 8 + 2 * (lane % 4), off = q * 8192 + (jj ^ xr) * 16;
+            const float2 sw = *(const float2 *)(col_sw + cl), bs = *(const float2 *)(col_bias + cl);
+            *(uint32_t *)(row_a + off) = epi_pair_bf16(p, d[4 * j], d[4 * j + 1], sx0, sw, bs);
+            *(uint32_t *)(row_b + off) = epi_pair_bf16(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs);
+        }
+        fence_proxy_async_smem();
+        asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory");
+        if (tid == 0) {
+            /* a box wholly past the output stores nothing; the group is
+             * committed anyway so that the count above stays exact */
+            if (row0 < m && n0 + q * 64 < n) tma_store_2d(tma_y, stage + q * 8192, n0 + q * 64, row0);
+            bulk_commit();
+        }
+    }
+}
+
+/* The tile's weight scales and bias (rounded to the output dtype), read from
+ * shared memory in the epilogue: no global loads between its stores. */
+__device__ __forceinline__ void fill_col_table(const EpiParams &p, int n, int n0, int bn, int t, int nt,
+                                               float *col_sw, float *col_bias)
+{
+    if (p.ydt == DT_I32) return; /* raw int32 output (the bare GEMM) has no scales */
+    for (int i = t; i < bn; i += nt) {
+        const int64_t col = n0 + i < n ? n0 + i : n - 1;
+        col_sw[i] = p.sw[p.sw_per_row ? col : 0];
+        col_bias[i] = p.bias ? round_to(p.ydt, p.bias[col]) : 0.0f;
+    }
+}
+#endif
+
+/* One tile per block: NWG consumer warpgroups (BM = 64·NWG rows; warps
+ * 0 .. 4·NWG-1, aligned as wgmma wants) and one producer warp after them;
+ * BN columns; BK bytes of K per stage (128 or 64: a consumer holds two
+ * stages, so shorter stages keep more of the ring in flight); a STAGES-deep
+ * ring; CTAS blocks per SM (2 lets one block's epilogue overlap the other's
+ * main loop). The fast epilogues stage the tile in the ring, free by then. */
+template <int NWG, int BN, int BK, int STAGES, int CTAS, int EPI>
+__global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
+    s8_gemm_sm90_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
+                        const __grid_constant__ CUtensorMap tma_y, int m, int n, int k, EpiParams p)
+{
+#ifdef QLC_SM90A
+    constexpr int BM = 64 * NWG, STAGE_BYTES = (BM + BN) * BK;
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    uint64_t *full = (uint64_t *)(smem + STAGES * STAGE_BYTES);
+    uint64_t *empty = full + STAGES;
+    float *col_sw = (float *)(empty + STAGES), *col_bias = col_sw + BN;
+
+    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128; /* wg == NWG: the producer warp */
+    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+    const int kt_count = (k + BK - 1) / BK;
+
+    /* layer constants, read before waiting for the prologue */
+    fill_col_table(p, n, n0, BN, threadIdx.x, NWG * 128, col_sw, col_bias);
+    if (threadIdx.x == 0) {
+        /* empty: one arrival per consumer warp (256 thread arrivals per stage
+         * serialised on the barrier cost more than the stage's wgmma) */
+        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], NWG * 4);
+        mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (wg == NWG) {
+        uint32_t it = 0;
+        if (tid == 0) produce_tile<BM, BN, BK, STAGES>(tma_a, tma_b, smem, full, empty, m0, n0, kt_count, it, true);
+        return;
+    }
+    /* Programmatic dependent launch: the activation scales come from the
+     * prologue kernel just before; everything above overlapped its tail. */
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    int32_t d[BN / 2];
+    uint32_t it = 0;
+    consume_tile<BM, BN, BK, STAGES>(d, smem, full, empty, wg, tid, kt_count, it);
+    using S = Staging<BN, EPI>;
+    static_assert(EPI == EPI_GENERIC || NWG * S::BYTES <= STAGES * STAGE_BYTES, "staged tile fits the ring");
+    /* the staging area is the ring: every consumer's last wgmma must have read it */
+    if constexpr (EPI != EPI_GENERIC) asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory");
+    epilogue_tile<BN, EPI>(d, p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, smem + wg * S::BYTES, 2 + wg);
+#endif
+}
+
+/* Persistent: one block per SM walks the 128 x 256 tiles (row-major, N
+ * fastest) with a stride of the grid. The producer warp runs ahead into the
+ * next tile while the consumers finish the last one, so the epilogue hides
+ * the next tile's first loads and no block pays a pipeline ramp per tile;
+ * 128 x 256 needs a quarter less L2 -> shared traffic per MAC than 128 x 128.
+ * The fast epilogues stage through their own area (the ring stays busy);
+ * bf16 tiles leave by TMA stores that overlap the next tile's main loop. */
+template <int BK, int STAGES, int EPI>
+__global__ void __launch_bounds__(3 * 128, 1)
+    s8_gemm_sm90_persistent_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
+                                   const __grid_constant__ CUtensorMap tma_y, int m, int n, int k, EpiParams p)
+{
+#ifdef QLC_SM90A
+    constexpr int NWG = 2, BM = 128, BN = 256, STAGE_BYTES = (BM + BN) * BK;
+    using S = Staging<BN, EPI>;
+    /* the TMA epilogue's boxes per warpgroup: 1024-aligned for the swizzle */
+    constexpr int TMA_STAGE = BN / 64 * 8192;
+    static_assert(NWG * TMA_STAGE <= NWG * Staging<BN, EPI_I32>::BYTES && STAGE_BYTES % 1024 == 0, "staging");
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    uint8_t *staging = smem + STAGES * STAGE_BYTES;
+    uint64_t *full = (uint64_t *)(staging + NWG * Staging<BN, EPI_I32>::BYTES);
+    uint64_t *empty = full + STAGES;
+    float *tables = (float *)(empty + STAGES); /* two tiles' tables: [2][sw BN, bias BN] */
+
+    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+    const int kt_count = (k + BK - 1) / BK;
+    const int tiles_n = (n + BN - 1) / BN, tiles = tiles_n * ((m + BM - 1) / BM);
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], NWG * 4);
+        mbar_init_fence();
+    }
+    __syncthreads();
+
+    /* The producer is a whole warpgroup so that registers can move to the
+     * consumers (128 accumulators each and the epilogue's temporaries). */
+    if (wg == NWG) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (tid == 0) {
+            uint32_t it = 0;
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x)
+                produce_tile<BM, BN, BK, STAGES>(tma_a, tma_b, smem, full, empty, (t / tiles_n) * BM,
+                                                 (t % tiles_n) * BN, kt_count, it, t == (int)blockIdx.x);
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    uint32_t it = 0;
+    int32_t d[BN / 2];
+    for (int t = blockIdx.x, j = 0; t < tiles; t += gridDim.x, j++) {
+        const int m0 = (t / tiles_n) * BM, n0 = (t % tiles_n) * BN;
+        /* Double-buffered: a consumer writes tile j's table after passing
+         * barrier 1 of tile j-1, which every consumer reaches only after
+         * reading tile j-2's (the same buffer). */
+        float *col_sw = tables + (j & 1) * 2 * BN, *col_bias = col_sw + BN;
+        fill_col_table(p, n, n0, BN, threadIdx.x, NWG * 128, col_sw, col_bias);
+        consume_tile<BM, BN, BK, STAGES>(d, smem, full, empty, wg, tid, kt_count, it);
+        asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory"); /* the table is complete */
+        if constexpr (EPI == EPI_BF16) {
+            epilogue_bf16_tma<BN>(d, p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, staging + wg * TMA_STAGE,
+                                  2 + wg, &tma_y);
+        } else {
+            epilogue_tile<BN, EPI>(d, p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, staging + wg * S::BYTES, 2 + wg);
+            /* the staging area is rewritten by the next tile */
+            if constexpr (EPI != EPI_GENERIC) asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
+        }
+    }
+    if constexpr (EPI == EPI_BF16)
+        if (tid == 0) bulk_wait_all(); /* shared memory stays until the stores have read it */
 #endif
 }
 
@@ -232,19 +412,48 @@ bool make_map(CUtensorMap *map, const int8_t *base, int64_t rows, int64_t cols, 
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-namespace {
-
-template <int NWG, int BN, int BK, int STAGES, int CTAS> constexpr size_t smem_bytes()
+/* The bf16 output [rows, cols] (row pitch ld elements) in 64 x 64 boxes with
+ * 128-byte swizzle, for the TMA epilogue. */
+static bool make_out_map(CUtensorMap *map, void *base, int64_t rows, int64_t cols, int64_t ld)
 {
-    return (size_t)STAGES * (64 * NWG + BN) * BK + 2 * STAGES * sizeof(uint64_t) + 2 * BN * sizeof(float) + 1024;
+    encode_tiled_fn enc = get_encode();
+    if (!enc) return false;
+    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+    cuuint64_t strides[1] = {(cuuint64_t)(ld * 2)};
+    cuuint32_t box[2] = {64, 64};
+    cuuint32_t estr[2] = {1, 1};
+    return enc(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int NWG, int BN, int BK, int STAGES, int CTAS, int EPI>
-cudaError_t launch_epi(const CUtensorMap &ma, const CUtensorMap &mb, int m, int n, int k, const EpiParams &p,
-                       cudaStream_t stream, bool pdl)
+namespace {
+
+/* The ring, its barriers, the column tables (two in a persistent block) and
+ * a persistent block's own staging area; 1024 for the alignment. */
+template <int NWG, int BN, int BK, int STAGES, bool PERSIST> constexpr size_t smem_bytes()
 {
-    auto kern = s8_gemm_sm90_kernel<NWG, BN, BK, STAGES, CTAS, EPI>;
-    constexpr size_t smem = smem_bytes<NWG, BN, BK, STAGES, CTAS>();
+    return (size_t)STAGES * (64 * NWG + BN) * BK + 2 * STAGES * sizeof(uint64_t) +
+           (PERSIST ? 2 : 1) * 2 * BN * sizeof(float) + (PERSIST ? NWG * Staging<BN, EPI_I32>::BYTES : 0) + 1024;
+}
+
+template <int NWG, int BN, int BK, int STAGES, int CTAS, bool PERSIST, int EPI>
+cudaError_t launch_epi(const CUtensorMap &ma, const CUtensorMap &mb, int m, int n, int k, const EpiParams &p,
+                       cudaStream_t stream, bool pdl, int sms)
+{
+    void (*kern)(CUtensorMap, CUtensorMap, CUtensorMap, int, int, int, EpiParams);
+    dim3 grid((unsigned)((n + BN - 1) / BN), (unsigned)((m + 64 * NWG - 1) / (64 * NWG)), 1);
+    CUtensorMap my = {}; /* the output, for the TMA epilogue only */
+    if constexpr (PERSIST) {
+        static_assert(NWG == 2 && BN == 256 && CTAS == 1, "the persistent kernel's tile");
+        kern = s8_gemm_sm90_persistent_kernel<BK, STAGES, EPI>;
+        const int64_t tiles = (int64_t)grid.x * grid.y;
+        grid = dim3((unsigned)(tiles < sms ? tiles : sms), 1, 1);
+        if (EPI == EPI_BF16 && !make_out_map(&my, p.y, m, n, p.ldy)) return cudaErrorInvalidValue;
+    } else {
+        kern = s8_gemm_sm90_kernel<NWG, BN, BK, STAGES, CTAS, EPI>;
+    }
+    constexpr size_t smem = smem_bytes<NWG, BN, BK, STAGES, PERSIST>();
     static_assert(smem * CTAS <= 227 * 1024, "shared memory per SM");
     static bool attr_set = false; /* per process: the attribute is per function */
     if (!attr_set) {
@@ -253,8 +462,8 @@ cudaError_t launch_epi(const CUtensorMap &ma, const CUtensorMap &mb, int m, int 
         attr_set = true;
     }
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)((n + BN - 1) / BN), (unsigned)((m + 64 * NWG - 1) / (64 * NWG)), 1);
-    cfg.blockDim = dim3(NWG * 128 + 32, 1, 1);
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(PERSIST ? 3 * 128 : NWG * 128 + 32, 1, 1);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
     cudaLaunchAttribute attr[1];
@@ -262,21 +471,21 @@ cudaError_t launch_epi(const CUtensorMap &ma, const CUtensorMap &mb, int m, int 
     attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, kern, ma, mb, m, n, k, p);
+    return cudaLaunchKernelEx(&cfg, kern, ma, mb, my, m, n, k, p);
 }
 
-template <int NWG, int BN, int BK, int STAGES, int CTAS>
+template <int NWG, int BN, int BK, int STAGES, int CTAS, bool PERSIST = false>
 cudaError_t launch_cfg(const CUtensorMap &ma, const CUtensorMap &mb, int m, int n, int k, const EpiParams &p,
-                       cudaStream_t stream, bool pdl)
+                       cudaStream_t stream, bool pdl, int sms)
 {
     /* the staged variants store 16-byte chunks of rows */
     const int es = p.ydt == DT_I32 ? 4 : 2;
     const bool chunks = (uintptr_t)p.y % 16 == 0 && (p.ldy * es) % 16 == 0 && n % 2 == 0;
     if (chunks && p.ydt == DT_I32)
-        return launch_epi<NWG, BN, BK, STAGES, CTAS, EPI_I32>(ma, mb, m, n, k, p, stream, pdl);
+        return launch_epi<NWG, BN, BK, STAGES, CTAS, PERSIST, EPI_I32>(ma, mb, m, n, k, p, stream, pdl, sms);
     if (chunks && p.ydt == DT_BF16 && !p.res)
-        return launch_epi<NWG, BN, BK, STAGES, CTAS, EPI_BF16>(ma, mb, m, n, k, p, stream, pdl);
-    return launch_epi<NWG, BN, BK, STAGES, CTAS, EPI_GENERIC>(ma, mb, m, n, k, p, stream, pdl);
+        return launch_epi<NWG, BN, BK, STAGES, CTAS, PERSIST, EPI_BF16>(ma, mb, m, n, k, p, stream, pdl, sms);
+    return launch_epi<NWG, BN, BK, STAGES, CTAS, PERSIST, EPI_GENERIC>(ma, mb, m, n, k, p, stream, pdl, sms);
 }
 
 } // namespace
@@ -285,9 +494,10 @@ cudaError_t launch_cfg(const CUtensorMap &ma, const CUtensorMap &mb, int m, int 
  * overlaps the other's main loop); deep rings with one block per SM where
  * it does not (then the load latency is what a block waits for). Fields:
  * consumer warpgroups, BN, BK, blocks per SM; the ring depth is in the
- * launch switch below. */
-const Sm90Tile sm90_tiles[] = {{2, 256, 64, 1},  {2, 128, 128, 2}, {2, 128, 64, 2},
-                               {2, 128, 128, 1}, {1, 128, 128, 1}, {1, 128, 128, 4}};
+ * launch switch below. The last two are persistent (one block per SM
+ * walking the 128 x 256 tiles). */
+const Sm90Tile sm90_tiles[QLC_SM90_TILES] = {{2, 256, 64, 1},  {2, 128, 128, 2}, {2, 128, 64, 2},    {2, 128, 128, 1},
+                               {1, 128, 128, 1}, {1, 128, 128, 4}, {2, 256, 128, 1, 1}, {2, 256, 64, 1, 1}};
 const int sm90_tile_count = sizeof sm90_tiles / sizeof sm90_tiles[0];
 
 bool make_sm90_maps(int tile, const int8_t *a, int64_t lda, int64_t m, const int8_t *b, int64_t ldb, int64_t n,
@@ -298,16 +508,18 @@ bool make_sm90_maps(int tile, const int8_t *a, int64_t lda, int64_t m, const int
 }
 
 cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorMap &mb, int64_t m, int64_t n,
-                                int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl)
+                                int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl, int sms)
 {
     const int im = (int)m, in = (int)n, ik = (int)k;
     switch (tile) {
-    case 0: return launch_cfg<2, 256, 64, 8, 1>(ma, mb, im, in, ik, p, stream, pdl);
-    case 1: return launch_cfg<2, 128, 128, 3, 2>(ma, mb, im, in, ik, p, stream, pdl);
-    case 2: return launch_cfg<2, 128, 64, 6, 2>(ma, mb, im, in, ik, p, stream, pdl);
-    case 3: return launch_cfg<2, 128, 128, 6, 1>(ma, mb, im, in, ik, p, stream, pdl);
-    case 4: return launch_cfg<1, 128, 128, 8, 1>(ma, mb, im, in, ik, p, stream, pdl);
-    default: return launch_cfg<1, 128, 128, 2, 4>(ma, mb, im, in, ik, p, stream, pdl);
+    case 0: return launch_cfg<2, 256, 64, 8, 1>(ma, mb, im, in, ik, p, stream, pdl, sms);
+    case 1: return launch_cfg<2, 128, 128, 3, 2>(ma, mb, im, in, ik, p, stream, pdl, sms);
+    case 2: return launch_cfg<2, 128, 64, 6, 2>(ma, mb, im, in, ik, p, stream, pdl, sms);
+    case 3: return launch_cfg<2, 128, 128, 6, 1>(ma, mb, im, in, ik, p, stream, pdl, sms);
+    case 4: return launch_cfg<1, 128, 128, 8, 1>(ma, mb, im, in, ik, p, stream, pdl, sms);
+    case 5: return launch_cfg<1, 128, 128, 2, 4>(ma, mb, im, in, ik, p, stream, pdl, sms);
+    case 6: return launch_cfg<2, 256, 128, 3, 1, true>(ma, mb, im, in, ik, p, stream, pdl, sms);
+    default: return launch_cfg<2, 256, 64, 6, 1, true>(ma, mb, im, in, ik, p, stream, pdl, sms);
     }
 }
 

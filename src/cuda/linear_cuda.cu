@@ -41,8 +41,8 @@ struct ql_cuda_linear {
     int force_tile; /* QLINEAR_CUDA_TILE: -1 auto, else an index into sm90_tiles */
     int force_roww; /* QLINEAR_CUDA_ROWW: 0 auto, else the prologue's warps per row (1, 2, 4) */
     char kernel[48];
-    CUtensorMap bmap[8]; /* the weight's TMA descriptor per Hopper tile, made on first use */
-    bool bmap_ok[8];
+    CUtensorMap bmap[QLC_SM90_TILES]; /* the weight's TMA descriptor per Hopper tile, made on first use */
+    bool bmap_ok[QLC_SM90_TILES];
 };
 
 namespace {
@@ -112,6 +112,10 @@ int env_choice(const char *name, const char *const *values, int count)
  * else 64x128 with an 8-deep ring (more blocks for short N). */
 int pick_tile(int64_t m, int64_t n, int64_t k, int sms)
 {
+    /* the persistent 128 x 256 kernel wherever it fills every SM once: its
+     * TMA-store epilogue overlaps the next tile (measured best on every anima
+     * shape at M >= 4096, K = 256 included) */
+    if (((m + 127) / 128) * ((n + 255) / 256) >= sms) return 6;
     const int64_t ctas = ((m + 127) / 128) * ((n + 127) / 128);
     if (k <= 256 && ctas >= sms) return 5;
     if (ctas * 2 >= (int64_t)sms * 3) return 1;
@@ -311,9 +315,9 @@ cudaError_t run_gemm(int force, int force_tile, bool sm90, int sms, const int8_t
         } else if (!make_sm90_maps(t, a, lda, m, b, ldb, n, k, ma, mb)) return cudaErrorInvalidValue;
         char per_sm[8] = "";
         if (sm90_tiles[t].ctas_per_sm > 1) snprintf(per_sm, sizeof per_sm, " x%d/SM", sm90_tiles[t].ctas_per_sm);
-        snprintf(name, name_len, "sm90 wgmma %dx%d k%d%s", 64 * sm90_tiles[t].wgs, sm90_tiles[t].bn, sm90_tiles[t].bk,
-                 per_sm);
-        return launch_s8_gemm_sm90(t, *ma, *mb, m, n, k, p, stream, pdl);
+        snprintf(name, name_len, "sm90 wgmma %dx%d k%d%s%s", 64 * sm90_tiles[t].wgs, sm90_tiles[t].bn, sm90_tiles[t].bk,
+                 per_sm, sm90_tiles[t].persistent ? " persistent" : "");
+        return launch_s8_gemm_sm90(t, *ma, *mb, m, n, k, p, stream, pdl, sms);
     }
     snprintf(name, name_len, "mma.sync 128x128");
     return launch_s8_gemm_mma(a, lda, b, ldb, m, n, k, p, stream);
