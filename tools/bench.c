@@ -363,7 +363,8 @@ static int prepare(ql_context *ctx, const layer_data *d, int p, runner *rn, size
         ql_pack_a_s8(g->kern, xq, m, k, k, g->pa, g->rowsum);
         free(xq); free(sx); free(xr);
         if (ql_pack_b_s8(g->kern, d->q, n, k, k, &g->pb) != QL_OK) return 0;
-        g->e = (ql_w8a8_epi){NULL, g->rowsum, g->kern->b_offset128, NULL, false, {0}, NULL, 0, rn->y, n, false, NULL};
+        g->e = (ql_w8a8_epi){NULL, g->rowsum, g->kern->b_offset128, NULL, false, {0}, NULL, 0, rn->y, n, false, NULL,
+                              g->plan.small ? m : 0};
         rn->fn = run_gemm;
         rn->arg = g;
         rn->has_error = 0;

@@ -125,9 +125,39 @@ static void tile32_bf16(const ql_w8a8_epi *e, const int32_t *c, int64_t m0, int6
         for (int r = 0; r < mr_eff; r++) row_exact(e, c, 32, r, m0, n0, 32, fbf);
 }
 
+/* The small-M order's next tile (e->pf_m): the rows below, or the top of the
+ * next column panel. Its output lines are fetched for writing while this
+ * thread's next tile computes (a prefetch past the output cannot fault). */
+static void prefetch_next_tile(const ql_w8a8_epi *e, int nr, int64_t m0, int64_t n0, int mr_eff)
+{
+    int64_t r0 = m0 + mr_eff, c0 = n0;
+    if (r0 >= e->pf_m) {
+        r0 = 0;
+        c0 = n0 + nr;
+    }
+    const int64_t r1 = r0 + mr_eff < e->pf_m ? r0 + mr_eff : e->pf_m;
+    const size_t es = e->c_out ? 4 : ql_dtype_size(e->plan.y_dtype), bytes = (size_t)nr * es;
+    /* integer addresses: the next panel may lie past the output's end */
+    const uintptr_t base = e->c_out ? (uintptr_t)e->c_out : (uintptr_t)e->y;
+    const int64_t ld = e->c_out ? e->ldc : e->ldy;
+    for (int64_t r = r0; r < r1; r++) {
+        const uintptr_t p = base + (uintptr_t)(r * ld + c0) * es;
+        for (size_t o = 0; o < bytes; o += 64) __asm__("prefetchw (%0)" : : "r"(p + o));
+        __asm__("prefetchw (%0)" : : "r"(p + bytes - 1));
+    }
+}
+
+static void epilogue_avx512(const ql_w8a8_epi *e, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
+
 void ql_w8a8_epilogue_avx512(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff)
 {
     const ql_w8a8_epi *e = arg;
+    epilogue_avx512(e, c, nr, m0, n0, mr_eff, nr_eff);
+    if (e->pf_m > 0) prefetch_next_tile(e, nr, m0, n0, mr_eff);
+}
+
+static void epilogue_avx512(const ql_w8a8_epi *e, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff)
+{
     const bool fbf = ql_cpu()->avx512bf16;
     if (fbf && !e->c_out && e->plan.y_dtype == QL_BF16 && !e->plan.residual && nr == 32 && nr_eff == 32) {
         const __m512 sw0 = e->sw_scalar ? _mm512_set1_ps(e->sw[0]) : _mm512_loadu_ps(e->sw + n0);

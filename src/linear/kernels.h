@@ -53,6 +53,11 @@ typedef struct ql_w8a8_epi {
     bool finite_weights;
     /* NULL, or the LoRA term added to acc·(s_x·s_w) before the first rounding */
     const ql_lora_tile *lora;
+    /* > 0: tiles come in the small-M order over this many rows (down a
+     * column panel, then the next panel), and each tile's epilogue prefetches
+     * the next tile's output lines (AVX-512), whose write misses otherwise
+     * stall the stores */
+    int64_t pf_m;
 } ql_w8a8_epi;
 
 /* The LoRA term of tile element (r, j) at (row, col), as every epilogue

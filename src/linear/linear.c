@@ -345,7 +345,7 @@ static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t
         pj.xc = ql_row_cptr(xdt, x, m0, ldx);
         pj.mc = mc;
         ql_w8a8_epi e = {pj.sx, pj.rowsum, kern->b_offset128, l->sw, l->n_sw == 1, *plan,
-                         ql_row_ptr(ydt, y, m0, ldy), ldy, NULL, 0, l->finite_weights[ydt], NULL};
+                         ql_row_ptr(ydt, y, m0, ldy), ldy, NULL, 0, l->finite_weights[ydt], NULL, sp.small ? mc : 0};
         if (e.plan.residual) e.plan.residual = ql_row_cptr(ydt, e.plan.residual, m0, e.plan.ld_residual);
         if (lora) {
             lr.base = e;
@@ -604,7 +604,7 @@ ql_status ql_gemm_s8s8s32(ql_context *ctx, int64_t m, int64_t n, int64_t k, cons
         return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
     ql_pack_a_s8(kern, a, m, k, lda, pa, rowsum);
-    ql_w8a8_epi e = {NULL, rowsum, kern->b_offset128, NULL, false, {0}, NULL, 0, c, ldc, false, NULL};
+    ql_w8a8_epi e = {NULL, rowsum, kern->b_offset128, NULL, false, {0}, NULL, 0, c, ldc, false, NULL, plan.small ? m : 0};
     ql_status st = ql_gemm_s8_exec(ctx->threads, plan, pa, m, &pb, ops_for(kern->isa).epilogue, &e);
     ql_packed_b_free(&pb);
     ql_aligned_free(pa);
