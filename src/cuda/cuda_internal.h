@@ -35,8 +35,7 @@ struct Sm90Tile {
     int wgs, bn, bk, ctas_per_sm, persistent;
 };
 #define QLC_SM90_TILES 8
-extern const Sm90Tile sm90_tiles[QLC_SM90_TILES];
-extern const int sm90_tile_count;
+Sm90Tile sm90_tile(int tile); /* tile < QLC_SM90_TILES */
 /* TMA descriptors of the operands for a tile (either may be NULL: not made).
  * a, b: 16-byte aligned, lda/ldb multiples of 16 bytes. False: refused. */
 bool make_sm90_maps(int tile, const int8_t *a, int64_t lda, int64_t m, const int8_t *b, int64_t ldb, int64_t n,

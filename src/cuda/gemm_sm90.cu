@@ -455,7 +455,11 @@ template <typename C, int EPI> gemm_kernel_fn kernel_of()
     else return s8_gemm_sm90_kernel<C::NWG, C::BN, C::BK, C::STAGES, C::CTAS, EPI>;
 }
 
-/* f(Cfg<...>{}) for tile t of sm90_tiles (ring depths are here) */
+/* f(Cfg<...>{}) for Hopper tile t (QLINEAR_CUDA_TILE; pick_tile chooses):
+ * two blocks per SM where the grid fills the SMs twice (one block's
+ * epilogue overlaps the other's main loop); deep rings with one block per
+ * SM where it does not (then the load latency is what a block waits for);
+ * the last two persistent (one block per SM walking the 128 x 256 tiles). */
 template <typename F> cudaError_t with_tile(int tile, F &&f)
 {
     switch (tile) {
@@ -502,20 +506,22 @@ cudaError_t launch_epi(const CUtensorMap &ma, const CUtensorMap &mb, int m, int 
 
 } // namespace
 
-/* Two blocks per SM where the grid fills the SMs twice (one block's epilogue
- * overlaps the other's main loop); deep rings with one block per SM where
- * it does not (then the load latency is what a block waits for). Fields:
- * consumer warpgroups, BN, BK, blocks per SM; the ring depths are in
- * with_tile. The last two are persistent (one block per SM
- * walking the 128 x 256 tiles). */
-const Sm90Tile sm90_tiles[QLC_SM90_TILES] = {{2, 256, 64, 1},  {2, 128, 128, 2}, {2, 128, 64, 2},    {2, 128, 128, 1},
-                               {1, 128, 128, 1}, {1, 128, 128, 4}, {2, 256, 128, 1, 1}, {2, 256, 64, 1, 1}};
-const int sm90_tile_count = sizeof sm90_tiles / sizeof sm90_tiles[0];
+/* The shape of tile t, read off its configuration in with_tile. */
+Sm90Tile sm90_tile(int tile)
+{
+    Sm90Tile r = {};
+    with_tile(tile, [&](auto c) {
+        using C = decltype(c);
+        r = {C::NWG, C::BN, C::BK, C::CTAS, C::PERSIST};
+        return cudaSuccess;
+    });
+    return r;
+}
 
 bool make_sm90_maps(int tile, const int8_t *a, int64_t lda, int64_t m, const int8_t *b, int64_t ldb, int64_t n,
                     int64_t k, CUtensorMap *ma, CUtensorMap *mb)
 {
-    const Sm90Tile t = sm90_tiles[tile];
+    const Sm90Tile t = sm90_tile(tile);
     return (!ma || make_map(ma, a, m, k, lda, 64 * t.wgs, t.bk)) && (!mb || make_map(mb, b, n, k, ldb, t.bn, t.bk));
 }
 

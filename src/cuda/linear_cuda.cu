@@ -41,7 +41,7 @@ struct ql_cuda_linear {
     bool sm90;   /* Hopper kernels usable on this device */
     int sms;
     int force;   /* QLINEAR_CUDA_GEMM: 0 auto, 1 sm90, 2 mma, 3 gemv */
-    int force_tile; /* QLINEAR_CUDA_TILE: -1 auto, else an index into sm90_tiles */
+    int force_tile; /* QLINEAR_CUDA_TILE: -1 auto, else a Hopper tile (sm90_tile) */
     int force_roww; /* QLINEAR_CUDA_ROWW: 0 auto, else the prologue's warps per row (1, 2, 4) */
     char kernel[48];
     PrologueFit fit; /* the prologue's launch shape at this K, on this device */
@@ -108,7 +108,7 @@ int env_choice(const char *name, const char *const *values, int count)
     return 0;
 }
 
-/* Tile for the Hopper kernel (indices into sm90_tiles), from the H200 sweeps
+/* Tile for the Hopper kernel (sm90_tile indices), from the H200 sweeps
  * in gpu.sh: K <= 256 (two stages at most: output-bound) 64x128 four blocks
  * per SM once the grid fills the SMs (6144x256: -5% at M = 4096, -11% at
  * 16384 against the next); 128x128 two blocks per SM when the grid fills the
@@ -217,7 +217,7 @@ extern "C" ql_status ql_cuda_linear_create(int device, const ql_int8_weight *w, 
     static const char *const gemms[] = {"auto", "sm90", "mma", "gemv"};
     l->force = env_choice("QLINEAR_CUDA_GEMM", gemms, 4);
     const char *tile = getenv("QLINEAR_CUDA_TILE");
-    l->force_tile = tile && *tile ? atoi(tile) % sm90_tile_count : -1;
+    l->force_tile = tile && *tile ? atoi(tile) % QLC_SM90_TILES : -1;
     static const char *const rowws[] = {"auto", "1", "2", "4"};
     l->force_roww = (1 << env_choice("QLINEAR_CUDA_ROWW", rowws, 4)) >> 1;
     snprintf(l->kernel, sizeof l->kernel, "none");
@@ -319,9 +319,10 @@ cudaError_t run_gemm(int force, int force_tile, bool sm90, int sms, const int8_t
             }
         } else if (!make_sm90_maps(t, a, lda, m, b, ldb, n, k, ma, mb)) return cudaErrorInvalidValue;
         char per_sm[8] = "";
-        if (sm90_tiles[t].ctas_per_sm > 1) snprintf(per_sm, sizeof per_sm, " x%d/SM", sm90_tiles[t].ctas_per_sm);
-        snprintf(name, name_len, "sm90 wgmma %dx%d k%d%s%s", 64 * sm90_tiles[t].wgs, sm90_tiles[t].bn, sm90_tiles[t].bk,
-                 per_sm, sm90_tiles[t].persistent ? " persistent" : "");
+        const Sm90Tile ts = sm90_tile(t);
+        if (ts.ctas_per_sm > 1) snprintf(per_sm, sizeof per_sm, " x%d/SM", ts.ctas_per_sm);
+        snprintf(name, name_len, "sm90 wgmma %dx%d k%d%s%s", 64 * ts.wgs, ts.bn, ts.bk, per_sm,
+                 ts.persistent ? " persistent" : "");
         /* a layer (cache) prepared every tile when it was created */
         return launch_s8_gemm_sm90(t, *ma, *mb, m, n, k, p, stream, pdl, sms, cache == nullptr);
     }
@@ -391,7 +392,7 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *l, ql_cuda_workspace
     return QL_OK;
 }
 
-extern "C" int ql_cuda_sm90_tile_count(void) { return sm90_tile_count; }
+extern "C" int ql_cuda_sm90_tile_count(void) { return QLC_SM90_TILES; }
 
 extern "C" ql_status ql_cuda_quantize_rows(ql_cuda_workspace **wsp, int device, void *stream, const void *x,
                                            ql_dtype xdt, int64_t m, int64_t k, int64_t ldx, int64_t group, int8_t *q,
@@ -437,7 +438,7 @@ extern "C" ql_status ql_cuda_gemm_s8s8s32(int device, void *stream, int64_t m, i
     p.vec2 = (uintptr_t)c % 8 == 0 && ldc % 2 == 0;
     char name[48];
     QLC_CUDA(fn, "the GEMM kernel",
-             run_gemm(env_choice("QLINEAR_CUDA_GEMM", gemms, 4), tile && *tile ? atoi(tile) % sm90_tile_count : -1,
+             run_gemm(env_choice("QLINEAR_CUDA_GEMM", gemms, 4), tile && *tile ? atoi(tile) % QLC_SM90_TILES : -1,
                       major == 9, sms, a, lda, b, ldb, m, n, k, p, (cudaStream_t)stream,
                       false, name, sizeof name, nullptr));
     return QL_OK;
