@@ -1,8 +1,9 @@
 /* Unmerged LoRA in the W8A8 linear: every ISA equals the generic twin bit for
  * bit (rank, N and K tails, dtypes, groups, threads); the result against a
- * float64 computation of x·(W + scale·up·down)ᵀ stays within the documented
- * bound (the low-rank term's error is below the base layer's own
- * quantization error); a LoRA that cancels the weight gives exactly 0;
+ * float64 computation of x·(W + scale·up·down)ᵀ stays within the bound of
+ * the rounding model (lora_var), agrees with that model on average, and, for
+ * ΔW up to a quarter of W, errs less than the base layer's own
+ * quantization; a LoRA that cancels the weight gives exactly 0;
  * strength 0 and add-then-remove are the identity bit for bit; extreme
  * scales give the same, finite result; bad arguments fail with a message. */
 #include <math.h>
@@ -220,15 +221,117 @@ static void test_t_row_twins(void)
     }
 }
 
+/* The error model the bounds below rest on. The low-rank term
+ * T[m, n] = Σ_r t[m, r]·w[n, r] (t = x·downᵀ, w = scale·up, LoRAs concatenated
+ * along r) is computed from four roundings to nearest, each off by at most
+ * half its step: x (step s_x = max|x_rot|/127 per row), down (2^e_r per row:
+ * the smallest power of two with 127·2^e_r >= max|down_rot[r]|), t (per row:
+ * step h_t[r] = 2^e_r·max_r'(|t[r']|·2^-e_r')/127, as t is requantized in
+ * units of s_x·2^e_r) and w (per output column: step
+ * h_w[n, r] = max_r'(|w[n, r']|·2^e_r')/127·2^-e_r). To first order the error
+ * of T[m, n] is Σ_i a_i·ε_i with |ε_i| <= 1/2 and
+ *   a: ΔW[n, p]·s_x (x; ΔW = Σ_r w[n, r]·down[r], rotation orthonormal),
+ *      w[n, r]·x[p]·2^e_r (down), w[n, r]·h_t[r] (t), t[r]·h_w[n, r] (w).
+ * Rounding errors as independent and uniform (the standard model; the data
+ * here are random) give it the variance V = Σ a_i²/12, and Hoeffding's
+ * inequality P(|Σ a_i ε_i| >= τ) <= 2·exp(−2τ²/Σ a_i²) = 2·exp(−τ²/(6V)).
+ * Over the P outputs of a case, with probability >= 1 − 1e-9 every one is
+ * within τ_i² = 6·V_i·ln(2P/1e-9), so the L2 error of the term is at most
+ * sqrt(6·ln(2P/1e-9)·Σ V_i) (≈ 12–14 × sqrt(Σ V)). A bound relative to the
+ * term's own norm is not one: that norm can be small by cancellation (a few
+ * outputs of a sum of R random products) while the roundings are not
+ * (seed 1013404538240: M = 1, N = 3, rank 128, term 0.091, error 0.0095 =
+ * 10 % of it, within 1.6·sqrt(Σ V)). Returns Σ V over the m×n outputs. */
+/* s_x of row i: max|x·H|/127 (h: the group's H, or NULL) */
+static double sx_row(ql_dtype xdt, const void *x, int64_t i, int64_t k, int64_t g, const float *h)
+{
+    double xmax = 0, *xr = malloc((size_t)k * 8);
+    for (int64_t p = 0; p < k; p++) xr[p] = ql_load_f(xdt, x, i * k + p);
+    for (int64_t p = 0; p < k; p++) {
+        double v = xr[p];
+        if (g) { v = 0; for (int64_t q = 0; q < g; q++) v += xr[p / g * g + q] * h[q * g + p % g]; }
+        xmax = fmax(xmax, fabs(v));
+    }
+    free(xr);
+    return xmax / 127.0;
+}
+
+static double lora_var(ql_dtype xdt, const void *x, int64_t m, int64_t k, int64_t g, int64_t n, int nl,
+                       const int64_t *rank, float *const *down, float *const *up, const double *scale, double *dwf2)
+{
+    int64_t rt = 0;
+    for (int l = 0; l < nl; l++) rt += rank[l];
+    double *d = malloc((size_t)(rt * k) * 8), *w = malloc((size_t)(n * rt + 1) * 8), *p2 = malloc((size_t)rt * 8);
+    double *dw2 = calloc((size_t)n, 8), *t = malloc((size_t)rt * 8);
+    double *xr = malloc((size_t)k * 8), *hw = malloc((size_t)(n * rt + 1) * 8);
+    float *h = g ? malloc((size_t)(g * g) * 4) : NULL;
+    if (g) ql_hadamard(g, h);
+    for (int l = 0, r0 = 0; l < nl; r0 += (int)rank[l], l++)
+        for (int64_t r = 0; r < rank[l]; r++) {
+            for (int64_t p = 0; p < k; p++) d[(r0 + r) * k + p] = down[l][r * k + p];
+            for (int64_t j = 0; j < n; j++) w[j * rt + r0 + r] = scale[l] * up[l][j * rank[l] + r];
+        }
+    for (int64_t r = 0; r < rt; r++) { /* 2^e_r from the rotated row (a hair large: never below the library's) */
+        double a = 0;
+        for (int64_t p = 0; p < k; p++) {
+            double v = d[r * k + p];
+            if (g) { v = 0; for (int64_t i = 0; i < g; i++) v += d[r * k + p / g * g + i] * h[i * g + p % g]; }
+            a = fmax(a, fabs(v));
+        }
+        int e = 0;
+        if (a > 0) frexp(a * (1 + 1e-6) / 127.0, &e);
+        p2[r] = ldexp(1.0, e);
+    }
+    for (int64_t j = 0; j < n; j++) {
+        double a = 0;
+        for (int64_t r = 0; r < rt; r++) a = fmax(a, fabs(w[j * rt + r]) * p2[r]);
+        for (int64_t r = 0; r < rt; r++) hw[j * rt + r] = a / 127.0 / p2[r];
+        for (int64_t p = 0; p < k; p++) {
+            double v = 0;
+            for (int64_t r = 0; r < rt; r++) v += w[j * rt + r] * d[r * k + p];
+            dw2[j] += v * v;
+        }
+    }
+    double var = 0;
+    *dwf2 = 0;
+    for (int64_t j = 0; j < n; j++) *dwf2 += dw2[j];
+    for (int64_t i = 0; i < m; i++) {
+        double x2 = 0, tmax = 0;
+        for (int64_t p = 0; p < k; p++) xr[p] = ql_load_f(xdt, x, i * k + p), x2 += xr[p] * xr[p];
+        for (int64_t r = 0; r < rt; r++) {
+            t[r] = 0;
+            for (int64_t p = 0; p < k; p++) t[r] += xr[p] * d[r * k + p];
+            tmax = fmax(tmax, fabs(t[r]) / p2[r]);
+        }
+        const double sx = sx_row(xdt, x, i, k, g, h);
+        for (int64_t j = 0; j < n; j++) {
+            double v = sx * sx * dw2[j];
+            for (int64_t r = 0; r < rt; r++) {
+                const double wv = w[j * rt + r], ht = p2[r] * tmax / 127.0;
+                v += wv * wv * (x2 * p2[r] * p2[r] + ht * ht) + t[r] * t[r] * hw[j * rt + r] * hw[j * rt + r];
+            }
+            var += v / 12.0;
+        }
+    }
+    free(d); free(w); free(p2); free(dw2); free(t); free(xr); free(hw); free(h);
+    return var;
+}
+
+/* Hoeffding's factor for P outputs at a failure probability of 1e-9 (above). */
+static double hoeffding(int64_t outputs) { return sqrt(6.0 * log(2.0 * (double)outputs / 1e-9)); }
+
 /* Every ISA (and 1 to max_threads threads) equals the generic twin bit for
  * bit; the generic result meets the float64 bound. M from m_lo to m_hi: up to
  * 30 the small-M path, above 96 the blocked one (AVX-512: 12×32 tiles). */
-static double stats[5]; /* fp32 output, one LoRA: max and sum of the LoRA term's and the base term's relative errors, count */
+/* fp32 output, one LoRA: max and sum of the LoRA term's and the base term's
+ * relative errors, count; Σ err²/V, count; in the promise's range
+ * Σ err_lora²/V_base, Σ err_base²/V_base, count */
+static double stats[10];
 static void test_isas_and_bound(int iters, int64_t m_lo, int64_t m_hi, int max_threads)
 {
     static const int64_t ranks[] = {1, 3, 17, 64, 128};
     static const int64_t groups[] = {0, 16, 256};
-    memset(stats, 0, sizeof stats);
+    memset(stats, 0, 5 * sizeof stats[0]); /* (the rest sums over both calls: model_totals) */
     for (int it = 0; it < iters; it++) {
         const int64_t g = groups[it % 3];
         int64_t k = g == 256 ? 256 * tu_range(1, 2) : g == 16 ? 16 * tu_range(1, 40) : tu_range(1, 300);
@@ -271,44 +374,43 @@ static void test_isas_and_bound(int iters, int64_t m_lo, int64_t m_hi, int max_t
         const double base_err = l2diff(&c, ybase, yb, NULL), lora_err = l2(lq, lt, m * n), lora_norm = l2(lt, NULL, m * n);
         const double out_ulp = c.ydt == QL_F32 ? 0x1p-23 : c.ydt == QL_BF16 ? 0x1p-8 : 0x1p-11;
         const double yl_norm = l2(yl, NULL, m * n);
-        /* bound: the LoRA term (here about as large as the base) is off by
-         * less than the base layer's own quantization error, plus output
-         * rounding (the difference of two rounded outputs) */
+        /* the bound (the model above), plus output rounding (the difference
+         * of two rounded outputs) */
         const double slack = 2 * out_ulp * yl_norm, base_norm = l2(yb, NULL, m * n);
-        const double bound = nl > 1 ? 0.08 : rk[0] >= 16 ? 0.05 : 0.10;
-        /* with few t values (M·R < 64) the term may cancel by chance while
-         * the error scales with |x|·|down|: measure it against the term's
-         * typical size Σ_r scale·|x_m|·|down_r|/√K·|up[n, r]| instead */
-        int64_t mr_total = 0;
-        for (int l = 0; l < nl; l++) mr_total += m * rk[l];
-        double ref_norm = lora_norm;
-        if (mr_total < 64) {
-            double tn = 0;
-            for (int64_t i = 0; i < m; i++) {
-                double xn = 0;
-                for (int64_t p = 0; p < k; p++) xn += pow(ql_load_f(c.xdt, c.x, i * k + p), 2);
-                for (int64_t j = 0; j < n; j++) {
-                    double v = 0;
-                    for (int l = 0; l < nl; l++)
-                        for (int64_t r = 0; r < rk[l]; r++) {
-                            double dn = 0;
-                            for (int64_t p = 0; p < k; p++) dn += pow(c.down[l][r * k + p], 2);
-                            v += fabs(c.scale[l]) * sqrt(xn * dn / (double)k) * fabs(c.up[l][j * rk[l] + r]);
-                        }
-                    tn += v * v;
-                }
+        double dwf2 = 0, wf2 = 0, vb = 0;
+        const double var = lora_var(c.xdt, c.x, m, k, g, n, nl, c.rank, c.down, c.up, c.scale, &dwf2);
+        const double lim = hoeffding(m * n) * sqrt(var);
+        CHECK(lora_err <= lim + slack, "M=%lld N=%lld K=%lld G=%lld ranks %lld,%lld,%lld (%d LoRAs): LoRA-term error %.3g > "
+              "its bound %.3g (the model's RMS %.3g; term norm %.3g; + rounding %.3g)", (long long)m, (long long)n,
+              (long long)k, (long long)g, (long long)rk[0], (long long)rk[1], (long long)rk[2], nl, lora_err, lim,
+              sqrt(var), lora_norm, slack);
+        /* The base term's error, activation rounding only (W is the exact
+         * dequantized weight here): Σ_m s_x²/12·|W|²_F, the same model. */
+        float *h = g ? malloc((size_t)(g * g) * 4) : NULL;
+        if (g) ql_hadamard(g, h);
+        for (int64_t i = 0; i < n * k; i++) wf2 += w[i] * w[i];
+        for (int64_t i = 0; i < m; i++) vb += pow(sx_row(c.xdt, c.x, i, k, g, h), 2) / 12.0 * wf2;
+        free(h);
+        /* fp32 outputs (bf16/fp16 rounding of the sum would swamp the term's
+         * error): the measured errors against the model, aggregated over all
+         * outputs of the cases (err²/V per case, weighted by its outputs),
+         * and the documented promise: a LoRA whose ΔW is at most a
+         * quarter of W (Frobenius: sizes that do not cancel) adds less error
+         * than the base layer's own quantization; asserted on the sums over
+         * the cases, where chance evens out, below. */
+        if (c.ydt == QL_F32 && var > 0 && vb > 0) {
+            stats[5] += (double)(m * n) * (lora_err * lora_err / var);
+            stats[6] += (double)(m * n);
+            if (nl == 1 && sqrt(dwf2) <= 0.25 * sqrt(wf2)) {
+                stats[7] += lora_err * lora_err / vb;
+                stats[8] += base_err * base_err / vb;
+                stats[9] += 1;
             }
-            ref_norm = fmax(lora_norm, sqrt(tn));
+            if (getenv("QL_LORA_MODEL"))
+                printf("  model M=%lld N=%lld K=%lld G=%lld R=%lld nl=%d: err/sqrt(V) %.3f, |dW|/|W| %.3f, lora err %.3g base err %.3g (model %.3g)\n",
+                       (long long)m, (long long)n, (long long)k, (long long)g, (long long)rk[0], nl,
+                       lora_err / sqrt(var), sqrt(dwf2 / wf2), lora_err, base_err, sqrt(vb));
         }
-        CHECK(lora_err <= bound * ref_norm + slack, "M=%lld N=%lld K=%lld G=%lld ranks %lld,%lld,%lld (%d LoRAs): LoRA-term "
-              "error %.3g > %.0f%% of its norm %.3g (+ rounding %.3g)", (long long)m, (long long)n, (long long)k,
-              (long long)g, (long long)rk[0], (long long)rk[1], (long long)rk[2], nl, lora_err, bound * 100, lora_norm, slack);
-        /* (rank >= 16: a rank-1 term is a handful of dot products per row,
-         * too few for a stable comparison of relative errors) */
-        if (lora_norm <= 0.25 * base_norm && k >= 32 && nl == 1 && rk[0] >= 16)
-            CHECK(lora_err <= base_err + slack, "M=%lld N=%lld K=%lld G=%lld rank %lld: LoRA term at %.2f of the base: "
-                  "error %.3g > the base's own %.3g (+ rounding %.3g)", (long long)m, (long long)n, (long long)k,
-                  (long long)g, (long long)rk[0], lora_norm / base_norm, lora_err, base_err, slack);
         if (c.ydt == QL_F32 && nl == 1 && m * n >= 64 && k >= 32) {
             stats[0] = fmax(stats[0], lora_err / lora_norm);
             stats[1] += lora_err / lora_norm;
@@ -324,6 +426,27 @@ static void test_isas_and_bound(int iters, int64_t m_lo, int64_t m_hi, int max_t
     if (stats[4] > 0)
         printf("  relative L2 error vs float64 over %.0f single-LoRA cases: low-rank term mean %.4f max %.4f; base term mean %.4f max %.4f\n",
                stats[4], stats[1] / stats[4], stats[0], stats[3] / stats[4], stats[2]);
+}
+
+/* The rounding model against the measured errors, over both calls of
+ * test_isas_and_bound. */
+static void model_totals(void)
+{
+    /* the mean of err²/V over the outputs is about 1 when the model holds
+     * (0.7–1.4 per call over 300 seeds; both calls together, below); 1.5 leaves room
+     * for chance, not for an extra rounding (a doubled step in any one of the
+     * four gives ~1.75) */
+    if (stats[6] > 0) {
+        printf("  LoRA-term error against the rounding model over %.0f outputs: mean err²/V %.3f\n", stats[6], stats[5] / stats[6]);
+        CHECK(stats[5] / stats[6] <= 1.5, "the LoRA term's errors exceed the rounding model: mean err²/V %.3f over %.0f outputs",
+              stats[5] / stats[6], stats[6]);
+    }
+    if (stats[9] >= 3) {
+        printf("  |dW| <= |W|/4, %.0f cases: LoRA-term error² %.3f vs the base's own %.3f (sums, in units of the base model)\n",
+               stats[9], stats[7], stats[8]);
+        CHECK(stats[7] <= stats[8], "|dW| <= |W|/4: the LoRA term's error (Σ %.3f) exceeds the base's own (Σ %.3f) over %.0f cases",
+              stats[7], stats[8], stats[9]);
+    }
 }
 
 /* Sums that land on fp32 subnormals (bf16 output): columns whose weight codes
@@ -479,7 +602,7 @@ static void test_identity(void)
     }
 }
 
-/* scale·up and down rescaled by powers of two as large as 2^±120 give the
+/* scale·up and down rescaled by powers of two as large as 2^±100 (up) and 2^+120 / 2^-100 (down) give the
  * same bits as the moderate LoRA, and finite outputs; a strength of 1e-30
  * gives the base result (where the base sum is exactly 0: a term below 2^-80). */
 static void test_extreme_scales(void)
@@ -493,7 +616,12 @@ static void test_extreme_scales(void)
         CHECK_OK(ql_context_create(&ctx));
         ql_context_set_isa(ctx, isas[ii]);
         void *y0 = run(ctx, &c, 1);
-        const int sh[][2] = {{100, -100}, {-100, 100}, {120, 0}, {-120, 0}}; /* (up or down exponent, scale exponent) */
+        /* (up or down exponent, scale exponent). down is rotated in fp32, so
+         * it goes down by 2^-100 only: at 2^-120 its values (~2^-123) and the
+         * rotation's products fall below 2^-126, where fp32 rounds to a fixed
+         * grain instead of relative to the value, and a code can differ
+         * (seed 257242648629144) — not the library's to restore. */
+        const int sh[][2] = {{100, -100}, {-100, 100}, {120, 0}, {-100, 0}};
         for (int v = 0; v < 4; v++) {
             lcase d = c;
             float *up = malloc((size_t)(c.n * rk[0]) * 4), *down = malloc((size_t)(rk[0] * c.k) * 4);
@@ -505,7 +633,8 @@ static void test_extreme_scales(void)
             void *y1 = run(ctx, &d, 1);
             int64_t first = -1, nonfinite = 0;
             for (int64_t i = 0; i < c.m * c.n; i++) nonfinite += !isfinite(ql_load_f(c.ydt, y1, i));
-            CHECK(nonfinite == 0 && same_bits(&c, y0, y1, &first), "%s: extreme scale variant %d: %lld non-finite, differs at %lld",
+            const int same = same_bits(&c, y0, y1, &first);
+            CHECK(nonfinite == 0 && same, "%s: extreme scale variant %d: %lld non-finite, differs at %lld",
                   ql_isa_name(isas[ii]), v, (long long)nonfinite, (long long)first);
             free(y1); free(up); free(down);
         }
@@ -633,7 +762,7 @@ static void test_wxa8(void)
         /* float64 */
         float *deq = malloc((size_t)(n * k) * 4);
         CHECK_OK(ql_wxa8_dequantize(&ww, QL_F32, deq, k));
-        double e = 0, nl = 0;
+        double e = 0, nl = 0, y2 = 0;
         for (int64_t i = 0; i < m; i++) {
             double t[80];
             for (int64_t r = 0; r < rk; r++) {
@@ -647,10 +776,16 @@ static void test_wxa8(void)
                 const double got = (double)y0[i * n + c] - yb[i * n + c];
                 e += (got - l) * (got - l);
                 nl += l * l;
+                y2 += (double)y0[i * n + c] * y0[i * n + c];
             }
         }
-        const double rel = sqrt(e / nl);
-        CHECK(rel < (rk >= 16 ? 0.05 : 0.10), "W%dA8 rank %lld: LoRA term relative error %.4f", bits, (long long)rk, rel);
+        /* the rounding model's bound (lora_var), plus the two outputs' fp32 rounding */
+        double dwf2 = 0;
+        const int64_t ranks[1] = {rk};
+        const double var = lora_var(QL_F32, x, m, k, 256, n, 1, ranks, &down, &up, &scale, &dwf2);
+        const double lim = hoeffding(m * n) * sqrt(var) + 2 * 0x1p-23 * sqrt(y2);
+        CHECK(sqrt(e) <= lim, "W%dA8 rank %lld: LoRA-term error %.3g > its bound %.3g (the model's RMS %.3g, term norm %.3g)", bits,
+              (long long)rk, sqrt(e), lim, sqrt(var), sqrt(nl));
         ql_context_destroy(ctx);
         free(w); free(sc); free(x); free(q); free(sr); free(down); free(up); free(y0); free(y1); free(yb); free(deq);
     }
@@ -662,6 +797,7 @@ int main(void)
     test_t_row_twins();
     test_isas_and_bound(30, 1, 30, 2);
     test_isas_and_bound(15, 97, 160, 3);
+    model_totals();
     test_subnormal_sums();
     test_cancel();
     test_identity();
