@@ -366,7 +366,14 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *l, ql_cuda_workspace
     DeviceScope ds(l->device);
     std::lock_guard<std::mutex> guard(ws->lock);
     const size_t q_bytes = (size_t)(m * l->kp);
+    cudaStream_t s = (cudaStream_t)stream;
     if (q_bytes > ws->q_bytes || (size_t)m > ws->rows) {
+        cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(s, &cap) == cudaSuccess && cap != cudaStreamCaptureStatusNone)
+            return ql_fail(QL_ERR_INVALID_ARGUMENT,
+                           "%s: M = %lld needs a larger activation workspace, which cannot be allocated while the stream "
+                           "is being captured into a CUDA graph: run one forward at the largest M before capturing",
+                           fn, (long long)m);
         /* Grown once per larger M; cudaFree waits for queued work that may still read the old one. */
         cudaFree(ws->q), cudaFree(ws->sx);
         ws->q = nullptr, ws->sx = nullptr, ws->q_bytes = ws->rows = 0;
@@ -376,7 +383,6 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *l, ql_cuda_workspace
         QLC_CUDA(fn, "allocating the activation workspace", cudaMalloc(&ws->sx, (size_t)m * sizeof(float)));
         ws->q_bytes = qb, ws->rows = (size_t)m;
     }
-    cudaStream_t s = (cudaStream_t)stream;
     QLC_CUDA(fn, "the prologue kernel",
              launch_quantize_rows(x, dtype_code(xdt), ldx, m, l->k, l->group, ws->q, l->kp, ws->sx, l->force_roww, l->fit, s));
     EpiParams p = {};
