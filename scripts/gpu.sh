@@ -2,7 +2,8 @@
 # Everything the GPU needs, in one call on a machine with an NVIDIA GPU:
 # build (release, CUDA on), the CUDA tests (test_cuda against the CPU
 # reference; test_linear too), then `qlinear bench --device cuda` at
-# M = 1024, 4096, 16384 and 1 (anima profile), results under $OUT when set.
+# M = 1024, 4096, 16384 and 1 (anima profile), then with CUDA graphs at
+# M = 1024 and 1, results under $OUT when set.
 #   bash scripts/gpu.sh            build + tests + bench
 #   bash scripts/gpu.sh stage      (on a machine with apt) copy libjansson's
 #                                  header and static library into .devdeps/,
@@ -69,5 +70,8 @@ if [ "${QL_GPU_SWEEP:-0}" = 1 ]; then
 fi
 echo "== bench"
 ./build-gpu/qlinear bench --device cuda --m "${QL_GPU_M:-1024,4096,16384,1}" --json "$out/bench_cuda.json" 2>&1 | tee "$out/bench_cuda.txt"
+echo "== bench, CUDA graphs (every path's calls replayed from one graph: no host launch cost)"
+./build-gpu/qlinear bench --device cuda --graphs --m "${QL_GPU_GRAPH_M:-1024,1}" --no-peak --json "$out/bench_cuda_graphs.json" 2>&1 \
+  | tee "$out/bench_cuda_graphs.txt"
 echo "test_cuda rc=$tc test_linear rc=$tl forward rc=$fwd"
 [ "$tc" = 0 ] && [ "$tl" = 0 ] && [ "$fwd" = 0 ]

@@ -190,6 +190,105 @@ static void test_linear(ql_context *gpu)
     unsetenv("QLINEAR_CUDA_ROWW");
 }
 
+/* A chain of layers, each reading the previous one's output, sharing the
+ * context's workspace: each call's kernels are programmatic dependent
+ * launches on the previous call's (the next prologue overwrites the codes
+ * the previous GEMM reads, and reads the output it writes), so a missing
+ * wait shows here as a difference. Run directly, many times, then captured
+ * in a CUDA graph on the caller's stream and replayed; every output equal
+ * to the CPU reference's chain, bit for bit. */
+static void test_chain(ql_context *gpu)
+{
+    enum { L = 5 };
+    /* K of layer i = dims[i], N = dims[i + 1]: at M = 1024 the persistent kernel (6144x256), 64x128,
+     * 128x128 tiles; at M = 5 the GEMV; K = 256 (a row per half-warp) and longer rows */
+    static const int64_t dims[L + 1] = {256, 6144, 256, 2048, 512, 1024};
+    static const int64_t ms[] = {1024, 5, 300};
+    int8_t *q[L];
+    float *sc[L];
+    void *bias[L];
+    ql_linear *lin[L];
+    for (int i = 0; i < L; i++) {
+        const int64_t n = dims[i + 1], k = dims[i];
+        q[i] = malloc((size_t)(n * k)), sc[i] = malloc((size_t)n * 4), bias[i] = malloc((size_t)n * 2);
+        fill_codes(q[i], n * k);
+        for (int64_t j = 0; j < n; j++) sc[i][j] = (float)((0.5 + tu_uniform()) * 2e-4);
+        tu_fill_gauss(QL_BF16, bias[i], n, 0.5);
+        ql_int8_weight w = {n, k, q[i], k, sc[i], n, 256, bias[i], QL_BF16};
+        ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};
+        CHECK_OK(ql_linear_create(gpu, &d, &lin[i]));
+    }
+    cudaStream_t stream;
+    CHECK(cudaStreamCreate(&stream) == cudaSuccess, "cudaStreamCreate");
+    for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+        const int64_t m = ms[mi];
+        void *h[L + 1], *d[L + 1], *got = malloc((size_t)(m * 6144) * 2);
+        for (int i = 0; i <= L; i++) h[i] = malloc((size_t)(m * dims[i]) * 2), d[i] = dev_alloc((size_t)(m * dims[i]) * 2);
+        tu_fill_gauss(QL_BF16, h[0], m * dims[0], 1.0);
+        cudaMemcpy(d[0], h[0], (size_t)(m * dims[0]) * 2, cudaMemcpyHostToDevice);
+        for (int i = 0; i < L; i++) {
+            ql_int8_weight w = {dims[i + 1], dims[i], q[i], dims[i], sc[i], dims[i + 1], 256, bias[i], QL_BF16};
+            CHECK_OK(ql_int8_linear_ref(&w, h[i], QL_BF16, m, dims[i], h[i + 1], QL_BF16, dims[i + 1], NULL));
+        }
+        cudaGraphExec_t exec = NULL;
+        for (int mode = 0; mode < 2; mode++) { /* 0: calls on the default stream, 1: a graph on `stream` */
+            CHECK_OK(ql_context_set_cuda_stream(gpu, mode ? stream : NULL));
+            if (mode) {
+                cudaGraph_t graph;
+                CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed) == cudaSuccess, "begin capture");
+                for (int i = 0; i < L; i++)
+                    CHECK_OK(ql_linear_forward(lin[i], d[i], QL_BF16, m, dims[i], d[i + 1], QL_BF16, dims[i + 1], NULL));
+                CHECK(cudaStreamEndCapture(stream, &graph) == cudaSuccess, "end capture: %s",
+                      cudaGetErrorString(cudaGetLastError()));
+                CHECK(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess, "instantiate");
+                cudaGraphDestroy(graph);
+            }
+            for (int rep = 0; rep < 8; rep++) {
+                for (int i = 1; i <= L; i++) cudaMemset(d[i], 0x7f, (size_t)(m * dims[i]) * 2); /* poison */
+                if (mode) CHECK(cudaGraphLaunch(exec, stream) == cudaSuccess, "graph launch");
+                else
+                    for (int i = 0; i < L; i++)
+                        CHECK_OK(ql_linear_forward(lin[i], d[i], QL_BF16, m, dims[i], d[i + 1], QL_BF16, dims[i + 1], NULL));
+                CHECK(cudaDeviceSynchronize() == cudaSuccess, "chain failed: %s", cudaGetErrorString(cudaGetLastError()));
+                for (int i = 1; i <= L; i++) {
+                    cudaMemcpy(got, d[i], (size_t)(m * dims[i]) * 2, cudaMemcpyDeviceToHost);
+                    int64_t first = -1;
+                    CHECK(same_bits(QL_BF16, h[i], got, m, dims[i], dims[i], &first),
+                          "chain %s M=%lld rep %d: layer %d differs first at %lld", mode ? "graph" : "stream",
+                          (long long)m, rep, i, (long long)first);
+                }
+            }
+        }
+        if (exec) cudaGraphExecDestroy(exec);
+        CHECK_OK(ql_context_set_cuda_stream(gpu, NULL));
+        for (int i = 0; i <= L; i++) free(h[i]), cudaFree(d[i]);
+        free(got);
+    }
+    /* a call that would have to grow the workspace during a capture is refused with a reason */
+    ql_context *fresh = NULL;
+    ql_linear *l0 = NULL;
+    CHECK_OK(ql_context_create(&fresh));
+    CHECK_OK(ql_context_set_device(fresh, QL_DEVICE_CUDA, 0));
+    CHECK_OK(ql_context_set_cuda_stream(fresh, stream));
+    ql_int8_weight w0 = {dims[1], dims[0], q[0], dims[0], sc[0], dims[1], 256, NULL, QL_BF16};
+    ql_linear_desc d0 = {.kind = QL_LINEAR_W8A8, .int8 = w0};
+    CHECK_OK(ql_linear_create(fresh, &d0, &l0));
+    void *dx = dev_alloc((size_t)(64 * dims[0]) * 2), *dy = dev_alloc((size_t)(64 * dims[1]) * 2);
+    cudaGraph_t g0 = NULL;
+    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed) == cudaSuccess, "begin capture");
+    ql_status st = ql_linear_forward(l0, dx, QL_BF16, 64, dims[0], dy, QL_BF16, dims[1], NULL);
+    cudaStreamEndCapture(stream, &g0);
+    if (g0) cudaGraphDestroy(g0);
+    CHECK(st == QL_ERR_INVALID_ARGUMENT && strstr(ql_last_error(), "captured"), "growing the workspace in a capture: %s: %s",
+          ql_status_string(st), ql_last_error());
+    cudaGetLastError();
+    ql_linear_destroy(l0);
+    ql_context_destroy(fresh);
+    cudaFree(dx), cudaFree(dy);
+    cudaStreamDestroy(stream);
+    for (int i = 0; i < L; i++) ql_linear_destroy(lin[i]), free(q[i]), free(sc[i]), free(bias[i]);
+}
+
 static void test_bad_input(ql_context *gpu)
 {
     int8_t q[256 * 4];
@@ -243,6 +342,7 @@ int main(void)
     CHECK_OK(ql_context_set_device(ctx, QL_DEVICE_CUDA, 0));
     test_gemm(ctx);
     test_linear(ctx);
+    test_chain(ctx);
     test_bad_input(ctx);
 #endif
     ql_context_destroy(ctx);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "commands.h"
 #include "core/core.h"
@@ -154,7 +155,7 @@ static int cmpf(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-typedef struct { double ms[NPATHS]; double rel_l2; char kernel[48]; } shape_result;
+typedef struct { double ms[NPATHS], host_us[NPATHS]; double rel_l2; char kernel[48]; } shape_result;
 
 static double rel_l2_bf16(const uint16_t *a, const uint16_t *b, size_t n)
 {
@@ -166,7 +167,16 @@ static double rel_l2_bf16(const uint16_t *a, const uint16_t *b, size_t n)
     return sqrt(num / (den > 0 ? den : 1));
 }
 
-static int dev_index; /* the device the bench runs on */
+static int dev_index;    /* the device the bench runs on */
+static int use_graphs;   /* --graphs: each sample replays one CUDA graph of the calls */
+static cudaStream_t st;  /* every path's stream (a graph needs a capturable one) */
+
+static double now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
+}
 
 static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps, size_t l2, shape_result *out)
 {
@@ -208,7 +218,6 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
             exit(1);
         }
     }
-    cudaStream_t st = NULL;
     ltmm gb, gh, gi;
     int have[NPATHS] = {1, 1, 1, 1, 1, 1};
     have[C_BF16] = lt_setup(&gb, C_BF16, m, n, k, dwb[0], dxb[0], dyb[0], st);
@@ -228,40 +237,60 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
         while (calls * per < 2.0f && calls < 4096) calls += sets;
         cudaEventDestroy(a), cudaEventDestroy(b);
     }
-    float *samples[NPATHS];
+    float *samples[NPATHS], *host[NPATHS];
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    for (int p = 0; p < NPATHS; p++) samples[p] = calloc((size_t)reps, sizeof(float));
-    for (int r = -1; r < reps; r++) /* round -1 warms up */
+    for (int p = 0; p < NPATHS; p++) samples[p] = calloc((size_t)reps, sizeof(float)), host[p] = calloc((size_t)reps, sizeof(float));
+    cudaGraphExec_t graph[NPATHS] = {0};
+    for (int r = use_graphs ? -2 : -1; r < reps; r++) /* round -1 warms up; -2 captures the graphs */
         for (int p = 0; p < NPATHS; p++) {
             if (!have[p]) continue;
-            CK(cudaEventRecord(e0, st));
-            for (int c = 0; c < calls; c++) {
-                int s = c % sets;
-                ql_status qs = QL_OK;
-                switch (p) {
-                case C_BF16: lt_run(&gb, dwb[s], dxb[s], dyb[s], st); break;
-                case C_FP16: lt_run(&gh, dwb[s], dxb[s], dyb[s], st); break;
-                case C_INT8: lt_run(&gi, dwq[s], dxq[s], dyi[s], st); break;
-                case C_W8A8: qs = ql_linear_forward(lin[s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, NULL); break;
-                case C_GEMM: qs = ql_gemm_s8s8s32(ctx, m, n, k, dxq[s], k, dwq[s], k, dyi[s], n); break;
-                case C_PRO: qs = ql_cuda_quantize_rows(&pro_ws, dev_index, st, dxb[s], QL_BF16, m, k, k, g, dxq[s], k, dsx[s]); break;
+            const int capture = r == -2;
+            if (capture) CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
+            if (use_graphs && !capture) CK(cudaEventRecord(e0, st));
+            const double h0 = now_us();
+            if (use_graphs && !capture) CK(cudaGraphLaunch(graph[p], st));
+            else {
+                if (!capture) CK(cudaEventRecord(e0, st));
+                for (int c = 0; c < calls; c++) {
+                    int s = c % sets;
+                    ql_status qs = QL_OK;
+                    switch (p) {
+                    case C_BF16: lt_run(&gb, dwb[s], dxb[s], dyb[s], st); break;
+                    case C_FP16: lt_run(&gh, dwb[s], dxb[s], dyb[s], st); break;
+                    case C_INT8: lt_run(&gi, dwq[s], dxq[s], dyi[s], st); break;
+                    case C_W8A8: qs = ql_linear_forward(lin[s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, NULL); break;
+                    case C_GEMM: qs = ql_gemm_s8s8s32(ctx, m, n, k, dxq[s], k, dwq[s], k, dyi[s], n); break;
+                    case C_PRO: qs = ql_cuda_quantize_rows(&pro_ws, dev_index, st, dxb[s], QL_BF16, m, k, k, g, dxq[s], k, dsx[s]); break;
+                    }
+                    if (qs != QL_OK) {
+                        fprintf(stderr, "qlinear bench: %s\n", ql_last_error());
+                        exit(1);
+                    }
                 }
-                if (qs != QL_OK) {
-                    fprintf(stderr, "qlinear bench: %s\n", ql_last_error());
-                    exit(1);
-                }
+            }
+            const double h1 = now_us(); /* the host's enqueue time, before waiting for the GPU */
+            if (capture) {
+                cudaGraph_t gr;
+                CK(cudaStreamEndCapture(st, &gr));
+                CK(cudaGraphInstantiate(&graph[p], gr, 0));
+                cudaGraphDestroy(gr);
+                continue;
             }
             CK(cudaEventRecord(e1, st));
             CK(cudaEventSynchronize(e1));
-            if (r >= 0) samples[p][r] = event_ms(e0, e1) / calls;
+            if (r >= 0) samples[p][r] = event_ms(e0, e1) / calls, host[p][r] = (float)((h1 - h0) / calls);
         }
+    for (int p = 0; p < NPATHS; p++)
+        if (graph[p]) cudaGraphExecDestroy(graph[p]);
     CK(cudaGetLastError());
     for (int p = 0; p < NPATHS; p++) {
         qsort(samples[p], (size_t)reps, sizeof(float), cmpf);
+        qsort(host[p], (size_t)reps, sizeof(float), cmpf);
         out->ms[p] = have[p] ? samples[p][reps / 2] : NAN;
-        free(samples[p]);
+        out->host_us[p] = have[p] ? host[p][reps / 2] : NAN;
+        free(samples[p]), free(host[p]);
     }
     /* agreement: ours vs cuBLAS bf16 on the same function (set 0) */
     uint16_t *y0 = malloc((size_t)(m * n) * 2), *y1 = malloc((size_t)(m * n) * 2);
@@ -297,6 +326,7 @@ int ql_cmd_bench_cuda(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--no-peak")) { peak = 0; continue; }
+        if (!strcmp(a, "--graphs")) { use_graphs = 1; continue; }
         if (!v) { fprintf(stderr, "qlinear bench: %s needs a value\n", a); return 2; }
         i++;
         if (!strcmp(a, "--device")) {
@@ -331,6 +361,11 @@ int ql_cmd_bench_cuda(int argc, char **argv)
     }
     CK(cudaSetDevice(device));
     dev_index = device;
+    CK(cudaStreamCreate(&st));
+    if (ql_context_set_cuda_stream(ctx, st) != QL_OK) {
+        fprintf(stderr, "qlinear bench: %s\n", ql_last_error());
+        return 1;
+    }
     char dev[160];
     ql_cuda_device_name(device, dev, sizeof dev);
     int l2 = 0;
@@ -341,11 +376,13 @@ int ql_cmd_bench_cuda(int argc, char **argv)
     lt_ws = dmalloc(lt_ws_bytes);
     printf("qlinear bench --device cuda: %s, CUDA runtime %d.%d, cuBLASLt %zu\n", dev, ver / 1000, (ver % 1000) / 10,
            cublasLtGetVersion());
-    printf("median of %d samples; each sample cycles input/weight sets > 2x L2; CUDA events; no graphs\n", reps);
+    printf("median of %d samples; each sample cycles input/weight sets > 2x L2; CUDA events; %s\n", reps,
+           use_graphs ? "CUDA graphs: each sample replays one graph of its calls (every path)"
+                      : "no graphs (host: the host's enqueue time per call, microseconds)");
     for (int p = 0; p < NPATHS; p++) printf("  %-14s %s\n", names[p], notes[p]);
     FILE *js = json_path ? fopen(json_path, "w") : NULL;
     if (json_path && !js) { fprintf(stderr, "qlinear bench: cannot write %s\n", json_path); return 1; }
-    if (js) fprintf(js, "{\"device\": \"%s\", \"reps\": %d, \"results\": [\n", dev, reps);
+    if (js) fprintf(js, "{\"device\": \"%s\", \"reps\": %d, \"graphs\": %s, \"results\": [\n", dev, reps, use_graphs ? "true" : "false");
     int first_js = 1;
     for (int mi = 0; mi < nm; mi++) {
         const int64_t m = ms_list[mi];
@@ -360,11 +397,13 @@ int ql_cmd_bench_cuda(int argc, char **argv)
             run_shape(ctx, m, sh->n, sh->k, reps, (size_t)l2, &r);
             char nk[32];
             snprintf(nk, sizeof nk, "%lldx%lld", (long long)sh->n, (long long)sh->k);
-            printf("%-12s %6lld | %9.4f %9.4f %9.4f | %9.4f %9.4f | %6.2f %6.2f %6.2f | %8.0f %8.1e | %s | pro %.4f %4.0f\n", nk,
+            printf("%-12s %6lld | %9.4f %9.4f %9.4f | %9.4f %9.4f | %6.2f %6.2f %6.2f | %8.0f %8.1e | %s | pro %.4f %4.0f", nk,
                    (long long)sh->count, r.ms[C_BF16], r.ms[C_FP16], r.ms[C_INT8], r.ms[C_W8A8], r.ms[C_GEMM],
                    r.ms[C_W8A8] / r.ms[C_BF16], r.ms[C_W8A8] / r.ms[C_INT8], r.ms[C_GEMM] / r.ms[C_INT8],
                    2.0 * m * sh->n * sh->k / (r.ms[C_GEMM] * 1e9), r.rel_l2, r.kernel, r.ms[C_PRO],
                    (double)m * sh->k * 3 / (r.ms[C_PRO] * 1e6));
+            if (!use_graphs) printf(" | host us w8a8 %.1f bf16 %.1f i8 %.1f", r.host_us[C_W8A8], r.host_us[C_BF16], r.host_us[C_INT8]);
+            printf("\n");
             fflush(stdout);
             for (int p = 0; p < NPATHS; p++) tot[p] += r.ms[p] * (double)sh->count;
             if (js) {
@@ -372,6 +411,8 @@ int ql_cmd_bench_cuda(int argc, char **argv)
                         first_js ? "" : ",\n", (long long)m, (long long)sh->n, (long long)sh->k, (long long)sh->count,
                         r.kernel, r.rel_l2);
                 for (int p = 0; p < NPATHS; p++) fprintf(js, ", \"%s_ms\": %.6f", names[p], r.ms[p]);
+                if (!use_graphs)
+                    for (int p = 0; p < NPATHS; p++) fprintf(js, ", \"%s_host_us\": %.2f", names[p], r.host_us[p]);
                 fprintf(js, "}");
                 first_js = 0;
             }
@@ -397,5 +438,6 @@ int ql_cmd_bench_cuda(int argc, char **argv)
     cudaFree(lt_ws);
     cublasLtDestroy(lt);
     ql_context_destroy(ctx);
+    cudaStreamDestroy(st);
     return 0;
 }

@@ -11,6 +11,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: qlinear <command> [options]\n"
             "  bench    [--profile anima|qwen3-te|large] [--m N] [--threads N] [--paths LIST] [--reps N] [--json FILE]\n"
+            "  bench    --device cuda[:N] [--m LIST] [--shape NxK] [--reps N] [--graphs] [--no-peak] [--json FILE]\n"
             "  inspect  FILE [--json]\n"
             "  quantize IN OUT --format int8|int8-convrot [--group 256] [--include REGEX] [--exclude REGEX] [--threads N]\n"
             "  forward  CKPT LAYER IN.safetensors OUT.safetensors [--input NAME] [--out-dtype fp32|bf16|fp16] [--bias|--no-bias]\n"

@@ -9,6 +9,25 @@
 
 namespace qlc {
 
+/* Programmatic dependent launch (sm_90+; no-ops before): a kernel of a layer
+ * lets the stream's next kernel be launched now — the next layer's
+ * prologue, or this layer's GEMM — whose blocks then wait with pdl_wait()
+ * for this grid's completion and memory before touching anything it writes
+ * or reads. Every kernel of the pipeline calls both, so each call's launch
+ * and preamble overlap the tail of the one before. */
+__device__ __forceinline__ void pdl_trigger()
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+__device__ __forceinline__ void pdl_wait()
+{
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 /* ql_dtype values, usable in device code. */
 enum : int { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, DT_I32 = 5 };
 

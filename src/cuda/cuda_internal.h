@@ -20,6 +20,7 @@ bool codes_permuted(int64_t k, int64_t group, int64_t ldq);
  * filled by prepare_quantize_rows on the device that will run it. */
 struct PrologueFit {
     int resident[3][3];
+    bool pdl; /* the fast prologue is a programmatic dependent launch (sm_90+) */
 };
 cudaError_t prepare_quantize_rows(int64_t k, PrologueFit *fit);
 cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m, int64_t k, int64_t group,

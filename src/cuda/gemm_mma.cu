@@ -42,6 +42,7 @@ __global__ void __launch_bounds__(MMA_THREADS) s8_gemm_mma_kernel(const int8_t *
 {
     __shared__ __align__(16) int8_t as[MB * PITCH];
     __shared__ __align__(16) int8_t bs[NB * PITCH];
+    pdl_trigger(); /* the next layer's prologue may launch (it waits for this grid) */
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int wm = warp / 4, wn = warp % 4; /* warp tile: rows 64·wm.., columns 32·wn.. */
     const int grp = lane / 4, tig = lane % 4;
@@ -104,6 +105,7 @@ template <int MR>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) s8_gemv_kernel(const int8_t *a, int64_t lda, const int8_t *b,
                                                                    int64_t ldb, int64_t n, int64_t k, EpiParams p)
 {
+    pdl_trigger(); /* the next layer's prologue may launch (it waits for this grid) */
     const int lane = threadIdx.x % 32;
     const int64_t col = (int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
     if (col >= n) return;

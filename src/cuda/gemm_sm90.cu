@@ -267,6 +267,7 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
                         const __grid_constant__ CUtensorMap tma_y, int m, int n, int k, EpiParams p)
 {
 #ifdef QLC_SM90A
+    pdl_trigger(); /* the next layer's prologue may launch (it waits for this grid) */
     constexpr int BM = 64 * NWG, STAGE_BYTES = (BM + BN) * BK;
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
@@ -320,6 +321,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
                                    const __grid_constant__ CUtensorMap tma_y, int m, int n, int k, EpiParams p)
 {
 #ifdef QLC_SM90A
+    pdl_trigger(); /* the next layer's prologue may launch (it waits for this grid) */
     constexpr int NWG = 2, BM = 128, BN = 256, STAGE_BYTES = (BM + BN) * BK;
     using S = Staging<BN, EPI>;
     /* the TMA epilogue's boxes per warpgroup: 1024-aligned for the swizzle */

@@ -253,12 +253,13 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
 {
     constexpr int roww = ROWW;
     /* Programmatic dependent launch: the GEMM may start its preamble now (it
-     * waits for this grid's completion before reading the codes). Every
-     * block of this grid is resident (the launch caps it), so nothing of it
-     * waits behind the GEMM's blocks. */
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;");
-#endif
+     * waits for this grid's completion before reading the codes); it is
+     * launched only once every block of this grid has started, so nothing
+     * of this grid waits behind the GEMM's blocks. This grid itself may have
+     * been launched while the kernel before it (the previous layer's GEMM,
+     * which wrote x and read the codes' buffer) still runs: wait for it. */
+    pdl_trigger();
+    pdl_wait();
     using T = typename Stored<DT>::T;
     constexpr int RAW = raw_words<DT>();
     constexpr int ESZ = DT == DT_F32 ? 4 : 2;
@@ -486,7 +487,7 @@ template <int DT> cudaError_t fit_g256(int k, int sms, int (&resident)[3])
 }
 
 template <int DT> cudaError_t launch_g256(const void *x, int64_t ldx_bytes, int64_t m, int k, int8_t *q, float *sx,
-                                          int force_roww, const int (&resident)[3], cudaStream_t stream)
+                                          int force_roww, const int (&resident)[3], bool pdl, cudaStream_t stream)
 {
     const int roww = pick_roww(m, k, (int64_t)resident[0] * WP_WARPS, force_roww);
     const int r = roww == 1 ? 0 : roww == 2 ? 1 : 2;
@@ -494,9 +495,17 @@ template <int DT> cudaError_t launch_g256(const void *x, int64_t ldx_bytes, int6
     int64_t blocks = (units * roww + WP_WARPS - 1) / WP_WARPS;
     if (blocks > resident[r]) blocks = resident[r];
     auto kern = (void (*)(const char *, int64_t, int64_t, int, int8_t *, float *))g256_kernels<DT>()[r];
-    kern<<<(unsigned)blocks, WP_WARPS * 32, WP_WARPS * wp_warp_bytes<DT>(k, roww), stream>>>((const char *)x, ldx_bytes,
-                                                                                           m, k, q, sx);
-    return cudaGetLastError();
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)blocks);
+    cfg.blockDim = dim3(WP_WARPS * 32);
+    cfg.dynamicSmemBytes = WP_WARPS * wp_warp_bytes<DT>(k, roww);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kern, (const char *)x, ldx_bytes, m, k, q, sx);
 }
 
 } // namespace
@@ -523,9 +532,11 @@ cudaError_t prepare_quantize_rows(int64_t k, PrologueFit *fit)
     /* the generic kernel's limit raised to the most any row may use */
     cudaError_t e = cudaFuncSetAttribute(quantize_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)quantize_rows_smem(51200));
-    int dev = 0, sms = 0;
+    int dev = 0, sms = 0, major = 0;
     if (e == cudaSuccess) e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    fit->pdl = major >= 9;
     if (e == cudaSuccess) e = fit_g256<DT_F32>((int)k, sms, fit->resident[0]);
     if (e == cudaSuccess) e = fit_g256<DT_F16>((int)k, sms, fit->resident[1]);
     if (e == cudaSuccess) e = fit_g256<DT_BF16>((int)k, sms, fit->resident[2]);
@@ -540,10 +551,10 @@ cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m,
     const bool vec = ((uintptr_t)x % 16 == 0) && ((ldx * esize) % 16 == 0);
     if (vec && fast_ok(k, group, ldq)) {
         if (xdt == DT_BF16)
-            return launch_g256<DT_BF16>(x, ldx * esize, m, (int)k, q, sx, force_roww, fit.resident[2], stream);
+            return launch_g256<DT_BF16>(x, ldx * esize, m, (int)k, q, sx, force_roww, fit.resident[2], fit.pdl, stream);
         if (xdt == DT_F16)
-            return launch_g256<DT_F16>(x, ldx * esize, m, (int)k, q, sx, force_roww, fit.resident[1], stream);
-        return launch_g256<DT_F32>(x, ldx * esize, m, (int)k, q, sx, force_roww, fit.resident[0], stream);
+            return launch_g256<DT_F16>(x, ldx * esize, m, (int)k, q, sx, force_roww, fit.resident[1], fit.pdl, stream);
+        return launch_g256<DT_F32>(x, ldx * esize, m, (int)k, q, sx, force_roww, fit.resident[0], fit.pdl, stream);
     }
     quantize_rows_kernel<<<(unsigned)m, PRO_THREADS, quantize_rows_smem(k), stream>>>(
         (const char *)x, xdt, ldx * esize, k, log4_of(group), vec, q, ldq, sx, codes_permuted(k, group, ldq));
