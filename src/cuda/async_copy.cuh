@@ -41,6 +41,38 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const void *map, uint64_t
                  "l"((uint64_t)map), "r"(smem_u32(bar)), "r"(x), "r"(y)
                  : "memory");
 }
+/* The same, multicast: the tile lands at the same offset, and completes on
+ * the mbarrier at the same offset, in every block of the cluster in `mask`. */
+__device__ __forceinline__ void tma_load_2d_multicast(void *dst, const void *map, uint64_t *bar, int x, int y,
+                                                      uint16_t mask)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_u32(dst)),
+                 "l"((uint64_t)map), "r"(smem_u32(bar)), "r"(x), "r"(y), "h"(mask)
+                 : "memory");
+}
+/* One arrival on the mbarrier at the same offset in block `rank` of the
+ * cluster (this one included). The default release semantics (CTA scope),
+ * as for a local arrival: what it orders are this thread's shared-memory
+ * reads, retired before it; a cluster-scope release costs a fence each. */
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t *bar, uint32_t rank)
+{
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+                 "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}" ::"r"(smem_u32(bar)),
+                 "r"(rank)
+                 : "memory");
+}
+/* Every thread of every block of the cluster (release / acquire). */
+__device__ __forceinline__ void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank()
+{
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
 /* 2-D tile from shared memory into a tensor map's global tensor, in this
  * thread's bulk group; rows and columns outside the tensor are not written.
  * The writes to `src` must be made visible to the async proxy first

@@ -33,9 +33,9 @@ size_t quantize_rows_smem(int64_t k);
  * bytes of K per pipeline stage, blocks per SM; persistent: one block per SM
  * walks the tiles (the grid is at most `sms` blocks). */
 struct Sm90Tile {
-    int wgs, bn, bk, ctas_per_sm, persistent;
+    int wgs, bn, bk, ctas_per_sm, persistent, cluster; /* cluster: blocks along M sharing B (multicast) */
 };
-#define QLC_SM90_TILES 8
+#define QLC_SM90_TILES 10
 Sm90Tile sm90_tile(int tile); /* tile < QLC_SM90_TILES */
 /* TMA descriptors of the operands for a tile (either may be NULL: not made).
  * a, b: 16-byte aligned, lda/ldb multiples of 16 bytes. False: refused. */
@@ -43,10 +43,15 @@ bool make_sm90_maps(int tile, const int8_t *a, int64_t lda, int64_t m, const int
                     int64_t k, CUtensorMap *ma, CUtensorMap *mb);
 /* pdl: may start while the previous kernel on the stream finishes (it waits for its results). */
 /* set_attr: raise the kernel's shared-memory limit first (else
- * prepare_s8_gemm_sm90 has done it for every tile on this device). */
+ * prepare_s8_gemm_sm90 has done it for every tile on this device).
+ * pairs: two-block clusters resident at once (prepare_s8_gemm_sm90's
+ * answer; 0: asked here). */
 cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorMap &mb, int64_t m, int64_t n,
-                                int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl, int sms, bool set_attr);
-cudaError_t prepare_s8_gemm_sm90();
+                                int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl, int sms, int pairs,
+                                bool set_attr);
+/* Every tile's shared-memory limit on the current device; *pairs: how many
+ * two-block clusters of the multicast kernels fit at once (by GPC). */
+cudaError_t prepare_s8_gemm_sm90(int *pairs);
 /* Portable tensor-core GEMM (mma.sync, sm_80+): any K, any pitch and alignment. */
 cudaError_t launch_s8_gemm_mma(const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m, int64_t n,
                                int64_t k, const EpiParams &p, cudaStream_t stream);

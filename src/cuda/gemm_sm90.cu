@@ -62,18 +62,25 @@ template <int BN, int EPI> struct Staging {
  * stages over the block's whole life (a persistent block runs many tiles).
  * pdl_first: the weight slices of the first stages are requested before
  * waiting for the previous kernel (the prologue that writes A). */
-template <int BM, int BN, int BK, int STAGES>
+template <int BM, int BN, int BK, int STAGES, int CM = 1>
 __device__ __forceinline__ void produce_tile(const CUtensorMap &tma_a, const CUtensorMap &tma_b, uint8_t *smem,
                                              uint64_t *full, uint64_t *empty, int m0, int n0, int kt_count,
-                                             uint32_t &it, bool pdl_first)
+                                             uint32_t &it, bool pdl_first, uint32_t rank = 0)
 {
-    constexpr int A_BYTES = BM * BK, STAGE_BYTES = (BM + BN) * BK;
+    constexpr int A_BYTES = BM * BK, STAGE_BYTES = (BM + BN) * BK, B_PART = BN / CM;
+    /* CM > 1: this block loads rows [rank·B_PART, +B_PART) of the B tile
+     * into every block of the cluster (they share n0); each block's full
+     * barrier still counts the whole stage */
+    auto load_b = [&](uint8_t *st, uint64_t *bar, int kk) {
+        if constexpr (CM == 1) tma_load_2d(st + A_BYTES, &tma_b, bar, kk, n0);
+        else tma_load_2d_multicast(st + A_BYTES + rank * B_PART * BK, &tma_b, bar, kk, n0 + rank * B_PART, (1 << CM) - 1);
+    };
     int kt = 0;
     if (pdl_first) {
         const int pre = kt_count < STAGES ? kt_count : STAGES;
         for (int i = 0; i < pre; i++) {
             mbar_expect_tx(&full[i], STAGE_BYTES);
-            tma_load_2d(smem + i * STAGE_BYTES + A_BYTES, &tma_b, &full[i], i * BK, n0);
+            load_b(smem + i * STAGE_BYTES, &full[i], i * BK);
         }
         asm volatile("griddepcontrol.wait;" ::: "memory");
         for (int i = 0; i < pre; i++) tma_load_2d(smem + i * STAGE_BYTES, &tma_a, &full[i], i * BK, m0);
@@ -85,16 +92,23 @@ __device__ __forceinline__ void produce_tile(const CUtensorMap &tma_a, const CUt
         uint8_t *st = smem + s * STAGE_BYTES;
         mbar_expect_tx(&full[s], STAGE_BYTES);
         tma_load_2d(st, &tma_a, &full[s], kt * BK, m0);
-        tma_load_2d(st + A_BYTES, &tma_b, &full[s], kt * BK, n0);
+        load_b(st, &full[s], kt * BK);
     }
 }
 
 /* Consumer warpgroup c: wgmma over one tile's K slices, accumulators in d.
  * Every stage is released (one arrival per warp) once its wgmmas retired. */
-template <int BM, int BN, int BK, int STAGES>
+template <int BM, int BN, int BK, int STAGES, int CM = 1>
 __device__ __forceinline__ void consume_tile(int32_t (&d)[BN / 2], uint8_t *smem, uint64_t *full, uint64_t *empty,
                                              int c, int tid, int kt_count, uint32_t &it)
 {
+    /* a stage is free once every block whose producer writes it (all of
+     * the cluster's, through the multicast B) has released it */
+    auto release = [&](uint64_t *bar) {
+        if constexpr (CM == 1) {
+            if (tid % 32 == 0) mbar_arrive(bar);
+        } else if (tid % 32 < CM) mbar_arrive_cluster(bar, tid % 32); /* lane r to block r, in parallel */
+    };
     constexpr int A_BYTES = BM * BK, STAGE_BYTES = (BM + BN) * BK;
     /* no zeroing: the first wgmma ignores d (K >= 1 here; K = 0 never comes
      * to this kernel), and a non-wgmma write to the accumulators would make
@@ -112,10 +126,10 @@ __device__ __forceinline__ void consume_tile(int32_t (&d)[BN / 2], uint8_t *smem
         /* Keep one group in flight: the previous stage is free once the
          * group before this one has retired. */
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        if (kt > 0 && tid % 32 == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
+        if (kt > 0) release(&empty[(it - 1) % STAGES]);
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    if (tid % 32 == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
+    release(&empty[(it - 1) % STAGES]);
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) asm volatile("" : "+r"(d[i])::"memory");
 }
@@ -315,7 +329,7 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
  * 128 x 256 needs a quarter less L2 -> shared traffic per MAC than 128 x 128.
  * The fast epilogues stage through their own area (the ring stays busy);
  * bf16 tiles leave by TMA stores that overlap the next tile's main loop. */
-template <int BK, int STAGES, int EPI>
+template <int BK, int STAGES, int EPI, int CM>
 __global__ void __launch_bounds__(3 * 128, 1)
     s8_gemm_sm90_persistent_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
                                    const __grid_constant__ CUtensorMap tma_y, int m, int n, int k, EpiParams p)
@@ -336,12 +350,19 @@ __global__ void __launch_bounds__(3 * 128, 1)
 
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     const int kt_count = (k + BK - 1) / BK;
-    const int tiles_n = (n + BN - 1) / BN, tiles = tiles_n * ((m + BM - 1) / BM);
+    /* CM > 1: a cluster of CM blocks takes CM vertically adjacent tiles at
+     * a time (a unit), which share their B slices (multicast); a block of a
+     * unit past the last row of tiles computes zeros and stores nothing */
+    const int tiles_n = (n + BN - 1) / BN, units = tiles_n * (((m + BM - 1) / BM + CM - 1) / CM);
+    const uint32_t rank = CM > 1 ? cluster_rank() : 0;
+    const int first = blockIdx.x / CM, stride = gridDim.x / CM;
     if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], NWG * 4);
+        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], NWG * 4 * CM);
         mbar_init_fence();
     }
-    __syncthreads();
+    /* the cluster's barriers are initialized before any block multicasts or arrives */
+    if constexpr (CM > 1) cluster_sync();
+    else __syncthreads();
 
     /* The producer is a whole warpgroup so that registers can move to the
      * consumers (128 accumulators each and the epilogue's temporaries). */
@@ -349,9 +370,15 @@ __global__ void __launch_bounds__(3 * 128, 1)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (tid == 0) {
             uint32_t it = 0;
-            for (int t = blockIdx.x; t < tiles; t += gridDim.x)
-                produce_tile<BM, BN, BK, STAGES>(tma_a, tma_b, smem, full, empty, (t / tiles_n) * BM,
-                                                 (t % tiles_n) * BN, kt_count, it, t == (int)blockIdx.x);
+            for (int u = first; u < units; u += stride)
+                produce_tile<BM, BN, BK, STAGES, CM>(tma_a, tma_b, smem, full, empty, ((u / tiles_n) * CM + rank) * BM,
+                                                     (u % tiles_n) * BN, kt_count, it, u == first, rank);
+            if constexpr (CM > 1) {
+                /* the other blocks' consumers arrive on this block's barriers:
+                 * stay until the last fills are released */
+                for (int i = 0; i < STAGES; i++, it++)
+                    if (it >= STAGES) mbar_wait(&empty[it % STAGES], ((it / STAGES) - 1) & 1);
+            }
         }
         return;
     }
@@ -359,14 +386,14 @@ __global__ void __launch_bounds__(3 * 128, 1)
     asm volatile("griddepcontrol.wait;" ::: "memory");
     uint32_t it = 0;
     int32_t d[BN / 2];
-    for (int t = blockIdx.x, j = 0; t < tiles; t += gridDim.x, j++) {
-        const int m0 = (t / tiles_n) * BM, n0 = (t % tiles_n) * BN;
+    for (int u = first, j = 0; u < units; u += stride, j++) {
+        const int m0 = ((u / tiles_n) * CM + rank) * BM, n0 = (u % tiles_n) * BN;
         /* Double-buffered: a consumer writes tile j's table after passing
          * barrier 1 of tile j-1, which every consumer reaches only after
          * reading tile j-2's (the same buffer). */
         float *col_sw = tables + (j & 1) * 2 * BN, *col_bias = col_sw + BN;
         fill_col_table(p, n, n0, BN, threadIdx.x, NWG * 128, col_sw, col_bias);
-        consume_tile<BM, BN, BK, STAGES>(d, smem, full, empty, wg, tid, kt_count, it);
+        consume_tile<BM, BN, BK, STAGES, CM>(d, smem, full, empty, wg, tid, kt_count, it);
         asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory"); /* the table is complete */
         if constexpr (EPI == EPI_BF16) {
             epilogue_bf16_tma<BN>(d, p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, staging + wg * TMA_STAGE,
@@ -443,9 +470,10 @@ template <int NWG, int BN, int BK, int STAGES, bool PERSIST> constexpr size_t sm
 }
 
 /* A Hopper tile configuration as a type (with_tile lists them). */
-template <int NWG_, int BN_, int BK_, int STAGES_, int CTAS_, bool PERSIST_ = false> struct Cfg {
-    static constexpr int NWG = NWG_, BN = BN_, BK = BK_, STAGES = STAGES_, CTAS = CTAS_;
+template <int NWG_, int BN_, int BK_, int STAGES_, int CTAS_, bool PERSIST_ = false, int CM_ = 1> struct Cfg {
+    static constexpr int NWG = NWG_, BN = BN_, BK = BK_, STAGES = STAGES_, CTAS = CTAS_, CM = CM_;
     static constexpr bool PERSIST = PERSIST_;
+    static_assert(CM == 1 || PERSIST, "clusters: the persistent kernel");
     static constexpr size_t SMEM = smem_bytes<NWG, BN, BK, STAGES, PERSIST>();
     static_assert(SMEM * CTAS <= 227 * 1024, "shared memory per SM");
 };
@@ -453,7 +481,7 @@ template <int NWG_, int BN_, int BK_, int STAGES_, int CTAS_, bool PERSIST_ = fa
 typedef void (*gemm_kernel_fn)(CUtensorMap, CUtensorMap, CUtensorMap, int, int, int, EpiParams);
 template <typename C, int EPI> gemm_kernel_fn kernel_of()
 {
-    if constexpr (C::PERSIST) return s8_gemm_sm90_persistent_kernel<C::BK, C::STAGES, EPI>;
+    if constexpr (C::PERSIST) return s8_gemm_sm90_persistent_kernel<C::BK, C::STAGES, EPI, C::CM>;
     else return s8_gemm_sm90_kernel<C::NWG, C::BN, C::BK, C::STAGES, C::CTAS, EPI>;
 }
 
@@ -461,7 +489,10 @@ template <typename C, int EPI> gemm_kernel_fn kernel_of()
  * two blocks per SM where the grid fills the SMs twice (one block's
  * epilogue overlaps the other's main loop); deep rings with one block per
  * SM where it does not (then the load latency is what a block waits for);
- * the last two persistent (one block per SM walking the 128 x 256 tiles). */
+ * then persistent (one block per SM walking the 128 x 256 tiles), the
+ * last two in clusters of two blocks on vertically adjacent tiles that
+ * share each B slice (each block loads half and multicasts it: a third less
+ * traffic from L2 per stage). */
 template <typename F> cudaError_t with_tile(int tile, F &&f)
 {
     switch (tile) {
@@ -472,37 +503,52 @@ template <typename F> cudaError_t with_tile(int tile, F &&f)
     case 4: return f(Cfg<1, 128, 128, 8, 1>{});
     case 5: return f(Cfg<1, 128, 128, 2, 4>{});
     case 6: return f(Cfg<2, 256, 128, 3, 1, true>{});
-    default: return f(Cfg<2, 256, 64, 6, 1, true>{});
+    case 7: return f(Cfg<2, 256, 64, 6, 1, true>{});
+    case 8: return f(Cfg<2, 256, 128, 3, 1, true, 2>{});
+    default: return f(Cfg<2, 256, 64, 6, 1, true, 2>{});
     }
 }
 
 template <typename C, int EPI>
 cudaError_t launch_epi(const CUtensorMap &ma, const CUtensorMap &mb, int m, int n, int k, const EpiParams &p,
-                       cudaStream_t stream, bool pdl, int sms, bool set_attr)
+                       cudaStream_t stream, bool pdl, int sms, int pairs, bool set_attr)
 {
     const gemm_kernel_fn kern = kernel_of<C, EPI>();
     dim3 grid((unsigned)((n + C::BN - 1) / C::BN), (unsigned)((m + 64 * C::NWG - 1) / (64 * C::NWG)), 1);
     CUtensorMap my = {}; /* the output, for the TMA epilogue only */
-    if constexpr (C::PERSIST) {
-        static_assert(C::NWG == 2 && C::BN == 256 && C::CTAS == 1, "the persistent kernel's tile");
-        const int64_t tiles = (int64_t)grid.x * grid.y;
-        grid = dim3((unsigned)(tiles < sms ? tiles : sms), 1, 1);
-        if (EPI == EPI_BF16 && !make_out_map(&my, p.y, m, n, p.ldy)) return cudaErrorInvalidValue;
-    }
     if (set_attr) {
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
         if (e != cudaSuccess) return e;
     }
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
     cfg.blockDim = dim3(C::PERSIST ? 3 * 128 : C::NWG * 128 + 32, 1, 1);
     cfg.dynamicSmemBytes = C::SMEM;
     cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+    attr[1].id = cudaLaunchAttributeClusterDimension;
+    attr[1].val.clusterDim.x = C::CM, attr[1].val.clusterDim.y = 1, attr[1].val.clusterDim.z = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = C::CM > 1 ? 2 : 1;
+    if constexpr (C::PERSIST) {
+        static_assert(C::NWG == 2 && C::BN == 256 && C::CTAS == 1, "the persistent kernel's tile");
+        const int64_t units = (int64_t)grid.x * ((grid.y + C::CM - 1) / C::CM);
+        int64_t resident = sms / C::CM; /* units at a time: one block per SM */
+        if (C::CM > 1) {
+            /* clusters fit by GPC, not by SM */
+            int clusters = pairs;
+            if (clusters <= 0) {
+                cfg.gridDim = dim3((unsigned)(C::CM * units));
+                cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kern, &cfg);
+                if (e != cudaSuccess) return e;
+            }
+            if (clusters > 0) resident = clusters;
+        }
+        grid = dim3((unsigned)(C::CM * (units < resident ? units : resident)), 1, 1);
+        if (EPI == EPI_BF16 && !make_out_map(&my, p.y, m, n, p.ldy)) return cudaErrorInvalidValue;
+    }
+    cfg.gridDim = grid;
     return cudaLaunchKernelEx(&cfg, kern, ma, mb, my, m, n, k, p);
 }
 
@@ -514,7 +560,7 @@ Sm90Tile sm90_tile(int tile)
     Sm90Tile r = {};
     with_tile(tile, [&](auto c) {
         using C = decltype(c);
-        r = {C::NWG, C::BN, C::BK, C::CTAS, C::PERSIST};
+        r = {C::NWG, C::BN, C::BK, C::CTAS, C::PERSIST, C::CM};
         return cudaSuccess;
     });
     return r;
@@ -524,10 +570,11 @@ bool make_sm90_maps(int tile, const int8_t *a, int64_t lda, int64_t m, const int
                     int64_t k, CUtensorMap *ma, CUtensorMap *mb)
 {
     const Sm90Tile t = sm90_tile(tile);
-    return (!ma || make_map(ma, a, m, k, lda, 64 * t.wgs, t.bk)) && (!mb || make_map(mb, b, n, k, ldb, t.bn, t.bk));
+    return (!ma || make_map(ma, a, m, k, lda, 64 * t.wgs, t.bk)) &&
+           (!mb || make_map(mb, b, n, k, ldb, t.bn / t.cluster, t.bk));
 }
 
-cudaError_t prepare_s8_gemm_sm90()
+cudaError_t prepare_s8_gemm_sm90(int *pairs)
 {
     for (int t = 0; t < QLC_SM90_TILES; t++) {
         cudaError_t e = with_tile(t, [](auto c) {
@@ -541,11 +588,23 @@ cudaError_t prepare_s8_gemm_sm90()
         });
         if (e != cudaSuccess) return e;
     }
-    return cudaSuccess;
+    /* the multicast kernels (clusters of two, one block per SM) */
+    using C = Cfg<2, 256, 64, 6, 1, true, 2>;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1024);
+    cfg.blockDim = dim3(3 * 128);
+    cfg.dynamicSmemBytes = C::SMEM;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr, cfg.numAttrs = 1;
+    *pairs = 0;
+    return cudaOccupancyMaxActiveClusters(pairs, kernel_of<C, EPI_BF16>(), &cfg);
 }
 
 cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorMap &mb, int64_t m, int64_t n,
-                                int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl, int sms, bool set_attr)
+                                int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl, int sms, int pairs,
+                                bool set_attr)
 {
     const int im = (int)m, in = (int)n, ik = (int)k;
     /* the staged variants store 16-byte chunks of rows */
@@ -554,9 +613,9 @@ cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorM
     const int epi = chunks && p.ydt == DT_I32 ? EPI_I32 : chunks && p.ydt == DT_BF16 && !p.res ? EPI_BF16 : EPI_GENERIC;
     return with_tile(tile, [&](auto c) {
         using C = decltype(c);
-        if (epi == EPI_I32) return launch_epi<C, EPI_I32>(ma, mb, im, in, ik, p, stream, pdl, sms, set_attr);
-        if (epi == EPI_BF16) return launch_epi<C, EPI_BF16>(ma, mb, im, in, ik, p, stream, pdl, sms, set_attr);
-        return launch_epi<C, EPI_GENERIC>(ma, mb, im, in, ik, p, stream, pdl, sms, set_attr);
+        if (epi == EPI_I32) return launch_epi<C, EPI_I32>(ma, mb, im, in, ik, p, stream, pdl, sms, pairs, set_attr);
+        if (epi == EPI_BF16) return launch_epi<C, EPI_BF16>(ma, mb, im, in, ik, p, stream, pdl, sms, pairs, set_attr);
+        return launch_epi<C, EPI_GENERIC>(ma, mb, im, in, ik, p, stream, pdl, sms, pairs, set_attr);
     });
 }
 
