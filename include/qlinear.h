@@ -193,14 +193,23 @@ ql_status ql_gemm_s8s8s32_ref(int64_t m, int64_t n, int64_t k, const int8_t *a, 
                               const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc);
 
 /* Optional epilogue terms of a linear, all applied in the output dtype as the
- * reference does: y = cast(acc·(s_x·s_w)) + bias; then, if residual is set,
+ * reference does: y = cast(acc·(s_x·s_w)) + bias; then the activation, if
+ * any: y = cast(act(y)) (PyTorch's fc(x) then act, as in an MLP's
+ * fc2(gelu(fc1(x)))); then, if residual is set,
  * y = residual + residual_scale ⊙ y (one rounding, computed in fp32).
  * residual [M, N] (row stride ld_residual) and residual_scale [N] have the
- * output dtype. Pass NULL for "none". */
+ * output dtype. Pass NULL for "none"; zero-initialize the struct (activation
+ * 0 = none), other activation values are refused.
+ * QL_ACTIVATION_GELU is torch.nn.GELU() (erf form), computed in fp32 within
+ * a few ulps of the exact value everywhere (tail and subnormals included;
+ * measured bound in the README), -Inf -> NaN like torch. The CUDA backend
+ * has no activation yet: QL_ERR_UNSUPPORTED. */
+typedef enum ql_activation { QL_ACTIVATION_NONE = 0, QL_ACTIVATION_GELU = 1 } ql_activation;
 typedef struct ql_epilogue {
     const void *residual;
     int64_t ld_residual;
     const void *residual_scale;
+    int activation; /* ql_activation */
 } ql_epilogue;
 
 /* Reference int8_linear (eager numerics, FORMATS.md §4.4):

@@ -128,7 +128,7 @@ static void linear_case(ql_context *gpu, int64_t m, int64_t n, int64_t k, int64_
     tu_fill_gauss(ydt, rs, n, 1.0);
     ql_int8_weight w = {n, k, q, k, scale, nscale, g, bias_on ? bias : NULL, QL_BF16};
     void *y0 = malloc((size_t)(m * ldy + 1) * ys), *y1 = malloc((size_t)(m * ldy + 1) * ys);
-    ql_epilogue epi_h = {res, ldy, rs};
+    ql_epilogue epi_h = {res, ldy, rs, 0};
     CHECK_OK(ql_int8_linear_ref(&w, x, xdt, m, ldx, y0, ydt, ldy, res_on ? &epi_h : NULL));
 
     setenv("QLINEAR_CUDA_GEMM", kernel, 1);
@@ -140,7 +140,9 @@ static void linear_case(ql_context *gpu, int64_t m, int64_t n, int64_t k, int64_
     void *dx = dev_copy(x, (size_t)(m * ldx) * xs), *dy = dev_alloc((size_t)(m * ldy) * ys);
     void *dres = dev_copy(res, (size_t)(m * ldy) * ys), *drs = dev_copy(rs, (size_t)n * ys);
     cudaMemset(dy, 0x7f, (size_t)(m * ldy) * ys); /* poison: NaN-free pattern, never a valid result by chance */
-    ql_epilogue epi_d = {dres, ldy, drs};
+    ql_epilogue epi_d = {dres, ldy, drs, QL_ACTIVATION_GELU}; /* no GELU on the GPU yet: refused */
+    CHECK(!lin || ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, &epi_d) == QL_ERR_UNSUPPORTED, "GELU accepted on CUDA");
+    epi_d.activation = QL_ACTIVATION_NONE;
     if (lin) CHECK_OK(ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, res_on ? &epi_d : NULL));
     CHECK(cudaDeviceSynchronize() == cudaSuccess, "kernel failed: %s", cudaGetErrorString(cudaGetLastError()));
     cudaMemcpy(y1, dy, (size_t)(m * ldy) * ys, cudaMemcpyDeviceToHost);

@@ -56,24 +56,26 @@ static void case_vs_ref(ql_context *ctx, int64_t m, int64_t n, int64_t k, int64_
     void *res = malloc((size_t)(m * ldy + 1) * 4), *rs = malloc((size_t)n * 4);
     tu_fill_gauss(ydt, res, m * ldy, 1.0);
     tu_fill_gauss(ydt, rs, n, 1.0);
-    ql_epilogue epi = {res, ldy, rs};
+    const int act = (int)tu_range(0, 1); /* GELU after the bias, before the residual */
+    ql_epilogue epi = {with_res ? res : NULL, ldy, with_res ? rs : NULL, act};
+    const ql_epilogue *ep = with_res || act ? &epi : NULL;
     ql_int8_weight w = {n, k, q, k, scale, nscale, g, with_bias ? bias : NULL, bdt};
     void *y0 = malloc((size_t)(m * ldy + 1) * 4), *y1 = malloc((size_t)(m * ldy + 1) * 4);
     memset(y0, 0x33, (size_t)(m * ldy) * 4);
     memset(y1, 0x33, (size_t)(m * ldy) * 4);
-    CHECK_OK(ql_int8_linear_ref(&w, x, xdt, m, ldx, y0, ydt, ldy, with_res ? &epi : NULL));
+    CHECK_OK(ql_int8_linear_ref(&w, x, xdt, m, ldx, y0, ydt, ldy, ep));
     ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};
     ql_linear *lin = NULL;
     CHECK_OK(ql_linear_create(ctx, &d, &lin));
-    if (lin) CHECK_OK(ql_linear_forward(lin, x, xdt, m, ldx, y1, ydt, ldy, with_res ? &epi : NULL));
+    if (lin) CHECK_OK(ql_linear_forward(lin, x, xdt, m, ldx, y1, ydt, ldy, ep));
     int64_t first = -1;
     int ok = same_bits(ydt, y0, y1, m, n, ldy, ldy, &first);
     /* the gaps between rows of y are not written */
     for (int64_t i = 0; ok && i + 1 < m; i++)
         for (int64_t j = n * 4; j < ldy * 4; j++) ok &= ((unsigned char *)y1)[i * ldy * 4 + j] == 0x33 || ydt != QL_F32;
-    CHECK(ok, "%s t%d M=%lld N=%lld K=%lld G=%lld x=%s y=%s bias=%d res=%d nscale=%lld: differs from the reference at %lld",
+    CHECK(ok, "%s t%d M=%lld N=%lld K=%lld G=%lld x=%s y=%s bias=%d gelu=%d res=%d nscale=%lld: differs from the reference at %lld",
           ql_isa_name(ql_context_isa(ctx)), ql_context_threads(ctx), (long long)m, (long long)n, (long long)k,
-          (long long)g, ql_dtype_name(xdt), ql_dtype_name(ydt), with_bias, with_res, (long long)nscale, (long long)first);
+          (long long)g, ql_dtype_name(xdt), ql_dtype_name(ydt), with_bias, act, with_res, (long long)nscale, (long long)first);
     if (nan_row && m > 2) {
         int all_nan = 1;
         for (int64_t j = 0; j < n; j++) all_nan &= isnan(ql_load_f(ydt, y1, 2 * ldy + j));
@@ -388,9 +390,12 @@ static void test_bad_input(ql_context *ctx)
     CHECK(ql_linear_forward(lin, x, QL_I8, 1, 64, y, QL_F32, 4, NULL) == QL_ERR_UNSUPPORTED, "int8 x accepted");
     CHECK(ql_linear_forward(lin, NULL, QL_F32, 1, 64, y, QL_F32, 4, NULL) == QL_ERR_INVALID_ARGUMENT, "NULL x accepted");
     CHECK(ql_linear_forward(lin, x, QL_F32, 2, 32, y, QL_F32, 4, NULL) == QL_ERR_INVALID_ARGUMENT, "ldx < K accepted");
-    ql_epilogue epi = {y, 4, NULL};
+    ql_epilogue epi = {y, 4, NULL, 0};
     CHECK(ql_linear_forward(lin, x, QL_F32, 1, 64, y, QL_F32, 4, &epi) == QL_ERR_INVALID_ARGUMENT &&
           strstr(ql_last_error(), "residual_scale"), "residual without scale accepted");
+    ql_epilogue bad_act = {NULL, 0, NULL, 7};
+    CHECK(ql_linear_forward(lin, x, QL_F32, 1, 64, y, QL_F32, 4, &bad_act) == QL_ERR_INVALID_ARGUMENT &&
+          strstr(ql_last_error(), "activation"), "activation 7 accepted: %s", ql_last_error());
     CHECK_OK(ql_linear_forward(lin, NULL, QL_F32, 0, 64, NULL, QL_F32, 4, NULL)); /* M = 0 */
     ql_linear_destroy(lin);
     ql_int8_weight big = {4, 1 << 20, q, 1 << 20, s, 4, 0, NULL, QL_F32};
@@ -445,7 +450,7 @@ static void test_serial_route(ql_isa isa)
                 tu_fill_gauss(bdt, b, n, 0.5);
                 tu_fill_gauss(ydt, r, m * n, 1.0);
                 tu_fill_gauss(ydt, rs, n, 1.0);
-                ql_epilogue epi = {r, n, rs};
+                ql_epilogue epi = {r, n, rs, 0};
                 ql_linear_desc d = {.kind = kinds[ki], .int8 = {n, k, q, k, s, n, g, bias_on ? b : NULL, bdt}};
                 if (kinds[ki] == QL_LINEAR_DENSE)
                     d = (ql_linear_desc){.kind = QL_LINEAR_DENSE, .n = n, .k = k, .weight = wf, .ld_weight = k,

@@ -7,6 +7,7 @@
  *  - the float paths (dense fp32, dense bf16, weight-only) give the same bits
  *    for every row whether it runs in a small batch (small-M path) or in a
  *    tall one (the blocked path, checked against float64 in test_linear);
+ *  - the dynamic panel split: every weight panel taken exactly once;
  *  - the path choice: small-M up to the limit, blocked above it, and (on
  *    both paths) row tiles that never multiply a padded row more than once
  *    per panel. */
@@ -49,7 +50,7 @@ static int w8a8_case(ql_context *ctx, int64_t m, int64_t n, int64_t k, int64_t g
     tu_fill_gauss(ydt, rs, n, 1.0);
     memset(y0, 0x5a, (size_t)(m * ldy) * 4);
     memset(y1, 0x5a, (size_t)(m * ldy) * 4);
-    ql_epilogue epi = {res, ldy, rs};
+    ql_epilogue epi = {res, ldy, rs, 0};
     ql_int8_weight w = {n, k, q, k, s, n, g, with_bias ? bias : NULL, bdt};
     CHECK_OK(ql_int8_linear_ref(&w, x, xdt, m, ldx, y0, ydt, ldy, with_res ? &epi : NULL));
     ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};
@@ -195,10 +196,62 @@ static void test_plan(void)
     }
 }
 
+/* The small-M path's panel split (ql_panel_next): threads taking panels in
+ * a random interleaving get every panel exactly once; each owner walks its
+ * static range upward until a thief (taking from the back) meets it. */
+static void test_panel_split(void)
+{
+    for (int c = 0; c < 200; c++) {
+        const int threads = (int)tu_range(1, 6);
+        const int64_t npanels = tu_range(0, 3) == 0 ? tu_range(0, threads) : tu_range(1, 300);
+        ql_panel_range *r = aligned_alloc(64, sizeof *r * (size_t)threads); /* 64-byte aligned type */
+        ql_panel_ranges_init(r, npanels, threads);
+        int *seen = calloc((size_t)npanels + 1, sizeof(int));
+        int64_t *last = malloc(sizeof(int64_t) * (size_t)threads);
+        bool *done = calloc((size_t)threads, sizeof(bool));
+        for (int t = 0; t < threads; t++) last[t] = -1;
+        int64_t taken = 0;
+        for (int active = threads; active > 0;) {
+            const int t = (int)tu_range(0, threads - 1);
+            if (done[t]) continue;
+            int64_t jp0, jp1, jp = -1;
+            if (!ql_panel_next(r, t, threads, &jp)) {
+                done[t] = true;
+                active--;
+                continue;
+            }
+            CHECK(jp >= 0 && jp < npanels, "panel split: thread %d of %d got panel %lld of %lld", t, threads, (long long)jp,
+                  (long long)npanels);
+            if (jp < 0 || jp >= npanels) break;
+            seen[jp]++;
+            taken++;
+            ql_split_panels(npanels, t, threads, &jp0, &jp1);
+            if (jp >= jp0 && jp < jp1) { /* its own range: in order */
+                CHECK(jp == (last[t] < 0 ? jp0 : last[t] + 1), "panel split: owner %d took %lld after %lld", t, (long long)jp,
+                      (long long)last[t]);
+                last[t] = jp;
+            }
+        }
+        for (int t = 0; t < threads; t++) {
+            int64_t jp;
+            CHECK(!ql_panel_next(r, t, threads, &jp), "panel split: a panel left after every thread finished");
+        }
+        int64_t bad = 0;
+        for (int64_t j = 0; j < npanels; j++) bad += seen[j] != 1;
+        CHECK(bad == 0 && taken == npanels, "panel split: %lld panels over %d threads: %lld taken, %lld not exactly once",
+              (long long)npanels, threads, (long long)taken, (long long)bad);
+        free(r);
+        free(seen);
+        free(last);
+        free(done);
+    }
+}
+
 int main(void)
 {
     tu_init("test_smallm");
     test_plan();
+    test_panel_split();
     ql_context *ctx;
     CHECK_OK(ql_context_create(&ctx));
     for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {

@@ -312,6 +312,8 @@ class Linear:
         self._fwd, self._fwd_int = self._lib.ql_linear_forward, _forward_int()
         self._from_buffer, self._null = self._ffi.from_buffer, self._ffi.NULL
         self._last_shapes = ((), ())
+        self._epi_gelu = self._ffi.new("ql_epilogue *")  # activation only, for the fast paths
+        self._epi_gelu.activation = _ACTIVATIONS["gelu"]
 
     # -- construction
     @classmethod
@@ -420,7 +422,7 @@ class Linear:
                 f"{'/' + str(self.group) if self.group else ''} {self.kind}, {self.threads} threads>")
 
     # -- running
-    def forward(self, x, out_dtype=None, out=None, residual=None, residual_scale=None):
+    def forward(self, x, out_dtype=None, out=None, residual=None, residual_scale=None, activation=None):
         """y = x·Wᵀ (+ bias) for x of shape [..., K]; returns [..., N] of the same
         kind (numpy array or torch tensor). fp32/fp16/bf16 in (numpy bf16 as
         uint16), out_dtype defaults to the input's. Rows may be strided; the
@@ -430,9 +432,12 @@ class Linear:
         every call; its dtype is the output dtype. residual [..., N] and
         residual_scale (N elements), both in the output dtype, fuse a gated
         residual into the epilogue: y = residual + residual_scale ⊙ y (the
-        library's ql_epilogue; out may be residual itself, updated in place)."""
-        if out is not None or residual is not None or residual_scale is not None:
-            return self._forward_any(x, out_dtype, out, residual, residual_scale)
+        library's ql_epilogue; out may be residual itself, updated in place).
+        activation="gelu": y = gelu(x·Wᵀ + bias) (torch.nn.GELU(), erf form,
+        fp32 within 6 ulps of exact, rounded to the output dtype), applied in
+        the epilogue after the bias and before the residual."""
+        if out is not None or residual is not None or residual_scale is not None or activation is not None:
+            return self._forward_any(x, out_dtype, out, residual, residual_scale, activation)
         # Fast paths: a C-contiguous array or CPU tensor of a dtype the library
         # takes, output in its dtype: no per-call tables, casts or shape walks.
         if out_dtype is None:
@@ -455,7 +460,8 @@ class Linear:
                     return y
         return self._forward_any(x, out_dtype)
 
-    def _forward_any(self, x, out_dtype, out=None, residual=None, residual_scale=None):
+    def _forward_any(self, x, out_dtype, out=None, residual=None, residual_scale=None, activation=None):
+        act = _activation_code(activation)
         ptr, code, shape, strides = _host_array(x, "x")
         m, ld = _rows(shape, strides, self.k, "x")
         ocode = code if out_dtype is None else _dtype_code(out_dtype, "out_dtype")
@@ -465,6 +471,10 @@ class Linear:
             if out is not None:
                 ocode = _host_array(out, "out")[1]
             epi, spans = self._epilogue(residual, residual_scale, oshape, ocode, m)
+            epi.activation = act
+        has_residual = epi is not self._null
+        if act and not has_residual:
+            epi = self._epi_gelu
         if out is not None:
             yp, ycode, yshape, ystrides = _host_array(out, "out")
             if tuple(yshape) != oshape:
@@ -480,7 +490,7 @@ class Linear:
                 if ptr < y_end and yp < x_end:
                     raise QlinearError("qlinear: out overlaps x (the layer reads x while it writes out)",
                                        "invalid argument")
-                if epi is not self._null:
+                if has_residual:
                     (r0, r1, rld), (s0, s1) = spans
                     if yp < s1 and s0 < y_end:
                         raise QlinearError("qlinear: out overlaps residual_scale", "invalid argument")
@@ -535,6 +545,19 @@ class Linear:
         return e, ((rp, r_end, rld), (sp, sp + self.n * eb))
 
     __call__ = forward
+
+
+_ACTIVATIONS = {"none": 0, "gelu": 1}
+
+
+def _activation_code(activation):
+    """ql_activation of None / "none" / "gelu"."""
+    if activation is None:
+        return 0
+    if activation not in _ACTIVATIONS:
+        raise QlinearError(f"qlinear: activation {activation!r} is not one of {', '.join(_ACTIVATIONS)}",
+                           "invalid argument")
+    return _ACTIVATIONS[activation]
 
 
 def _kind_code(kind):

@@ -16,7 +16,8 @@ cross-attention to 512 text tokens of width 1024 (q, o 2048×2048; k, v
 before each sub-layer; attention in PyTorch (softmax(q·kᵀ/√d)·v), four heads
 at a time, the same code on every path. On the qlinear paths the gated
 residual of each sub-layer (x + gate ⊙ y) runs in the output projection's
-epilogue (ql_epilogue: the same fp32 operations, no extra passes).
+epilogue (ql_epilogue: the same fp32 operations, no extra passes), and the
+MLP's GELU in fc1's (QL_ACTIVATION_GELU: torch.nn.GELU()'s erf form in fp32).
 
 Paths: fp32 (PyTorch; its matmuls go through the system OpenBLAS), onednn-fp32
 (PyTorch's oneDNN linears, torch.utils.mkldnn), bf16 (the whole model in bf16),
@@ -214,7 +215,7 @@ def build(torch, nn, blocks, seed, path, quantize=None):
         def _softmax_(s):
             s.copy_(torch.softmax(s, -1))
 
-    def make(k, n, role, bias=True):
+    def make(k, n, role, bias=True, act=None):
         g = torch.Generator()
         g.manual_seed(seed * 1_000_003 + counter[0])
         counter[0] += 1
@@ -230,9 +231,9 @@ def build(torch, nn, blocks, seed, path, quantize=None):
         if path in ("w8a8-convrot", "weight-only") and sel and not sel.search(role):
             return lin
         if path == "w8a8-convrot":
-            return qt.QLinear.from_linear(lin, format="int8-convrot")
+            return qt.QLinear.from_linear(lin, format="int8-convrot", activation=act)
         if path == "weight-only":
-            return qt.QLinear.from_linear(lin, format="int8-convrot", kind="weight-only")
+            return qt.QLinear.from_linear(lin, format="int8-convrot", kind="weight-only", activation=act)
         if path == "bf16":
             return lin.to(torch.bfloat16)
         return lin
@@ -282,7 +283,8 @@ def build(torch, nn, blocks, seed, path, quantize=None):
         def __init__(self):
             super().__init__()
             self.self_attn, self.cross_attn = Attention(HIDDEN, "self_attn"), Attention(TEXT_DIM, "cross_attn")
-            self.fc1, self.fc2 = make(HIDDEN, MLP, "mlp.fc1"), make(MLP, HIDDEN, "mlp.fc2")
+            # on the qlinear paths fc1 computes gelu(fc1(h)) in its epilogue
+            self.fc1, self.fc2 = make(HIDDEN, MLP, "mlp.fc1", act="gelu"), make(MLP, HIDDEN, "mlp.fc2")
             self.mods = nn.ModuleList([Modulation(i) for i in range(3)])
 
         def forward(self, x, t, ctx):
@@ -295,7 +297,10 @@ def build(torch, nn, blocks, seed, path, quantize=None):
                 elif i == 1:
                     x = self.cross_attn(h, ctx, x, gate)
                 else:
-                    x = gated_residual(self.fc2, nn.functional.gelu(self.fc1(h)), x, gate)
+                    u = self.fc1(h)
+                    if getattr(self.fc1, "activation", None) != "gelu":
+                        u = nn.functional.gelu(u)
+                    x = gated_residual(self.fc2, u, x, gate)
             return x
 
     class DiT(nn.Module):

@@ -38,9 +38,11 @@ def _torch_context():
 class QLinear(nn.Module):
     """An nn.Module holding a qlinear layer (see qlinear.Linear)."""
 
-    def __init__(self, linear, follow_torch_threads=True):
+    def __init__(self, linear, follow_torch_threads=True, activation=None):
         """Wrap a qlinear.Linear; with follow_torch_threads, every call first sets
-        its context's thread count to torch.get_num_threads()."""
+        its context's thread count to torch.get_num_threads(). activation="gelu":
+        the module computes gelu(linear(x)) (torch.nn.GELU(), erf form) in the
+        layer's epilogue, no extra pass over the output."""
         super().__init__()
         if not isinstance(linear, _ql.Linear):
             raise TypeError(f"QLinear wraps a qlinear.Linear, not {type(linear).__name__}; "
@@ -49,11 +51,14 @@ class QLinear(nn.Module):
         self.linear = linear
         self._follow = follow_torch_threads
         self._ptr, self._fwd_int, self._null = linear._ptr, linear._fwd_int, linear._null
+        self.activation = None if activation in (None, "none") else activation
+        self._epi = linear._null if _ql._activation_code(activation) == 0 else linear._epi_gelu
 
     @classmethod
-    def from_linear(cls, linear, format="int8-convrot", kind="w8a8", group=256, threads=None):
+    def from_linear(cls, linear, format="int8-convrot", kind="w8a8", group=256, threads=None, activation=None):
         """Quantize an nn.Linear's weight (fp32/bf16/fp16, read in place) into a
-        QLinear; the bias is kept in its dtype. The nn.Linear is not changed."""
+        QLinear; the bias is kept in its dtype. The nn.Linear is not changed.
+        activation="gelu": the QLinear computes gelu(linear(x)) (fused)."""
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"from_linear takes an nn.Linear, not {type(linear).__name__}")
         w = linear.weight.detach()
@@ -62,13 +67,13 @@ class QLinear(nn.Module):
         b = linear.bias.detach() if linear.bias is not None else None
         lin = _ql.Linear.from_weight(w, format=format, bias=b, group=group, kind=kind, threads=threads,
                                      _context=_torch_context() if threads is None else None)
-        return cls(lin, threads is None)
+        return cls(lin, threads is None, activation)
 
     def extra_repr(self):
         lin = self.linear
         g = f", group={lin.group}" if lin.group else ""
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={lin.has_bias}, "
-                f"format={lin.format}{g}, kind={lin.kind}")
+                f"format={lin.format}{g}, kind={lin.kind}" + (f", activation={self.activation}" if self.activation else ""))
 
     def forward(self, x, out=None, residual=None, residual_scale=None):
         """y for x of any leading shape, in x's dtype. out: a tensor of the output's
@@ -87,9 +92,9 @@ class QLinear(nn.Module):
             for what, t in (("x", x), ("residual", residual), ("residual_scale", residual_scale), ("out", out)):
                 if t is not None and not isinstance(t, torch.Tensor):
                     raise TypeError(f"QLinear: {what} must be a torch tensor, not {type(t).__name__}")
-            return self.linear._forward_any(x, None, out, residual, residual_scale)
+            return self.linear._forward_any(x, None, out, residual, residual_scale, self.activation)
         if type(x) is _Tensor:
-            y = _forward_fast(self.linear, x, self._follow, out)
+            y = _forward_fast(self.linear, x, self._follow, out, self._epi)
             if y is not None:
                 return y
         if not isinstance(x, torch.Tensor):
@@ -98,7 +103,7 @@ class QLinear(nn.Module):
             raise TypeError(f"QLinear: out must be a torch tensor, not {type(out).__name__}")
         if self._follow:
             _follow_threads(self.linear._ctx)
-        return self.linear._forward_any(x, None, out)
+        return self.linear._forward_any(x, None, out, activation=self.activation)
 
 
 def _follow_threads(ctx):
@@ -107,7 +112,7 @@ def _follow_threads(ctx):
         ctx.set_threads(t)
 
 
-def _forward_fast(lin, x, follow=False, out=None):
+def _forward_fast(lin, x, follow=False, out=None, epi=None):
     """y for a contiguous CPU tensor of a dtype the library takes, whose last
     dimension is K (written into out if that is a contiguous CPU tensor of the
     output's shape and x's dtype, apart from x); None for anything else (the
@@ -136,7 +141,7 @@ def _forward_fast(lin, x, follow=False, out=None):
         return None
     m = x.numel() // k
     if m:
-        st = lin._fwd_int(lin._ptr, x.data_ptr(), code, m, k, y.data_ptr(), code, lin.n, lin._null)
+        st = lin._fwd_int(lin._ptr, x.data_ptr(), code, m, k, y.data_ptr(), code, lin.n, lin._null if epi is None else epi)
         if st:
             _ql._check(st, "ql_linear_forward")
     return y
@@ -148,15 +153,17 @@ _ql._torch_fast[:] = [_Tensor, _forward_fast]
 
 class SwapReport:
     """What quantize_module / load_comfy did: `swapped` module names,
-    `skipped` (name, reason) pairs, and for load_comfy `loaded` float tensors
-    and `unused` file tensors."""
+    `skipped` (name, reason) pairs, `fused` names of swapped linears that took
+    over the nn.GELU after them (quantize_module(fuse_gelu=True)), and for
+    load_comfy `loaded` float tensors and `unused` file tensors."""
 
     def __init__(self):
-        self.swapped, self.skipped, self.loaded, self.unused = [], [], [], []
+        self.swapped, self.skipped, self.loaded, self.unused, self.fused = [], [], [], [], []
 
     def __repr__(self):
         lines = [f"qlinear: swapped {len(self.swapped)} linear layers"
                  + (f", loaded {len(self.loaded)} float tensors" if self.loaded else "")
+                 + (f", {len(self.fused)} with their GELU fused" if self.fused else "")
                  + (f", skipped {len(self.skipped)}" if self.skipped else "")
                  + (f", {len(self.unused)} file tensors unused" if self.unused else "")]
         lines += [f"  skipped {n}: {why}" for n, why in self.skipped]
@@ -169,13 +176,17 @@ def _set_module(model, name, new):
 
 
 def quantize_module(model, format="int8-convrot", include=None, exclude=None, kind="w8a8", group=256,
-                    threads=None):
+                    threads=None, fuse_gelu=False):
     """Swap every eligible nn.Linear of `model` for a QLinear, in place.
 
     Eligible: an nn.Linear whose weight is a CPU fp32/bf16/fp16 tensor and, for
     "int8-convrot", whose in_features is a multiple of `group`; with `include`
     (a regex, re.search on the module's qualified name) only matching names,
-    with `exclude` none of the matching ones. Returns a SwapReport."""
+    with `exclude` none of the matching ones. fuse_gelu: a swapped Linear
+    followed directly by an nn.GELU(approximate="none") in an nn.Sequential
+    computes the GELU in its epilogue and the GELU module becomes
+    nn.Identity (results then differ from PyTorch's GELU by its own fp32
+    error, not more; off by default). Returns a SwapReport."""
     inc = re.compile(include) if include else None
     exc = re.compile(exclude) if exclude else None
     rep = SwapReport()
@@ -197,9 +208,24 @@ def quantize_module(model, format="int8-convrot", include=None, exclude=None, ki
             rep.skipped.append((name, f"in_features {mod.in_features} is not a multiple of the ConvRot group {group}"))
         else:
             todo.append((name, mod))
+    gelu_after = {}  # name of a Linear -> name of the nn.GELU right after it
+    if fuse_gelu:
+        for sname, seq in model.named_modules():
+            if isinstance(seq, nn.Sequential):
+                kids = list(seq.named_children())
+                for (a, ma), (b, mb) in zip(kids, kids[1:]):
+                    if (isinstance(ma, nn.Linear) and type(mb) is nn.GELU
+                            and getattr(mb, "approximate", "none") == "none"):
+                        pre = sname + "." if sname else ""
+                        gelu_after[pre + a] = pre + b
     for name, mod in todo:
-        _set_module(model, name, QLinear.from_linear(mod, format=format, kind=kind, group=group, threads=threads))
+        act = "gelu" if name in gelu_after else None
+        _set_module(model, name, QLinear.from_linear(mod, format=format, kind=kind, group=group, threads=threads,
+                                                     activation=act))
         rep.swapped.append(name)
+        if act:
+            _set_module(model, gelu_after[name], nn.Identity())
+            rep.fused.append(name)
     return rep
 
 

@@ -295,3 +295,75 @@ def test_bad_input_torch(gen):
         QLinear.from_linear(nn.Conv1d(2, 2, 1))
     with pytest.raises(qlinear.QlinearError, match="multiple"):
         QLinear.from_linear(nn.Linear(100, 4))
+
+
+def _gelu64(y):
+    """float64 x·Φ(x) = x·erfc(-x/√2)/2 (torch.nn.GELU()'s definition)."""
+    y = y.double()
+    return y * 0.5 * torch.special.erfc(-y / 2 ** 0.5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_gelu_activation(gen, dtype):
+    """activation="gelu": gelu(x·Wᵀ + b) in the epilogue, on the layer's own
+    pre-activation output: fp32 within 6 ulps of float64 (the library's
+    bound), 16-bit outputs within one unit of the dtype of float64 rounded,
+    and equal to PyTorch's GELU up to that GELU's own fp32 error; the fused
+    residual applies after it; fast, general and module paths agree."""
+    lin = make_linear(gen, 512, 200, dtype=dtype)
+    q = QLinear.from_linear(lin, activation="gelu")
+    assert q.activation == "gelu" and "activation=gelu" in repr(q)
+    x = (3 * torch.randn(3, 7, 512, generator=gen)).to(dtype)
+    pre = q.linear(x)
+    y = q(x)
+    assert y.dtype == dtype and y.shape == pre.shape
+    ref = _gelu64(pre)
+    if dtype == torch.float32:
+        tol = 6 * torch.finfo(torch.float32).eps / 2 * ref.abs() + 1e-44
+        assert ((y.double() - ref).abs() <= tol).all()
+        assert (y - nn.GELU()(pre)).abs().max() < 1e-6  # torch's own GELU: ~1e-7 absolute error
+    else:
+        step = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10
+        want = ref.to(dtype).double()
+        assert ((y.double() - want).abs() <= want.abs().clamp_min(1e-30) * step).all()
+        # PyTorch's 16-bit GELU (fp16: through fp32, torch 1.13 has none on the CPU): within a
+        # unit, or its erf's ~1e-7 absolute error in the tail
+        t = nn.GELU()(pre if dtype == torch.bfloat16 else pre.float()).to(dtype)
+        assert ((y.double() - t.double()).abs() <= t.double().abs() * step + 2e-6).all()
+        print(f"{dtype}: {(y == t).double().mean():.4f} of the outputs equal PyTorch's GELU")
+    assert torch.equal(q.linear.forward(x, activation="gelu"), y)
+    assert torch.equal(torch.from_numpy(q.linear.forward(x.float().numpy(), activation="gelu")),
+                       q.linear.forward(x.float(), activation="gelu"))
+    buf = torch.empty_like(y)
+    assert q(x, out=buf) is buf and torch.equal(buf, y)
+    assert torch.equal(q(x[:, :3].contiguous()), y[:, :3])  # another shape through the fast path
+    r = torch.randn(y.shape, generator=gen).to(dtype)
+    g = torch.randn(200, generator=gen).to(dtype)
+    z = q(x, residual=r, residual_scale=g)
+    if dtype == torch.float32:
+        assert torch.equal(z, r + g * y)
+    with pytest.raises(qlinear.QlinearError, match="activation 'relu'"):
+        q.linear.forward(x, activation="relu")
+
+
+def test_quantize_module_fuse_gelu(gen):
+    """fuse_gelu=True: each swapped Linear directly followed by nn.GELU() in
+    an nn.Sequential takes the GELU over; the model's output stays that of
+    the unfused quantized model up to GELU rounding differences."""
+    net = Net(gen)
+    x = torch.randn(5, 512, generator=gen)
+    with torch.no_grad():
+        ref = net.double()(x.double())
+        net.float()
+    plain = Net(gen)
+    plain.load_state_dict(net.state_dict())
+    quantize_module(plain)
+    rep = quantize_module(net, fuse_gelu=True)
+    assert set(rep.fused) == {"blocks.0.mlp.0", "blocks.1.mlp.0"} and "2 with their GELU fused" in repr(rep)
+    for i in range(2):
+        assert net.blocks[i].mlp[0].activation == "gelu" and type(net.blocks[i].mlp[1]) is nn.Identity
+        assert plain.blocks[i].mlp[0].activation is None and type(plain.blocks[i].mlp[1]) is nn.GELU
+    with torch.no_grad():
+        y, yp = net(x), plain(x)
+    assert rel_l2(y.double().numpy(), yp.double().numpy()) < 1e-3
+    assert rel_l2(y.double().numpy(), ref.numpy()) < 2 * BOUND

@@ -12,6 +12,7 @@ static inline void finish4(const ql_epi_plan *pl, float32x4_t v, const void *res
     const ql_dtype dt = pl->y_dtype;
     v = ql_neon_round_to(dt, v);
     if (pl->bias) v = ql_neon_round_to(dt, vaddq_f32(v, vld1q_f32(pl->bias + col)));
+    if (pl->act) v = ql_neon_round_to(dt, ql_neon_gelu(v));
     if (res) {
         const float32x4_t t = vmulq_f32(ql_neon_load(dt, pl->residual_scale, col), v);
         v = ql_neon_round_to(dt, vaddq_f32(ql_neon_load(dt, res, col), t));

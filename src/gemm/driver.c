@@ -1,6 +1,7 @@
 #include "gemm.h"
 
 #include <omp.h>
+#include <stdatomic.h>
 
 const ql_s8_kernel *ql_s8_kernel_for(ql_isa isa)
 {
@@ -202,6 +203,41 @@ void ql_split_panels(int64_t npanels, int t, int threads, int64_t *jp0, int64_t 
     *jp1 = npanels * (t + 1) / threads;
 }
 
+void ql_panel_ranges_init(ql_panel_range *r, int64_t npanels, int threads)
+{
+    for (int t = 0; t < threads; t++) {
+        int64_t jp0, jp1;
+        ql_split_panels(npanels, t, threads, &jp0, &jp1);
+        atomic_init(&r[t].lohi, (uint64_t)jp1 << 32 | (uint64_t)jp0);
+    }
+}
+
+bool ql_panel_next(ql_panel_range *r, int t, int threads, int64_t *jp)
+{
+    for (int i = 0; i < threads; i++) {
+        _Atomic uint64_t *x = &r[(t + i) % threads].lohi;
+        uint64_t v = atomic_load_explicit(x, memory_order_relaxed);
+        for (;;) {
+            const uint64_t lo = v & 0xFFFFFFFFu, hi = v >> 32;
+            if (lo >= hi) break;
+            /* the owner takes its next panel, a thief the last one */
+            const uint64_t want = i == 0 ? hi << 32 | (lo + 1) : (hi - 1) << 32 | lo;
+            if (atomic_compare_exchange_weak_explicit(x, &v, want, memory_order_relaxed, memory_order_relaxed)) {
+                *jp = (int64_t)(i == 0 ? lo : hi - 1);
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+void ql_gemm_s8_small_shared(const ql_s8_kernel *kern, const void *packed_a, int64_t m, const ql_packed_b *b,
+                             ql_panel_range *ranges, int t, int threads, ql_tile_epilogue_fn epi, void *arg)
+{
+    int64_t jp;
+    while (ql_panel_next(ranges, t, threads, &jp)) ql_gemm_s8_small_part(kern, packed_a, m, b, jp, jp + 1, epi, arg);
+}
+
 void ql_gemm_s8_small_part(const ql_s8_kernel *kern, const void *packed_a, int64_t m, const ql_packed_b *b,
                            int64_t jp0, int64_t jp1, ql_tile_epilogue_fn epi, void *arg)
 {
@@ -254,11 +290,15 @@ ql_status ql_gemm_s8_exec(int threads, ql_s8_plan plan, const void *packed_a, in
 {
     if (!plan.small) return ql_gemm_s8_run(threads, plan.kern, packed_a, m, b, epi, arg);
     if (threads > b->panels) threads = (int)(b->panels > 0 ? b->panels : 1);
-#pragma omp parallel num_threads(threads)
-    {
-        int64_t jp0, jp1;
-        ql_split_panels(b->panels, omp_get_thread_num(), omp_get_num_threads(), &jp0, &jp1);
-        ql_gemm_s8_small_part(plan.kern, packed_a, m, b, jp0, jp1, epi, arg);
+    if (threads <= 1) {
+        ql_gemm_s8_small_part(plan.kern, packed_a, m, b, 0, b->panels, epi, arg);
+        return QL_OK;
     }
+    ql_panel_range *ranges = ql_aligned_alloc(sizeof(ql_panel_range) * (size_t)threads);
+    if (!ranges) return ql_fail(QL_ERR_OUT_OF_MEMORY, "int8 gemm: cannot allocate %d panel ranges", threads);
+    ql_panel_ranges_init(ranges, b->panels, threads);
+#pragma omp parallel num_threads(threads)
+    ql_gemm_s8_small_shared(plan.kern, packed_a, m, b, ranges, omp_get_thread_num(), omp_get_num_threads(), epi, arg);
+    ql_aligned_free(ranges);
     return QL_OK;
 }

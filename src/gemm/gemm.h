@@ -192,6 +192,20 @@ ql_s8_plan ql_s8_plan_for(ql_isa isa, int64_t m, int64_t n, int64_t k);
 ql_s8_plan ql_s8_plan_limit(ql_isa isa, int64_t m, int64_t n, int64_t k, int64_t limit);
 /* Weight panels [*jp0, *jp1) of thread t of `threads`. */
 void ql_split_panels(int64_t npanels, int t, int threads, int64_t *jp0, int64_t *jp1);
+/* Dynamic split of the small-M path's weight panels: thread t starts on
+ * its static range (ql_split_panels) and, when that is done, takes panels
+ * from the back of the others' ranges, so a thread that runs slower (a
+ * later start, a busier core) is not waited for at the join. Each tile is
+ * computed the same way whoever takes it, so results do not depend on it. */
+typedef struct ql_panel_range {
+    _Alignas(64) _Atomic uint64_t lohi; /* [lo, hi) as hi << 32 | lo; one cache line per thread */
+} ql_panel_range;
+void ql_panel_ranges_init(ql_panel_range *r, int64_t npanels, int threads);
+/* The next panel for thread t (false: none left). */
+bool ql_panel_next(ql_panel_range *r, int t, int threads, int64_t *jp);
+/* Thread t's share of the small-M GEMM over ranges (initialized for `threads`). */
+void ql_gemm_s8_small_shared(const ql_s8_kernel *kern, const void *packed_a, int64_t m, const ql_packed_b *b,
+                             ql_panel_range *ranges, int t, int threads, ql_tile_epilogue_fn epi, void *arg);
 /* One thread's share of the small-M GEMM: panels [jp0, jp1) against every
  * row panel of A. */
 void ql_gemm_s8_small_part(const ql_s8_kernel *kern, const void *packed_a, int64_t m, const ql_packed_b *b,

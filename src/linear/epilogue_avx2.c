@@ -5,12 +5,13 @@
 
 #include <math.h>
 
-/* Round, + bias (rounded), residual (rounded), store: 8 outputs. */
+/* Round, + bias (rounded), GELU (rounded), residual (rounded), store: 8 outputs. */
 static inline void finish(const ql_epi_plan *p, __m256 v, int64_t row, int64_t col, void *y, int64_t ldy)
 {
     const ql_dtype dt = p->y_dtype;
     __m256 r = ql256_round_to(dt, v);
     if (p->bias) r = ql256_round_to(dt, _mm256_add_ps(r, _mm256_loadu_ps(p->bias + col)));
+    if (p->act) r = ql256_round_to(dt, ql256_gelu(r));
     if (p->residual) {
         __m256 res = ql256_load(dt, p->residual, row * p->ld_residual + col);
         __m256 rs = ql256_load(dt, p->residual_scale, col);
@@ -79,7 +80,7 @@ void ql_w8a8_epilogue_avx2(void *arg, const int32_t *c, int nr, int64_t m0, int6
 {
     const ql_w8a8_epi *e = arg;
     const ql_dtype dt = e->plan.y_dtype;
-    if (!e->c_out && dt == QL_BF16 && !e->plan.residual && nr_eff % 8 == 0 && tile_nan_free(e, m0, mr_eff)) {
+    if (!e->c_out && dt == QL_BF16 && !e->plan.residual && !e->plan.act && nr_eff % 8 == 0 && tile_nan_free(e, m0, mr_eff)) {
         tile_bf16(e, c, nr, m0, n0, mr_eff, nr_eff);
         return;
     }

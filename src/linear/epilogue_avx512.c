@@ -1,6 +1,7 @@
 /* AVX-512 W8A8 tile epilogue: int32 tile -> (acc - 128·Σq) -> fp32 ->
  * ·(s_x·s_w) -> round to the output dtype -> + bias (rounded) -> residual
- * (rounded) -> store. The same roundings as ql_epilogue_scalar. */
+ * (rounded) -> GELU (rounded) -> residual (rounded) -> store. The same
+ * roundings as ql_epilogue_scalar. */
 #include "kernels.h"
 #include "simd512.h"
 
@@ -12,6 +13,7 @@ static inline void finish_bf16(const ql_epi_plan *p, __m512 v, int64_t row, int6
     __m256i bits;
     __m512 r = ql512_bf16_round(v, fbf, &bits);
     if (p->bias) r = ql512_bf16_round(_mm512_add_ps(r, _mm512_maskz_loadu_ps(mk, p->bias + col)), fbf, &bits);
+    if (p->act) r = ql512_bf16_round(ql512_gelu(r), fbf, &bits);
     if (p->residual) {
         __m512 res = ql512_load(QL_BF16, p->residual, row * p->ld_residual + col, mk);
         __m512 rs = ql512_load(QL_BF16, p->residual_scale, col, mk);
@@ -32,6 +34,7 @@ static inline void finish(const ql_epi_plan *p, __m512 v, int64_t row, int64_t c
     }
     __m512 r = ql512_round_to(dt, v);
     if (p->bias) r = ql512_round_to(dt, _mm512_add_ps(r, _mm512_maskz_loadu_ps(mk, p->bias + col)));
+    if (p->act) r = ql512_round_to(dt, ql512_gelu(r));
     if (p->residual) {
         __m512 res = ql512_load(dt, p->residual, row * p->ld_residual + col, mk);
         __m512 rs = ql512_load(dt, p->residual_scale, col, mk);
@@ -159,7 +162,7 @@ void ql_w8a8_epilogue_avx512(void *arg, const int32_t *c, int nr, int64_t m0, in
 static void epilogue_avx512(const ql_w8a8_epi *e, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff)
 {
     const bool fbf = ql_cpu()->avx512bf16;
-    if (fbf && !e->c_out && e->plan.y_dtype == QL_BF16 && !e->plan.residual && nr == 32 && nr_eff == 32) {
+    if (fbf && !e->c_out && e->plan.y_dtype == QL_BF16 && !e->plan.residual && !e->plan.act && nr == 32 && nr_eff == 32) {
         const __m512 sw0 = e->sw_scalar ? _mm512_set1_ps(e->sw[0]) : _mm512_loadu_ps(e->sw + n0);
         const __m512 sw1 = e->sw_scalar ? sw0 : _mm512_loadu_ps(e->sw + n0 + 16);
         /* every row's |s_x|·min|s_w| >= 2^-126 (a NaN scale fails) */

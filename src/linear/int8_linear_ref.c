@@ -26,6 +26,9 @@ ql_status ql_check_forward_args(const char *fn, int64_t n, int64_t k, const void
     QL_TRY(ql_check_float_dtype(fn, "y", y_dtype));
     QL_TRY(ql_check_matrix(fn, "x", x, m, k, ldx));
     QL_TRY(ql_check_matrix(fn, "y", y, m, n, ldy));
+    if (epi && epi->activation != QL_ACTIVATION_NONE && epi->activation != QL_ACTIVATION_GELU)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: unknown activation %d in the epilogue (0 none, 1 GELU)", fn,
+                       epi->activation);
     if (epi && epi->residual) {
         QL_TRY(ql_check_matrix(fn, "residual", epi->residual, m, n, epi->ld_residual));
         if (epi->residual_scale == NULL)
@@ -55,7 +58,7 @@ ql_status ql_int8_linear_ref(const ql_int8_weight *w, const void *x, ql_dtype x_
     if (m == 0 || w->n == 0) return QL_OK;
     const int64_t n = w->n, k = w->k;
     ql_epi_plan plan = {y_dtype, NULL, epi ? epi->residual : NULL, epi ? epi->ld_residual : 0,
-                        epi ? epi->residual_scale : NULL};
+                        epi ? epi->residual_scale : NULL, epi ? epi->activation : 0};
     float *bias = NULL;
     QL_TRY(ql_bias_to_f32(fn, w->bias, w->bias_dtype, n, y_dtype, &bias));
     plan.bias = bias;

@@ -353,21 +353,21 @@ static ql_status forward_w8a8(ql_linear *l, const void *x, ql_dtype xdt, int64_t
         }
         ql_tile_epilogue_fn epi = lora ? ql_lora_epilogue : ops.epilogue;
         void *epi_arg = lora ? (void *)&lr : (void *)&e;
-        if (sp.small) { /* one parallel region: rows quantized, then N split */
+        if (sp.small) { /* one parallel region: rows quantized, then N split (ql_panel_next) */
             const int nt = threads < l->b8.panels ? threads : (int)l->b8.panels;
             if (nt <= 1) {
                 prologue_part(&pj, 0, 1);
                 ql_gemm_s8_small_part(kern, pj.packed, mc, &l->b8, 0, l->b8.panels, epi, epi_arg);
                 continue;
             }
+            ql_panel_range ranges[nt];
 #pragma omp parallel num_threads(nt)
             {
                 const int t = omp_get_thread_num(), n = omp_get_num_threads();
+                if (t == 0) ql_panel_ranges_init(ranges, l->b8.panels, n);
                 prologue_part(&pj, t, n);
 #pragma omp barrier
-                int64_t jp0, jp1;
-                ql_split_panels(l->b8.panels, t, n, &jp0, &jp1);
-                ql_gemm_s8_small_part(kern, pj.packed, mc, &l->b8, jp0, jp1, epi, epi_arg);
+                ql_gemm_s8_small_shared(kern, pj.packed, mc, &l->b8, ranges, t, n, epi, epi_arg);
             }
             continue;
         }
@@ -458,14 +458,18 @@ static ql_status forward_float(ql_linear *l, const ql_packed_f32 *b, int64_t gro
                 ql_gemm_f32_small_part(l->f32, ac, ldac, mc, b, 0, b->panels, epi, &e);
                 continue;
             }
+            const int64_t pairs = (b->panels + 1) / 2; /* the tiles take two panels at a time */
+            ql_panel_range ranges[nt];
 #pragma omp parallel num_threads(nt)
             {
                 const int t = omp_get_thread_num(), n = omp_get_num_threads();
+                if (t == 0) ql_panel_ranges_init(ranges, pairs, n);
                 if (!direct) rows_to_f32(l, xc, xdt, ldx, mc * t / n, mc * (t + 1) / n, group, a, lda);
 #pragma omp barrier
-                int64_t jp0, jp1;
-                ql_split_panels(b->panels, t, n, &jp0, &jp1);
-                ql_gemm_f32_small_part(l->f32, ac, ldac, mc, b, jp0, jp1, epi, &e);
+                int64_t pair;
+                while (ql_panel_next(ranges, t, n, &pair))
+                    ql_gemm_f32_small_part(l->f32, ac, ldac, mc, b, 2 * pair, 2 * pair + 2 < b->panels ? 2 * pair + 2 : b->panels,
+                                           epi, &e);
             }
             continue;
         }
@@ -515,10 +519,12 @@ ql_status ql_linear_forward(ql_linear *l, const void *x, ql_dtype xdt, int64_t m
     QL_CHECK_PTR(fn, l);
     QL_TRY(ql_check_forward_args(fn, l->n, l->k, x, xdt, m, ldx, y, ydt, ldy, epi));
     if (m == 0 || l->n == 0) return QL_OK;
+    if (l->cuda && epi && epi->activation)
+        return ql_fail(QL_ERR_UNSUPPORTED, "%s: the CUDA backend has no activation epilogue (GELU); apply it after the linear", fn);
     if (l->cuda)
         return ql_cuda_linear_forward(l->cuda, &l->ctx->cuda_ws, l->ctx->cuda_stream, x, xdt, m, ldx, y, ydt, ldy, epi);
     ql_epi_plan plan = {ydt, NULL, epi ? epi->residual : NULL, epi ? epi->ld_residual : 0,
-                        epi ? epi->residual_scale : NULL};
+                        epi ? epi->residual_scale : NULL, epi ? epi->activation : 0};
     plan.bias = l->bias[ydt];
     ql_status st;
     if (l->k == 0) { /* empty contraction: acc = 0 */

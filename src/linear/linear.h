@@ -4,6 +4,7 @@
 #define QL_LINEAR_H
 
 #include "../quant/quant.h"
+#include "gelu.h"
 
 /* int32 accumulators stay exact while 128·128·K < 2^31 (and 255·128·K for
  * the u8·s8 VNNI trick): K <= 65536. */
@@ -21,15 +22,18 @@ typedef struct ql_epi_plan {
     const void *residual;
     int64_t ld_residual;
     const void *residual_scale;
+    int act; /* ql_activation */
 } ql_epi_plan;
 
-/* y = round(v); y = round(y + bias[n]); y = round(res + rs[n]·y): the eager
- * order of roundings. v is the fp32 value acc·(s_x·s_w) or a float GEMM's. */
+/* y = round(v); y = round(y + bias[n]); y = round(gelu(y)) if act;
+ * y = round(res + rs[n]·y): the eager order of roundings. v is the fp32
+ * value acc·(s_x·s_w) or a float GEMM's. */
 static inline float ql_epilogue_scalar(const ql_epi_plan *e, float v, int64_t row, int64_t col)
 {
     ql_dtype dt = e->y_dtype;
     float y = ql_round_to(dt, v);
     if (e->bias) y = ql_round_to(dt, y + e->bias[col]);
+    if (e->act) y = ql_round_to(dt, ql_gelu_f32(y));
     if (e->residual) {
         float r = ql_load_f(dt, e->residual, row * e->ld_residual + col);
         float rs = ql_load_f(dt, e->residual_scale, col);

@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include "../core/core.h"
+#include "gelu.h"
 
 static inline __mmask16 ql512_mask(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u); }
 
@@ -83,6 +84,53 @@ static inline void ql512_store_exact(ql_dtype dt, void *p, int64_t i, __m512 v, 
     if (dt == QL_BF16)
         _mm256_mask_storeu_epi16((uint16_t *)p + i, m, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)));
     else ql512_store(dt, p, i, v, m);
+}
+
+/* ql_gelu_f32 (gelu.h) on 16 lanes, the same operations in the same order. */
+static inline __m512 ql512_gelu(__m512 x)
+{
+#define QL512_FMA(p, v, c) _mm512_fmadd_ps(p, v, _mm512_set1_ps(c))
+    const __m512 a = _mm512_min_ps(_mm512_abs_ps(x), _mm512_set1_ps(QL_GELU_XMAX));
+    const __m512 t = _mm512_div_ps(_mm512_set1_ps(1.0f), QL512_FMA(a, _mm512_set1_ps(QL_GELU_C), 1.0f));
+    const __m512 u = _mm512_sub_ps(t, _mm512_set1_ps(QL_GELU_T0));
+    __m512 q = _mm512_set1_ps(QL_GELU_Q10);
+    q = QL512_FMA(q, u, QL_GELU_Q9);
+    q = QL512_FMA(q, u, QL_GELU_Q8);
+    q = QL512_FMA(q, u, QL_GELU_Q7);
+    q = QL512_FMA(q, u, QL_GELU_Q6);
+    q = QL512_FMA(q, u, QL_GELU_Q5);
+    q = QL512_FMA(q, u, QL_GELU_Q4);
+    q = QL512_FMA(q, u, QL_GELU_Q3);
+    q = QL512_FMA(q, u, QL_GELU_Q2);
+    q = QL512_FMA(q, u, QL_GELU_Q1);
+    q = QL512_FMA(q, u, QL_GELU_Q0);
+    const __m512 hh = _mm512_mul_ps(a, a), half = _mm512_set1_ps(0.5f);
+    const __m512 h = _mm512_mul_ps(half, hh), l = _mm512_mul_ps(half, _mm512_fmsub_ps(a, a, hh));
+    const __m512 nh = _mm512_sub_ps(_mm512_setzero_ps(), h);
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(nh, _mm512_set1_ps(QL_GELU_LOG2E)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-QL_GELU_LN2HI), nh);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-QL_GELU_LN2LO), r);
+    r = _mm512_sub_ps(r, l);
+    __m512 e = _mm512_set1_ps(QL_GELU_E4);
+    e = QL512_FMA(e, r, QL_GELU_E3);
+    e = QL512_FMA(e, r, QL_GELU_E2);
+    e = QL512_FMA(e, r, QL_GELU_E1);
+    e = QL512_FMA(e, r, QL_GELU_E0);
+    e = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(r, r), e, r), _mm512_set1_ps(1.0f));
+    const __m512i ni = _mm512_cvtps_epi32(n), n1 = _mm512_srai_epi32(ni, 1), n2 = _mm512_sub_epi32(ni, n1);
+    const __m512 p1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, _mm512_set1_epi32(126)), 23));
+    const __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, _mm512_set1_epi32(127)), 23));
+    const __m512 s1 = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(t, q), e), p1);
+    const __m512 gneg = _mm512_mul_ps(_mm512_mul_ps(x, s1), s2);
+    const __m512 gpos = _mm512_fnmadd_ps(x, _mm512_mul_ps(s1, s2), x);
+    __m512 g = _mm512_mask_blend_ps(_mm512_movepi32_mask(_mm512_castps_si512(x)), gpos, gneg);
+    g = _mm512_mask_mov_ps(g, _mm512_cmp_ps_mask(x, _mm512_set1_ps(QL_GELU_XMAX), _CMP_GT_OQ), x);
+    g = _mm512_mask_mov_ps(g, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-QL_GELU_XMAX), _CMP_LT_OQ), _mm512_set1_ps(-0.0f));
+    g = _mm512_mask_mov_ps(g, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ),
+                           _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
+    return _mm512_mask_mov_ps(g, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+#undef QL512_FMA
 }
 
 #endif
