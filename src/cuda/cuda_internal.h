@@ -18,6 +18,20 @@ bool codes_permuted(int64_t k, int64_t group, int64_t ldq);
 /* What a launch needs to know of the device for a row length k (resident
  * blocks of the G = 256 kernel per dtype f32 / f16 / bf16 and team size),
  * filled by prepare_quantize_rows on the device that will run it. */
+/* A launch of grid x block threads on `stream`; pdl: a programmatic
+ * dependent launch (the attribute goes in attr[0]; a caller may append
+ * more at attr[cfg.numAttrs]). */
+inline cudaLaunchConfig_t launch_config(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                                        cudaLaunchAttribute *attr)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = stream;
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr, cfg.numAttrs = pdl ? 1 : 0;
+    return cfg;
+}
+
 struct PrologueFit {
     int resident[3][3];
     bool pdl; /* the fast prologue is a programmatic dependent launch (sm_90+) */

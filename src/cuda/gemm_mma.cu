@@ -158,15 +158,9 @@ cudaError_t launch_s8_gemm_mma(const int8_t *a, int64_t lda, const int8_t *b, in
 cudaError_t launch_s8_gemv(const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m, int64_t n,
                            int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl)
 {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)((n + GEMV_WARPS - 1) / GEMV_WARPS));
-    cfg.blockDim = dim3(GEMV_WARPS * 32);
-    cfg.stream = stream;
     cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
+    cudaLaunchConfig_t cfg =
+        launch_config(dim3((unsigned)((n + GEMV_WARPS - 1) / GEMV_WARPS)), dim3(GEMV_WARPS * 32), 0, stream, pdl, attr);
     const int64_t kp = (k + 15) / 16 * 16;
     cudaError_t e = cudaSuccess;
     switch (m) {

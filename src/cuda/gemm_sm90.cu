@@ -520,17 +520,14 @@ cudaError_t launch_epi(const CUtensorMap &ma, const CUtensorMap &mb, int m, int 
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
         if (e != cudaSuccess) return e;
     }
-    cudaLaunchConfig_t cfg = {};
-    cfg.blockDim = dim3(C::PERSIST ? 3 * 128 : C::NWG * 128 + 32, 1, 1);
-    cfg.dynamicSmemBytes = C::SMEM;
-    cfg.stream = stream;
     cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-    attr[1].id = cudaLaunchAttributeClusterDimension;
-    attr[1].val.clusterDim.x = C::CM, attr[1].val.clusterDim.y = 1, attr[1].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = C::CM > 1 ? 2 : 1;
+    cudaLaunchConfig_t cfg = launch_config(grid, dim3(C::PERSIST ? 3 * 128 : C::NWG * 128 + 32, 1, 1), C::SMEM, stream,
+                                           pdl, attr);
+    if (C::CM > 1) {
+        cudaLaunchAttribute &c = attr[cfg.numAttrs++];
+        c.id = cudaLaunchAttributeClusterDimension;
+        c.val.clusterDim.x = C::CM, c.val.clusterDim.y = 1, c.val.clusterDim.z = 1;
+    }
     if constexpr (C::PERSIST) {
         static_assert(C::NWG == 2 && C::BN == 256 && C::CTAS == 1, "the persistent kernel's tile");
         const int64_t units = (int64_t)grid.x * ((grid.y + C::CM - 1) / C::CM);

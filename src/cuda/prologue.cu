@@ -495,16 +495,9 @@ template <int DT> cudaError_t launch_g256(const void *x, int64_t ldx_bytes, int6
     int64_t blocks = (units * roww + WP_WARPS - 1) / WP_WARPS;
     if (blocks > resident[r]) blocks = resident[r];
     auto kern = (void (*)(const char *, int64_t, int64_t, int, int8_t *, float *))g256_kernels<DT>()[r];
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)blocks);
-    cfg.blockDim = dim3(WP_WARPS * 32);
-    cfg.dynamicSmemBytes = WP_WARPS * wp_warp_bytes<DT>(k, roww);
-    cfg.stream = stream;
     cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
+    cudaLaunchConfig_t cfg = launch_config(dim3((unsigned)blocks), dim3(WP_WARPS * 32),
+                                           WP_WARPS * wp_warp_bytes<DT>(k, roww), stream, pdl, attr);
     return cudaLaunchKernelEx(&cfg, kern, (const char *)x, ldx_bytes, m, k, q, sx);
 }
 
