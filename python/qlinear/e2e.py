@@ -30,7 +30,9 @@ any dtype, and the output's rel-L2 against the fp32 path.
 OpenBLAS 0.3.21 (Debian 12) does not know recent CPUs and falls back to its
 slowest kernels; as qlinear bench does, this sets OPENBLAS_CORETYPE (and
 OPENBLAS_NUM_THREADS = --threads) before OpenBLAS loads, by re-executing
-itself once, and says so. It also makes idle pool workers sleep (POOL_ENV:
+itself once, and says so; on AVX-512 CPUs it sets ATEN_CPU_CAPABILITY=avx512
+(PyTorch 1.13 otherwise runs its own ops - softmax, GELU, norms - on its AVX2
+kernels). It also makes idle pool workers sleep (POOL_ENV:
 OPENBLAS_THREAD_TIMEOUT=4, OMP_WAIT_POLICY=passive; --spin leaves the
 runtimes' defaults), the same setup for every path, and prints it. And it
 keeps glibc's malloc from mapping each large temporary (attention scores, MLP
@@ -42,7 +44,10 @@ minor page faults per step are printed for every path.
 
 --overhead times the binding per call at M = 1: QLinear(x), QLinear(x, out=y)
 (a reused output buffer), Linear.forward on torch and numpy inputs, against ql_linear_forward called through cffi with
-prepared arguments (the C API floor), each call timed on its own, medians.
+prepared arguments (the C API floor), each call timed on its own, medians; and the same C call
+timed right after an untimed QLinear(x, out=y) (a control: whether the wrappers' Python work
+between calls slows the next C call), and the wrappers' Python work alone (the same QLinear
+with its C function swapped for a no-op).
 """
 import argparse
 import json
@@ -113,6 +118,11 @@ def _reexec_for_openblas(argv, threads, spin, malloc_defaults=False):
         if core:
             env["OPENBLAS_CORETYPE"] = core
             notes.append(f"OPENBLAS_CORETYPE={core}")
+    if "ATEN_CPU_CAPABILITY" not in env and {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= _cpu_flags():
+        # PyTorch 1.13 picks its AVX2 kernels even on AVX-512 CPUs; its AVX-512 ones (built in Debian's
+        # torch) run softmax ~1.6-2.6x faster here, GELU ~1.1-1.5x (every path alike)
+        env["ATEN_CPU_CAPABILITY"] = "avx512"
+        notes.append("ATEN_CPU_CAPABILITY=avx512")
     if "OPENBLAS_NUM_THREADS" not in env:
         env["OPENBLAS_NUM_THREADS"] = str(threads)
         notes.append(f"OPENBLAS_NUM_THREADS={threads}")
@@ -134,13 +144,13 @@ def _reexec_for_openblas(argv, threads, spin, malloc_defaults=False):
 def _pool_config(torch, threads, note):
     """One paragraph: the thread setup every path runs under, and who set it."""
     env = " ".join(f"{v}={os.environ.get(v, '(unset)')}" for v in
-                   ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT", "OMP_WAIT_POLICY",
+                   ("OPENBLAS_CORETYPE", "ATEN_CPU_CAPABILITY", "OPENBLAS_NUM_THREADS", "OPENBLAS_THREAD_TIMEOUT", "OMP_WAIT_POLICY",
                     "OMP_NUM_THREADS") + tuple(v for v, _, _ in MALLOC_ENV))
     lines = [f"threads: torch.set_num_threads({threads}) (ATen and oneDNN on libgomp; qlinear's layers follow "
              f"torch.get_num_threads() = {torch.get_num_threads()}, on the same libgomp pool); {env}"]
     if note:
         lines.append(f"set by qlinear.e2e: {note} (OPENBLAS_CORETYPE: OpenBLAS 0.3.21 falls back to its slowest "
-                     "kernels on CPUs it does not know; the idle policies keep one pool's spinning workers off the "
+                     "kernels on CPUs it does not know; ATEN_CPU_CAPABILITY: PyTorch's own AVX-512 kernels (softmax, GELU, norms) instead of the AVX2 ones it picks by default; the idle policies keep one pool's spinning workers off the "
                      "cores another pool is running on; --spin leaves them at the runtimes' defaults; MALLOC_*: "
                      "large temporaries reuse heap memory instead of fresh mmaps faulted in page by page, for every "
                      "path alike; --malloc-defaults leaves glibc's defaults)")
@@ -531,28 +541,39 @@ def overhead(a):
         x = torch.randn(1, k, generator=g)
         xn = x.numpy()
         y, yo = torch.empty(1, n), torch.empty(1, n)  # yo: a reused output buffer
+        # the binding's own work: the same wrapper with its C function a no-op
+        qn = qt.QLinear.from_linear(lin)
+        qn.linear._fwd_int = lambda *args: 0
         fwd, args = q.linear._fwd_int, (q.linear._ptr, x.data_ptr(), 0, 1, k, y.data_ptr(), 0, n, ffi.NULL)
         fns = {
             "cffi call of ql_version() (the FFI floor)": lib.ql_version,
             "C API: ql_linear_forward, prepared args": lambda: fwd(*args),
+            # control: the same C call, each right after an untimed wrapper call (does
+            # the wrappers' Python work between calls slow the next C call?)
+            "C API after an untimed QLinear(x, out=y)": (lambda: q(x, out=yo), lambda: fwd(*args)),
             "qlinear.torch.QLinear(x)": lambda: q(x),
             "qlinear.torch.QLinear(x, out=y)": lambda: q(x, out=yo),
             "qlinear.Linear.forward(torch x)": lambda: q.linear.forward(x),
             "qlinear.Linear.forward(numpy x)": lambda: q.linear.forward(xn),
             "torch nn.Linear(x) (for scale)": lambda: lin(x),
+            "Python work alone: QLinear(x)": lambda: qn(x),
+            "Python work alone: QLinear(x, out=y)": lambda: qn(x, out=yo),
         }
         assert torch.equal(q(x), q.linear.forward(x)) and np.array_equal(q.linear.forward(xn), q(x).numpy())
         fwd(*args)
         assert torch.equal(y, q(x))
         times = {name: [] for name in fns}
         with torch.no_grad():
-            for fn in fns.values():
+            fns = {name: fn if isinstance(fn, tuple) else (None, fn) for name, fn in fns.items()}
+            for pre, fn in fns.values():
                 for _ in range(200):
                     fn()
             for _ in range(max(1, a.calls // 100)):
-                for name, fn in fns.items():
+                for name, (pre, fn) in fns.items():
                     rec = times[name].append
                     for _ in range(100):
+                        if pre is not None:
+                            pre()
                         t0 = clock()
                         fn()
                         rec(clock() - t0)
@@ -563,7 +584,8 @@ def overhead(a):
             extra = f"  (+{med[name] - base:.1f} us over the C API)" if name.startswith("qlinear") else ""
             print(f"  {name:<42} {med[name]:9.2f} us{extra}")
         out.append({"n": n, "k": k, "threads": a.threads, "calls": len(times[name]),
-                    "median_us": med, "overhead_us": {nm: med[nm] - base for nm in fns if nm.startswith("qlinear")}})
+                    "median_us": med, "overhead_us": {nm: med[nm] - base for nm in fns if nm.startswith("qlinear")},
+                    "python_only_us": {nm: med[nm] for nm in fns if nm.startswith("Python work")}})
     if a.json:
         _write_json(a.json, {"overhead": out})
     return 0

@@ -39,6 +39,20 @@ def test_e2e_small(tmp_path):
     assert bad.returncode != 0 and "unknown path(s) fp8" in bad.stderr
 
 
+def test_e2e_overhead(tmp_path):
+    """--overhead runs and writes its JSON with every entry point (not timed: no figure is asserted)."""
+    js = tmp_path / "ov.json"
+    r = _run(["qlinear.e2e", "--overhead", "--calls", "100", "--threads", "2", "--json", str(js)], timeout=600)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(js.read_text())["overhead"]
+    assert [(x["n"], x["k"]) for x in d] == [(256, 256), (2048, 2048)]
+    for x in d:
+        med = x["median_us"]
+        assert set(x["python_only_us"]) == {"Python work alone: QLinear(x)", "Python work alone: QLinear(x, out=y)"}
+        assert all(v > 0 for v in med.values())
+        assert set(x["overhead_us"]) >= {"qlinear.torch.QLinear(x)", "qlinear.torch.QLinear(x, out=y)"}
+
+
 def test_bench_plot(tmp_path, cli):
     js, png = tmp_path / "bench.json", tmp_path / "bench.png"
     run_cli(cli, "bench", "--shape", "256x512", "--m", "8", "--reps", "1", "--paths", "fp32,w8a8-convrot,int8-gemm",
