@@ -200,9 +200,9 @@ static void test_linear(ql_context *gpu)
 static void test_chain(ql_context *gpu)
 {
     enum { L = 5 };
-    /* K of layer i = dims[i], N = dims[i + 1]: at M = 1024 the persistent kernel (6144x256), 64x128,
-     * 128x128 tiles; at M = 5 the GEMV; K = 256 (a row per half-warp) and longer rows */
-    static const int64_t dims[L + 1] = {256, 6144, 256, 2048, 512, 1024};
+    /* K of layer i = dims[i], N = dims[i + 1]: at M = 1024 the persistent ping-pong kernel (6144x512),
+     * 64x128 and 128x128 tiles; at M = 5 the GEMV; K = 256 (a row per half-warp) and longer rows */
+    static const int64_t dims[L + 1] = {512, 6144, 256, 2048, 512, 1024};
     static const int64_t ms[] = {1024, 5, 300};
     int8_t *q[L];
     float *sc[L];

@@ -43,13 +43,14 @@ cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m,
 /* Shared memory the prologue needs for a row of k (it refuses rows that do not fit). */
 size_t quantize_rows_smem(int64_t k);
 
-/* Hopper (sm_90a) GEMM tiles: consumer warpgroups (64 rows each) × columns,
+/* Hopper (sm_90a) GEMM tiles: rows (64 per consumer warpgroup, or 128) × columns,
  * bytes of K per pipeline stage, blocks per SM; persistent: one block per SM
  * walks the tiles (the grid is at most `sms` blocks). */
 struct Sm90Tile {
-    int wgs, bn, bk, ctas_per_sm, persistent, cluster; /* cluster: blocks along M sharing B (multicast) */
+    int bm, bn, bk, ctas_per_sm, persistent, cluster, pingpong; /* cluster: blocks along M sharing B (multicast);
+                                                                   pingpong: bm x bn is one warpgroup's tile */
 };
-#define QLC_SM90_TILES 10
+#define QLC_SM90_TILES 11
 Sm90Tile sm90_tile(int tile); /* tile < QLC_SM90_TILES */
 /* TMA descriptors of the operands for a tile (either may be NULL: not made).
  * a, b: 16-byte aligned, lda/ldb multiples of 16 bytes. False: refused. */

@@ -96,11 +96,12 @@ __device__ __forceinline__ void produce_tile(const CUtensorMap &tma_a, const CUt
     }
 }
 
-/* Consumer warpgroup c: wgmma over one tile's K slices, accumulators in d.
+/* Consumer warpgroup c: wgmma over one tile's K slices, accumulators in d:
+ * MH row halves of 64 (rows (c·MH + h)·64 of the stage's A slice).
  * Every stage is released (one arrival per warp) once its wgmmas retired. */
-template <int BM, int BN, int BK, int STAGES, int CM = 1>
-__device__ __forceinline__ void consume_tile(int32_t (&d)[BN / 2], uint8_t *smem, uint64_t *full, uint64_t *empty,
-                                             int c, int tid, int kt_count, uint32_t &it)
+template <int BM, int BN, int BK, int STAGES, int CM = 1, int MH = 1>
+__device__ __forceinline__ void consume_tile(int32_t (&d)[MH][BN / 2], uint8_t *smem, uint64_t *full,
+                                             uint64_t *empty, int c, int tid, int kt_count, uint32_t &it)
 {
     /* a stage is free once every block whose producer writes it (all of
      * the cluster's, through the multicast B) has released it */
@@ -116,12 +117,15 @@ __device__ __forceinline__ void consume_tile(int32_t (&d)[BN / 2], uint8_t *smem
     for (int kt = 0; kt < kt_count; kt++, it++) {
         const uint32_t s = it % STAGES;
         mbar_wait(&full[s], (it / STAGES) & 1);
-        const uint8_t *a = smem + s * STAGE_BYTES + c * 64 * BK;
+        const uint8_t *a = smem + s * STAGE_BYTES + c * MH * 64 * BK;
         const uint8_t *b = smem + s * STAGE_BYTES + A_BYTES;
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
         for (int kk = 0; kk < BK / 32; kk++)
-            wgmma_tile<BN>(d, smem_desc<BK>(a + kk * 32), smem_desc<BK>(b + kk * 32), kt > 0 || kk > 0);
+#pragma unroll
+            for (int h = 0; h < MH; h++)
+                wgmma_tile<BN>(d[h], smem_desc<BK>(a + h * 64 * BK + kk * 32), smem_desc<BK>(b + kk * 32),
+                               kt > 0 || kk > 0);
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         /* Keep one group in flight: the previous stage is free once the
          * group before this one has retired. */
@@ -131,7 +135,9 @@ __device__ __forceinline__ void consume_tile(int32_t (&d)[BN / 2], uint8_t *smem
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     release(&empty[(it - 1) % STAGES]);
 #pragma unroll
-    for (int i = 0; i < BN / 2; i++) asm volatile("" : "+r"(d[i])::"memory");
+    for (int h = 0; h < MH; h++)
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) asm volatile("" : "+r"(d[h][i])::"memory");
 }
 
 /* The epilogue of consumer warpgroup c's 64 x BN part of a tile (rows from
@@ -311,42 +317,46 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     /* Programmatic dependent launch: the activation scales come from the
      * prologue kernel just before; everything above overlapped its tail. */
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    int32_t d[BN / 2];
+    int32_t d[1][BN / 2];
     uint32_t it = 0;
     consume_tile<BM, BN, BK, STAGES>(d, smem, full, empty, wg, tid, kt_count, it);
     using S = Staging<BN, EPI>;
     static_assert(EPI == EPI_GENERIC || NWG * S::BYTES <= STAGES * STAGE_BYTES, "staged tile fits the ring");
     /* the staging area is the ring: every consumer's last wgmma must have read it */
     if constexpr (EPI != EPI_GENERIC) asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory");
-    epilogue_tile<BN, EPI>(d, p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, smem + wg * S::BYTES, 2 + wg);
+    epilogue_tile<BN, EPI>(d[0], p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, smem + wg * S::BYTES, 2 + wg);
 #endif
 }
 
-/* Persistent: one block per SM walks the 128 x 256 tiles (row-major, N
- * fastest) with a stride of the grid. The producer warp runs ahead into the
+/* Persistent: one block per SM walks the 128 x 256 tiles (128 x 128 in
+ * ping-pong, see PP) (row-major, N fastest) with a stride of the grid. The producer warp runs ahead into the
  * next tile while the consumers finish the last one, so the epilogue hides
  * the next tile's first loads and no block pays a pipeline ramp per tile;
  * 128 x 256 needs a quarter less L2 -> shared traffic per MAC than 128 x 128.
  * The fast epilogues stage through their own area (the ring stays busy);
  * bf16 tiles leave by TMA stores that overlap the next tile's main loop. */
-template <int BK, int STAGES, int EPI, int CM>
+template <int BK, int STAGES, int EPI, int CM, bool PP>
 __global__ void __launch_bounds__(3 * 128, 1)
     s8_gemm_sm90_persistent_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
                                    const __grid_constant__ CUtensorMap tma_y, int m, int n, int k, EpiParams p)
 {
 #ifdef QLC_SM90A
     pdl_trigger(); /* the next layer's prologue may launch (it waits for this grid) */
-    constexpr int NWG = 2, BM = 128, BN = 256, STAGE_BYTES = (BM + BN) * BK;
+    /* PP (ping-pong): each consumer warpgroup owns every other 128 x 128
+     * tile (two wgmmas of 64 rows per K step), so that one's epilogue runs
+     * under the other's main loop; else both share a 128 x 256 tile */
+    constexpr int NWG = 2, BM = 128, BN = PP ? 128 : 256, MH = PP ? 2 : 1, STAGE_BYTES = (BM + BN) * BK;
+    static_assert(!PP || CM == 1, "ping-pong: no clusters");
     using S = Staging<BN, EPI>;
     /* the TMA epilogue's boxes per warpgroup: 1024-aligned for the swizzle */
     constexpr int TMA_STAGE = BN / 64 * 8192;
-    static_assert(NWG * TMA_STAGE <= NWG * Staging<BN, EPI_I32>::BYTES && STAGE_BYTES % 1024 == 0, "staging");
+    static_assert(NWG * MH * TMA_STAGE <= NWG * Staging<BN, EPI_I32>::BYTES && STAGE_BYTES % 1024 == 0, "staging");
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     uint8_t *staging = smem + STAGES * STAGE_BYTES;
     uint64_t *full = (uint64_t *)(staging + NWG * Staging<BN, EPI_I32>::BYTES);
     uint64_t *empty = full + STAGES;
-    float *tables = (float *)(empty + STAGES); /* two tiles' tables: [2][sw BN, bias BN] */
+    float *tables = (float *)(empty + STAGES); /* two tiles' tables: [2][sw BN, bias BN] (per warpgroup, PP) */
 
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     const int kt_count = (k + BK - 1) / BK;
@@ -357,7 +367,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
     const uint32_t rank = CM > 1 ? cluster_rank() : 0;
     const int first = blockIdx.x / CM, stride = gridDim.x / CM;
     if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], NWG * 4 * CM);
+        for (int s = 0; s < STAGES; s++) mbar_init(&full[s], 1), mbar_init(&empty[s], (PP ? 1 : NWG) * 4 * CM);
         mbar_init_fence();
     }
     /* the cluster's barriers are initialized before any block multicasts or arrives */
@@ -384,8 +394,44 @@ __global__ void __launch_bounds__(3 * 128, 1)
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     asm volatile("griddepcontrol.wait;" ::: "memory");
+    if constexpr (PP) {
+        /* The block's g-th tile belongs to warpgroup g % 2. The main loops
+         * take turns (named barrier 4: warpgroup 0's has ended, 5: warpgroup
+         * 1's): a warpgroup that skips the other's stages must not wait on a
+         * ring slot before the other has consumed the slot's previous fill —
+         * a parity wait cannot tell phases two apart. */
+        const int count = first < units ? (units - first + stride - 1) / stride : 0;
+        uint32_t it = wg * kt_count;
+        int32_t d[MH][BN / 2];
+        float *mine = tables + wg * 4 * BN; /* this warpgroup's two tables */
+        for (int g = wg, j = 0; g < count; g += 2, j++) {
+            const int u = first + g * stride, m0 = (u / tiles_n) * BM, n0 = (u % tiles_n) * BN;
+            float *col_sw = mine + (j & 1) * 2 * BN, *col_bias = col_sw + BN;
+            fill_col_table(p, n, n0, BN, tid, 128, col_sw, col_bias);
+            if (g > 0) asm volatile("bar.sync %0, 256;" ::"r"(5 - wg) : "memory");
+            consume_tile<BM, BN, BK, STAGES, 1, MH>(d, smem, full, empty, 0, tid, kt_count, it);
+            if (g + 1 < count) asm volatile("bar.arrive %0, 256;" ::"r"(4 + wg) : "memory");
+            it += kt_count; /* the other warpgroup's tile */
+            asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory"); /* the table is complete */
+#pragma unroll
+            for (int h = 0; h < MH; h++) {
+                if constexpr (EPI == EPI_BF16) {
+                    epilogue_bf16_tma<BN>(d[h], p, m, n, m0 + h * 64, n0, tid, col_sw, col_bias,
+                                          staging + wg * MH * TMA_STAGE + h * TMA_STAGE, 2 + wg, &tma_y);
+                } else {
+                    if (EPI != EPI_GENERIC && h > 0) asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
+                    epilogue_tile<BN, EPI>(d[h], p, m, n, m0 + h * 64, n0, tid, col_sw, col_bias,
+                                           staging + wg * S::BYTES, 2 + wg);
+                }
+            }
+            if constexpr (EPI != EPI_GENERIC && EPI != EPI_BF16) asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
+        }
+        if constexpr (EPI == EPI_BF16)
+            if (tid == 0) bulk_wait_all();
+        return;
+    }
     uint32_t it = 0;
-    int32_t d[BN / 2];
+    int32_t d[1][BN / 2];
     for (int u = first, j = 0; u < units; u += stride, j++) {
         const int m0 = ((u / tiles_n) * CM + rank) * BM, n0 = (u % tiles_n) * BN;
         /* Double-buffered: a consumer writes tile j's table after passing
@@ -396,10 +442,11 @@ __global__ void __launch_bounds__(3 * 128, 1)
         consume_tile<BM, BN, BK, STAGES, CM>(d, smem, full, empty, wg, tid, kt_count, it);
         asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory"); /* the table is complete */
         if constexpr (EPI == EPI_BF16) {
-            epilogue_bf16_tma<BN>(d, p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, staging + wg * TMA_STAGE,
+            epilogue_bf16_tma<BN>(d[0], p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, staging + wg * TMA_STAGE,
                                   2 + wg, &tma_y);
         } else {
-            epilogue_tile<BN, EPI>(d, p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, staging + wg * S::BYTES, 2 + wg);
+            epilogue_tile<BN, EPI>(d[0], p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, staging + wg * S::BYTES,
+                                   2 + wg);
             /* the staging area is rewritten by the next tile */
             if constexpr (EPI != EPI_GENERIC) asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
         }
@@ -463,25 +510,28 @@ namespace {
 
 /* The ring, its barriers, the column tables (two in a persistent block) and
  * a persistent block's own staging area; 1024 for the alignment. */
-template <int NWG, int BN, int BK, int STAGES, bool PERSIST> constexpr size_t smem_bytes()
+template <int BM, int NWG, int BN, int BK, int STAGES, bool PERSIST, bool PP> constexpr size_t smem_bytes()
 {
-    return (size_t)STAGES * (64 * NWG + BN) * BK + 2 * STAGES * sizeof(uint64_t) +
-           (PERSIST ? 2 : 1) * 2 * BN * sizeof(float) + (PERSIST ? NWG * Staging<BN, EPI_I32>::BYTES : 0) + 1024;
+    return (size_t)STAGES * (BM + BN) * BK + 2 * STAGES * sizeof(uint64_t) +
+           (PERSIST ? (PP ? 4 : 2) : 1) * 2 * BN * sizeof(float) + (PERSIST ? NWG * Staging<BN, EPI_I32>::BYTES : 0) + 1024;
 }
 
 /* A Hopper tile configuration as a type (with_tile lists them). */
-template <int NWG_, int BN_, int BK_, int STAGES_, int CTAS_, bool PERSIST_ = false, int CM_ = 1> struct Cfg {
+template <int NWG_, int BN_, int BK_, int STAGES_, int CTAS_, bool PERSIST_ = false, int CM_ = 1, bool PP_ = false>
+struct Cfg {
     static constexpr int NWG = NWG_, BN = BN_, BK = BK_, STAGES = STAGES_, CTAS = CTAS_, CM = CM_;
-    static constexpr bool PERSIST = PERSIST_;
+    static constexpr bool PERSIST = PERSIST_, PP = PP_;
+    static constexpr int BM = PP ? 128 : 64 * NWG; /* ping-pong: a warpgroup's tile */
     static_assert(CM == 1 || PERSIST, "clusters: the persistent kernel");
-    static constexpr size_t SMEM = smem_bytes<NWG, BN, BK, STAGES, PERSIST>();
+    static_assert(PERSIST ? NWG == 2 && BN == (PP ? 128 : 256) : !PP, "the persistent kernel's tiles");
+    static constexpr size_t SMEM = smem_bytes<BM, NWG, BN, BK, STAGES, PERSIST, PP>();
     static_assert(SMEM * CTAS <= 227 * 1024, "shared memory per SM");
 };
 
 typedef void (*gemm_kernel_fn)(CUtensorMap, CUtensorMap, CUtensorMap, int, int, int, EpiParams);
 template <typename C, int EPI> gemm_kernel_fn kernel_of()
 {
-    if constexpr (C::PERSIST) return s8_gemm_sm90_persistent_kernel<C::BK, C::STAGES, EPI, C::CM>;
+    if constexpr (C::PERSIST) return s8_gemm_sm90_persistent_kernel<C::BK, C::STAGES, EPI, C::CM, C::PP>;
     else return s8_gemm_sm90_kernel<C::NWG, C::BN, C::BK, C::STAGES, C::CTAS, EPI>;
 }
 
@@ -492,7 +542,9 @@ template <typename C, int EPI> gemm_kernel_fn kernel_of()
  * then persistent (one block per SM walking the 128 x 256 tiles), the
  * last two in clusters of two blocks on vertically adjacent tiles that
  * share each B slice (each block loads half and multicasts it: a third less
- * traffic from L2 per stage). */
+ * traffic from L2 per stage); last, persistent ping-pong: each consumer
+ * warpgroup a whole 128 x 128 tile, every other one (cuBLASLt's int8 tile
+ * at K = 2048), one's epilogue under the other's main loop. */
 template <typename F> cudaError_t with_tile(int tile, F &&f)
 {
     switch (tile) {
@@ -505,7 +557,8 @@ template <typename F> cudaError_t with_tile(int tile, F &&f)
     case 6: return f(Cfg<2, 256, 128, 3, 1, true>{});
     case 7: return f(Cfg<2, 256, 64, 6, 1, true>{});
     case 8: return f(Cfg<2, 256, 128, 3, 1, true, 2>{});
-    default: return f(Cfg<2, 256, 64, 6, 1, true, 2>{});
+    case 9: return f(Cfg<2, 256, 64, 6, 1, true, 2>{});
+    default: return f(Cfg<2, 128, 128, 4, 1, true, 1, true>{});
     }
 }
 
@@ -514,7 +567,7 @@ cudaError_t launch_epi(const CUtensorMap &ma, const CUtensorMap &mb, int m, int 
                        cudaStream_t stream, bool pdl, int sms, int pairs, bool set_attr)
 {
     const gemm_kernel_fn kern = kernel_of<C, EPI>();
-    dim3 grid((unsigned)((n + C::BN - 1) / C::BN), (unsigned)((m + 64 * C::NWG - 1) / (64 * C::NWG)), 1);
+    dim3 grid((unsigned)((n + C::BN - 1) / C::BN), (unsigned)((m + C::BM - 1) / C::BM), 1);
     CUtensorMap my = {}; /* the output, for the TMA epilogue only */
     if (set_attr) {
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
@@ -529,7 +582,7 @@ cudaError_t launch_epi(const CUtensorMap &ma, const CUtensorMap &mb, int m, int 
         c.val.clusterDim.x = C::CM, c.val.clusterDim.y = 1, c.val.clusterDim.z = 1;
     }
     if constexpr (C::PERSIST) {
-        static_assert(C::NWG == 2 && C::BN == 256 && C::CTAS == 1, "the persistent kernel's tile");
+        static_assert(C::NWG == 2 && C::CTAS == 1, "the persistent kernel");
         const int64_t units = (int64_t)grid.x * ((grid.y + C::CM - 1) / C::CM);
         int64_t resident = sms / C::CM; /* units at a time: one block per SM */
         if (C::CM > 1) {
@@ -557,7 +610,7 @@ Sm90Tile sm90_tile(int tile)
     Sm90Tile r = {};
     with_tile(tile, [&](auto c) {
         using C = decltype(c);
-        r = {C::NWG, C::BN, C::BK, C::CTAS, C::PERSIST, C::CM};
+        r = {C::BM, C::BN, C::BK, C::CTAS, C::PERSIST, C::CM, C::PP};
         return cudaSuccess;
     });
     return r;
@@ -567,7 +620,7 @@ bool make_sm90_maps(int tile, const int8_t *a, int64_t lda, int64_t m, const int
                     int64_t k, CUtensorMap *ma, CUtensorMap *mb)
 {
     const Sm90Tile t = sm90_tile(tile);
-    return (!ma || make_map(ma, a, m, k, lda, 64 * t.wgs, t.bk)) &&
+    return (!ma || make_map(ma, a, m, k, lda, t.bm, t.bk)) &&
            (!mb || make_map(mb, b, n, k, ldb, t.bn / t.cluster, t.bk));
 }
 

@@ -125,9 +125,13 @@ int pick_tile(int64_t m, int64_t n, int64_t k, int sms)
      * 12.8 µs for 64x128 four blocks per SM). Its multicast variant (pairs
      * of blocks sharing B, BK 64 x 6 stages: tile 9) measured 1-2 % faster
      * than tile 6 on the anima totals at M = 4096 and 16384 and 6 % at
-     * 8192^3, in the same run. */
+     * 8192^3, in the same run. Where K <= 2048 the main loop of a tile is
+     * short and its epilogue shows: there the ping-pong kernel (tile 10)
+     * hides one warpgroup's epilogue under the other's main loop (M = 16384,
+     * same run: 8192x2048 12 % faster, 6144x256 5 %, 2048x2048 2 %; at
+     * K = 8192 7 % slower: 128 x 128 tiles move more bytes per MAC). */
     const int64_t tiles256 = ((m + 127) / 128) * ((n + 255) / 256);
-    if (tiles256 >= sms && (k > 256 || tiles256 >= 2 * (int64_t)sms)) return 9;
+    if (tiles256 >= sms && (k > 256 || tiles256 >= 2 * (int64_t)sms)) return k <= 2048 ? 10 : 9;
     const int64_t ctas = ((m + 127) / 128) * ((n + 127) / 128);
     if (k <= 256 && ctas >= sms) return 5;
     if (ctas * 2 >= (int64_t)sms * 3) return 1;
@@ -329,8 +333,9 @@ cudaError_t run_gemm(int force, int force_tile, bool sm90, int sms, int pairs, c
         char per_sm[8] = "";
         const Sm90Tile ts = sm90_tile(t);
         if (ts.ctas_per_sm > 1) snprintf(per_sm, sizeof per_sm, " x%d/SM", ts.ctas_per_sm);
-        snprintf(name, name_len, "sm90 wgmma %dx%d k%d%s%s%s", 64 * ts.wgs, ts.bn, ts.bk, per_sm,
-                 ts.persistent ? " persistent" : "", ts.cluster > 1 ? " 2x1 multicast" : "");
+        snprintf(name, name_len, "sm90 wgmma %dx%d k%d%s%s%s%s", ts.bm, ts.bn, ts.bk, per_sm,
+                 ts.persistent ? " persistent" : "", ts.pingpong ? " ping-pong" : "",
+                 ts.cluster > 1 ? " 2x1 multicast" : "");
         /* a layer (cache) prepared every tile when it was created */
         return launch_s8_gemm_sm90(t, *ma, *mb, m, n, k, p, stream, pdl, sms, pairs, cache == nullptr);
     }

@@ -200,8 +200,14 @@ static inline void fwht256_qorder(__m512 r[16])
         r[2 * c] = _mm512_add_ps(s, p);
         r[2 * c + 1] = _mm512_sub_ps(s, p);
     }
-#pragma GCC unroll 8
-    for (int i = 0; i < 16; i += (i % 4 == 1) ? 3 : 1) { /* bits 4 (256-bit halves) and 5 (registers i, i + 2) */
+    /* i = 4c + e, e = 0, 1: two constant-count loops, so that GCC unrolls
+     * them and keeps r[] in registers (a stride of (i % 4 == 1) ? 3 : 1 left
+     * a real loop, and the whole group on the stack) */
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++)
+#pragma GCC unroll 2
+    for (int e = 0; e < 2; e++) { /* bits 4 (256-bit halves) and 5 (registers i, i + 2) */
+        const int i = 4 * c + e;
         const __m512 x = r[i], y = r[i + 2];
         const __m512 xs = _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(1, 0, 3, 2)), ys = _mm512_shuffle_f32x4(y, y, _MM_SHUFFLE(1, 0, 3, 2));
         /* halves (lo, hi) of x are (a, b), of y (c, d): x + xs = (t0, t0),
