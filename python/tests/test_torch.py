@@ -1,5 +1,7 @@
 """qlinear.torch: QLinear against float64 of the unquantized nn.Linear,
 quantize_module's selection, load_comfy round trips, threads, error cases."""
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -364,6 +366,18 @@ def test_quantize_module_fuse_gelu(gen):
         assert net.blocks[i].mlp[0].activation == "gelu" and type(net.blocks[i].mlp[1]) is nn.Identity
         assert plain.blocks[i].mlp[0].activation is None and type(plain.blocks[i].mlp[1]) is nn.GELU
     with torch.no_grad():
+        # the fused layer alone: the unfused layer's output through GELU,
+        # within the library GELU's accuracy (<= 5.8 ulp, test_gelu) of float64
+        h = torch.randn(7, 512, generator=gen)
+        yf = net.blocks[0].mlp[0](h).double().numpy()
+        yu = plain.blocks[0].mlp[0](h).double().numpy()
+        g = yu * 0.5 * np.vectorize(math.erfc)(-yu / math.sqrt(2.0))
+        tol = 8 * np.spacing(np.abs(g).astype(np.float32)).astype(np.float64)
+        assert np.all(np.abs(yf - g) <= tol), float(np.max(np.abs(yf - g) / tol))
         y, yp = net(x), plain(x)
-    assert rel_l2(y.double().numpy(), yp.double().numpy()) < 1e-3
+    # Whole model: a GELU rounding that differs from PyTorch's can move an
+    # activation code of the next layer by one step, so the two models differ
+    # by part of the quantization noise (measured up to 3.7e-3 over 100 seeds; without the
+    # fused GELU they would differ by O(1)); both stay within the bound.
+    assert rel_l2(y.double().numpy(), yp.double().numpy()) < BOUND / 2
     assert rel_l2(y.double().numpy(), ref.numpy()) < 2 * BOUND
