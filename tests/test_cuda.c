@@ -103,6 +103,11 @@ static int same_bits(ql_dtype dt, const void *a, const void *b, int64_t m, int64
     return 1;
 }
 
+/* set: weight codes only -128 / 127 and every activation row constant
+ * (codes ±127), so that K = 256 accumulators reach ±(2^22 - 2^15), the
+ * edge of the small-K epilogue's exact conversion */
+static int codes_at_limit;
+
 static void linear_case(ql_context *gpu, int64_t m, int64_t n, int64_t k, int64_t g, ql_dtype xdt, ql_dtype ydt,
                         int bias_on, int res_on, const char *kernel)
 {
@@ -114,11 +119,14 @@ static void linear_case(ql_context *gpu, int64_t m, int64_t n, int64_t k, int64_
     int8_t *q = malloc((size_t)(n * k + 1));
     float *scale = malloc((size_t)nscale * 4);
     fill_codes(q, n * k);
+    for (int64_t i = 0; codes_at_limit && i < n * k; i++) q[i] = (i / k) % 3 ? -128 : 127;
     for (int64_t i = 0; i < nscale; i++) scale[i] = (float)((0.5 + tu_uniform()) * 1e-3);
     void *x = malloc((size_t)(m * ldx + 1) * xs), *bias = malloc((size_t)n * 4);
     tu_fill_gauss(xdt, x, m * ldx, 1.0);
-    for (int64_t r = 0; r < m; r++) ql_store_f(xdt, x, r * ldx + (r * 13) % k, 60.0f); /* outliers */
-    if (m > 3) {
+    for (int64_t r = 0; codes_at_limit && r < m; r++)
+        for (int64_t j = 0; j < k; j++) ql_store_f(xdt, x, r * ldx + j, (r % 2 ? 1.0f : -1.0f) * (float)(1 + r % 5));
+    for (int64_t r = 0; !codes_at_limit && r < m; r++) ql_store_f(xdt, x, r * ldx + (r * 13) % k, 60.0f); /* outliers */
+    if (m > 3 && !codes_at_limit) {
         ql_store_f(xdt, x, 2 * ldx + k / 2, NAN); /* a NaN row */
         for (int64_t j = 0; j < k; j++) ql_store_f(xdt, x, 3 * ldx + j, 0.0f); /* a zero row */
     }
@@ -184,6 +192,11 @@ static void test_linear(ql_context *gpu)
         setenv("QLINEAR_CUDA_TILE", ts, 1);
         for (int yd = 0; yd < 3; yd++) linear_case(gpu, 300, 1104, 512, 256, QL_BF16, dts[yd], 1, yd == 2, "sm90");
         linear_case(gpu, 1700, 2608, 512, 256, QL_F16, QL_BF16, t % 2, (t + 1) % 3 == 0, "sm90");
+        /* K = 256, bf16 out: the small-K epilogue, random codes and codes at the limits */
+        linear_case(gpu, 1700, 2608, 256, 256, QL_BF16, QL_BF16, (t + 1) % 2, 0, "sm90");
+        codes_at_limit = 1;
+        linear_case(gpu, 300, 1104, 256, 256, QL_BF16, QL_BF16, t % 2, 0, "sm90");
+        codes_at_limit = 0;
     }
     unsetenv("QLINEAR_CUDA_TILE");
     unsetenv("QLINEAR_CUDA_GEMM");

@@ -222,16 +222,20 @@ __device__ __forceinline__ void epilogue_tile(const int32_t (&d)[BN / 2], const 
 /* bf16 epilogue of a persistent block: warpgroup c's 64 x BN part rounded
  * into `stage` as BN/64 boxes of 64 x 64 in TMA's 128-byte swizzle (16-byte
  * chunk i of row r at chunk i ^ (r % 8): the accumulator layout writes
- * without bank conflicts); one thread sends each box by a TMA store as soon
- * as it is written, and the warpgroup goes on while they drain. A box is
- * rewritten once its store from the previous tile has left shared memory
- * (bulk groups complete in order: at most BN/64 - 1 others pending), so a
- * layer bound by its output (K = 256) computes while the last tile drains. */
-template <int BN>
+ * without bank conflicts). Each warp sends its own 16 rows of a box (2 KiB,
+ * 1024-aligned, the swizzle repeating every 8 rows) by a TMA store as soon
+ * as it has written them and goes on while they drain: the warps never wait
+ * for each other (no warpgroup barrier per box; on the H200 the anima
+ * totals were within run-to-run noise of the barrier version's). The
+ * staging area holds SLOTS boxes, used in turn (SLOTS = BN/64, or twice
+ * that for a ping-pong tile's two row halves): a warp rewrites its part of a box once its store of that part
+ * from the previous tile has left shared memory (bulk groups complete in
+ * order: at most SLOTS - 1 of the warp's others pending), so a layer bound
+ * by its output (K = 256) computes while the last tile drains. */
+template <int BN, int SLOTS>
 __device__ __forceinline__ void epilogue_bf16_tma(const int32_t (&d)[BN / 2], const EpiParams &p, int m, int n,
                                                   int row0, int n0, int tid, const float *col_sw,
-                                                  const float *col_bias, uint8_t *stage, int bar,
-                                                  const CUtensorMap *tma_y)
+                                                  const float *col_bias, uint8_t *stage, const CUtensorMap *tma_y)
 {
     constexpr int BOXES = BN / 64;
     const int warp = tid / 32, lane = tid % 32;
@@ -241,8 +245,8 @@ __device__ __forceinline__ void epilogue_bf16_tma(const int32_t (&d)[BN / 2], co
     const int xr = lane / 4; /* (row % 8) for both rows */
 #pragma unroll
     for (int q = 0; q < BOXES; q++) {
-        if (tid == 0) asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(BOXES - 1) : "memory");
-        asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory");
+        if (lane == 0) asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(SLOTS - 1) : "memory");
+        __syncwarp();
 #pragma unroll
         for (int jj = 0; jj < 8; jj++) {
             const int j = q * 8 + jj, cl = j * 8 + 2 * (lane % 4), off = q * 8192 + (jj ^ xr) * 16;
@@ -251,11 +255,12 @@ __device__ __forceinline__ void epilogue_bf16_tma(const int32_t (&d)[BN / 2], co
             *(uint32_t *)(row_b + off) = epi_pair_bf16(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs);
         }
         fence_proxy_async_smem();
-        asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory");
-        if (tid == 0) {
-            /* a box wholly past the output stores nothing; the group is
+        __syncwarp();
+        if (lane == 0) {
+            /* rows wholly past the output store nothing; the group is
              * committed anyway so that the count above stays exact */
-            if (row0 < m && n0 + q * 64 < n) tma_store_2d(tma_y, stage + q * 8192, n0 + q * 64, row0);
+            if (row0 + warp * 16 < m && n0 + q * 64 < n)
+                tma_store_2d(tma_y, stage + q * 8192 + warp * 2048, n0 + q * 64, row0 + warp * 16);
             bulk_commit();
         }
     }
@@ -346,7 +351,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
      * tile (two wgmmas of 64 rows per K step), so that one's epilogue runs
      * under the other's main loop; else both share a 128 x 256 tile */
     constexpr int NWG = 2, BM = 128, BN = PP ? 128 : 256, MH = PP ? 2 : 1, STAGE_BYTES = (BM + BN) * BK;
-    static_assert(!PP || CM == 1, "ping-pong: no clusters");
+    static_assert(!PP || CM == 1, "ping-pong: no clusters (sharing B measured no faster)");
     using S = Staging<BN, EPI>;
     /* the TMA epilogue's boxes per warpgroup: 1024-aligned for the swizzle */
     constexpr int TMA_STAGE = BN / 64 * 8192;
@@ -416,8 +421,8 @@ __global__ void __launch_bounds__(3 * 128, 1)
 #pragma unroll
             for (int h = 0; h < MH; h++) {
                 if constexpr (EPI == EPI_BF16) {
-                    epilogue_bf16_tma<BN>(d[h], p, m, n, m0 + h * 64, n0, tid, col_sw, col_bias,
-                                          staging + wg * MH * TMA_STAGE + h * TMA_STAGE, 2 + wg, &tma_y);
+                    epilogue_bf16_tma<BN, MH * BN / 64>(d[h], p, m, n, m0 + h * 64, n0, tid, col_sw, col_bias,
+                                                        staging + wg * MH * TMA_STAGE + h * TMA_STAGE, &tma_y);
                 } else {
                     if (EPI != EPI_GENERIC && h > 0) asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
                     epilogue_tile<BN, EPI>(d[h], p, m, n, m0 + h * 64, n0, tid, col_sw, col_bias,
@@ -427,7 +432,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
             if constexpr (EPI != EPI_GENERIC && EPI != EPI_BF16) asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
         }
         if constexpr (EPI == EPI_BF16)
-            if (tid == 0) bulk_wait_all();
+            if (tid % 32 == 0) bulk_wait_all();
         return;
     }
     uint32_t it = 0;
@@ -442,8 +447,8 @@ __global__ void __launch_bounds__(3 * 128, 1)
         consume_tile<BM, BN, BK, STAGES, CM>(d, smem, full, empty, wg, tid, kt_count, it);
         asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory"); /* the table is complete */
         if constexpr (EPI == EPI_BF16) {
-            epilogue_bf16_tma<BN>(d[0], p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, staging + wg * TMA_STAGE,
-                                  2 + wg, &tma_y);
+            epilogue_bf16_tma<BN, BN / 64>(d[0], p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias,
+                                           staging + wg * TMA_STAGE, &tma_y);
         } else {
             epilogue_tile<BN, EPI>(d[0], p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, staging + wg * S::BYTES,
                                    2 + wg);
@@ -452,7 +457,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
         }
     }
     if constexpr (EPI == EPI_BF16)
-        if (tid == 0) bulk_wait_all(); /* shared memory stays until the stores have read it */
+        if (tid % 32 == 0) bulk_wait_all(); /* shared memory stays until the stores have read it */
 #endif
 }
 
@@ -491,15 +496,16 @@ bool make_map(CUtensorMap *map, const int8_t *base, int64_t rows, int64_t cols, 
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-/* The bf16 output [rows, cols] (row pitch ld elements) in 64 x 64 boxes with
- * 128-byte swizzle, for the TMA epilogue. */
+/* The bf16 output [rows, cols] (row pitch ld elements) in boxes of 64
+ * columns x 16 rows (a warp's share) with 128-byte swizzle, for the TMA
+ * epilogue. */
 static bool make_out_map(CUtensorMap *map, void *base, int64_t rows, int64_t cols, int64_t ld)
 {
     encode_tiled_fn enc = get_encode();
     if (!enc) return false;
     cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
     cuuint64_t strides[1] = {(cuuint64_t)(ld * 2)};
-    cuuint32_t box[2] = {64, 64};
+    cuuint32_t box[2] = {64, 16};
     cuuint32_t estr[2] = {1, 1};
     return enc(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
