@@ -5,12 +5,14 @@ set -euo pipefail
 pkgs=(gcc g++ make cmake ninja-build clang libclang-rt-14-dev libjansson-dev libopenblas-dev libdnnl-dev pkgconf
   python3-numpy python3-torch python3-pytest python3-cffi python3-matplotlib)
 # `deps.sh arm`: the AArch64 cross build and its emulator (scripts/test.sh) on
-# an x86-64 host: Debian's cross gcc, qemu-user, and the arm64 multiarch
+# an x86-64 host: Debian's cross gcc and its C library (libc6-dev-arm64-cross:
+# only recommended by the compiler, so --no-install-recommends leaves it out),
+# qemu-user, and the arm64 multiarch
 # runtime the emulated tests load (libc6, libgomp1, libjansson).
 arm=0
 if [ "${1:-}" = arm ] && [ "$(dpkg --print-architecture)" != arm64 ]; then
   arm=1
-  pkgs=(gcc-aarch64-linux-gnu qemu-user libjansson-dev:arm64 libgomp1:arm64)
+  pkgs=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libjansson-dev:arm64 libgomp1:arm64)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
