@@ -202,8 +202,8 @@ ql_status ql_gemm_s8s8s32_ref(int64_t m, int64_t n, int64_t k, const int8_t *a, 
  * 0 = none), other activation values are refused.
  * QL_ACTIVATION_GELU is torch.nn.GELU() (erf form), computed in fp32 within
  * a few ulps of the exact value everywhere (tail and subnormals included;
- * measured bound in the README), -Inf -> NaN like torch; the CUDA backend
- * computes the same function, bit for bit. */
+ * measured bound in the README), -Inf -> NaN like torch. The CUDA backend
+ * has no activation yet: QL_ERR_UNSUPPORTED. */
 typedef enum ql_activation { QL_ACTIVATION_NONE = 0, QL_ACTIVATION_GELU = 1 } ql_activation;
 typedef struct ql_epilogue {
     const void *residual;

@@ -6,7 +6,6 @@
 #include <stdint.h>
 
 #include "cuda_backend.h"
-#include "../linear/gelu.h"
 
 namespace qlc {
 
@@ -61,20 +60,16 @@ struct EpiParams {
     int64_t ldr;
     const void *rs;      /* [N] in ydt */
     int vec2;            /* y and ldy allow 2-element vector stores */
-    int act;             /* 1: GELU after the bias (ql_gelu_f32, the CPU's, bit for bit): the
-                          * kernels' ACT variants, so that the others carry none of it */
 };
 
-/* y = round(acc·(s_x·s_w)); y = round(y + round(bias)); y = round(gelu(y));
- * y = round(res + rs·y): ql_epilogue_scalar's roundings in its order. */
-template <bool ACT = false>
+/* y = round(acc·(s_x·s_w)); y = round(y + round(bias)); y = round(res + rs·y):
+ * ql_epilogue_scalar's roundings in its order. */
 __device__ __forceinline__ float epi_value(const EpiParams &p, int32_t acc, float sx, int64_t row, int64_t col)
 {
     const int dt = p.ydt;
     float sw = p.sw[p.sw_per_row ? col : 0];
     float y = round_to(dt, __fmul_rn(__int2float_rn(acc), __fmul_rn(sx, sw)));
     if (p.bias) y = round_to(dt, __fadd_rn(y, round_to(dt, p.bias[col])));
-    if constexpr (ACT) y = round_to(dt, ql_gelu_f32(y));
     if (p.res) {
         float r = load_f(dt, p.res, row * p.ldr + col);
         float rs = load_f(dt, p.rs, col);
@@ -95,7 +90,6 @@ __device__ __forceinline__ void store_one(const EpiParams &p, int64_t row, int64
 }
 
 /* Two adjacent outputs (col, col+1) of one row; col+1 may be past N. */
-template <bool ACT = false>
 __device__ __forceinline__ void epi_store2(const EpiParams &p, int64_t row, int64_t col, int64_t n, int32_t a0,
                                            int32_t a1, float sx)
 {
@@ -108,9 +102,9 @@ __device__ __forceinline__ void epi_store2(const EpiParams &p, int64_t row, int6
         }
         return;
     }
-    float v0 = epi_value<ACT>(p, a0, sx, row, col);
+    float v0 = epi_value(p, a0, sx, row, col);
     if (col + 1 < n) {
-        float v1 = epi_value<ACT>(p, a1, sx, row, col + 1);
+        float v1 = epi_value(p, a1, sx, row, col + 1);
         if (p.vec2) {
             int64_t i = row * p.ldy + col;
             if (p.ydt == DT_BF16) {

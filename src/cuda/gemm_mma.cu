@@ -36,7 +36,6 @@ __device__ __forceinline__ void mma_s8(int32_t (&c)[4], const uint32_t (&a)[4], 
 #endif
 }
 
-template <bool ACT>
 __global__ void __launch_bounds__(MMA_THREADS) s8_gemm_mma_kernel(const int8_t *a, int64_t lda, const int8_t *b,
                                                                    int64_t ldb, int64_t m, int64_t n, int64_t k,
                                                                    bool vec, EpiParams p)
@@ -94,8 +93,8 @@ __global__ void __launch_bounds__(MMA_THREADS) s8_gemm_mma_kernel(const int8_t *
         for (int j = 0; j < 4; j++) {
             const int64_t col = n0 + wn * 32 + j * 8 + 2 * tig;
             if (col >= n) continue;
-            if (r0 < m) epi_store2<ACT>(p, r0, col, n, acc[i][j][0], acc[i][j][1], sx0);
-            if (r1 < m) epi_store2<ACT>(p, r1, col, n, acc[i][j][2], acc[i][j][3], sx1);
+            if (r0 < m) epi_store2(p, r0, col, n, acc[i][j][0], acc[i][j][1], sx0);
+            if (r1 < m) epi_store2(p, r1, col, n, acc[i][j][2], acc[i][j][3], sx1);
         }
     }
 }
@@ -141,8 +140,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) s8_gemv_kernel(const int8_t *
         for (int r = 1; r < MR; r++)
             if (lane == r) v = acc[r];
         if (p.ydt == DT_I32) store_one(p, lane, col, 0.f, v);
-        else store_one(p, lane, col, p.act ? epi_value<true>(p, v, p.sx[lane], lane, col)
-                                           : epi_value<false>(p, v, p.sx[lane], lane, col), v);
+        else store_one(p, lane, col, epi_value(p, v, p.sx[lane], lane, col), v);
     }
 }
 
@@ -153,8 +151,7 @@ cudaError_t launch_s8_gemm_mma(const int8_t *a, int64_t lda, const int8_t *b, in
 {
     const bool vec = (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0 && lda % 16 == 0 && ldb % 16 == 0;
     dim3 grid((unsigned)((n + NB - 1) / NB), (unsigned)((m + MB - 1) / MB));
-    if (p.act) s8_gemm_mma_kernel<true><<<grid, MMA_THREADS, 0, stream>>>(a, lda, b, ldb, m, n, k, vec, p);
-    else s8_gemm_mma_kernel<false><<<grid, MMA_THREADS, 0, stream>>>(a, lda, b, ldb, m, n, k, vec, p);
+    s8_gemm_mma_kernel<<<grid, MMA_THREADS, 0, stream>>>(a, lda, b, ldb, m, n, k, vec, p);
     return cudaGetLastError();
 }
 

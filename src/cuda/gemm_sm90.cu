@@ -45,10 +45,7 @@ template <int BN> __device__ __forceinline__ void wgmma_tile(int32_t (&d)[BN / 2
  * dtype branches (the generic one, unrolled over the tile, is large enough
  * to miss the instruction cache). The fast variants stage the tile in shared
  * memory and need N even, y 16-byte aligned and rows a multiple of 16 bytes. */
-enum { EPI_GENERIC = 0, EPI_I32 = 1, EPI_BF16 = 2, EPI_ACT = 3 };
-/* EPI_ACT: the generic epilogue with GELU (element by element, out of the
- * staged paths) */
-[[maybe_unused]] __host__ __device__ constexpr bool epi_generic(int e) { return e == EPI_GENERIC || e == EPI_ACT; }
+enum { EPI_GENERIC = 0, EPI_I32 = 1, EPI_BF16 = 2 };
 
 /* Staging of the fast epilogues: columns per pass (int32 tiles leave in two
  * passes of 128 so that the staging area stays at 64·544 bytes per
@@ -205,7 +202,7 @@ __device__ __forceinline__ void epilogue_tile(const int32_t (&d)[BN / 2], const 
         }
         return;
     }
-    const bool fast = scaled && !p.res && p.vec2 && EPI != EPI_ACT;
+    const bool fast = scaled && !p.res && p.vec2;
 #pragma unroll
     for (int j = 0; j < BN / 8; j++) {
         const int cl = j * 8 + 2 * (lane % 4);
@@ -217,8 +214,8 @@ __device__ __forceinline__ void epilogue_tile(const int32_t (&d)[BN / 2], const 
             if (r1 < m) epi_store_pair(p, r1, col, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs);
             continue;
         }
-        if (r0 < m) epi_store2<EPI == EPI_ACT>(p, r0, col, n, d[4 * j], d[4 * j + 1], sx0);
-        if (r1 < m) epi_store2<EPI == EPI_ACT>(p, r1, col, n, d[4 * j + 2], d[4 * j + 3], sx1);
+        if (r0 < m) epi_store2(p, r0, col, n, d[4 * j], d[4 * j + 1], sx0);
+        if (r1 < m) epi_store2(p, r1, col, n, d[4 * j + 2], d[4 * j + 3], sx1);
     }
 }
 
@@ -329,9 +326,9 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     uint32_t it = 0;
     consume_tile<BM, BN, BK, STAGES>(d, smem, full, empty, wg, tid, kt_count, it);
     using S = Staging<BN, EPI>;
-    static_assert(epi_generic(EPI) || NWG * S::BYTES <= STAGES * STAGE_BYTES, "staged tile fits the ring");
+    static_assert(EPI == EPI_GENERIC || NWG * S::BYTES <= STAGES * STAGE_BYTES, "staged tile fits the ring");
     /* the staging area is the ring: every consumer's last wgmma must have read it */
-    if constexpr (!epi_generic(EPI)) asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory");
+    if constexpr (EPI != EPI_GENERIC) asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory");
     epilogue_tile<BN, EPI>(d[0], p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, smem + wg * S::BYTES, 2 + wg);
 #endif
 }
@@ -427,12 +424,12 @@ __global__ void __launch_bounds__(3 * 128, 1)
                     epilogue_bf16_tma<BN, MH * BN / 64>(d[h], p, m, n, m0 + h * 64, n0, tid, col_sw, col_bias,
                                                         staging + wg * MH * TMA_STAGE + h * TMA_STAGE, &tma_y);
                 } else {
-                    if (!epi_generic(EPI) && h > 0) asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
+                    if (EPI != EPI_GENERIC && h > 0) asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
                     epilogue_tile<BN, EPI>(d[h], p, m, n, m0 + h * 64, n0, tid, col_sw, col_bias,
                                            staging + wg * S::BYTES, 2 + wg);
                 }
             }
-            if constexpr (!epi_generic(EPI) && EPI != EPI_BF16) asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
+            if constexpr (EPI != EPI_GENERIC && EPI != EPI_BF16) asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
         }
         if constexpr (EPI == EPI_BF16)
             if (tid % 32 == 0) bulk_wait_all();
@@ -456,7 +453,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
             epilogue_tile<BN, EPI>(d[0], p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, staging + wg * S::BYTES,
                                    2 + wg);
             /* the staging area is rewritten by the next tile */
-            if constexpr (!epi_generic(EPI)) asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
+            if constexpr (EPI != EPI_GENERIC) asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
         }
     }
     if constexpr (EPI == EPI_BF16)
@@ -638,8 +635,7 @@ cudaError_t prepare_s8_gemm_sm90(int *pairs)
     for (int t = 0; t < QLC_SM90_TILES; t++) {
         cudaError_t e = with_tile(t, [](auto c) {
             using C = decltype(c);
-            const gemm_kernel_fn ks[4] = {kernel_of<C, EPI_GENERIC>(), kernel_of<C, EPI_I32>(), kernel_of<C, EPI_BF16>(),
-                                          kernel_of<C, EPI_ACT>()};
+            const gemm_kernel_fn ks[3] = {kernel_of<C, EPI_GENERIC>(), kernel_of<C, EPI_I32>(), kernel_of<C, EPI_BF16>()};
             for (gemm_kernel_fn kern : ks) {
                 cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
                 if (e != cudaSuccess) return e;
@@ -670,14 +666,11 @@ cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorM
     /* the staged variants store 16-byte chunks of rows */
     const int es = p.ydt == DT_I32 ? 4 : 2;
     const bool chunks = (uintptr_t)p.y % 16 == 0 && (p.ldy * es) % 16 == 0 && n % 2 == 0;
-    const int epi = p.act ? EPI_ACT
-                    : chunks && p.ydt == DT_I32 ? EPI_I32
-                    : chunks && p.ydt == DT_BF16 && !p.res ? EPI_BF16 : EPI_GENERIC;
+    const int epi = chunks && p.ydt == DT_I32 ? EPI_I32 : chunks && p.ydt == DT_BF16 && !p.res ? EPI_BF16 : EPI_GENERIC;
     return with_tile(tile, [&](auto c) {
         using C = decltype(c);
         if (epi == EPI_I32) return launch_epi<C, EPI_I32>(ma, mb, im, in, ik, p, stream, pdl, sms, pairs, set_attr);
         if (epi == EPI_BF16) return launch_epi<C, EPI_BF16>(ma, mb, im, in, ik, p, stream, pdl, sms, pairs, set_attr);
-        if (epi == EPI_ACT) return launch_epi<C, EPI_ACT>(ma, mb, im, in, ik, p, stream, pdl, sms, pairs, set_attr);
         return launch_epi<C, EPI_GENERIC>(ma, mb, im, in, ik, p, stream, pdl, sms, pairs, set_attr);
     });
 }

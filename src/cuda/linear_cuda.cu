@@ -402,7 +402,6 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *l, ql_cuda_workspace
     p.y = y, p.ldy = ldy, p.ydt = dtype_code(ydt);
     p.sx = ws->sx, p.sw = l->sw, p.sw_per_row = l->sw_per_row, p.bias = l->bias;
     if (epi && epi->residual) p.res = epi->residual, p.ldr = epi->ld_residual, p.rs = epi->residual_scale;
-    p.act = epi && epi->activation == QL_ACTIVATION_GELU;
     const size_t es = ql_dtype_size(ydt);
     p.vec2 = (uintptr_t)y % (2 * es) == 0 && ldy % 2 == 0;
     const MapCache cache = {&ws->amap, &ws->amap_m, &ws->amap_k, &ws->amap_tile, l->bmap, l->bmap_ok};

@@ -20,15 +20,6 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Also compiled into the CUDA kernels' epilogue (nvcc, IEEE division, no
- * FTZ; no multiply-add pair here for it to contract), so the GPU's GELU is
- * this one, bit for bit. */
-#ifdef __CUDACC__
-#define QL_GELU_FN __host__ __device__ static inline
-#else
-#define QL_GELU_FN static inline
-#endif
-
 #define QL_GELU_XMAX 15.0f
 #define QL_GELU_C 0x1.6a09e6p-2f /* 1/(2√2) */
 #define QL_GELU_LOG2E 0x1.715476p+0f
@@ -54,7 +45,7 @@
 #define QL_GELU_E3 0x1.1239e4p-7f
 #define QL_GELU_E4 0x1.6a2424p-10f
 
-QL_GELU_FN float ql_pow2i_f32(int32_t n) /* 2^n, -126 <= n <= 127 */
+static inline float ql_pow2i_f32(int32_t n) /* 2^n, -126 <= n <= 127 */
 {
     const uint32_t u = (uint32_t)(n + 127) << 23;
     float f;
@@ -62,7 +53,7 @@ QL_GELU_FN float ql_pow2i_f32(int32_t n) /* 2^n, -126 <= n <= 127 */
     return f;
 }
 
-QL_GELU_FN float ql_gelu_f32(float x)
+static inline float ql_gelu_f32(float x)
 {
     const float a = fminf(fabsf(x), QL_GELU_XMAX); /* NaN -> 15 (fminf), replaced at the end */
     const float t = 1.0f / fmaf(a, QL_GELU_C, 1.0f), u = t - QL_GELU_T0;

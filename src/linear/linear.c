@@ -519,6 +519,8 @@ ql_status ql_linear_forward(ql_linear *l, const void *x, ql_dtype xdt, int64_t m
     QL_CHECK_PTR(fn, l);
     QL_TRY(ql_check_forward_args(fn, l->n, l->k, x, xdt, m, ldx, y, ydt, ldy, epi));
     if (m == 0 || l->n == 0) return QL_OK;
+    if (l->cuda && epi && epi->activation)
+        return ql_fail(QL_ERR_UNSUPPORTED, "%s: the CUDA backend has no activation epilogue (GELU); apply it after the linear", fn);
     if (l->cuda)
         return ql_cuda_linear_forward(l->cuda, &l->ctx->cuda_ws, l->ctx->cuda_stream, x, xdt, m, ldx, y, ydt, ldy, epi);
     ql_epi_plan plan = {ydt, NULL, epi ? epi->residual : NULL, epi ? epi->ld_residual : 0,
