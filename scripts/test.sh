@@ -15,6 +15,9 @@ ctest --test-dir build --output-on-failure -j "$jobs"
 echo "== Python tests (pytest, Debian's /usr/bin/python3)"
 QLINEAR_LIBRARY="$PWD/build/libqlinear.so" QLINEAR_CLI="$PWD/build/qlinear" PYTHONDONTWRITEBYTECODE=1 \
   /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests
+echo "== Python tests again through ctypes (the binding where cffi is not installed)"
+QLINEAR_FFI=ctypes QLINEAR_LIBRARY="$PWD/build/libqlinear.so" QLINEAR_CLI="$PWD/build/qlinear" PYTHONDONTWRITEBYTECODE=1 \
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests
 if [ "$(uname -m)" = x86_64 ]; then
   # The ARM backend (src/arm) on this x86 machine: the cross-built suite under
   # qemu-user, once per CPU model: max (every ISA: generic, neon, neondot,

@@ -1,4 +1,5 @@
-"""Loading libqlinear through cffi (ABI mode: nothing compiled).
+"""Loading libqlinear through cffi (ABI mode: nothing compiled), or through
+ctypes where cffi is not installed (QLINEAR_FFI=cffi / ctypes forces one).
 
 The declarations come from the library's own header, qlinear.h, read at run
 time, so struct layouts cannot drift from the C side; the header's version must
@@ -8,8 +9,6 @@ import ctypes.util
 import os
 import re
 from pathlib import Path
-
-import cffi
 
 
 class QlinearError(Exception):
@@ -94,6 +93,22 @@ def _cdef_source(text):
 _state = {}
 
 
+def _new_ffi():
+    """(an FFI, its name): cffi's, else the ctypes one (QLINEAR_FFI picks)."""
+    want = os.environ.get("QLINEAR_FFI", "")
+    if want not in ("", "cffi", "ctypes"):
+        raise QlinearError(f"qlinear: QLINEAR_FFI={want!r} is not 'cffi' or 'ctypes'")
+    if want != "ctypes":
+        try:
+            import cffi
+            return cffi.FFI(), "cffi"
+        except ImportError as e:
+            if want == "cffi":
+                raise QlinearError(f"qlinear: QLINEAR_FFI=cffi but cffi cannot be imported ({e})") from e
+    from ._ctypes_ffi import FFI
+    return FFI(), "ctypes"
+
+
 def _how_to_build():
     return ("build it (cmake -S . -B build && cmake --build build: a source tree's build/ is found), "
             "install it (cmake --install build), or set QLINEAR_LIBRARY=/path/to/libqlinear.so")
@@ -105,7 +120,7 @@ def load():
         return _state["ffi"], _state["lib"]
     cands, from_env = _library_candidates()
     tried, lib_path, handle_errors = [], None, []
-    ffi = cffi.FFI()
+    ffi, ffi_name = _new_ffi()
     for p in cands:
         tried.append(str(p))
         if p.is_absolute() or "/" in str(p):
@@ -141,7 +156,7 @@ def load():
     resolved = lib_path
     if not lib_path.is_absolute():
         resolved = _loaded_path(lib_path.name) or lib_path
-    _state.update(ffi=ffi, lib=lib, path=str(resolved), header=str(header))
+    _state.update(ffi=ffi, lib=lib, path=str(resolved), header=str(header), ffi_name=ffi_name)
     return ffi, lib
 
 
@@ -162,6 +177,12 @@ def library_path():
     """Absolute path of the libqlinear that was loaded."""
     load()
     return _state["path"]
+
+
+def ffi_name():
+    """"cffi" or "ctypes": how libqlinear is called."""
+    load()
+    return _state["ffi_name"]
 
 
 def check(status, what=""):

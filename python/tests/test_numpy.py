@@ -227,3 +227,34 @@ def test_missing_library(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("ERR qlinear: cannot load libqlinear"), r.stdout
     assert "QLINEAR_LIBRARY" in r.stdout and "cmake" in r.stdout
+
+
+def test_ctypes_binding_without_cffi(tmp_path, rng):
+    """Where cffi cannot be imported the package loads through ctypes and
+    gives the same bits as this process's binding (cffi, or ctypes when the
+    suite runs with QLINEAR_FFI=ctypes); the checkpoint API works there too."""
+    w = make_weight(rng, 40, 512)
+    x = rng.standard_normal((7, 512)).astype(np.float32)
+    b = rng.standard_normal(40).astype(np.float32)
+    np.save(tmp_path / "w.npy", w), np.save(tmp_path / "x.npy", x), np.save(tmp_path / "b.npy", b)
+    ck = tmp_path / "c.safetensors"
+    write_safetensors(ck, {"l.weight": w, "l.bias": b})
+    code = ("import sys; sys.modules['cffi'] = None\n"
+            "import numpy as np, qlinear, qlinear._lib as L\n"
+            f"d = {str(tmp_path)!r}\n"
+            "w, x, b = (np.load(f'{d}/{n}.npy') for n in 'wxb')\n"
+            "lin = qlinear.Linear.from_weight(w, bias=b)\n"
+            "np.save(f'{d}/y.npy', lin.forward(x))\n"
+            "qlinear.quantize_file(f'{d}/c.safetensors', f'{d}/q.safetensors')\n"
+            "with qlinear.Checkpoint(f'{d}/q.safetensors') as ck:\n"
+            "    print([(l.name, l.n, l.k) for l in ck.layers()], ck.tensor('l.weight').shape)\n"
+            "    np.save(f'{d}/yc.npy', qlinear.Linear.from_checkpoint(ck, 'l').forward(x))\n"
+            "print(L.ffi_name())\n")
+    env = {k: v for k, v in os.environ.items() if k != "QLINEAR_FFI"}
+    env["PYTHONPATH"] = str(ROOT / "python")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == ["[('l', 40, 512)] (40, 512)", "ctypes"], r.stdout
+    here = qlinear.Linear.from_weight(w, bias=b).forward(x)
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy").view(np.uint32), here.view(np.uint32))
+    np.testing.assert_array_equal(np.load(tmp_path / "yc.npy").view(np.uint32), here.view(np.uint32))
