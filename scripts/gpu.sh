@@ -3,7 +3,12 @@
 # build (release, CUDA on), the CUDA tests (test_cuda against the CPU
 # reference; test_linear too), then `qlinear bench --device cuda` at
 # M = 1024, 4096, 16384 and 1 (anima profile), then with CUDA graphs at
-# M = 1024 and 1, results under $OUT when set.
+# M = 1024 and 1, then PyTorch on the GPU: the qlinear.torch tests
+# (python/tests/test_torch_cuda.py, where pytest is installed) and the
+# end-to-end DiT step (python3 -m qlinear.e2e --device cuda: PyTorch fp32 /
+# bf16 against qlinear's CUDA layers; QL_GPU_E2E lists the runs, "4096g":
+# M = 4096 with CUDA graphs), results under $OUT when set. QL_GPU_ONLY=python skips to the
+# Python part (after the build).
 #   bash scripts/gpu.sh            build + tests + bench
 #   bash scripts/gpu.sh stage      (on a machine with apt) copy libjansson's
 #                                  header and static library into .devdeps/,
@@ -16,6 +21,7 @@ if [ "${1:-}" = stage ]; then
   mkdir -p .devdeps/include .devdeps/lib
   cp /usr/include/jansson.h /usr/include/jansson_config.h .devdeps/include/
   cp /usr/lib/x86_64-linux-gnu/libjansson.a .devdeps/lib/
+  cp -a /usr/lib/x86_64-linux-gnu/libjansson.so.4* .devdeps/lib/  # the shared library links this one (not PIC: the .a)
   grep -qx '/.devdeps/' .git/info/exclude 2>/dev/null || echo '/.devdeps/' >> .git/info/exclude
   echo "staged libjansson in .devdeps/"
   exit 0
@@ -24,16 +30,20 @@ out=${OUT:-build-gpu/out}
 mkdir -p "$out"
 extra=()
 if [ ! -f /usr/include/jansson.h ] && [ -f .devdeps/include/jansson.h ]; then
-  extra+=(-DQL_JANSSON_INCLUDE="$PWD/.devdeps/include" -DQL_JANSSON_LIB="$PWD/.devdeps/lib/libjansson.a")
+  jl=$(ls "$PWD"/.devdeps/lib/libjansson.so.4 2>/dev/null || echo "$PWD/.devdeps/lib/libjansson.a")
+  extra+=(-DQL_JANSSON_INCLUDE="$PWD/.devdeps/include" -DQL_JANSSON_LIB="$jl")
+  export LD_LIBRARY_PATH="$PWD/.devdeps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 export PATH=/usr/local/cuda/bin:$PATH
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$out/gpu.txt"
 gen=Ninja; command -v ninja >/dev/null || gen="Unix Makefiles"
 cmake -S . -B build-gpu -G "$gen" -DCMAKE_BUILD_TYPE=Release -DQL_CUDA=ON "${extra[@]}" > "$out/cmake.log"
-cmake --build build-gpu -j "$(nproc)" --target qlinear test_cuda test_linear 2>&1 | grep -E "error|FAILED" -A4 | head -n 40 || true
+cmake --build build-gpu -j "$(nproc)" --target qlinear qlinear_shared test_cuda test_linear 2>&1 | grep -E "error|FAILED" -A4 | head -n 40 || true
 command -v cuobjdump >/dev/null && cuobjdump --dump-sass build-gpu/CMakeFiles/qlinear_objs.dir/src/cuda/gemm_sm90.cu.o 2>/dev/null \
   | grep -o -E '[A-Z]+GMMA[.A-Z0-9]*' | sort | uniq -c | tee "$out/sass_gmma.txt" || true
 set +e
+tc=0 tl=0 fwd=0
+if [ "${QL_GPU_ONLY:-}" != python ]; then
 echo "== test_cuda"
 ./build-gpu/test_cuda 2>&1 | tee "$out/test_cuda.log" | tail -n 15
 tc=${PIPESTATUS[0]}
@@ -73,5 +83,24 @@ echo "== bench"
 echo "== bench, CUDA graphs (every path's calls replayed from one graph: no host launch cost)"
 ./build-gpu/qlinear bench --device cuda --graphs --m "${QL_GPU_GRAPH_M:-1024,1}" --no-peak --json "$out/bench_cuda_graphs.json" 2>&1 \
   | tee "$out/bench_cuda_graphs.txt"
-echo "test_cuda rc=$tc test_linear rc=$tl forward rc=$fwd"
-[ "$tc" = 0 ] && [ "$tl" = 0 ] && [ "$fwd" = 0 ]
+fi
+echo "== PyTorch on the GPU (python3: $(python3 -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)' 2>&1 | tail -n 1))"
+set +e
+export QLINEAR_LIBRARY="$PWD/build-gpu/libqlinear.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+py=0
+if python3 -c 'import pytest, numpy, torch' 2>/dev/null; then
+  python3 -m pytest -q -p no:cacheprovider python/tests/test_torch_cuda.py 2>&1 | tee "$out/pytest_cuda.log" | tail -n 5
+  py=${PIPESTATUS[0]}
+else
+  echo "pytest/numpy/torch missing in python3 here: the GPU tests of qlinear.torch not run"
+fi
+for run in ${QL_GPU_E2E:-1024 1024g 4096 4096g}; do  # M, "g": with CUDA graphs
+  m=${run%g}; g=; [ "$m" = "$run" ] || g=--graphs
+  echo "-- e2e M = $m ${g:-eager}"
+  python3 -m qlinear.e2e --device cuda --tokens "$m" --reps 5 $g --json "$out/e2e_cuda_${m}${g}.json" \
+    > "$out/e2e_cuda_${m}${g}.txt" 2>&1 || py=1
+  sed -n '/^path /,$p' "$out/e2e_cuda_${m}${g}.txt" | head -n 8; tail -n 2 "$out/e2e_cuda_${m}${g}.txt"
+done
+set -e
+echo "test_cuda rc=$tc test_linear rc=$tl forward rc=$fwd python rc=$py"
+[ "$tc" = 0 ] && [ "$tl" = 0 ] && [ "$fwd" = 0 ] && [ "$py" = 0 ]

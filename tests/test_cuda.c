@@ -184,13 +184,14 @@ static void test_linear(ql_context *gpu)
     linear_case(gpu, 1100, 6144, 256, 256, QL_BF16, QL_BF16, 1, 0, "auto");
     linear_case(gpu, 333, 2048, 8192, 256, QL_F16, QL_BF16, 0, 1, "auto");
     linear_case(gpu, 37, 300, 8448, 256, QL_BF16, QL_BF16, 1, 0, "auto"); /* K > 8192: the generic prologue, permuted codes */
-    /* every Hopper tile with each epilogue variant (bf16 staged, generic with residual, fp32 / fp16),
+    /* every Hopper tile with each epilogue variant (bf16 staged, with and without a residual; generic; fp32 / fp16),
      * once on a grid with more tiles than SMs */
     for (int t = 0; t < ql_cuda_sm90_tile_count(); t++) {
         char ts[16];
         snprintf(ts, sizeof ts, "%d", t);
         setenv("QLINEAR_CUDA_TILE", ts, 1);
         for (int yd = 0; yd < 3; yd++) linear_case(gpu, 300, 1104, 512, 256, QL_BF16, dts[yd], 1, yd == 2, "sm90");
+        linear_case(gpu, 300, 1104, 512, 256, QL_BF16, QL_BF16, t % 2, 1, "sm90"); /* bf16 staged with a residual */
         linear_case(gpu, 1700, 2608, 512, 256, QL_F16, QL_BF16, t % 2, (t + 1) % 3 == 0, "sm90");
         /* K = 256, bf16 out: the small-K epilogue, random codes and codes at the limits */
         linear_case(gpu, 1700, 2608, 256, 256, QL_BF16, QL_BF16, (t + 1) % 2, 0, "sm90");

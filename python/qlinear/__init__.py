@@ -14,6 +14,7 @@ the library are raised as QlinearError with its message. PyTorch modules are
 in qlinear.torch; the end-to-end benchmark is `python3 -m qlinear.e2e`.
 """
 import os
+import sys
 from collections import namedtuple
 
 import numpy as np
@@ -98,18 +99,46 @@ def _is_torch(x):
     return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
 
 
-class _Context:
-    """A ql_context: thread count and ISA. The context outlives its linears."""
+def _parse_device(device):
+    """"cpu" or "cuda:N" from None, "cpu", "cuda", "cuda:N" or a torch.device
+    ("cuda" alone: torch's current device when torch is loaded, else 0)."""
+    if device is None:
+        return "cpu"
+    s = str(device)
+    if s == "cpu":
+        return s
+    if s == "cuda" or (s.startswith("cuda:") and s[5:].isdigit()):
+        if s == "cuda":
+            torch = sys.modules.get("torch")
+            idx = torch.cuda.current_device() if torch is not None and torch.cuda.is_available() else 0
+            return f"cuda:{idx}"
+        return s
+    raise QlinearError(f"qlinear: device {device!r} is not 'cpu', 'cuda' or 'cuda:N'", "invalid argument")
 
-    def __init__(self, threads=None):
+
+class _Context:
+    """A ql_context: thread count and ISA, or a CUDA device and the stream its
+    calls are queued on. The context outlives its linears."""
+
+    def __init__(self, threads=None, device="cpu"):
         ffi, lib = load()
         p = ffi.new("ql_context **")
         _check(lib.ql_context_create(p), "ql_context_create")
         self._lib = lib
         self.ptr = ffi.gc(p[0], lib.ql_context_destroy)
         self.threads = lib.ql_context_threads(self.ptr)
+        self.device, self.stream = device, None
+        if device != "cpu":
+            _check(lib.ql_context_set_device(self.ptr, lib.QL_DEVICE_CUDA, int(device[5:])),
+                   "ql_context_set_device")
         if threads is not None:
             self.set_threads(threads)
+
+    def use_stream(self, stream):
+        """Queue this context's next calls on `stream` (a cudaStream_t as an int; 0: the default stream)."""
+        if stream != self.stream:
+            _check(self._lib.ql_context_set_cuda_stream(self.ptr, stream or None), "ql_context_set_cuda_stream")
+            self.stream = stream
 
     def set_threads(self, threads):
         if not isinstance(threads, int) or isinstance(threads, bool):
@@ -124,10 +153,15 @@ class _Context:
 
 
 _default_ctx = None
+_device_ctx = {}  # "cuda:N" -> the context every layer on that device shares
 
 
-def _default_context():
+def _default_context(device="cpu"):
     global _default_ctx
+    if device != "cpu":
+        if device not in _device_ctx:
+            _device_ctx[device] = _Context(device=device)
+        return _device_ctx[device]
     if _default_ctx is None:
         _default_ctx = _Context()
     return _default_ctx
@@ -242,19 +276,22 @@ class Checkpoint:
 
 # ------------------------------------------------------------------ linear layers
 
-def _host_array(x, what):
+def _host_array(x, what, device="cpu"):
     """(pointer, ql_dtype, shape, strides in elements) of a numpy array or a CPU
-    torch tensor, without copying; TypeError/QlinearError where the library
-    cannot take it as it is."""
+    torch tensor (a torch tensor on `device` for a layer on a GPU), without
+    copying; TypeError/QlinearError where the library cannot take it as it is."""
     if _is_torch(x):
-        if x.device.type != "cpu":
-            raise QlinearError(f"qlinear: {what} is on {x.device}; the Python binding runs on the CPU "
-                               "(it does not drive the CUDA backend yet): move it with .cpu()", "unsupported")
+        if str(x.device) != device and not (device == "cpu" and x.device.type == "cpu"):
+            raise QlinearError(f"qlinear: {what} is on {x.device} but the layer is on {device}: move it with "
+                               f".to('{device}')" + (", or create the layer there (device=)" if device == "cpu" else ""),
+                               "invalid argument")
         if x.is_sparse or x.is_quantized or getattr(x, "is_mkldnn", False):
             raise TypeError(f"qlinear: {what} must be a dense strided tensor, not {x.layout}")
         code = _dtype_code(x.dtype, f"{what} dtype")
         return x.data_ptr(), code, tuple(x.shape), tuple(x.stride())
     if isinstance(x, np.ndarray):
+        if device != "cpu":
+            raise TypeError(f"qlinear: the layer is on {device}: {what} must be a torch tensor there, not a numpy array")
         if not x.dtype.isnative:
             raise TypeError(f"qlinear: {what} has non-native byte order {x.dtype}")
         if x.dtype not in (np.float32, np.float16, np.uint16):
@@ -306,6 +343,8 @@ class Linear:
 
     def __init__(self, ptr, ctx, n, k, kind, fmt, group, has_bias):
         self._ptr, self._ctx = ptr, ctx
+        self.device = ctx.device  # "cpu" or "cuda:N"
+        self._cuda = self.device != "cpu"
         self._ffi, self._lib = load()
         self.n, self.k, self.kind, self.format, self.group, self.has_bias = n, k, kind, fmt, group, has_bias
         # Per-call constants, bound once (the M = 1 call costs a few µs in C).
@@ -317,23 +356,30 @@ class Linear:
 
     # -- construction
     @classmethod
-    def _create(cls, desc, ctx, threads, fmt, group, has_bias):
+    def _create(cls, desc, ctx, threads, fmt, group, has_bias, device=None):
         ffi, lib = load()
+        device = _parse_device(device)
+        if device != "cpu" and threads is not None:
+            raise QlinearError(f"qlinear: threads= is for CPU layers; this one is on {device}", "invalid argument")
         if ctx is None:
-            ctx = _default_context() if threads is None else _Context(threads)
+            ctx = _default_context(device) if threads is None else _Context(threads)
+        elif ctx.device != device and device != "cpu":
+            raise QlinearError(f"qlinear: the context is on {ctx.device}, not {device}", "invalid argument")
         p = ffi.new("ql_linear **")
         _check(lib.ql_linear_create(ctx.ptr, desc, p), "ql_linear_create")
         return cls(ffi.gc(p[0], lib.ql_linear_destroy), ctx, int(desc.n), int(desc.k), _KIND_NAMES[desc.kind], fmt,
                    group, has_bias)
 
     @classmethod
-    def from_checkpoint(cls, checkpoint, name, kind=None, threads=None, _context=None):
+    def from_checkpoint(cls, checkpoint, name, kind=None, threads=None, _context=None, device=None):
         """Layer `name` (a prefix such as "blocks.0.attn.q") of a checkpoint (a
         path or an open Checkpoint). Quantized layers run as kind "w8a8" (the
-        default), "weight-only" or "dequant"; float layers as "dense"."""
+        default), "weight-only" or "dequant"; float layers as "dense".
+        device="cuda[:N]": the layer is uploaded to that GPU (kind "w8a8" only)
+        and runs on torch tensors there."""
         if not isinstance(checkpoint, Checkpoint):
             with Checkpoint(checkpoint) as ck:
-                return cls.from_checkpoint(ck, name, kind, threads, _context)
+                return cls.from_checkpoint(ck, name, kind, threads, _context, device)
         ffi, lib = load()
         if kind is None:
             prefix = name[:-7] if name.endswith(".weight") else name
@@ -346,16 +392,23 @@ class Linear:
         else:
             group = int(desc.int8.convrot_group)
             fmt, has_bias = ("int8-convrot" if group else "int8"), desc.int8.bias != ffi.NULL
-        return cls._create(desc, _context, threads, fmt, group, has_bias)
+        return cls._create(desc, _context, threads, fmt, group, has_bias, device)
 
     @classmethod
-    def from_weight(cls, w, format="int8-convrot", bias=None, group=256, kind="w8a8", threads=None, _context=None):
+    def from_weight(cls, w, format="int8-convrot", bias=None, group=256, kind="w8a8", threads=None, _context=None,
+                    device=None):
         """A layer from a float weight [N, K] (numpy fp32/fp16/bf16-as-uint16 or a
         torch CPU tensor; read in place, not kept). format "int8-convrot"
         (rotated with groups of `group`, K % group == 0), "int8" (row-wise) or
         "float" (kind "dense": the weight stays float, fp32 arithmetic). The
-        codes and scales are the reference quantizer's."""
+        codes and scales are the reference quantizer's. device="cuda[:N]": the
+        layer is uploaded to that GPU (kind "w8a8" only; the weight is read
+        from host memory) and runs on torch tensors there."""
         ffi, lib = load()
+        if _is_torch(w) and w.device.type != "cpu":  # quantized on the host, whatever the layer's device
+            w = w.detach().cpu()
+        if bias is not None and _is_torch(bias) and bias.device.type != "cpu":
+            bias = bias.detach().cpu()
         ptr, code, shape, strides = _host_array(w, "weight")
         if len(shape) != 2:
             raise QlinearError(f"qlinear: weight has shape {list(shape)}; expected [N, K]", "invalid argument")
@@ -379,7 +432,7 @@ class Linear:
             desc.kind, desc.n, desc.k = _KINDS["dense"], n, k
             desc.weight, desc.ld_weight, desc.weight_dtype, desc.compute_dtype = ffi.cast("void *", ptr), ldw, code, _F32
             desc.bias, desc.bias_dtype = bptr, bcode
-            return cls._create(desc, _context, threads, "float", 0, bias is not None)
+            return cls._create(desc, _context, threads, "float", 0, bias is not None, device)
         if format not in ("int8", "int8-convrot"):
             raise QlinearError(f"qlinear: format {format!r} is not one of int8-convrot, int8, float",
                                "invalid argument")
@@ -398,7 +451,7 @@ class Linear:
         wq = desc.int8
         wq.n, wq.k, wq.q, wq.ldq, wq.scale, wq.n_scale, wq.convrot_group = n, k, qp, k, sp, n, g
         wq.bias, wq.bias_dtype = bptr, bcode
-        return cls._create(desc, _context, threads, format, g, bias is not None)
+        return cls._create(desc, _context, threads, format, g, bias is not None, device)
 
     # -- properties
     @property
@@ -418,8 +471,9 @@ class Linear:
         self._ctx.set_threads(threads)
 
     def __repr__(self):
+        where = self.device if self._cuda else f"{self.threads} threads"
         return (f"<qlinear.Linear {self.n}x{self.k} {self.format}"
-                f"{'/' + str(self.group) if self.group else ''} {self.kind}, {self.threads} threads>")
+                f"{'/' + str(self.group) if self.group else ''} {self.kind}, {where}>")
 
     # -- running
     def forward(self, x, out_dtype=None, out=None, residual=None, residual_scale=None, activation=None):
@@ -436,7 +490,8 @@ class Linear:
         activation="gelu": y = gelu(x·Wᵀ + bias) (torch.nn.GELU(), erf form,
         fp32 within 6 ulps of exact, rounded to the output dtype), applied in
         the epilogue after the bias and before the residual."""
-        if out is not None or residual is not None or residual_scale is not None or activation is not None:
+        if (out is not None or residual is not None or residual_scale is not None or activation is not None
+                or self._cuda):
             return self._forward_any(x, out_dtype, out, residual, residual_scale, activation)
         # Fast paths: a C-contiguous array or CPU tensor of a dtype the library
         # takes, output in its dtype: no per-call tables, casts or shape walks.
@@ -462,21 +517,22 @@ class Linear:
 
     def _forward_any(self, x, out_dtype, out=None, residual=None, residual_scale=None, activation=None):
         act = _activation_code(activation)
-        ptr, code, shape, strides = _host_array(x, "x")
+        dev = self.device
+        ptr, code, shape, strides = _host_array(x, "x", dev)
         m, ld = _rows(shape, strides, self.k, "x")
         ocode = code if out_dtype is None else _dtype_code(out_dtype, "out_dtype")
         oshape = tuple(shape[:-1]) + (self.n,)
         epi = self._null
         if residual is not None or residual_scale is not None:
             if out is not None:
-                ocode = _host_array(out, "out")[1]
+                ocode = _host_array(out, "out", dev)[1]
             epi, spans = self._epilogue(residual, residual_scale, oshape, ocode, m)
             epi.activation = act
         has_residual = epi is not self._null
         if act and not has_residual:
             epi = self._epi_gelu
         if out is not None:
-            yp, ycode, yshape, ystrides = _host_array(out, "out")
+            yp, ycode, yshape, ystrides = _host_array(out, "out", dev)
             if tuple(yshape) != oshape:
                 raise QlinearError(f"qlinear: out has shape {list(yshape)}, expected {list(oshape)}", "invalid argument")
             if out_dtype is not None and ycode != ocode:
@@ -497,14 +553,18 @@ class Linear:
                     if yp < r1 and r0 < y_end and (r0, rld) != (yp, ldy):
                         raise QlinearError("qlinear: out overlaps residual without being it (in place, out must be "
                                            "residual itself)", "invalid argument")
+                if self._cuda:
+                    self._use_current_stream()
                 st = self._fwd_int(self._ptr, ptr, code, m, ld, yp, ycode, ldy, epi)
                 if st:
                     _check(st, "ql_linear_forward")
             return out
         if _is_torch(x):
             import torch
-            y = torch.empty(oshape, dtype=(torch.float32, torch.float16, torch.bfloat16)[ocode])
+            y = torch.empty(oshape, dtype=(torch.float32, torch.float16, torch.bfloat16)[ocode], device=x.device)
             yp = y.data_ptr()
+            if self._cuda and m:
+                self._use_current_stream()
         else:
             y = np.empty(oshape, _NP_OF[ocode])
             yp = y.__array_interface__["data"][0]
@@ -520,8 +580,8 @@ class Linear:
         if residual is None or residual_scale is None:
             raise QlinearError("qlinear: residual and residual_scale go together (y = residual + residual_scale ⊙ y)",
                                "invalid argument")
-        rp, rcode, rshape, rstrides = _host_array(residual, "residual")
-        sp, scode, sshape, sstrides = _host_array(residual_scale, "residual_scale")
+        rp, rcode, rshape, rstrides = _host_array(residual, "residual", self.device)
+        sp, scode, sshape, sstrides = _host_array(residual_scale, "residual_scale", self.device)
         for what, c in (("residual", rcode), ("residual_scale", scode)):
             if c != ocode:
                 raise QlinearError(f"qlinear: {what} dtype {_DT_NAMES[c]} is not the output dtype {_DT_NAMES[ocode]}",
@@ -543,6 +603,12 @@ class Linear:
         eb = (4, 2, 2)[ocode]
         r_end = rp + (((m - 1) * rld + self.n) * eb if m else 0)
         return e, ((rp, r_end, rld), (sp, sp + self.n * eb))
+
+    def _use_current_stream(self):
+        """Queue the next call on torch's current stream of the layer's device,
+        behind the work that produced its inputs."""
+        import torch
+        self._ctx.use_stream(torch.cuda.current_stream(self.device).cuda_stream)
 
     __call__ = forward
 

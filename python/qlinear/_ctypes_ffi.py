@@ -94,7 +94,10 @@ class _Owned:
 
     def __del__(self):
         if self.value is not None and self._destructor is not None:
-            self._destructor(self.value)
+            try:
+                self._destructor(self.value)
+            except Exception:  # at interpreter exit ctypes may already be torn down; the process frees it
+                pass
             self.value = None
 
 

@@ -4,6 +4,7 @@ in PyTorch, with its linears as PyTorch fp32 / oneDNN fp32 / bf16 or as qlinear.
     python3 -m qlinear.e2e [--blocks 28] [--tokens 1024] [--paths LIST] [--reps N]
                            [--threads N] [--json FILE] [--plot FILE.png] [--seed S]
                            [--quantize REGEX] [--spin] [--malloc-defaults]
+    python3 -m qlinear.e2e --device cuda [--graphs] [--tokens M] [--paths fp32,bf16,w8a8-convrot] ...
     python3 -m qlinear.e2e --overhead [--calls N] [--threads N] [--json FILE]
 
 The model (random weights N(0, 0.02²), four input channels ×10 in every
@@ -42,6 +43,16 @@ memory is reused instead of faulted in again page by page, ~80 000 minor
 faults per block otherwise); --malloc-defaults leaves glibc's defaults. The
 minor page faults per step are printed for every path.
 
+--device cuda runs the same model on a GPU: PyTorch fp32 (the rel-L2
+reference; TF32 off), PyTorch bf16 (the whole model; the baseline), and
+w8a8-convrot (every linear a QLinear on the GPU, bf16 activations in and out,
+the rest of the model PyTorch bf16; fc1's GELU unfused, as the CUDA backend
+fuses no activation). Attention there is PyTorch's
+scaled_dot_product_attention where it exists (torch >= 2.0), the same on every
+path; steps are timed between synchronizations, the linears by CUDA events
+in the hooks; --graphs captures each path's step once in a CUDA graph and
+replays it (no Python or launch cost on either side; no per-linear times).
+
 --overhead times the binding per call at M = 1: QLinear(x), QLinear(x, out=y)
 (a reused output buffer), Linear.forward on torch and numpy inputs, against ql_linear_forward called through cffi with
 prepared arguments (the C API floor), each call timed on its own, medians; and the same C call
@@ -57,6 +68,12 @@ import sys
 import time
 
 ALL_PATHS = ["fp32", "onednn-fp32", "bf16", "w8a8-convrot", "weight-only"]
+CUDA_PATHS = ["fp32", "bf16", "w8a8-convrot"]
+CUDA_NOTES = {
+    "fp32": "PyTorch fp32 on the GPU (TF32 off): the rel-L2 reference",
+    "bf16": "PyTorch, whole model in bf16 on the GPU (cuBLAS)",
+    "w8a8-convrot": "qlinear W8A8 INT8-ConvRot G=256 linears on the GPU (bf16 in/out), rest PyTorch bf16",
+}
 TORCH_PATHS = {"fp32", "onednn-fp32", "bf16"}
 TORCH_FP32_PATHS = {"fp32", "onednn-fp32"}
 NOTES = {
@@ -162,7 +179,10 @@ def _parse(argv):
     p.add_argument("--blocks", type=int, default=28)
     p.add_argument("--tokens", type=int, default=1024, help="image tokens M (default 1024)")
     p.add_argument("--text-tokens", type=int, default=512)
-    p.add_argument("--paths", default=",".join(ALL_PATHS), help="comma-separated, from: " + ", ".join(ALL_PATHS))
+    p.add_argument("--paths", default=None, help="comma-separated, from: " + ", ".join(ALL_PATHS)
+                   + " (--device cuda: " + ", ".join(CUDA_PATHS) + "; the default: all of them)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--graphs", action="store_true", help="--device cuda: replay each step from a CUDA graph")
     p.add_argument("--reps", type=int, default=3, help="timed steps per path (median)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--seed", type=int, default=1)
@@ -182,10 +202,13 @@ def _parse(argv):
                         + " ".join(f"{v}={x}" for v, x, _ in MALLOC_ENV))
     p.add_argument("--calls", type=int, default=10000, help="--overhead: timed calls per entry point (median)")
     a = p.parse_args(argv)
-    a.paths = [x for x in a.paths.split(",") if x]
-    bad = [x for x in a.paths if x not in ALL_PATHS]
+    allowed = CUDA_PATHS if a.device == "cuda" else ALL_PATHS
+    a.paths = [x for x in (a.paths or ",".join(allowed)).split(",") if x]
+    bad = [x for x in a.paths if x not in allowed]
     if bad:
-        p.error(f"unknown path(s) {', '.join(bad)}; choose from {', '.join(ALL_PATHS)}")
+        p.error(f"unknown path(s) {', '.join(bad)} for --device {a.device}; choose from {', '.join(allowed)}")
+    if a.graphs and a.device != "cuda":
+        p.error("--graphs needs --device cuda")
     if min(a.blocks, a.tokens, a.text_tokens, a.reps, a.threads, a.calls) < 1:
         p.error("--blocks, --tokens, --text-tokens, --reps, --threads and --calls must be positive")
     return a
@@ -196,18 +219,21 @@ def _parse(argv):
 HIDDEN, HEADS, TEXT_DIM, MLP, LORA = 2048, 16, 1024, 8192, 256
 
 
-def build(torch, nn, blocks, seed, path, quantize=None):
+def build(torch, nn, blocks, seed, path, quantize=None, device="cpu"):
     """The model for one path. Weights are drawn layer by layer from per-layer
     seeds (every path gets the same numbers) and converted at once, so the
     peak memory is the path's model plus one fp32 layer. `quantize` (a regex
     on the layer's role, e.g. "mlp.fc2" or "mod.*up"): on the qlinear paths,
-    only the matching linears become qlinear, the others stay PyTorch fp32."""
+    only the matching linears become qlinear, the others stay PyTorch fp32
+    (bf16 on a GPU). device "cuda": the model on the GPU (see the module's
+    docstring)."""
     import re
 
     import qlinear.torch as qt
 
     counter = [0]
     sel = re.compile(quantize) if quantize else None
+    sdpa = getattr(nn.functional, "scaled_dot_product_attention", None) if device != "cpu" else None
 
     def gated_residual(lin, h, x, gate):
         """x + gate ⊙ lin(h): on a qlinear layer inside its epilogue (the same two
@@ -229,12 +255,16 @@ def build(torch, nn, blocks, seed, path, quantize=None):
         g = torch.Generator()
         g.manual_seed(seed * 1_000_003 + counter[0])
         counter[0] += 1
-        lin = nn.Linear(k, n, bias=bias)
+        lin = torch.nn.utils.skip_init(nn.Linear, k, n, bias=bias)  # every value is drawn below
         with torch.no_grad():
             lin.weight.normal_(0.0, 0.02, generator=g)
             lin.weight[:, torch.randperm(k, generator=g)[:4]] *= 10.0
             if bias:
                 lin.bias.normal_(0.0, 0.02, generator=g)
+        if device != "cpu":
+            if path == "w8a8-convrot" and not (sel and not sel.search(role)):
+                return qt.QLinear.from_linear(lin, format="int8-convrot", device=device)
+            return lin.to(device=device, dtype=torch.float32 if path == "fp32" else torch.bfloat16)
         if path == "onednn-fp32":
             from torch.utils import mkldnn as mk
             return mk.MkldnnLinear(lin, torch.float32)
@@ -268,6 +298,10 @@ def build(torch, nn, blocks, seed, path, quantize=None):
             t = ctx.shape[1]
             d, g = HIDDEN // HEADS, 4
             q, k, v = self.q(x), self.k(ctx), self.v(ctx)
+            if sdpa is not None:  # on a GPU: PyTorch's fused attention, every path alike
+                heads = [u.view(b, -1, HEADS, d).transpose(1, 2) for u in (q, k, v)]
+                o = sdpa(*heads).transpose(1, 2).reshape(b, m, HIDDEN)
+                return gated_residual(self.o, o, residual, gate)
             o = torch.empty(b, m, HEADS, d, dtype=q.dtype)
             s = torch.empty(g, m, t, dtype=q.dtype)
             for i in range(b):
@@ -335,24 +369,45 @@ def linear_modules(model):
 
 
 class LinearTimer:
-    """Time spent inside the linear modules, through forward hooks."""
+    """Time spent inside the linear modules, through forward hooks (on a GPU:
+    CUDA events recorded on the stream around each linear, read by finish()
+    after the step's synchronization)."""
 
-    def __init__(self, model):
+    def __init__(self, model, cuda=False):
         self.total, self._t0, self.calls = 0.0, 0.0, 0
+        self._cuda, self._events = cuda, []
         self._handles = []
         for m in linear_modules(model):
             self._handles.append(m.register_forward_pre_hook(self._pre))
             self._handles.append(m.register_forward_hook(self._post))
 
+    def _event(self):
+        import torch
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
     def _pre(self, mod, inp):
-        self._t0 = time.perf_counter()
+        if self._cuda:
+            self._events.append(self._event())
+        else:
+            self._t0 = time.perf_counter()
 
     def _post(self, mod, inp, out):
-        self.total += time.perf_counter() - self._t0
+        if self._cuda:
+            self._events.append(self._event())
+        else:
+            self.total += time.perf_counter() - self._t0
         self.calls += 1
 
+    def finish(self):
+        if self._cuda:
+            ev = self._events
+            self.total = sum(ev[i].elapsed_time(ev[i + 1]) for i in range(0, len(ev), 2)) / 1e3
+            self._events = []
+
     def reset(self):
-        self.total, self.calls = 0.0, 0
+        self.total, self.calls, self._events = 0.0, 0, []
 
 
 def _median(v):
@@ -391,55 +446,90 @@ def run(a):
     note = os.environ.get("QL_E2E_NOTE", "")
     paths = ["fp32"] + [p for p in a.paths if p != "fp32"]  # fp32 is the reference of rel-L2
     n_lin = 16 * a.blocks
+    cuda = a.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        print("qlinear e2e: --device cuda, but torch sees no CUDA device", file=sys.stderr)
+        return 2
     print(f"qlinear e2e: DiT with the anima shapes: {a.blocks} blocks (hidden {HIDDEN}, {HEADS} heads), "
           f"M = {a.tokens} image tokens, {a.text_tokens} text tokens of width {TEXT_DIM}; {n_lin} linears")
     print(f"torch {torch.__version__}, qlinear {qlinear.version()} ({qlinear.library_path()}), "
           f"{a.threads} threads, {a.reps} timed steps per path (median), seed {a.seed}")
-    print(_pool_config(torch, a.threads, note))
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32 (the rel-L2 reference)
+        name = qlinear._lib.load()[0].new("char[]", 256)
+        qlinear._lib.load()[1].ql_cuda_device_name(torch.cuda.current_device(), name, 256)
+        print(f"device: {qlinear._lib.load()[0].string(name).decode()}; torch CUDA {torch.version.cuda}; "
+              + ("each path's step replayed from a CUDA graph" if a.graphs else "eager (each call enqueued by Python)"))
+    else:
+        print(_pool_config(torch, a.threads, note))
     for p in paths:
-        print(f"  {p:<13} {NOTES[p]}")
+        print(f"  {p:<13} {(CUDA_NOTES if cuda else NOTES)[p]}")
     g = torch.Generator()
     g.manual_seed(a.seed)
     x = torch.randn(1, a.tokens, HIDDEN, generator=g)
     t = torch.randn(1, HIDDEN, generator=g)
     ctx = torch.randn(1, a.text_tokens, TEXT_DIM, generator=g)
-    inputs = {torch.float32: (x, t, ctx), torch.bfloat16: (x.bfloat16(), t.bfloat16(), ctx.bfloat16())}
+    dev = "cuda" if cuda else "cpu"
+    inputs = {torch.float32: tuple(u.to(dev) for u in (x, t, ctx)),
+              torch.bfloat16: tuple(u.to(dev, torch.bfloat16) for u in (x, t, ctx))}
+
+    def dtype_of(p):
+        return torch.bfloat16 if p == "bf16" or (cuda and p == "w8a8-convrot") else torch.float32
 
     # Interleave the paths round by round when every model fits in memory at once
     # (a slow spell of the machine then hits all paths); else one path at a time.
     need = sum(_model_bytes(p, a.blocks) for p in paths)
-    interleave = need < 0.6 * _mem_available()
+    interleave = need < 0.6 * (torch.cuda.mem_get_info()[0] if cuda else _mem_available())
     print(f"weights of all paths: {need / 2**30:.1f} GiB; "
           + ("paths interleaved round by round" if interleave else "one path after another (not enough memory to "
                                                                     "hold every model at once)"))
     res = {p: {"path": p, "step_ms_all": [], "linear_ms_all": [], "minflt_all": []} for p in paths}
     outs = {}
 
-    def one_step(p, model, timer):
-        dt = torch.bfloat16 if p == "bf16" else torch.float32
+    def one_step(p, model, timer, graph=None):
+        dt = dtype_of(p)
         timer.reset()
         with torch.no_grad():
+            if cuda:
+                torch.cuda.synchronize()
             f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             t0 = time.perf_counter()
-            y = model(*inputs[dt])
+            if graph is not None:
+                graph[0].replay()
+                y = graph[1]
+            else:
+                y = model(*inputs[dt])
+            if cuda:
+                torch.cuda.synchronize()
             el = time.perf_counter() - t0
             res[p]["minflt_all"].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+        timer.finish()
         res[p]["step_ms_all"].append(el * 1e3)
-        res[p]["linear_ms_all"].append(timer.total * 1e3)
-        assert timer.calls == n_lin, (timer.calls, n_lin)
-        return y
+        res[p]["linear_ms_all"].append(timer.total * 1e3 if graph is None else float("nan"))
+        assert graph is not None or timer.calls == n_lin, (timer.calls, n_lin)
+        return y.clone() if graph is not None else y
 
     def prepare(p):
         t0 = time.perf_counter()
-        model = build(torch, nn, a.blocks, a.seed, p, a.quantize)
-        timer = LinearTimer(model)
+        model = build(torch, nn, a.blocks, a.seed, p, a.quantize, dev)
         res[p]["build_s"] = time.perf_counter() - t0
-        dt = torch.bfloat16 if p == "bf16" else torch.float32
+        dt = dtype_of(p)
         with torch.no_grad():  # warm-up on the real shapes (oneDNN primitives, allocator): two blocks
             xx, tt, cc = inputs[dt]
             for blk in model.blocks[:2]:
                 xx = blk(xx, tt, cc)
-        return model, timer
+        graph = None
+        if a.graphs:  # a full step on a side stream first (lazy initialisations), then the capture
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.no_grad(), torch.cuda.stream(s):
+                model(*inputs[dt])
+            torch.cuda.current_stream().wait_stream(s)
+            cg = torch.cuda.CUDAGraph()
+            with torch.no_grad(), torch.cuda.graph(cg):
+                y = model(*inputs[dt])
+            graph = (cg, y)
+        return model, LinearTimer(model if graph is None else nn.Module(), cuda), graph
 
     if interleave:
         models = {p: prepare(p) for p in paths}
@@ -449,11 +539,11 @@ def run(a):
         del models
     else:
         for p in paths:
-            model, timer = prepare(p)
+            model, timer, graph = prepare(p)
             for r in range(a.reps):
-                outs[p] = one_step(p, model, timer)
+                outs[p] = one_step(p, model, timer, graph)
             outs[p] = outs[p].float()
-            del model, timer
+            del model, timer, graph
 
     ref = outs["fp32"].double()
     for p in paths:
@@ -463,17 +553,19 @@ def run(a):
         r["minflt"] = _median(r["minflt_all"])
         r["rel_l2"] = float((outs[p].double() - ref).norm() / ref.norm())
         r["blocks"], r["tokens"], r["threads"], r["reps"] = a.blocks, a.tokens, a.threads, a.reps
+        r["device"], r["graphs"] = a.device, a.graphs
     torch_paths = [p for p in paths if p in TORCH_PATHS]
     best_fp32 = min((p for p in paths if p in TORCH_FP32_PATHS), key=lambda p: res[p]["step_ms"])
     fastest = min(torch_paths, key=lambda p: res[p]["step_ms"])
     print(f"\n{'path':<14} {'step ms':>9} {'linears ms':>11} {'share':>6} {'rest ms':>9} "
           f"{'vs ' + best_fp32:>16} {'vs ' + fastest:>16} {'rel-L2 vs fp32':>15} {'faults/step':>12}")
+    prec = 2 if cuda else 0
     for p in paths:
         r = res[p]
         r["speedup_vs_best_fp32"] = res[best_fp32]["step_ms"] / r["step_ms"]
         r["speedup_vs_fastest_torch"] = res[fastest]["step_ms"] / r["step_ms"]
-        print(f"{p:<14} {r['step_ms']:9.0f} {r['linear_ms']:11.0f} {r['linear_ms'] / r['step_ms']:6.0%} "
-              f"{r['step_ms'] - r['linear_ms']:9.0f} {r['speedup_vs_best_fp32']:15.2f}x "
+        print(f"{p:<14} {r['step_ms']:9.{prec}f} {r['linear_ms']:11.{prec}f} {r['linear_ms'] / r['step_ms']:6.0%} "
+              f"{r['step_ms'] - r['linear_ms']:9.{prec}f} {r['speedup_vs_best_fp32']:15.2f}x "
               f"{r['speedup_vs_fastest_torch']:15.2f}x {r['rel_l2']:15.3g} {r['minflt']:12.0f}")
     print(f"\nPyTorch's best fp32 path: {best_fp32}; its fastest path of any dtype: {fastest}")
     for p in paths:
@@ -485,6 +577,7 @@ def run(a):
         _write_json(a.json, {"model": {"blocks": a.blocks, "tokens": a.tokens, "text_tokens": a.text_tokens,
                                        "hidden": HIDDEN, "heads": HEADS, "linears": n_lin},
                              "threads": a.threads, "reps": a.reps, "torch": torch.__version__, "note": note,
+                             "device": a.device, "graphs": a.graphs,
                              "best_fp32": best_fp32, "fastest_torch": fastest, "paths": records})
     if a.plot:
         plot(records, a, best_fp32, fastest)

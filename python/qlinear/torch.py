@@ -1,16 +1,18 @@
-"""PyTorch modules over qlinear (CPU, inference).
+"""PyTorch modules over qlinear (CPU and CUDA, inference).
 
     from qlinear.torch import QLinear, quantize_module, load_comfy
     report = quantize_module(model, format="int8-convrot")   # swaps nn.Linear in place
     print(report)
     load_comfy(model, "model_int8_convrot.safetensors")     # ComfyUI INT8 / ConvRot files
 
-QLinear.forward takes CPU tensors of any leading shape in fp32, bf16 or fp16
+QLinear.forward takes tensors of any leading shape in fp32, bf16 or fp16
 and returns the input's dtype; the input is read in place through its data
 pointer (rows may be strided, the last dimension must be contiguous) and the
 packed weight is never touched per call. The thread count follows
-torch.get_num_threads() unless a layer was given threads=. Outputs carry no
-autograd history (inference only).
+torch.get_num_threads() unless a layer was given threads=. A layer made from
+an nn.Linear on a GPU (or with device="cuda") is uploaded once and runs on
+that GPU's tensors (kind "w8a8"; the CUDA backend), queued on torch's current
+stream. Outputs carry no autograd history (inference only).
 """
 import re
 
@@ -49,24 +51,29 @@ class QLinear(nn.Module):
                             "use QLinear.from_linear(nn.Linear)")
         self.in_features, self.out_features = linear.k, linear.n
         self.linear = linear
-        self._follow = follow_torch_threads
+        self._follow = follow_torch_threads and not linear._cuda
         self._ptr, self._fwd_int, self._null = linear._ptr, linear._fwd_int, linear._null
         self.activation = None if activation in (None, "none") else activation
         self._epi = linear._null if _ql._activation_code(activation) == 0 else linear._epi_gelu
 
     @classmethod
-    def from_linear(cls, linear, format="int8-convrot", kind="w8a8", group=256, threads=None, activation=None):
+    def from_linear(cls, linear, format="int8-convrot", kind="w8a8", group=256, threads=None, activation=None,
+                    device=None):
         """Quantize an nn.Linear's weight (fp32/bf16/fp16, read in place) into a
         QLinear; the bias is kept in its dtype. The nn.Linear is not changed.
-        activation="gelu": the QLinear computes gelu(linear(x)) (fused)."""
+        activation="gelu": the QLinear computes gelu(linear(x)) (fused; CPU).
+        device: where the layer runs, by default the nn.Linear's device (a GPU
+        weight is copied to the host once, quantized there and uploaded)."""
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"from_linear takes an nn.Linear, not {type(linear).__name__}")
         w = linear.weight.detach()
         if not w.is_contiguous():
             raise QlinearError(f"qlinear: weight of {linear} is not contiguous", "invalid argument")
         b = linear.bias.detach() if linear.bias is not None else None
+        dev = _ql._parse_device(w.device if device is None else device)
+        ctx = None if dev != "cpu" or threads is not None else _torch_context()
         lin = _ql.Linear.from_weight(w, format=format, bias=b, group=group, kind=kind, threads=threads,
-                                     _context=_torch_context() if threads is None else None)
+                                     _context=ctx, device=dev)
         return cls(lin, threads is None, activation)
 
     def extra_repr(self):
@@ -117,6 +124,8 @@ def _forward_fast(lin, x, follow=False, out=None, epi=None):
     dimension is K (written into out if that is a contiguous CPU tensor of the
     output's shape and x's dtype, apart from x); None for anything else (the
     general path then decides, and checks)."""
+    if lin._cuda:
+        return _forward_fast_cuda(lin, x, out, epi)
     code = _CODE.get(x.dtype)
     if code is None or not x.is_cpu or x.layout is not _strided or not x.is_contiguous():
         return None
@@ -145,6 +154,38 @@ def _forward_fast(lin, x, follow=False, out=None, epi=None):
         if st:
             _ql._check(st, "ql_linear_forward")
     return y
+
+
+def _forward_fast_cuda(lin, x, out, epi):
+    """_forward_fast for a layer on a GPU: x contiguous on the layer's device;
+    queued on torch's current stream there."""
+    code = _CODE.get(x.dtype)
+    tdev = lin.__dict__.get("_tdev")
+    if tdev is None:
+        tdev = lin._tdev = torch.device(lin.device)
+    if code is None or x.device != tdev or x.layout is not _strided or not x.is_contiguous() or out is not None:
+        return None
+    shape = x.shape
+    if not shape or shape[-1] != lin.k:
+        return None
+    last = lin._last_shapes
+    if shape != last[0]:
+        last = lin._last_shapes = (shape, shape[:-1] + (lin.n,))
+    y = torch.empty(last[1], dtype=x.dtype, device=tdev)
+    m = x.numel() // lin.k
+    if m:
+        lin._ctx.use_stream(_raw_stream(tdev.index))
+        st = lin._fwd_int(lin._ptr, x.data_ptr(), code, m, lin.k, y.data_ptr(), code, lin.n,
+                          lin._null if epi is None else epi)
+        if st:
+            _ql._check(st, "ql_linear_forward")
+    return y
+
+
+def _raw_stream(index):
+    """torch's current cudaStream_t on device `index`, as an int."""
+    f = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return f(index) if f is not None else torch.cuda.current_stream(index).cuda_stream
 
 
 _Tensor, _strided = torch.Tensor, torch.strided
@@ -179,7 +220,8 @@ def quantize_module(model, format="int8-convrot", include=None, exclude=None, ki
                     threads=None, fuse_gelu=False):
     """Swap every eligible nn.Linear of `model` for a QLinear, in place.
 
-    Eligible: an nn.Linear whose weight is a CPU fp32/bf16/fp16 tensor and, for
+    Eligible: an nn.Linear whose weight is an fp32/bf16/fp16 tensor (on the
+    CPU, or on a GPU for kind "w8a8": the layer then runs there) and, for
     "int8-convrot", whose in_features is a multiple of `group`; with `include`
     (a regex, re.search on the module's qualified name) only matching names,
     with `exclude` none of the matching ones. fuse_gelu: a swapped Linear
@@ -200,8 +242,9 @@ def quantize_module(model, format="int8-convrot", include=None, exclude=None, ki
             rep.skipped.append((name, f"excluded by {exclude!r}"))
             continue
         w = mod.weight
-        if w.device.type != "cpu":
-            rep.skipped.append((name, f"weight on {w.device}"))
+        if w.device.type not in ("cpu", "cuda") or (w.device.type == "cuda" and kind != "w8a8"):
+            rep.skipped.append((name, f"weight on {w.device}" + (f" (kind {kind} runs on the CPU only)"
+                                                                  if w.device.type == "cuda" else "")))
         elif w.dtype not in _CODE:
             rep.skipped.append((name, f"weight dtype {w.dtype}"))
         elif format == "int8-convrot" and mod.in_features % group:
@@ -219,7 +262,7 @@ def quantize_module(model, format="int8-convrot", include=None, exclude=None, ki
                         pre = sname + "." if sname else ""
                         gelu_after[pre + a] = pre + b
     for name, mod in todo:
-        act = "gelu" if name in gelu_after else None
+        act = "gelu" if name in gelu_after and mod.weight.device.type == "cpu" else None
         _set_module(model, name, QLinear.from_linear(mod, format=format, kind=kind, group=group, threads=threads,
                                                      activation=act))
         rep.swapped.append(name)
@@ -242,7 +285,8 @@ def load_comfy(model, path, prefix=None, kind="w8a8", threads=None, strict=False
     Every quantized layer `P` of the file replaces the model's nn.Linear (or
     QLinear) named `P` (after removing `prefix`, by default the part before the
     first name the model has, e.g. "model.diffusion_model.") with a QLinear
-    packed from the file; every other tensor whose name and shape match a
+    packed from the file (on the device of the module it replaces: a model
+    on a GPU gets GPU layers); every other tensor whose name and shape match a
     parameter or buffer of the model is copied into it. Shapes must agree.
     strict=True raises when a quantized layer has no module in the model.
     Returns a SwapReport (swapped, loaded, skipped, unused)."""
@@ -272,8 +316,9 @@ def load_comfy(model, path, prefix=None, kind="w8a8", threads=None, strict=False
             if not l.supported:
                 rep.skipped.append((l.name, f"format {l.format}: {l.reason}"))
                 continue
-            lin = _ql.Linear.from_checkpoint(ck, l.name, kind=kind, threads=threads,
-                                             _context=_torch_context() if threads is None else None)
+            dev = _ql._parse_device(mod.weight.device if isinstance(mod, nn.Linear) else mod.linear.device)
+            ctx = _torch_context() if threads is None and dev == "cpu" else None
+            lin = _ql.Linear.from_checkpoint(ck, l.name, kind=kind, threads=threads, _context=ctx, device=dev)
             _set_module(model, mname, QLinear(lin, threads is None))
             rep.swapped.append(mname)
         with torch.no_grad():

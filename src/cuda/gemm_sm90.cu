@@ -174,8 +174,11 @@ __device__ __forceinline__ void epilogue_tile(const int32_t (&d)[BN / 2], const 
                     *(int2 *)(stage + lr1 * PITCH + cl * 4) = make_int2(d[4 * j + 2], d[4 * j + 3]);
                 } else {
                     const float2 sw = *(const float2 *)(col_sw + cl), bs = *(const float2 *)(col_bias + cl);
-                    *(uint32_t *)(stage + lr0 * PITCH + cl * 2) = epi_pair_bf16(p, d[4 * j], d[4 * j + 1], sx0, sw, bs);
-                    *(uint32_t *)(stage + lr1 * PITCH + cl * 2) = epi_pair_bf16(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs);
+                    const int64_t col = n0 + cl; /* HC = BN for bf16: one pass */
+                    *(uint32_t *)(stage + lr0 * PITCH + cl * 2) =
+                        epi_pair_bf16(p, d[4 * j], d[4 * j + 1], sx0, sw, bs, r0, col, r0 < m && col < n);
+                    *(uint32_t *)(stage + lr1 * PITCH + cl * 2) =
+                        epi_pair_bf16(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs, r1, col, r1 < m && col < n);
                 }
             }
             asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory");
@@ -251,8 +254,10 @@ __device__ __forceinline__ void epilogue_bf16_tma(const int32_t (&d)[BN / 2], co
         for (int jj = 0; jj < 8; jj++) {
             const int j = q * 8 + jj, cl = j * 8 + 2 * (lane % 4), off = q * 8192 + (jj ^ xr) * 16;
             const float2 sw = *(const float2 *)(col_sw + cl), bs = *(const float2 *)(col_bias + cl);
-            *(uint32_t *)(row_a + off) = epi_pair_bf16(p, d[4 * j], d[4 * j + 1], sx0, sw, bs);
-            *(uint32_t *)(row_b + off) = epi_pair_bf16(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs);
+            const int col = n0 + cl;
+            *(uint32_t *)(row_a + off) = epi_pair_bf16(p, d[4 * j], d[4 * j + 1], sx0, sw, bs, r0, col, r0 < m && col < n);
+            *(uint32_t *)(row_b + off) =
+                epi_pair_bf16(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs, r1, col, r1 < m && col < n);
         }
         fence_proxy_async_smem();
         __syncwarp();
@@ -666,7 +671,9 @@ cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorM
     /* the staged variants store 16-byte chunks of rows */
     const int es = p.ydt == DT_I32 ? 4 : 2;
     const bool chunks = (uintptr_t)p.y % 16 == 0 && (p.ldy * es) % 16 == 0 && n % 2 == 0;
-    const int epi = chunks && p.ydt == DT_I32 ? EPI_I32 : chunks && p.ydt == DT_BF16 && !p.res ? EPI_BF16 : EPI_GENERIC;
+    /* a residual is read in bf16 pairs there: 4-byte aligned, an even row pitch */
+    const bool res_pairs = !p.res || ((uintptr_t)p.res % 4 == 0 && p.ldr % 2 == 0 && (uintptr_t)p.rs % 4 == 0);
+    const int epi = chunks && p.ydt == DT_I32 ? EPI_I32 : chunks && p.ydt == DT_BF16 && res_pairs ? EPI_BF16 : EPI_GENERIC;
     return with_tile(tile, [&](auto c) {
         using C = decltype(c);
         if (epi == EPI_I32) return launch_epi<C, EPI_I32>(ma, mb, im, in, ik, p, stream, pdl, sms, pairs, set_attr);

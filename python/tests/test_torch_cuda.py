@@ -1,0 +1,107 @@
+"""qlinear.torch on a GPU (the CUDA backend through PyTorch): every output
+bit-identical to the same layer on the CPU (itself tested against float64 and
+the reference quantizer), on torch's current stream; errors for tensors on the
+wrong device, numpy inputs, and what the GPU does not run. Skipped without a
+CUDA device; without one, asking for it is a clear error."""
+import pytest
+import torch
+from torch import nn
+
+import qlinear
+from qlinear.torch import QLinear, quantize_module
+from test_torch import gen, make_linear  # noqa: F401  (gen is a fixture)
+
+
+def _devices():
+    _, lib = qlinear._lib.load()
+    return lib.ql_cuda_device_count() if torch.cuda.is_available() else 0
+
+
+cuda = pytest.mark.skipif(_devices() == 0, reason="skipped: no CUDA device (torch or libqlinear)")
+
+
+@pytest.mark.skipif(_devices() > 0, reason="a CUDA device is present")
+def test_no_device_is_an_error():
+    with pytest.raises(qlinear.QlinearError, match="CUDA"):
+        QLinear.from_linear(nn.Linear(256, 16), device="cuda")
+
+
+def _bits(t):
+    return t.cpu().contiguous().view(torch.int16 if t.element_size() == 2 else torch.int32)
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("shape", [(1, 512), (3, 77, 512), (513, 512)])
+def test_cuda_equals_cpu(gen, dtype, shape):
+    lin = make_linear(gen, 512, 96, dtype=dtype)
+    cpu, gpu = QLinear.from_linear(lin), QLinear.from_linear(lin.cuda())
+    assert gpu.linear.device == "cuda:0" and cpu.linear.device == "cpu"
+    x = (torch.randn(*shape, generator=gen) * 3).to(dtype)
+    with torch.no_grad():
+        want, got = cpu(x), gpu(x.cuda())
+    assert got.device.type == "cuda" and got.dtype == dtype and got.shape == want.shape
+    assert torch.equal(_bits(got), _bits(want))
+    # rows at a stride (the general path) and a reused output buffer
+    wide = (torch.randn(shape[0] if len(shape) == 2 else 5, 640, generator=gen)).to(dtype)
+    xs = wide[:, :512]
+    out = torch.empty(xs.shape[0], 96, dtype=dtype, device="cuda")
+    with torch.no_grad():
+        got = gpu(wide.cuda()[:, :512], out=out)
+        want = cpu(xs)
+    assert got is out and torch.equal(_bits(out), _bits(want))
+
+
+@cuda
+def test_cuda_residual_stream_and_nonfinite(gen):
+    lin = make_linear(gen, 1024, 256, dtype=torch.bfloat16)
+    cpu, gpu = QLinear.from_linear(lin), QLinear.from_linear(lin, device="cuda")
+    h = torch.randn(2, 33, 1024, generator=gen).bfloat16()
+    h[1, 3, 7] = float("nan")  # a non-finite row: NaN out, the others untouched
+    res = torch.randn(2, 33, 256, generator=gen).bfloat16()
+    gate = torch.randn(1, 1, 256, generator=gen).bfloat16()
+    s = torch.cuda.Stream()
+    with torch.no_grad():
+        want = cpu(h, residual=res, residual_scale=gate)
+        with torch.cuda.stream(s):  # queued on torch's current stream, behind the copies
+            hg, rg, gg = h.cuda(), res.cuda(), gate.cuda()
+            got = gpu(hg, residual=rg, residual_scale=gg)
+            plain = gpu(hg)
+        s.synchronize()
+    assert torch.equal(_bits(got), _bits(want))
+    assert torch.equal(_bits(plain), _bits(cpu(h)))
+    assert torch.isnan(plain[1, 3].float()).all() and not torch.isnan(plain[0].float()).any()
+
+
+@cuda
+def test_cuda_quantize_module(gen):
+    model = nn.Sequential(make_linear(gen, 512, 768), make_linear(gen, 768, 256, bias=False)).bfloat16()
+    ref = nn.Sequential(*(nn.Linear(m.in_features, m.out_features, bias=m.bias is not None) for m in model))
+    ref.load_state_dict(model.state_dict())
+    model.cuda()
+    rep = quantize_module(model, format="int8")
+    assert rep.swapped == ["0", "1"] and all(m.linear.device == "cuda:0" for m in model)
+    quantize_module(ref.bfloat16(), format="int8")
+    x = torch.randn(4, 10, 512, generator=gen).bfloat16()
+    with torch.no_grad():
+        assert torch.equal(_bits(model(x.cuda())), _bits(ref(x)))
+    rep = quantize_module(nn.Sequential(make_linear(gen, 256, 8)).cuda(), kind="weight-only")
+    assert rep.swapped == [] and "CPU only" in rep.skipped[0][1]
+
+
+@cuda
+def test_cuda_bad_input(gen):
+    gpu = QLinear.from_linear(make_linear(gen, 256, 16), device="cuda")
+    x = torch.randn(4, 256, generator=gen)
+    with pytest.raises(qlinear.QlinearError, match="is on cpu but the layer is on cuda:0"):
+        gpu(x)
+    with pytest.raises(TypeError, match="numpy"):
+        gpu.linear.forward(x.numpy())
+    with pytest.raises(qlinear.QlinearError, match="is on cuda:0 but the layer is on cpu"):
+        QLinear.from_linear(make_linear(gen, 256, 16))(x.cuda())
+    with pytest.raises(qlinear.QlinearError):  # the GPU runs no fused activation (yet): refused, not ignored
+        QLinear.from_linear(make_linear(gen, 256, 16), device="cuda", activation="gelu")(x.cuda())
+    with pytest.raises(qlinear.QlinearError):
+        QLinear.from_linear(make_linear(gen, 256, 16), device="cuda", kind="weight-only")
+    with pytest.raises(qlinear.QlinearError, match="K = 256"):
+        gpu(x.cuda()[:, :128])
