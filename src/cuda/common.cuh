@@ -135,9 +135,11 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
     __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
     return *(uint32_t *)&h;
 }
-/* `at` says whether (row, col) is inside the output: only then is the
- * residual read (N even and the residual's pairs 4-byte aligned: the
- * launcher's condition for these paths). */
+/* RES: the gated residual too (a separate instantiation: the kernels
+ * without one keep their registers). `at` says whether (row, col) is inside
+ * the output: only then is the residual read (N even and the residual's
+ * pairs 4-byte aligned: the launcher's condition for these paths). */
+template <bool RES>
 __device__ __forceinline__ uint32_t epi_pair_bf16(const EpiParams &p, int32_t a0, int32_t a1, float sx, float2 sw,
                                                   float2 bias, int64_t row, int64_t col, bool at)
 {
@@ -146,7 +148,7 @@ __device__ __forceinline__ uint32_t epi_pair_bf16(const EpiParams &p, int32_t a0
     uint32_t r = pack_bf16x2(v0, v1);
     if (p.bias) /* the rounded pair back as fp32 (exact), plus the rounded bias, rounded */
         r = pack_bf16x2(__fadd_rn(__uint_as_float(r << 16), bias.x), __fadd_rn(__uint_as_float(r & 0xffff0000u), bias.y));
-    if (p.res && at) { /* residual + scale · y, one rounding (epi_value's operations) */
+    if (RES && at) { /* residual + scale · y, one rounding (epi_value's operations) */
         const uint32_t rr = *(const uint32_t *)((const __nv_bfloat16 *)p.res + row * p.ldr + col);
         const uint32_t ss = *(const uint32_t *)((const __nv_bfloat16 *)p.rs + col);
         r = pack_bf16x2(__fadd_rn(__uint_as_float(rr << 16), __fmul_rn(__uint_as_float(ss << 16), __uint_as_float(r << 16))),
@@ -162,7 +164,7 @@ __device__ __forceinline__ void epi_store_pair(const EpiParams &p, int64_t row, 
     const int dt = p.ydt;
     const int64_t i = row * p.ldy + col;
     if (dt == DT_BF16) {
-        *(uint32_t *)((__nv_bfloat16 *)p.y + i) = epi_pair_bf16(p, a0, a1, sx, sw, bias, row, col, true);
+        *(uint32_t *)((__nv_bfloat16 *)p.y + i) = epi_pair_bf16<false>(p, a0, a1, sx, sw, bias, row, col, false);
         return;
     }
     float v0 = __fmul_rn(__int2float_rn(a0), __fmul_rn(sx, sw.x));

@@ -45,7 +45,8 @@ template <int BN> __device__ __forceinline__ void wgmma_tile(int32_t (&d)[BN / 2
  * dtype branches (the generic one, unrolled over the tile, is large enough
  * to miss the instruction cache). The fast variants stage the tile in shared
  * memory and need N even, y 16-byte aligned and rows a multiple of 16 bytes. */
-enum { EPI_GENERIC = 0, EPI_I32 = 1, EPI_BF16 = 2 };
+enum { EPI_GENERIC = 0, EPI_I32 = 1, EPI_BF16 = 2, EPI_BF16_RES = 3 /* bf16 with a gated residual */ };
+__host__ __device__ constexpr bool is_bf16(int epi) { return epi == EPI_BF16 || epi == EPI_BF16_RES; }
 
 /* Staging of the fast epilogues: columns per pass (int32 tiles leave in two
  * passes of 128 so that the staging area stays at 64·544 bytes per
@@ -157,7 +158,7 @@ __device__ __forceinline__ void epilogue_tile(const int32_t (&d)[BN / 2], const 
     const int warp = tid / 32, lane = tid % 32;
     const int64_t r0 = row0 + warp * 16 + lane / 4, r1 = r0 + 8;
     const float sx0 = scaled && r0 < m ? p.sx[r0] : 0.f, sx1 = scaled && r1 < m ? p.sx[r1] : 0.f;
-    if constexpr (EPI == EPI_I32 || EPI == EPI_BF16) {
+    if constexpr (EPI == EPI_I32 || is_bf16(EPI)) {
         /* the accumulator layout scatters 8 rows per warp store; the staged
          * tile leaves in 16-byte row chunks */
         using S = Staging<BN, EPI>;
@@ -176,9 +177,10 @@ __device__ __forceinline__ void epilogue_tile(const int32_t (&d)[BN / 2], const 
                     const float2 sw = *(const float2 *)(col_sw + cl), bs = *(const float2 *)(col_bias + cl);
                     const int64_t col = n0 + cl; /* HC = BN for bf16: one pass */
                     *(uint32_t *)(stage + lr0 * PITCH + cl * 2) =
-                        epi_pair_bf16(p, d[4 * j], d[4 * j + 1], sx0, sw, bs, r0, col, r0 < m && col < n);
+                        epi_pair_bf16<EPI == EPI_BF16_RES>(p, d[4 * j], d[4 * j + 1], sx0, sw, bs, r0, col, r0 < m && col < n);
                     *(uint32_t *)(stage + lr1 * PITCH + cl * 2) =
-                        epi_pair_bf16(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs, r1, col, r1 < m && col < n);
+                        epi_pair_bf16<EPI == EPI_BF16_RES>(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs, r1, col,
+                                                           r1 < m && col < n);
                 }
             }
             asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory");
@@ -235,7 +237,7 @@ __device__ __forceinline__ void epilogue_tile(const int32_t (&d)[BN / 2], const 
  * from the previous tile has left shared memory (bulk groups complete in
  * order: at most SLOTS - 1 of the warp's others pending), so a layer bound
  * by its output (K = 256) computes while the last tile drains. */
-template <int BN, int SLOTS>
+template <int BN, int SLOTS, bool RES>
 __device__ __forceinline__ void epilogue_bf16_tma(const int32_t (&d)[BN / 2], const EpiParams &p, int m, int n,
                                                   int row0, int n0, int tid, const float *col_sw,
                                                   const float *col_bias, uint8_t *stage, const CUtensorMap *tma_y)
@@ -255,9 +257,9 @@ __device__ __forceinline__ void epilogue_bf16_tma(const int32_t (&d)[BN / 2], co
             const int j = q * 8 + jj, cl = j * 8 + 2 * (lane % 4), off = q * 8192 + (jj ^ xr) * 16;
             const float2 sw = *(const float2 *)(col_sw + cl), bs = *(const float2 *)(col_bias + cl);
             const int col = n0 + cl;
-            *(uint32_t *)(row_a + off) = epi_pair_bf16(p, d[4 * j], d[4 * j + 1], sx0, sw, bs, r0, col, r0 < m && col < n);
+            *(uint32_t *)(row_a + off) = epi_pair_bf16<RES>(p, d[4 * j], d[4 * j + 1], sx0, sw, bs, r0, col, r0 < m && col < n);
             *(uint32_t *)(row_b + off) =
-                epi_pair_bf16(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs, r1, col, r1 < m && col < n);
+                epi_pair_bf16<RES>(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs, r1, col, r1 < m && col < n);
         }
         fence_proxy_async_smem();
         __syncwarp();
@@ -425,8 +427,8 @@ __global__ void __launch_bounds__(3 * 128, 1)
             asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory"); /* the table is complete */
 #pragma unroll
             for (int h = 0; h < MH; h++) {
-                if constexpr (EPI == EPI_BF16) {
-                    epilogue_bf16_tma<BN, MH * BN / 64>(d[h], p, m, n, m0 + h * 64, n0, tid, col_sw, col_bias,
+                if constexpr (is_bf16(EPI)) {
+                    epilogue_bf16_tma<BN, MH * BN / 64, EPI == EPI_BF16_RES>(d[h], p, m, n, m0 + h * 64, n0, tid, col_sw, col_bias,
                                                         staging + wg * MH * TMA_STAGE + h * TMA_STAGE, &tma_y);
                 } else {
                     if (EPI != EPI_GENERIC && h > 0) asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
@@ -434,9 +436,9 @@ __global__ void __launch_bounds__(3 * 128, 1)
                                            staging + wg * S::BYTES, 2 + wg);
                 }
             }
-            if constexpr (EPI != EPI_GENERIC && EPI != EPI_BF16) asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
+            if constexpr (EPI != EPI_GENERIC && !is_bf16(EPI)) asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
         }
-        if constexpr (EPI == EPI_BF16)
+        if constexpr (is_bf16(EPI))
             if (tid % 32 == 0) bulk_wait_all();
         return;
     }
@@ -451,8 +453,8 @@ __global__ void __launch_bounds__(3 * 128, 1)
         fill_col_table(p, n, n0, BN, threadIdx.x, NWG * 128, col_sw, col_bias);
         consume_tile<BM, BN, BK, STAGES, CM>(d, smem, full, empty, wg, tid, kt_count, it);
         asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory"); /* the table is complete */
-        if constexpr (EPI == EPI_BF16) {
-            epilogue_bf16_tma<BN, BN / 64>(d[0], p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias,
+        if constexpr (is_bf16(EPI)) {
+            epilogue_bf16_tma<BN, BN / 64, EPI == EPI_BF16_RES>(d[0], p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias,
                                            staging + wg * TMA_STAGE, &tma_y);
         } else {
             epilogue_tile<BN, EPI>(d[0], p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, staging + wg * S::BYTES,
@@ -461,7 +463,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
             if constexpr (EPI != EPI_GENERIC) asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
         }
     }
-    if constexpr (EPI == EPI_BF16)
+    if constexpr (is_bf16(EPI))
         if (tid % 32 == 0) bulk_wait_all(); /* shared memory stays until the stores have read it */
 #endif
 }
@@ -607,7 +609,7 @@ cudaError_t launch_epi(const CUtensorMap &ma, const CUtensorMap &mb, int m, int 
             if (clusters > 0) resident = clusters;
         }
         grid = dim3((unsigned)(C::CM * (units < resident ? units : resident)), 1, 1);
-        if (EPI == EPI_BF16 && !make_out_map(&my, p.y, m, n, p.ldy)) return cudaErrorInvalidValue;
+        if (is_bf16(EPI) && !make_out_map(&my, p.y, m, n, p.ldy)) return cudaErrorInvalidValue;
     }
     cfg.gridDim = grid;
     return cudaLaunchKernelEx(&cfg, kern, ma, mb, my, m, n, k, p);
@@ -640,7 +642,8 @@ cudaError_t prepare_s8_gemm_sm90(int *pairs)
     for (int t = 0; t < QLC_SM90_TILES; t++) {
         cudaError_t e = with_tile(t, [](auto c) {
             using C = decltype(c);
-            const gemm_kernel_fn ks[3] = {kernel_of<C, EPI_GENERIC>(), kernel_of<C, EPI_I32>(), kernel_of<C, EPI_BF16>()};
+            const gemm_kernel_fn ks[4] = {kernel_of<C, EPI_GENERIC>(), kernel_of<C, EPI_I32>(), kernel_of<C, EPI_BF16>(),
+                                          kernel_of<C, EPI_BF16_RES>()};
             for (gemm_kernel_fn kern : ks) {
                 cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
                 if (e != cudaSuccess) return e;
@@ -673,11 +676,15 @@ cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorM
     const bool chunks = (uintptr_t)p.y % 16 == 0 && (p.ldy * es) % 16 == 0 && n % 2 == 0;
     /* a residual is read in bf16 pairs there: 4-byte aligned, an even row pitch */
     const bool res_pairs = !p.res || ((uintptr_t)p.res % 4 == 0 && p.ldr % 2 == 0 && (uintptr_t)p.rs % 4 == 0);
-    const int epi = chunks && p.ydt == DT_I32 ? EPI_I32 : chunks && p.ydt == DT_BF16 && res_pairs ? EPI_BF16 : EPI_GENERIC;
+    const int epi = chunks && p.ydt == DT_I32                  ? EPI_I32
+                    : chunks && p.ydt == DT_BF16 && res_pairs ? (p.res ? EPI_BF16_RES : EPI_BF16)
+                                                              : EPI_GENERIC;
     return with_tile(tile, [&](auto c) {
         using C = decltype(c);
         if (epi == EPI_I32) return launch_epi<C, EPI_I32>(ma, mb, im, in, ik, p, stream, pdl, sms, pairs, set_attr);
         if (epi == EPI_BF16) return launch_epi<C, EPI_BF16>(ma, mb, im, in, ik, p, stream, pdl, sms, pairs, set_attr);
+        if (epi == EPI_BF16_RES)
+            return launch_epi<C, EPI_BF16_RES>(ma, mb, im, in, ik, p, stream, pdl, sms, pairs, set_attr);
         return launch_epi<C, EPI_GENERIC>(ma, mb, im, in, ik, p, stream, pdl, sms, pairs, set_attr);
     });
 }
