@@ -30,6 +30,12 @@ def _bits(t):
     return t.cpu().contiguous().view(torch.int16 if t.element_size() == 2 else torch.int32)
 
 
+def _same(got, want):
+    """Bit for bit, any NaN equal to any NaN (as test_cuda: payloads are not part of the contract)."""
+    g, w = got.cpu(), want.cpu()
+    return g.shape == w.shape and bool(((_bits(g) == _bits(w)) | (torch.isnan(g.float()) & torch.isnan(w.float()))).all())
+
+
 @cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("shape", [(1, 512), (3, 77, 512), (513, 512)])
@@ -41,7 +47,7 @@ def test_cuda_equals_cpu(gen, dtype, shape):
     with torch.no_grad():
         want, got = cpu(x), gpu(x.cuda())
     assert got.device.type == "cuda" and got.dtype == dtype and got.shape == want.shape
-    assert torch.equal(_bits(got), _bits(want))
+    assert _same(got, want)
     # rows at a stride (the general path) and a reused output buffer
     wide = (torch.randn(shape[0] if len(shape) == 2 else 5, 640, generator=gen)).to(dtype)
     xs = wide[:, :512]
@@ -49,7 +55,7 @@ def test_cuda_equals_cpu(gen, dtype, shape):
     with torch.no_grad():
         got = gpu(wide.cuda()[:, :512], out=out)
         want = cpu(xs)
-    assert got is out and torch.equal(_bits(out), _bits(want))
+    assert got is out and _same(out, want)
 
 
 @cuda
@@ -68,8 +74,8 @@ def test_cuda_residual_stream_and_nonfinite(gen):
             got = gpu(hg, residual=rg, residual_scale=gg)
             plain = gpu(hg)
         s.synchronize()
-    assert torch.equal(_bits(got), _bits(want))
-    assert torch.equal(_bits(plain), _bits(cpu(h)))
+    assert _same(got, want)
+    assert _same(plain, cpu(h))
     assert torch.isnan(plain[1, 3].float()).all() and not torch.isnan(plain[0].float()).any()
 
 
@@ -84,7 +90,7 @@ def test_cuda_quantize_module(gen):
     quantize_module(ref.bfloat16(), format="int8")
     x = torch.randn(4, 10, 512, generator=gen).bfloat16()
     with torch.no_grad():
-        assert torch.equal(_bits(model(x.cuda())), _bits(ref(x)))
+        assert _same(model(x.cuda()), ref(x))
     rep = quantize_module(nn.Sequential(make_linear(gen, 256, 8)).cuda(), kind="weight-only")
     assert rep.swapped == [] and "CPU only" in rep.skipped[0][1]
 
