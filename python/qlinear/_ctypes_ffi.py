@@ -22,24 +22,10 @@ _SCALARS = {
 }
 
 
-class _Ptr(ctypes.c_void_p):
-    """Any pointer parameter: an address (int), None, bytes (a C string), a
-    ctypes object (its address), or anything with _as_parameter_."""
-
-    @classmethod
-    def from_param(cls, v):
-        if v is None or isinstance(v, int):
-            return ctypes.c_void_p(v)
-        if isinstance(v, bytes):
-            return ctypes.c_char_p(v)
-        p = getattr(v, "_as_parameter_", None)
-        if p is not None:
-            return p
-        if isinstance(v, (ctypes.c_void_p, ctypes._Pointer)):
-            return v
-        if isinstance(v, (ctypes.Structure, ctypes.Array, ctypes._SimpleCData)):
-            return ctypes.byref(v)
-        raise TypeError(f"qlinear (ctypes): cannot pass {type(v).__name__} as a pointer")
+# Every pointer parameter is a c_void_p: ctypes converts in C what it is given
+# (an address, None, bytes, an array, or _as_parameter_: the boxes below and
+# structs pass their address), with no Python code per argument.
+_Ptr = ctypes.c_void_p
 
 
 def _address(v):
@@ -59,9 +45,14 @@ def _address(v):
 
 
 class _Struct(ctypes.Structure):
-    """Pointer fields are set from addresses (or anything _address takes);
-    those to numbers are typed, so that they can be indexed (t.shape[j])."""
+    """Passed by address. Pointer fields are set from addresses (or anything
+    _address takes); those to numbers are typed, so that they can be indexed
+    (t.shape[j])."""
     _ptr_fields = {}
+
+    @property
+    def _as_parameter_(self):
+        return ctypes.byref(self)
 
     def __setattr__(self, name, value):
         t = self._ptr_fields.get(name, 0)
