@@ -96,6 +96,10 @@ class QLinear(nn.Module):
         if residual is not None or residual_scale is not None:
             if self._follow:
                 _follow_threads(self.linear._ctx)
+            if out is None and type(x) is _Tensor:
+                y = _forward_fast_residual(self, x, residual, residual_scale)
+                if y is not None:
+                    return y
             for what, t in (("x", x), ("residual", residual), ("residual_scale", residual_scale), ("out", out)):
                 if t is not None and not isinstance(t, torch.Tensor):
                     raise TypeError(f"QLinear: {what} must be a torch tensor, not {type(t).__name__}")
@@ -177,6 +181,40 @@ def _forward_fast_cuda(lin, x, out, epi):
         lin._ctx.use_stream(_raw_stream(tdev.index))
         st = lin._fwd_int(lin._ptr, x.data_ptr(), code, m, lin.k, y.data_ptr(), code, lin.n,
                           lin._null if epi is None else epi)
+        if st:
+            _ql._check(st, "ql_linear_forward")
+    return y
+
+
+def _forward_fast_residual(q, x, res, rs):
+    """residual + residual_scale ⊙ q(x) for contiguous tensors of x's dtype on
+    the layer's device, shapes as the general path wants them, into a fresh
+    output (so nothing overlaps); the layer's ql_epilogue is reused (filled per
+    call: read during the call only). None for anything else."""
+    lin = q.linear
+    code = _CODE.get(x.dtype)
+    if (code is None or type(res) is not _Tensor or type(rs) is not _Tensor or res.dtype is not x.dtype
+            or rs.dtype is not x.dtype or x.layout is not _strided or res.layout is not _strided
+            or rs.layout is not _strided or not (x.is_contiguous() and res.is_contiguous() and rs.is_contiguous())):
+        return None
+    dev = x.device
+    if res.device != dev or rs.device != dev or (dev.type != "cpu" if not lin._cuda else str(dev) != lin.device):
+        return None
+    shape, k, n = x.shape, lin.k, lin.n
+    if not shape or shape[-1] != k or res.shape != shape[:-1] + (n,) or rs.numel() != n or (rs.dim() and rs.shape[-1] != n):
+        return None
+    y = torch.empty(res.shape, dtype=x.dtype, device=dev)
+    m = x.numel() // k
+    if m:
+        ffi = lin._ffi
+        e = lin.__dict__.get("_epi_res")
+        if e is None:
+            e = lin._epi_res = ffi.new("ql_epilogue *")
+            e.activation = _ql._activation_code(q.activation)
+        e.residual, e.ld_residual, e.residual_scale = ffi.cast("void *", res.data_ptr()), n, ffi.cast("void *", rs.data_ptr())
+        if lin._cuda:
+            lin._ctx.use_stream(_raw_stream(dev.index))
+        st = lin._fwd_int(lin._ptr, x.data_ptr(), code, m, k, y.data_ptr(), code, n, e)
         if st:
             _ql._check(st, "ql_linear_forward")
     return y
