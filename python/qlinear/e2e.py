@@ -452,7 +452,8 @@ def run(a):
         return 2
     print(f"qlinear e2e: DiT with the anima shapes: {a.blocks} blocks (hidden {HIDDEN}, {HEADS} heads), "
           f"M = {a.tokens} image tokens, {a.text_tokens} text tokens of width {TEXT_DIM}; {n_lin} linears")
-    print(f"torch {torch.__version__}, qlinear {qlinear.version()} ({qlinear.library_path()}), "
+    print(f"torch {torch.__version__}, qlinear {qlinear.version()} ({qlinear.library_path()}, "
+          f"through {qlinear._lib.ffi_name()}), "
           f"{a.threads} threads, {a.reps} timed steps per path (median), seed {a.seed}")
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32 (the rel-L2 reference)
