@@ -76,6 +76,19 @@ class QLinear(nn.Module):
                                      _context=ctx, device=dev)
         return cls(lin, threads is None, activation)
 
+    def _apply(self, fn, *args, **kwargs):
+        """model.cuda() / .to(device) / .half(): a QLinear takes any input dtype,
+        and its packed layer cannot change device (its codes live in the
+        library, in that device's layout) — a move is refused here, with what
+        to do, rather than at the first forward."""
+        probe = fn(torch.empty(0, device=self.linear.device))  # where the layer is: a dtype-only fn keeps it there
+        want = _ql._parse_device(probe.device) if probe.device.type in ("cpu", "cuda") else str(probe.device)
+        if want != self.linear.device:
+            raise QlinearError(f"qlinear: a QLinear on {self.linear.device} cannot move to {probe.device}: "
+                               "move the float model first, then quantize it there (model.to(device); "
+                               "quantize_module(model)), or build the layer with device=", "invalid argument")
+        return super()._apply(fn, *args, **kwargs)
+
     def extra_repr(self):
         lin = self.linear
         g = f", group={lin.group}" if lin.group else ""

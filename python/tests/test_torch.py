@@ -281,6 +281,10 @@ def test_load_comfy_round_trip(tmp_path, gen, cli):
 def test_bad_input_torch(gen):
     q = QLinear.from_linear(make_linear(gen, 256, 16))
     x = torch.randn(4, 256, generator=gen)
+    model = nn.Sequential(q, nn.Linear(16, 8))
+    assert model.to(torch.bfloat16) is model and model.cpu() is model  # no move: allowed (any input dtype)
+    with pytest.raises(qlinear.QlinearError, match="a QLinear on cpu cannot move to meta"):
+        model.to("meta")  # a device move is refused at once, not at the first forward
     with pytest.raises(qlinear.QlinearError, match="is on meta but the layer is on cpu"):
         q(torch.empty(4, 256, device="meta"))  # the same check refuses CUDA tensors on a CPU layer
     with pytest.raises(TypeError, match="float64"):

@@ -111,3 +111,7 @@ def test_cuda_bad_input(gen):
         QLinear.from_linear(make_linear(gen, 256, 16), device="cuda", kind="weight-only")
     with pytest.raises(qlinear.QlinearError, match="K = 256"):
         gpu(x.cuda()[:, :128])
+    model = nn.Sequential(gpu)
+    assert model.cuda() is model and model.half() is model  # no move
+    with pytest.raises(qlinear.QlinearError, match="QLinear on cuda:0 cannot move to cpu"):
+        model.cpu()
