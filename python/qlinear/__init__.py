@@ -127,7 +127,7 @@ class _Context:
         self._lib = lib
         self.ptr = ffi.gc(p[0], lib.ql_context_destroy)
         self.threads = lib.ql_context_threads(self.ptr)
-        self.device, self.stream = device, None
+        self.device, self.stream, self.torch_stream = device, None, None
         if device != "cpu":
             _check(lib.ql_context_set_device(self.ptr, lib.QL_DEVICE_CUDA, int(device[5:])),
                    "ql_context_set_device")
@@ -606,9 +606,18 @@ class Linear:
 
     def _use_current_stream(self):
         """Queue the next call on torch's current stream of the layer's device,
-        behind the work that produced its inputs."""
+        behind the work that produced its inputs. The activation workspace is
+        the context's, shared by its layers: on a change of stream the new one
+        first waits for what the context queued on the previous one (calls
+        from two streams never overlap on it)."""
         import torch
-        self._ctx.use_stream(torch.cuda.current_stream(self.device).cuda_stream)
+        ctx = self._ctx
+        cur = torch.cuda.current_stream(self.device)
+        if cur.cuda_stream != ctx.stream:
+            if ctx.torch_stream is not None:
+                cur.wait_stream(ctx.torch_stream)
+            ctx.torch_stream = cur
+            ctx.use_stream(cur.cuda_stream)
 
     __call__ = forward
 

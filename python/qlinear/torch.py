@@ -191,7 +191,8 @@ def _forward_fast_cuda(lin, x, out, epi):
     y = torch.empty(last[1], dtype=x.dtype, device=tdev)
     m = x.numel() // lin.k
     if m:
-        lin._ctx.use_stream(_raw_stream(tdev.index))
+        if _raw_stream(tdev.index) != lin._ctx.stream:
+            lin._use_current_stream()
         st = lin._fwd_int(lin._ptr, x.data_ptr(), code, m, lin.k, y.data_ptr(), code, lin.n,
                           lin._null if epi is None else epi)
         if st:
@@ -225,8 +226,8 @@ def _forward_fast_residual(q, x, res, rs):
             e = lin._epi_res = ffi.new("ql_epilogue *")
             e.activation = _ql._activation_code(q.activation)
         e.residual, e.ld_residual, e.residual_scale = ffi.cast("void *", res.data_ptr()), n, ffi.cast("void *", rs.data_ptr())
-        if lin._cuda:
-            lin._ctx.use_stream(_raw_stream(dev.index))
+        if lin._cuda and _raw_stream(dev.index) != lin._ctx.stream:
+            lin._use_current_stream()
         st = lin._fwd_int(lin._ptr, x.data_ptr(), code, m, k, y.data_ptr(), code, n, e)
         if st:
             _ql._check(st, "ql_linear_forward")

@@ -80,6 +80,31 @@ def test_cuda_residual_stream_and_nonfinite(gen):
 
 
 @cuda
+def test_cuda_two_streams(gen):
+    """Layers of one device share the context's activation workspace: calls
+    from two streams, queued back to back, must not overlap on it."""
+    lins = [make_linear(gen, 2048, 2048 + 512 * i, dtype=torch.bfloat16) for i in range(2)]
+    cpu = [QLinear.from_linear(l) for l in lins]
+    gpu = [QLinear.from_linear(l, device="cuda") for l in lins]
+    xs = [torch.randn(4096, 2048, generator=gen).bfloat16() for _ in range(2)]
+    xg = [x.cuda() for x in xs]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for s in streams:
+        s.wait_stream(torch.cuda.current_stream())
+    outs = []
+    with torch.no_grad():
+        for r in range(3):
+            for i in range(2):
+                with torch.cuda.stream(streams[i]):
+                    outs.append(gpu[i](xg[i]))
+    torch.cuda.synchronize()
+    with torch.no_grad():
+        want = [cpu[i](xs[i]) for i in range(2)]
+    for j, y in enumerate(outs):
+        assert _same(y, want[j % 2])
+
+
+@cuda
 def test_cuda_quantize_module(gen):
     model = nn.Sequential(make_linear(gen, 512, 768), make_linear(gen, 768, 256, bias=False)).bfloat16()
     ref = nn.Sequential(*(nn.Linear(m.in_features, m.out_features, bias=m.bias is not None) for m in model))
