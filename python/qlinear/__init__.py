@@ -276,10 +276,11 @@ class Checkpoint:
 
 # ------------------------------------------------------------------ linear layers
 
-def _host_array(x, what, device="cpu"):
+def _array_view(x, what, device="cpu"):
     """(pointer, ql_dtype, shape, strides in elements) of a numpy array or a CPU
-    torch tensor (a torch tensor on `device` for a layer on a GPU), without
-    copying; TypeError/QlinearError where the library cannot take it as it is."""
+    torch tensor (for a layer on a GPU: a torch tensor on that `device`),
+    without copying; TypeError/QlinearError where the library cannot take it
+    as it is."""
     if _is_torch(x):
         if str(x.device) != device and not (device == "cpu" and x.device.type == "cpu"):
             raise QlinearError(f"qlinear: {what} is on {x.device} but the layer is on {device}: move it with "
@@ -409,7 +410,7 @@ class Linear:
             w = w.detach().cpu()
         if bias is not None and _is_torch(bias) and bias.device.type != "cpu":
             bias = bias.detach().cpu()
-        ptr, code, shape, strides = _host_array(w, "weight")
+        ptr, code, shape, strides = _array_view(w, "weight")
         if len(shape) != 2:
             raise QlinearError(f"qlinear: weight has shape {list(shape)}; expected [N, K]", "invalid argument")
         n, k = shape
@@ -423,7 +424,7 @@ class Linear:
         desc = ffi.new("ql_linear_desc *")
         bptr, bcode = ffi.NULL, 0
         if bias is not None:
-            bp, bcode, bshape, bstr = _host_array(bias, "bias")
+            bp, bcode, bshape, bstr = _array_view(bias, "bias")
             if bshape != (n,) or (n > 1 and bstr[0] != 1):
                 raise QlinearError(f"qlinear: bias has shape {list(bshape)}; expected a contiguous [{n}]",
                                    "invalid argument")
@@ -518,21 +519,21 @@ class Linear:
     def _forward_any(self, x, out_dtype, out=None, residual=None, residual_scale=None, activation=None):
         act = _activation_code(activation)
         dev = self.device
-        ptr, code, shape, strides = _host_array(x, "x", dev)
+        ptr, code, shape, strides = _array_view(x, "x", dev)
         m, ld = _rows(shape, strides, self.k, "x")
         ocode = code if out_dtype is None else _dtype_code(out_dtype, "out_dtype")
         oshape = tuple(shape[:-1]) + (self.n,)
         epi = self._null
         if residual is not None or residual_scale is not None:
             if out is not None:
-                ocode = _host_array(out, "out", dev)[1]
+                ocode = _array_view(out, "out", dev)[1]
             epi, spans = self._epilogue(residual, residual_scale, oshape, ocode, m)
             epi.activation = act
         has_residual = epi is not self._null
         if act and not has_residual:
             epi = self._epi_gelu
         if out is not None:
-            yp, ycode, yshape, ystrides = _host_array(out, "out", dev)
+            yp, ycode, yshape, ystrides = _array_view(out, "out", dev)
             if tuple(yshape) != oshape:
                 raise QlinearError(f"qlinear: out has shape {list(yshape)}, expected {list(oshape)}", "invalid argument")
             if out_dtype is not None and ycode != ocode:
@@ -580,8 +581,8 @@ class Linear:
         if residual is None or residual_scale is None:
             raise QlinearError("qlinear: residual and residual_scale go together (y = residual + residual_scale ⊙ y)",
                                "invalid argument")
-        rp, rcode, rshape, rstrides = _host_array(residual, "residual", self.device)
-        sp, scode, sshape, sstrides = _host_array(residual_scale, "residual_scale", self.device)
+        rp, rcode, rshape, rstrides = _array_view(residual, "residual", self.device)
+        sp, scode, sshape, sstrides = _array_view(residual_scale, "residual_scale", self.device)
         for what, c in (("residual", rcode), ("residual_scale", scode)):
             if c != ocode:
                 raise QlinearError(f"qlinear: {what} dtype {_DT_NAMES[c]} is not the output dtype {_DT_NAMES[ocode]}",
