@@ -107,6 +107,9 @@ static int same_bits(ql_dtype dt, const void *a, const void *b, int64_t m, int64
  * (codes ±127), so that K = 256 accumulators reach ±(2^22 - 2^15), the
  * edge of the small-K epilogue's exact conversion */
 static int codes_at_limit;
+/* set: weight scales and bias so small that outputs and bias are bf16
+ * subnormals or near them (the packed bf16 bias add must keep subnormals) */
+static int tiny_outputs;
 
 static void linear_case(ql_context *gpu, int64_t m, int64_t n, int64_t k, int64_t g, ql_dtype xdt, ql_dtype ydt,
                         int bias_on, int res_on, const char *kernel)
@@ -131,6 +134,10 @@ static void linear_case(ql_context *gpu, int64_t m, int64_t n, int64_t k, int64_
         for (int64_t j = 0; j < k; j++) ql_store_f(xdt, x, 3 * ldx + j, 0.0f); /* a zero row */
     }
     tu_fill_gauss(QL_BF16, bias, n, 0.5);
+    for (int64_t i = 0; tiny_outputs && i < n; i++) {
+        ql_store_f(QL_BF16, bias, i, ql_load_f(QL_BF16, bias, i) * 1e-38f);
+        scale[i % nscale] = (float)((0.5 + tu_uniform()) * 1e-42);
+    }
     void *res = malloc((size_t)(m * ldy + 1) * ys), *rs = malloc((size_t)n * ys);
     tu_fill_gauss(ydt, res, m * ldy, 1.0);
     tu_fill_gauss(ydt, rs, n, 1.0);
@@ -182,6 +189,9 @@ static void test_linear(ql_context *gpu)
     /* the anima shapes at a real M, every output dtype */
     for (int yd = 0; yd < 3; yd++) linear_case(gpu, 1024, 2048, 2048, 256, QL_BF16, dts[yd], 1, yd == 1, "auto");
     linear_case(gpu, 1100, 6144, 256, 256, QL_BF16, QL_BF16, 1, 0, "auto");
+    tiny_outputs = 1;
+    for (int yd = 0; yd < 3; yd++) linear_case(gpu, 700, 2048, 512, 256, QL_BF16, dts[yd], 1, yd == 1, gemm_kernels[yd]);
+    tiny_outputs = 0;
     linear_case(gpu, 333, 2048, 8192, 256, QL_F16, QL_BF16, 0, 1, "auto");
     linear_case(gpu, 37, 300, 8448, 256, QL_BF16, QL_BF16, 1, 0, "auto"); /* K > 8192: the generic prologue, permuted codes */
     /* every Hopper tile with each epilogue variant (bf16 staged, with and without a residual; generic; fp32 / fp16),
@@ -198,6 +208,9 @@ static void test_linear(ql_context *gpu)
         codes_at_limit = 1;
         linear_case(gpu, 300, 1104, 256, 256, QL_BF16, QL_BF16, t % 2, 0, "sm90");
         codes_at_limit = 0;
+        tiny_outputs = 1; /* subnormal outputs plus subnormal bias */
+        linear_case(gpu, 300, 1104, 512, 256, QL_BF16, QL_BF16, 1, t % 2, "sm90");
+        tiny_outputs = 0;
     }
     unsetenv("QLINEAR_CUDA_TILE");
     unsetenv("QLINEAR_CUDA_GEMM");

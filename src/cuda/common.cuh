@@ -135,6 +135,18 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
     __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
     return *(uint32_t *)&h;
 }
+/* Two bf16 pairs added, each sum rounded once (RNE, subnormals kept). The
+ * reference adds the two bf16 values in fp32 and rounds that to bf16: the
+ * same result, since a double rounding through a format of at least
+ * 2·8 + 2 significant bits is innocuous for a sum (fp32 has 24), and sums
+ * of bf16 values too small for that bound are exact in fp32. One
+ * instruction instead of two unpacks, two fp32 adds and a second
+ * conversion per pair. */
+__device__ __forceinline__ uint32_t add_bf16x2_rn(uint32_t a, uint32_t b)
+{
+    const __nv_bfloat162 s = __hadd2_rn(*(const __nv_bfloat162 *)&a, *(const __nv_bfloat162 *)&b);
+    return *(const uint32_t *)&s;
+}
 /* RES: the gated residual too (a separate instantiation: the kernels
  * without one keep their registers). `at` says whether (row, col) is inside
  * the output: only then is the residual read (N even and the residual's
@@ -146,8 +158,8 @@ __device__ __forceinline__ uint32_t epi_pair_bf16(const EpiParams &p, int32_t a0
     const float v0 = __fmul_rn(__int2float_rn(a0), __fmul_rn(sx, sw.x));
     const float v1 = __fmul_rn(__int2float_rn(a1), __fmul_rn(sx, sw.y));
     uint32_t r = pack_bf16x2(v0, v1);
-    if (p.bias) /* the rounded pair back as fp32 (exact), plus the rounded bias, rounded */
-        r = pack_bf16x2(__fadd_rn(__uint_as_float(r << 16), bias.x), __fadd_rn(__uint_as_float(r & 0xffff0000u), bias.y));
+    if (p.bias) /* plus the rounded bias (bf16 values held as fp32): one packed bf16 add */
+        r = add_bf16x2_rn(r, __byte_perm(__float_as_uint(bias.x), __float_as_uint(bias.y), 0x7632));
     if (RES && at) { /* residual + scale · y, one rounding (epi_value's operations) */
         const uint32_t rr = *(const uint32_t *)((const __nv_bfloat16 *)p.res + row * p.ldr + col);
         const uint32_t ss = *(const uint32_t *)((const __nv_bfloat16 *)p.rs + col);

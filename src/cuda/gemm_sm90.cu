@@ -24,6 +24,16 @@ namespace qlc {
 namespace {
 
 #ifdef QLC_SM90A
+/* The dynamic shared memory rounded up to 1024 bytes (the 128-byte
+ * swizzle's period) by pointer arithmetic on the shared array itself: a
+ * round trip through an integer would make the pointer generic, and every
+ * epilogue access through it a generic load or store (slower, and waited
+ * for on the long scoreboard) instead of LDS/STS. */
+__device__ __forceinline__ uint8_t *smem_1024(uint8_t *raw)
+{
+    return raw + ((1024u - (smem_u32(raw) & 1023u)) & 1023u);
+}
+
 /* Shared-memory matrix descriptor: K-major rows of BK bytes (one swizzle
  * row: 128- or 64-byte swizzle), 8-row groups 8·BK bytes apart (leading
  * offset unused for swizzled K-major layouts). */
@@ -237,15 +247,23 @@ __device__ __forceinline__ void epilogue_tile(const int32_t (&d)[BN / 2], const 
  * from the previous tile has left shared memory (bulk groups complete in
  * order: at most SLOTS - 1 of the warp's others pending), so a layer bound
  * by its output (K = 256) computes while the last tile drains. */
+/* The activation scales of this thread's two accumulator rows of the 64
+ * rows from row0 (read before the main loop, whose wgmmas hide the load). */
+__device__ __forceinline__ float2 tile_sx(const EpiParams &p, int m, int row0, int tid)
+{
+    const int r0 = row0 + tid / 32 * 16 + tid % 32 / 4, r1 = r0 + 8;
+    return make_float2(r0 < m ? p.sx[r0] : 0.f, r1 < m ? p.sx[r1] : 0.f);
+}
+
 template <int BN, int SLOTS, bool RES>
 __device__ __forceinline__ void epilogue_bf16_tma(const int32_t (&d)[BN / 2], const EpiParams &p, int m, int n,
-                                                  int row0, int n0, int tid, const float *col_sw,
+                                                  int row0, int n0, int tid, float2 sx, const float *col_sw,
                                                   const float *col_bias, uint8_t *stage, const CUtensorMap *tma_y)
 {
     constexpr int BOXES = BN / 64;
     const int warp = tid / 32, lane = tid % 32;
     const int r0 = row0 + warp * 16 + lane / 4, r1 = r0 + 8;
-    const float sx0 = r0 < m ? p.sx[r0] : 0.f, sx1 = r1 < m ? p.sx[r1] : 0.f;
+    const float sx0 = sx.x, sx1 = sx.y;
     uint8_t *row_a = stage + (warp * 16 + lane / 4) * 128 + 4 * (lane % 4), *row_b = row_a + 8 * 128;
     const int xr = lane / 4; /* (row % 8) for both rows */
 #pragma unroll
@@ -302,7 +320,7 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     pdl_trigger(); /* the next layer's prologue may launch (it waits for this grid) */
     constexpr int BM = 64 * NWG, STAGE_BYTES = (BM + BN) * BK;
     extern __shared__ uint8_t smem_raw[];
-    uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    uint8_t *smem = smem_1024(smem_raw);
     uint64_t *full = (uint64_t *)(smem + STAGES * STAGE_BYTES);
     uint64_t *empty = full + STAGES;
     float *col_sw = (float *)(empty + STAGES), *col_bias = col_sw + BN;
@@ -364,7 +382,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
     constexpr int TMA_STAGE = BN / 64 * 8192;
     static_assert(NWG * MH * TMA_STAGE <= NWG * Staging<BN, EPI_I32>::BYTES && STAGE_BYTES % 1024 == 0, "staging");
     extern __shared__ uint8_t smem_raw[];
-    uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    uint8_t *smem = smem_1024(smem_raw);
     uint8_t *staging = smem + STAGES * STAGE_BYTES;
     uint64_t *full = (uint64_t *)(staging + NWG * Staging<BN, EPI_I32>::BYTES);
     uint64_t *empty = full + STAGES;
@@ -420,6 +438,9 @@ __global__ void __launch_bounds__(3 * 128, 1)
             const int u = first + g * stride, m0 = (u / tiles_n) * BM, n0 = (u % tiles_n) * BN;
             float *col_sw = mine + (j & 1) * 2 * BN, *col_bias = col_sw + BN;
             fill_col_table(p, n, n0, BN, tid, 128, col_sw, col_bias);
+            float2 sx[MH];
+#pragma unroll
+            for (int h = 0; h < MH; h++) sx[h] = is_bf16(EPI) ? tile_sx(p, m, m0 + h * 64, tid) : make_float2(0.f, 0.f);
             if (g > 0) asm volatile("bar.sync %0, 256;" ::"r"(5 - wg) : "memory");
             consume_tile<BM, BN, BK, STAGES, 1, MH>(d, smem, full, empty, 0, tid, kt_count, it);
             if (g + 1 < count) asm volatile("bar.arrive %0, 256;" ::"r"(4 + wg) : "memory");
@@ -428,7 +449,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
 #pragma unroll
             for (int h = 0; h < MH; h++) {
                 if constexpr (is_bf16(EPI)) {
-                    epilogue_bf16_tma<BN, MH * BN / 64, EPI == EPI_BF16_RES>(d[h], p, m, n, m0 + h * 64, n0, tid, col_sw, col_bias,
+                    epilogue_bf16_tma<BN, MH * BN / 64, EPI == EPI_BF16_RES>(d[h], p, m, n, m0 + h * 64, n0, tid, sx[h], col_sw, col_bias,
                                                         staging + wg * MH * TMA_STAGE + h * TMA_STAGE, &tma_y);
                 } else {
                     if (EPI != EPI_GENERIC && h > 0) asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
@@ -451,10 +472,11 @@ __global__ void __launch_bounds__(3 * 128, 1)
          * reading tile j-2's (the same buffer). */
         float *col_sw = tables + (j & 1) * 2 * BN, *col_bias = col_sw + BN;
         fill_col_table(p, n, n0, BN, threadIdx.x, NWG * 128, col_sw, col_bias);
+        const float2 sx = is_bf16(EPI) ? tile_sx(p, m, m0 + wg * 64, tid) : make_float2(0.f, 0.f);
         consume_tile<BM, BN, BK, STAGES, CM>(d, smem, full, empty, wg, tid, kt_count, it);
         asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory"); /* the table is complete */
         if constexpr (is_bf16(EPI)) {
-            epilogue_bf16_tma<BN, BN / 64, EPI == EPI_BF16_RES>(d[0], p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias,
+            epilogue_bf16_tma<BN, BN / 64, EPI == EPI_BF16_RES>(d[0], p, m, n, m0 + wg * 64, n0, tid, sx, col_sw, col_bias,
                                            staging + wg * TMA_STAGE, &tma_y);
         } else {
             epilogue_tile<BN, EPI>(d[0], p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, staging + wg * S::BYTES,
