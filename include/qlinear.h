@@ -366,6 +366,19 @@ ql_status ql_linear_create(ql_context *ctx, const ql_linear_desc *desc, ql_linea
 void ql_linear_destroy(ql_linear *lin);
 ql_status ql_linear_forward(ql_linear *lin, const void *x, ql_dtype x_dtype, int64_t m, int64_t ldx, void *y,
                             ql_dtype y_dtype, int64_t ldy, const ql_epilogue *epi);
+/* Layers that read one input — q, k and v of an attention block, the
+ * modulation projections of a DiT block: the same results as
+ * ql_linear_forward on each in turn, bit for bit, but on a CUDA context the
+ * input is rotated and quantized once for all of them (one prologue, then
+ * each layer's GEMM). The layers must belong to one context and share the
+ * kind, K and the rotation group; ys[i], ldys[i] and epis[i] are layer i's
+ * (epis, or an entry of it, NULL: no epilogue); no output may overlap x.
+ * At most QL_SHARED_MAX layers. On the CPU the layers run one after
+ * another (each layer's prologue is fused into its own packing there). */
+#define QL_SHARED_MAX 16
+ql_status ql_linear_forward_shared(ql_linear *const *lins, int count, const void *x, ql_dtype x_dtype, int64_t m,
+                                   int64_t ldx, void *const *ys, ql_dtype y_dtype, const int64_t *ldys,
+                                   const ql_epilogue *const *epis);
 /* Bytes the packed weight occupies (what stays resident). */
 size_t ql_linear_weight_bytes(const ql_linear *lin);
 /* The micro-kernel ql_linear_forward runs for m rows, and whether it takes

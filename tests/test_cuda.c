@@ -316,6 +316,83 @@ static void test_chain(ql_context *gpu)
     for (int i = 0; i < L; i++) ql_linear_destroy(lin[i]), free(q[i]), free(sc[i]), free(bias[i]);
 }
 
+/* ql_linear_forward_shared on the GPU: one prologue, then each layer's
+ * GEMM (different N, hence different kernels; a residual on one). Two
+ * groups back to back, the second reading the first's output 0: its
+ * prologue overwrites the codes the first group's last GEMM reads, so a
+ * missing wait shows. Every output equal to the CPU reference's, bit for
+ * bit; at M = 1024 (Hopper tiles), 5 (the GEMV) and 300. Layers of two
+ * contexts (CPU and GPU) are refused. */
+static void test_shared(ql_context *gpu)
+{
+    enum { L = 4 };
+    const int64_t k = 1024, ns[L] = {1024, 256, 6144, 17};
+    static const int64_t ms[] = {1024, 5, 300};
+    ql_linear *lin[L];
+    int8_t *q[L];
+    float *sc[L];
+    void *bias[L];
+    for (int i = 0; i < L; i++) {
+        q[i] = malloc((size_t)(ns[i] * k)), sc[i] = malloc((size_t)ns[i] * 4), bias[i] = malloc((size_t)ns[i] * 2);
+        fill_codes(q[i], ns[i] * k);
+        for (int64_t j = 0; j < ns[i]; j++) sc[i][j] = (float)((0.5 + tu_uniform()) * 2e-4);
+        tu_fill_gauss(QL_BF16, bias[i], ns[i], 0.5);
+        ql_int8_weight w = {ns[i], k, q[i], k, sc[i], ns[i], 256, bias[i], QL_BF16};
+        ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};
+        CHECK_OK(ql_linear_create(gpu, &d, &lin[i]));
+    }
+    for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+        const int64_t m = ms[mi];
+        void *hx = malloc((size_t)(m * k) * 2), *res = malloc((size_t)(m * 256) * 2), *rs = malloc(256 * 2);
+        void *href[2][L], *dy[2][L], *got = malloc((size_t)(m * 6144) * 2);
+        int64_t ldy[L];
+        tu_fill_gauss(QL_BF16, hx, m * k, 1.0);
+        tu_fill_gauss(QL_BF16, res, m * 256, 1.0);
+        tu_fill_gauss(QL_BF16, rs, 256, 1.0);
+        void *dx = dev_copy(hx, (size_t)(m * k) * 2), *dres = dev_copy(res, (size_t)(m * 256) * 2), *drs = dev_copy(rs, 512);
+        ql_epilogue eh = {res, 256, rs, 0}, ed = {dres, 256, drs, 0};
+        const ql_epilogue *eph[L] = {NULL, &eh, NULL, NULL}, *epd[L] = {NULL, &ed, NULL, NULL};
+        for (int gi = 0; gi < 2; gi++)
+            for (int i = 0; i < L; i++) {
+                ldy[i] = ns[i];
+                href[gi][i] = malloc((size_t)(m * ns[i]) * 2), dy[gi][i] = dev_alloc((size_t)(m * ns[i]) * 2);
+                cudaMemset(dy[gi][i], 0x7f, (size_t)(m * ns[i]) * 2); /* poison */
+                ql_int8_weight w = {ns[i], k, q[i], k, sc[i], ns[i], 256, bias[i], QL_BF16};
+                CHECK_OK(ql_int8_linear_ref(&w, gi ? href[0][0] : hx, QL_BF16, m, k, href[gi][i], QL_BF16, ns[i], eph[i]));
+            }
+        CHECK_OK(ql_linear_forward_shared(lin, L, dx, QL_BF16, m, k, dy[0], QL_BF16, ldy, epd));
+        CHECK_OK(ql_linear_forward_shared(lin, L, dy[0][0], QL_BF16, m, k, dy[1], QL_BF16, ldy, epd));
+        CHECK(cudaDeviceSynchronize() == cudaSuccess, "shared forward failed: %s", cudaGetErrorString(cudaGetLastError()));
+        for (int gi = 0; gi < 2; gi++)
+            for (int i = 0; i < L; i++) {
+                cudaMemcpy(got, dy[gi][i], (size_t)(m * ns[i]) * 2, cudaMemcpyDeviceToHost);
+                int64_t first = -1;
+                CHECK(same_bits(QL_BF16, href[gi][i], got, m, ns[i], ns[i], &first),
+                      "shared forward M=%lld group %d layer %d (N = %lld): differs first at %lld", (long long)m, gi, i,
+                      (long long)ns[i], (long long)first);
+                free(href[gi][i]), cudaFree(dy[gi][i]);
+            }
+        free(hx), free(res), free(rs), free(got), cudaFree(dx), cudaFree(dres), cudaFree(drs);
+    }
+    /* a layer of another context (the CPU) cannot share the GPU layers' input */
+    ql_context *cpu = NULL;
+    ql_linear *host = NULL;
+    CHECK_OK(ql_context_create(&cpu));
+    ql_int8_weight w0 = {ns[0], k, q[0], k, sc[0], ns[0], 256, NULL, QL_BF16};
+    ql_linear_desc d0 = {.kind = QL_LINEAR_W8A8, .int8 = w0};
+    CHECK_OK(ql_linear_create(cpu, &d0, &host));
+    ql_linear *mixed[2] = {lin[0], host};
+    void *dx = dev_alloc((size_t)k * 2), *ys[2] = {dev_alloc((size_t)ns[0] * 2), dev_alloc((size_t)ns[0] * 2)};
+    const int64_t lds[2] = {ns[0], ns[0]};
+    CHECK(ql_linear_forward_shared(mixed, 2, dx, QL_BF16, 1, k, ys, QL_BF16, lds, NULL) == QL_ERR_INVALID_ARGUMENT &&
+              strstr(ql_last_error(), "context"),
+          "a CPU and a GPU layer shared an input: %s", ql_last_error());
+    cudaFree(dx), cudaFree(ys[0]), cudaFree(ys[1]);
+    ql_linear_destroy(host);
+    ql_context_destroy(cpu);
+    for (int i = 0; i < L; i++) ql_linear_destroy(lin[i]), free(q[i]), free(sc[i]), free(bias[i]);
+}
+
 static void test_bad_input(ql_context *gpu)
 {
     int8_t q[256 * 4];
@@ -370,6 +447,7 @@ int main(void)
     test_gemm(ctx);
     test_linear(ctx);
     test_chain(ctx);
+    test_shared(ctx);
     test_bad_input(ctx);
 #endif
     ql_context_destroy(ctx);

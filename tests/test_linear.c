@@ -369,6 +369,69 @@ static void test_concurrent(ql_context *ctx)
     free(q);
 }
 
+/* ql_linear_forward_shared: each layer's output equals its reference (the
+ * same bits as ql_linear_forward), epilogues per layer; layers that do not
+ * share K, an output on the input and bad counts are refused. */
+static void test_shared(ql_context *ctx)
+{
+    enum { L = 3 };
+    const int64_t m = 29, k = 512, ns[L] = {17, 256, 70}, ldx = k + 3;
+    ql_linear *lin[L] = {0};
+    int8_t *q[L];
+    float *sc[L];
+    void *y0[L], *y[L];
+    int64_t ldy[L];
+    float *x = malloc((size_t)(m * ldx) * 4);
+    void *res = malloc((size_t)(m * 256) * 2), *rs = malloc(256 * 2); /* the residual in the output dtype (bf16) */
+    tu_fill_gauss(QL_F32, x, m * ldx, 1.0);
+    tu_fill_gauss(QL_BF16, res, m * 256, 1.0);
+    tu_fill_gauss(QL_BF16, rs, 256, 1.0);
+    ql_epilogue with_res = {res, 256, rs, 0};
+    const ql_epilogue *epis[L] = {NULL, &with_res, NULL};
+    for (int i = 0; i < L; i++) {
+        q[i] = malloc((size_t)(ns[i] * k)), sc[i] = malloc((size_t)ns[i] * 4);
+        random_weight(ns[i], k, q[i], sc[i], ns[i]);
+        ldy[i] = ns[i] + i;
+        y0[i] = calloc((size_t)(m * ldy[i]), 2), y[i] = calloc((size_t)(m * ldy[i]), 2);
+        ql_int8_weight w = {ns[i], k, q[i], k, sc[i], ns[i], 256, NULL, QL_F32};
+        CHECK_OK(ql_int8_linear_ref(&w, x, QL_F32, m, ldx, y0[i], QL_BF16, ldy[i], epis[i]));
+        ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};
+        CHECK_OK(ql_linear_create(ctx, &d, &lin[i]));
+    }
+    if (lin[0] && lin[1] && lin[2]) {
+        CHECK_OK(ql_linear_forward_shared(lin, L, x, QL_F32, m, ldx, y, QL_BF16, ldy, epis));
+        for (int i = 0; i < L; i++) {
+            int64_t first = -1;
+            CHECK(same_bits(QL_BF16, y0[i], y[i], m, ns[i], ldy[i], ldy[i], &first),
+                  "shared forward, layer %d (N = %lld): differs from the reference at %lld", i, (long long)ns[i],
+                  (long long)first);
+        }
+        /* refused: a layer of another K, the input as an output, counts out of range */
+        int8_t q2[64 * 4];
+        float s2[4] = {1, 1, 1, 1};
+        memset(q2, 1, sizeof q2);
+        ql_int8_weight w2 = {4, 64, q2, 64, s2, 4, 0, NULL, QL_F32};
+        ql_linear_desc d2 = {.kind = QL_LINEAR_W8A8, .int8 = w2};
+        ql_linear *other = NULL, *mixed[2] = {lin[0], NULL};
+        CHECK_OK(ql_linear_create(ctx, &d2, &other));
+        mixed[1] = other;
+        CHECK(ql_linear_forward_shared(mixed, 2, x, QL_F32, m, ldx, y, QL_BF16, ldy, NULL) == QL_ERR_INVALID_ARGUMENT &&
+                  strstr(ql_last_error(), "share"),
+              "layers of different K shared an input: %s", ql_last_error());
+        void *in_place[L] = {y[0], x, y[2]};
+        CHECK(ql_linear_forward_shared(lin, L, x, QL_F32, m, ldx, in_place, QL_BF16, ldy, NULL) == QL_ERR_INVALID_ARGUMENT,
+              "an output on the input accepted");
+        CHECK(ql_linear_forward_shared(lin, 0, x, QL_F32, m, ldx, y, QL_BF16, ldy, NULL) == QL_ERR_INVALID_ARGUMENT,
+              "count 0 accepted");
+        CHECK(ql_linear_forward_shared(lin, QL_SHARED_MAX + 1, x, QL_F32, m, ldx, y, QL_BF16, ldy, NULL) ==
+                  QL_ERR_INVALID_ARGUMENT,
+              "count above QL_SHARED_MAX accepted");
+        ql_linear_destroy(other);
+    }
+    for (int i = 0; i < L; i++) ql_linear_destroy(lin[i]), free(q[i]), free(sc[i]), free(y0[i]), free(y[i]);
+    free(x), free(res), free(rs);
+}
+
 static void test_bad_input(ql_context *ctx)
 {
     int8_t q[64 * 4];
@@ -517,6 +580,7 @@ int main(void)
             case_vs_ref(ctx, 200, 300, 512, 256, QL_BF16, QL_BF16, 1, 0, 1); /* many tiles */
         }
         test_subnormal_bias(ctx);
+        test_shared(ctx);
         test_risky_quotients(ctx);
         test_float_paths(ctx);
         test_weight_only_and_bf16(ctx);

@@ -315,6 +315,101 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
     free(q), free(sw), free(bias), free(wb), free(xb), free(bb);
 }
 
+/* Layers of an anima block that read one input: with
+ * ql_linear_forward_shared the input is rotated and quantized once for the
+ * group. count: groups in the profile (one per block). */
+typedef struct { const char *name; int64_t k, n[3]; int layers, count; } input_group;
+static const input_group anima_groups[] = {{"self-attn q,k,v", 2048, {2048, 2048, 2048}, 3, 28},
+                                           {"adaLN modulation x3", 2048, {256, 256, 256}, 3, 28},
+                                           {"cross-attn k,v", 1024, {2048, 2048, 0}, 2, 28}};
+
+/* Median ms of the group as separate forwards (each with its prologue) and
+ * as one shared forward, interleaved, over sets > 2x L2 like run_shape. */
+static void run_group(ql_context *ctx, int64_t m, const input_group *g, int reps, size_t l2, double out[2])
+{
+    const int64_t k = g->k;
+    int64_t wsum = 0;
+    for (int i = 0; i < g->layers; i++) wsum += g->n[i];
+    const size_t set_bytes = (size_t)(m * k) * 2 + (size_t)(m * wsum) * 2 + (size_t)(wsum * k);
+    int sets = (int)((2 * l2 + set_bytes - 1) / set_bytes);
+    sets = sets < 2 ? 2 : sets > 16 ? 16 : sets;
+    int8_t *q = malloc((size_t)(wsum * k));
+    float *sw = malloc((size_t)wsum * 4);
+    uint16_t *xb = malloc((size_t)(m * k) * 2);
+    for (int64_t i = 0; i < wsum * k; i++) q[i] = (int8_t)(next() & 0xff);
+    for (int64_t i = 0; i < wsum; i++) sw[i] = 2e-4f * (0.5f + (float)(next() >> 40) * 0x1.0p-24f);
+    for (int64_t i = 0; i < m * k; i++) xb[i] = ql_fp32_to_bf16(gauss());
+    void *dx[16], *dy[16][3];
+    ql_linear *lin[16][3];
+    int64_t ldy[3];
+    for (int s = 0; s < sets; s++) {
+        dx[s] = dmalloc((size_t)(m * k) * 2);
+        CK(cudaMemcpy(dx[s], xb, (size_t)(m * k) * 2, cudaMemcpyHostToDevice));
+        int64_t off = 0;
+        for (int i = 0; i < g->layers; i++) {
+            ql_int8_weight w = {g->n[i], k, q + off * k, k, sw + off, g->n[i], 256, NULL, QL_BF16};
+            ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};
+            if (ql_linear_create(ctx, &d, &lin[s][i]) != QL_OK) {
+                fprintf(stderr, "qlinear bench: %s\n", ql_last_error());
+                exit(1);
+            }
+            dy[s][i] = dmalloc((size_t)(m * g->n[i]) * 2), ldy[i] = g->n[i], off += g->n[i];
+        }
+    }
+    float *smp[2] = {calloc((size_t)reps, sizeof(float)), calloc((size_t)reps, sizeof(float))};
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    int calls = sets; /* per sample: every set, and ~2 ms */
+    CK(cudaEventRecord(e0, st));
+    for (int s = 0; s < sets; s++) ql_linear_forward_shared(lin[s], g->layers, dx[s], QL_BF16, m, k, dy[s], QL_BF16, ldy, NULL);
+    CK(cudaEventRecord(e1, st));
+    CK(cudaEventSynchronize(e1));
+    const float per = event_ms(e0, e1) / sets;
+    while (calls * per < 2.0f && calls < 4096) calls += sets;
+    cudaGraphExec_t graph[2] = {0};
+    for (int r = use_graphs ? -2 : -1; r < reps; r++)
+        for (int p = 0; p < 2; p++) { /* 0: separate forwards, 1: shared */
+            if (r == -2) CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
+            else CK(cudaEventRecord(e0, st));
+            if (use_graphs && r >= -1) CK(cudaGraphLaunch(graph[p], st));
+            else
+                for (int c = 0; c < calls; c++) {
+                    const int s = c % sets;
+                    ql_status qs = QL_OK;
+                    if (p) qs = ql_linear_forward_shared(lin[s], g->layers, dx[s], QL_BF16, m, k, dy[s], QL_BF16, ldy, NULL);
+                    for (int i = 0; !p && i < g->layers && qs == QL_OK; i++)
+                        qs = ql_linear_forward(lin[s][i], dx[s], QL_BF16, m, k, dy[s][i], QL_BF16, ldy[i], NULL);
+                    if (qs != QL_OK) {
+                        fprintf(stderr, "qlinear bench: %s\n", ql_last_error());
+                        exit(1);
+                    }
+                }
+            if (r == -2) {
+                cudaGraph_t gr;
+                CK(cudaStreamEndCapture(st, &gr));
+                CK(cudaGraphInstantiate(&graph[p], gr, 0));
+                cudaGraphDestroy(gr);
+                continue;
+            }
+            CK(cudaEventRecord(e1, st));
+            CK(cudaEventSynchronize(e1));
+            if (r >= 0) smp[p][r] = event_ms(e0, e1) / calls;
+        }
+    for (int p = 0; p < 2; p++) {
+        if (graph[p]) cudaGraphExecDestroy(graph[p]);
+        qsort(smp[p], (size_t)reps, sizeof(float), cmpf);
+        out[p] = smp[p][reps / 2];
+        free(smp[p]);
+    }
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    for (int s = 0; s < sets; s++) {
+        cudaFree(dx[s]);
+        for (int i = 0; i < g->layers; i++) ql_linear_destroy(lin[s][i]), cudaFree(dy[s][i]);
+    }
+    free(q), free(sw), free(xb);
+}
+
 int ql_cmd_bench_cuda(int argc, char **argv)
 {
     int64_t ms_list[16] = {1024, 4096, 16384, 1};
@@ -420,6 +515,23 @@ int ql_cmd_bench_cuda(int argc, char **argv)
         printf("%-12s %6s | %9.3f %9.3f %9.3f | %9.3f %9.3f | %6.2f %6.2f %6.2f |  (weighted totals, ms; prologue %.3f)\n", "total", "",
                tot[C_BF16], tot[C_FP16], tot[C_INT8], tot[C_W8A8], tot[C_GEMM], tot[C_W8A8] / tot[C_BF16],
                tot[C_W8A8] / tot[C_INT8], tot[C_GEMM] / tot[C_INT8], tot[C_PRO]);
+        if (shapes != anima) continue;
+        /* the same layers where a block's layers share their input (ql_linear_forward_shared) */
+        double saved = 0;
+        for (size_t gi = 0; gi < sizeof anima_groups / sizeof anima_groups[0]; gi++) {
+            const input_group *g = &anima_groups[gi];
+            double t[2];
+            run_group(ctx, m, g, reps, (size_t)l2, t);
+            saved += (t[0] - t[1]) * g->count;
+            printf("  shared input: %-20s x%d | separate %.4f ms, shared %.4f ms (%.2fx)\n", g->name, g->count, t[0], t[1],
+                   t[0] / t[1]);
+            if (js)
+                fprintf(js, ",\n  {\"m\": %lld, \"group\": \"%s\", \"count\": %d, \"separate_ms\": %.6f, \"shared_ms\": %.6f}",
+                        (long long)m, g->name, g->count, t[0], t[1]);
+        }
+        printf("%-12s %6s | %9s %9s %9s | %9.3f %9s | %6.2f %6.2f %6s |  (w8a8 total with the shared-input groups)\n",
+               "total, shared", "", "", "", "", tot[C_W8A8] - saved, "", (tot[C_W8A8] - saved) / tot[C_BF16],
+               (tot[C_W8A8] - saved) / tot[C_INT8], "");
     }
     if (peak) {
         shape_result r;

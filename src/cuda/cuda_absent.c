@@ -27,10 +27,12 @@ size_t ql_cuda_linear_weight_bytes(const ql_cuda_linear *l)
     (void)l;
     return 0;
 }
-ql_status ql_cuda_linear_forward(ql_cuda_linear *l, ql_cuda_workspace **ws, void *stream, const void *x, ql_dtype xdt,
-                                 int64_t m, int64_t ldx, void *y, ql_dtype ydt, int64_t ldy, const ql_epilogue *epi)
+ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count, ql_cuda_workspace **ws, void *stream, const void *x,
+                                 ql_dtype xdt, int64_t m, int64_t ldx, void *const *ys, ql_dtype ydt, const int64_t *ldys,
+                                 const ql_epilogue *const *epis)
 {
-    (void)l, (void)ws, (void)stream, (void)x, (void)xdt, (void)m, (void)ldx, (void)y, (void)ydt, (void)ldy, (void)epi;
+    (void)ls, (void)count, (void)ws, (void)stream, (void)x, (void)xdt, (void)m, (void)ldx, (void)ys, (void)ydt, (void)ldys,
+        (void)epis;
     return absent("ql_linear_forward");
 }
 const char *ql_cuda_linear_kernel(const ql_cuda_linear *l)

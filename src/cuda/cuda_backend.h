@@ -26,10 +26,14 @@ void ql_cuda_workspace_free(ql_cuda_workspace *ws);
 ql_status ql_cuda_linear_create(int device, const ql_int8_weight *w, const float *bias_f32, ql_cuda_linear **out);
 void ql_cuda_linear_destroy(ql_cuda_linear *l);
 size_t ql_cuda_linear_weight_bytes(const ql_cuda_linear *l);
-/* x, y and the epilogue tensors are device pointers on the layer's device;
- * the work is queued on `stream` (cudaStream_t; NULL: the default stream). */
-ql_status ql_cuda_linear_forward(ql_cuda_linear *l, ql_cuda_workspace **ws, void *stream, const void *x, ql_dtype xdt, int64_t m,
-                                 int64_t ldx, void *y, ql_dtype ydt, int64_t ldy, const ql_epilogue *epi);
+/* count layers (sharing K and the rotation group) on one input x: one
+ * prologue, then each layer's GEMM into ys[i] (row stride ldys[i]) with
+ * epis[i] (epis or an entry NULL: none). x, the outputs and the epilogue
+ * tensors are device pointers on the layers' device; the work is queued on
+ * `stream` (cudaStream_t; NULL: the default stream). */
+ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count, ql_cuda_workspace **ws, void *stream, const void *x,
+                                 ql_dtype xdt, int64_t m, int64_t ldx, void *const *ys, ql_dtype ydt, const int64_t *ldys,
+                                 const ql_epilogue *const *epis);
 /* Name of the GEMM kernel the last forward of `l` ran ("sm90 128x256", ...). */
 const char *ql_cuda_linear_kernel(const ql_cuda_linear *l);
 

@@ -362,17 +362,24 @@ ql_status workspace_on(const char *fn, ql_cuda_workspace **wsp, int device, ql_c
 }
 } // namespace
 
-extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *l, ql_cuda_workspace **wsp, void *stream, const void *x,
-                                            ql_dtype xdt, int64_t m, int64_t ldx, void *y, ql_dtype ydt, int64_t ldy,
-                                            const ql_epilogue *epi)
+extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count, ql_cuda_workspace **wsp, void *stream,
+                                            const void *x, ql_dtype xdt, int64_t m, int64_t ldx, void *const *ys,
+                                            ql_dtype ydt, const int64_t *ldys, const ql_epilogue *const *epis)
 {
-    const char *fn = "ql_linear_forward";
+    const char *fn = count > 1 ? "ql_linear_forward_shared" : "ql_linear_forward";
+    ql_cuda_linear *l = ls[0]; /* the input's layer: every layer shares its K and group (checked by the caller) */
     ql_status st;
     if ((st = check_device_ptr(fn, "x", x, l->device)) != QL_OK) return st;
-    if ((st = check_device_ptr(fn, "y", y, l->device)) != QL_OK) return st;
-    if (epi && epi->residual) {
-        if ((st = check_device_ptr(fn, "residual", epi->residual, l->device)) != QL_OK) return st;
-        if ((st = check_device_ptr(fn, "residual_scale", epi->residual_scale, l->device)) != QL_OK) return st;
+    for (int i = 0; i < count; i++) {
+        const ql_epilogue *epi = epis ? epis[i] : nullptr;
+        if (ls[i]->device != l->device)
+            return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: layer %d is on CUDA device %d, layer 0 on %d", fn, i,
+                           ls[i]->device, l->device);
+        if ((st = check_device_ptr(fn, "y", ys[i], l->device)) != QL_OK) return st;
+        if (epi && epi->residual) {
+            if ((st = check_device_ptr(fn, "residual", epi->residual, l->device)) != QL_OK) return st;
+            if ((st = check_device_ptr(fn, "residual_scale", epi->residual_scale, l->device)) != QL_OK) return st;
+        }
     }
     ql_cuda_workspace *ws;
     if ((st = workspace_on(fn, wsp, l->device, &ws)) != QL_OK) return st;
@@ -396,18 +403,26 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *l, ql_cuda_workspace
         QLC_CUDA(fn, "allocating the activation workspace", cudaMalloc(&ws->sx, (size_t)m * sizeof(float)));
         ws->q_bytes = qb, ws->rows = (size_t)m;
     }
+    /* One prologue for every layer; each GEMM is a programmatic dependent
+     * launch of the kernel before it, and waits for it: the codes are
+     * complete before any GEMM reads them, and the next call's prologue
+     * waits for the last GEMM before it overwrites them. */
     QLC_CUDA(fn, "the prologue kernel",
              launch_quantize_rows(x, dtype_code(xdt), ldx, m, l->k, l->group, ws->q, l->kp, ws->sx, l->force_roww, l->fit, s));
-    EpiParams p = {};
-    p.y = y, p.ldy = ldy, p.ydt = dtype_code(ydt);
-    p.sx = ws->sx, p.sw = l->sw, p.sw_per_row = l->sw_per_row, p.bias = l->bias;
-    if (epi && epi->residual) p.res = epi->residual, p.ldr = epi->ld_residual, p.rs = epi->residual_scale;
     const size_t es = ql_dtype_size(ydt);
-    p.vec2 = (uintptr_t)y % (2 * es) == 0 && ldy % 2 == 0;
-    const MapCache cache = {&ws->amap, &ws->amap_m, &ws->amap_k, &ws->amap_tile, l->bmap, l->bmap_ok};
-    QLC_CUDA(fn, "the GEMM kernel",
-             run_gemm(l->force, l->force_tile, l->sm90, l->sms, l->pairs, ws->q, l->kp, l->w, l->kp, m, l->n, l->k, p, s, true,
-                      l->kernel, sizeof l->kernel, &cache));
+    for (int i = 0; i < count; i++) {
+        ql_cuda_linear *li = ls[i];
+        const ql_epilogue *epi = epis ? epis[i] : nullptr;
+        EpiParams p = {};
+        p.y = ys[i], p.ldy = ldys[i], p.ydt = dtype_code(ydt);
+        p.sx = ws->sx, p.sw = li->sw, p.sw_per_row = li->sw_per_row, p.bias = li->bias;
+        if (epi && epi->residual) p.res = epi->residual, p.ldr = epi->ld_residual, p.rs = epi->residual_scale;
+        p.vec2 = (uintptr_t)ys[i] % (2 * es) == 0 && ldys[i] % 2 == 0;
+        const MapCache cache = {&ws->amap, &ws->amap_m, &ws->amap_k, &ws->amap_tile, li->bmap, li->bmap_ok};
+        QLC_CUDA(fn, "the GEMM kernel",
+                 run_gemm(li->force, li->force_tile, li->sm90, li->sms, li->pairs, ws->q, li->kp, li->w, li->kp, m, li->n,
+                          li->k, p, s, true, li->kernel, sizeof li->kernel, &cache));
+    }
     return QL_OK;
 }
 

@@ -522,7 +522,8 @@ ql_status ql_linear_forward(ql_linear *l, const void *x, ql_dtype xdt, int64_t m
     if (l->cuda && epi && epi->activation)
         return ql_fail(QL_ERR_UNSUPPORTED, "%s: the CUDA backend has no activation epilogue (GELU); apply it after the linear", fn);
     if (l->cuda)
-        return ql_cuda_linear_forward(l->cuda, &l->ctx->cuda_ws, l->ctx->cuda_stream, x, xdt, m, ldx, y, ydt, ldy, epi);
+        return ql_cuda_linear_forward(&l->cuda, 1, &l->ctx->cuda_ws, l->ctx->cuda_stream, x, xdt, m, ldx, &y, ydt, &ldy,
+                                      epi ? &epi : NULL);
     ql_epi_plan plan = {ydt, NULL, epi ? epi->residual : NULL, epi ? epi->ld_residual : 0,
                         epi ? epi->residual_scale : NULL, epi ? epi->activation : 0};
     plan.bias = l->bias[ydt];
@@ -535,6 +536,44 @@ ql_status ql_linear_forward(ql_linear *l, const void *x, ql_dtype xdt, int64_t m
     else if (l->kind == QL_LINEAR_DEQUANT) st = forward_dequant(l, x, xdt, m, ldx, y, ydt, ldy, &plan);
     else st = forward_float(l, &l->bf, l->kind == QL_LINEAR_WEIGHT_ONLY ? l->group : 0, x, xdt, m, ldx, y, ydt, ldy, &plan);
     return st;
+}
+
+ql_status ql_linear_forward_shared(ql_linear *const *lins, int count, const void *x, ql_dtype xdt, int64_t m, int64_t ldx,
+                                   void *const *ys, ql_dtype ydt, const int64_t *ldys, const ql_epilogue *const *epis)
+{
+    const char *fn = "ql_linear_forward_shared";
+    QL_CHECK_PTR(fn, lins);
+    QL_CHECK_PTR(fn, ys);
+    QL_CHECK_PTR(fn, ldys);
+    if (count < 1 || count > QL_SHARED_MAX)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: count = %d is not in 1..%d", fn, count, QL_SHARED_MAX);
+    const ql_linear *l0 = lins[0];
+    QL_CHECK_PTR(fn, l0);
+    ql_cuda_linear *cl[QL_SHARED_MAX];
+    for (int i = 0; i < count; i++) {
+        const ql_linear *l = lins[i];
+        const ql_epilogue *epi = epis ? epis[i] : NULL;
+        QL_CHECK_PTR(fn, l);
+        if (l->ctx != l0->ctx || l->k != l0->k || l->kind != l0->kind || l->group != l0->group || !l->cuda != !l0->cuda)
+            return ql_fail(QL_ERR_INVALID_ARGUMENT,
+                           "%s: layer %d (kind %d, K = %lld, group %lld) does not share layer 0's context, kind (%d), K (%lld) "
+                           "and rotation group (%lld)",
+                           fn, i, (int)l->kind, (long long)l->k, (long long)l->group, (int)l0->kind, (long long)l0->k,
+                           (long long)l0->group);
+        QL_TRY(ql_check_forward_args(fn, l->n, l->k, x, xdt, m, ldx, ys[i], ydt, ldys[i], epi));
+        if (ys[i] == x)
+            return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: output %d is the input: the other layers still read it", fn, i);
+        if (l->cuda && epi && epi->activation)
+            return ql_fail(QL_ERR_UNSUPPORTED, "%s: the CUDA backend has no activation epilogue (GELU); apply it after the linear",
+                           fn);
+        cl[i] = l->cuda;
+    }
+    if (m == 0) return QL_OK;
+    if (l0->cuda && l0->k > 0)
+        return ql_cuda_linear_forward(cl, count, &l0->ctx->cuda_ws, l0->ctx->cuda_stream, x, xdt, m, ldx, ys, ydt, ldys, epis);
+    /* the CPU backends fuse the prologue into each layer's packing: one layer after another */
+    for (int i = 0; i < count; i++) QL_TRY(ql_linear_forward(lins[i], x, xdt, m, ldx, ys[i], ydt, ldys[i], epis ? epis[i] : NULL));
+    return QL_OK;
 }
 
 void ql_linear_describe(const ql_linear *l, int64_t m, char *buf, size_t len)
