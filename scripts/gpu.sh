@@ -7,7 +7,7 @@
 # (python/tests/test_torch_cuda.py, where pytest is installed) and the
 # end-to-end DiT step (python3 -m qlinear.e2e --device cuda: PyTorch fp32 /
 # bf16 against qlinear's CUDA layers; QL_GPU_E2E lists the runs, "4096g":
-# M = 4096 with CUDA graphs), results under $OUT when set. QL_GPU_ONLY=python skips to the
+# M = 4096 with CUDA graphs, "4096gs": and --shared-input), results under $OUT when set. QL_GPU_ONLY=python skips to the
 # Python part (after the build).
 #   bash scripts/gpu.sh            build + tests + bench
 #   bash scripts/gpu.sh stage      (on a machine with apt) copy libjansson's
@@ -94,12 +94,14 @@ if python3 -c 'import pytest, numpy, torch' 2>/dev/null; then
 else
   echo "pytest/numpy/torch missing in python3 here: the GPU tests of qlinear.torch not run"
 fi
-for run in ${QL_GPU_E2E:-1024 1024g 4096 4096g}; do  # M, "g": with CUDA graphs
-  m=${run%g}; g=; [ "$m" = "$run" ] || g=--graphs
-  echo "-- e2e M = $m ${g:-eager}"
-  python3 -m qlinear.e2e --device cuda --tokens "$m" --reps 5 $g --json "$out/e2e_cuda_${m}${g}.json" \
-    > "$out/e2e_cuda_${m}${g}.txt" 2>&1 || py=1
-  sed -n '/^path /,$p' "$out/e2e_cuda_${m}${g}.txt" | head -n 8; tail -n 2 "$out/e2e_cuda_${m}${g}.txt"
+for run in ${QL_GPU_E2E:-1024 1024g 4096 4096g 1024gs 4096gs}; do  # M, "g": CUDA graphs, "s": --shared-input
+  m=${run%%[gs]*}; g=; sh=; tag=$m
+  case $run in *g*) g=--graphs; tag=${tag}g;; esac
+  case $run in *s*) sh=--shared-input; tag=${tag}s;; esac
+  echo "-- e2e M = $m ${g:-eager} $sh"
+  python3 -m qlinear.e2e --device cuda --tokens "$m" --reps 5 $g $sh --json "$out/e2e_cuda_${tag}.json" \
+    > "$out/e2e_cuda_${tag}.txt" 2>&1 || py=1
+  sed -n '/^path /,$p' "$out/e2e_cuda_${tag}.txt" | head -n 8; tail -n 2 "$out/e2e_cuda_${tag}.txt"
 done
 set -e
 echo "test_cuda rc=$tc test_linear rc=$tl forward rc=$fwd python rc=$py"

@@ -49,6 +49,17 @@ def _forward_int():
     return _fast_fns["forward_int"]
 
 
+def _forward_shared_int():
+    """ql_linear_forward_shared with every pointer an integer (uintptr_t): the
+    layer, output and row-stride arrays are host buffers the caller fills."""
+    if "forward_shared_int" not in _fast_fns:
+        ffi, lib = load()
+        _fast_fns["forward_shared_int"] = ffi.cast(
+            "ql_status (*)(uintptr_t, int, uintptr_t, ql_dtype, int64_t, int64_t, uintptr_t, ql_dtype, uintptr_t, "
+            "uintptr_t)", lib.ql_linear_forward_shared)
+    return _fast_fns["forward_shared_int"]
+
+
 _fast_fns = {}
 
 _KINDS = {"w8a8": 0, "weight-only": 1, "dense": 2, "dequant": 3}
@@ -350,6 +361,7 @@ class Linear:
         self.n, self.k, self.kind, self.format, self.group, self.has_bias = n, k, kind, fmt, group, has_bias
         # Per-call constants, bound once (the M = 1 call costs a few µs in C).
         self._fwd, self._fwd_int = self._lib.ql_linear_forward, _forward_int()
+        self._addr = None  # the ql_linear's address as an integer (shared forwards), set with the pointer
         self._from_buffer, self._null = self._ffi.from_buffer, self._ffi.NULL
         self._last_shapes = ((), ())
         self._epi_gelu = self._ffi.new("ql_epilogue *")  # activation only, for the fast paths

@@ -183,6 +183,11 @@ def _parse(argv):
                    + " (--device cuda: " + ", ".join(CUDA_PATHS) + "; the default: all of them)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--graphs", action="store_true", help="--device cuda: replay each step from a CUDA graph")
+    p.add_argument("--shared-input", action="store_true",
+                   help="layers that read one input (self-attention q/k/v, cross-attention k/v, the three "
+                        "modulation down-projections) go through qlinear.torch.forward_shared: one prologue for "
+                        "each group on the qlinear path (PyTorch's paths call them one by one either way; eager "
+                        "steps time each linear through hooks, so there the layers run one by one too)")
     p.add_argument("--reps", type=int, default=3, help="timed steps per path (median)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--seed", type=int, default=1)
@@ -219,14 +224,15 @@ def _parse(argv):
 HIDDEN, HEADS, TEXT_DIM, MLP, LORA = 2048, 16, 1024, 8192, 256
 
 
-def build(torch, nn, blocks, seed, path, quantize=None, device="cpu"):
+def build(torch, nn, blocks, seed, path, quantize=None, device="cpu", shared=False):
     """The model for one path. Weights are drawn layer by layer from per-layer
     seeds (every path gets the same numbers) and converted at once, so the
     peak memory is the path's model plus one fp32 layer. `quantize` (a regex
     on the layer's role, e.g. "mlp.fc2" or "mod.*up"): on the qlinear paths,
     only the matching linears become qlinear, the others stay PyTorch fp32
     (bf16 on a GPU). device "cuda": the model on the GPU (see the module's
-    docstring)."""
+    docstring). shared: layers that read one input go through
+    qlinear.torch.forward_shared (the same numbers on every path)."""
     import re
 
     import qlinear.torch as qt
@@ -297,7 +303,13 @@ def build(torch, nn, blocks, seed, path, quantize=None, device="cpu"):
             b, m, _ = x.shape
             t = ctx.shape[1]
             d, g = HIDDEN // HEADS, 4
-            q, k, v = self.q(x), self.k(ctx), self.v(ctx)
+            if not shared:
+                q, k, v = self.q(x), self.k(ctx), self.v(ctx)
+            elif x is ctx:
+                q, k, v = qt.forward_shared([self.q, self.k, self.v], x)
+            else:
+                q = self.q(x)
+                k, v = qt.forward_shared([self.k, self.v], ctx)
             if sdpa is not None:  # on a GPU: PyTorch's fused attention, every path alike
                 heads = [u.view(b, -1, HEADS, d).transpose(1, 2) for u in (q, k, v)]
                 o = sdpa(*heads).transpose(1, 2).reshape(b, m, HIDDEN)
@@ -320,8 +332,9 @@ def build(torch, nn, blocks, seed, path, quantize=None, device="cpu"):
             self.down, self.up = make(HIDDEN, LORA, f"mod{i}.down", bias=False), \
                 make(LORA, 3 * HIDDEN, f"mod{i}.up", bias=False)
 
-        def forward(self, t):
-            return self.up(self.down(t)).unsqueeze(1).chunk(3, dim=-1)
+        def forward(self, t, down=None):
+            """down: this module's down(t), when the block computed it with the others'"""
+            return self.up(self.down(t) if down is None else down).unsqueeze(1).chunk(3, dim=-1)
 
     class Block(nn.Module):
         def __init__(self):
@@ -333,8 +346,9 @@ def build(torch, nn, blocks, seed, path, quantize=None, device="cpu"):
 
         def forward(self, x, t, ctx):
             t = nn.functional.silu(t)
+            downs = qt.forward_shared([mod.down for mod in self.mods], t) if shared else [None] * 3
             for i, mod in enumerate(self.mods):
-                shift, scale, gate = mod(t)
+                shift, scale, gate = mod(t, downs[i])
                 h = torch.addcmul(shift, nn.functional.layer_norm(x, (HIDDEN,), eps=1e-6), 1 + scale)
                 if i == 0:
                     x = self.self_attn(h, h, x, gate)
@@ -512,7 +526,7 @@ def run(a):
 
     def prepare(p):
         t0 = time.perf_counter()
-        model = build(torch, nn, a.blocks, a.seed, p, a.quantize, dev)
+        model = build(torch, nn, a.blocks, a.seed, p, a.quantize, dev, a.shared_input)
         res[p]["build_s"] = time.perf_counter() - t0
         dt = dtype_of(p)
         with torch.no_grad():  # warm-up on the real shapes (oneDNN primitives, allocator): two blocks
@@ -554,7 +568,7 @@ def run(a):
         r["minflt"] = _median(r["minflt_all"])
         r["rel_l2"] = float((outs[p].double() - ref).norm() / ref.norm())
         r["blocks"], r["tokens"], r["threads"], r["reps"] = a.blocks, a.tokens, a.threads, a.reps
-        r["device"], r["graphs"] = a.device, a.graphs
+        r["device"], r["graphs"], r["shared_input"] = a.device, a.graphs, a.shared_input
     torch_paths = [p for p in paths if p in TORCH_PATHS]
     best_fp32 = min((p for p in paths if p in TORCH_FP32_PATHS), key=lambda p: res[p]["step_ms"])
     fastest = min(torch_paths, key=lambda p: res[p]["step_ms"])
@@ -578,7 +592,7 @@ def run(a):
         _write_json(a.json, {"model": {"blocks": a.blocks, "tokens": a.tokens, "text_tokens": a.text_tokens,
                                        "hidden": HIDDEN, "heads": HEADS, "linears": n_lin},
                              "threads": a.threads, "reps": a.reps, "torch": torch.__version__, "note": note,
-                             "device": a.device, "graphs": a.graphs,
+                             "device": a.device, "graphs": a.graphs, "shared_input": a.shared_input,
                              "best_fp32": best_fp32, "fastest_torch": fastest, "paths": records})
     if a.plot:
         plot(records, a, best_fp32, fastest)

@@ -22,7 +22,7 @@ from torch import nn
 import qlinear as _ql
 from . import QlinearError
 
-__all__ = ["QLinear", "quantize_module", "load_comfy", "SwapReport"]
+__all__ = ["QLinear", "forward_shared", "quantize_module", "load_comfy", "SwapReport"]
 
 _OUT = {0: torch.float32, 1: torch.float16, 2: torch.bfloat16}
 _CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
@@ -198,6 +198,62 @@ def _forward_fast_cuda(lin, x, out, epi):
         if st:
             _ql._check(st, "ql_linear_forward")
     return y
+
+
+def forward_shared(layers, x):
+    """[layer(x) for layer in layers] for layers that read one input — q, k and v
+    of an attention block, a DiT block's modulation projections. QLinear
+    layers on one GPU (one context, kind, K and rotation group; no activation,
+    no hooks) share one rotation and quantization of x
+    (ql_linear_forward_shared): the same outputs, bit for bit, one prologue
+    instead of one per layer (on the CPU the C library runs them one after
+    another). Anything else (other modules, hooks, layers that do not match)
+    runs the layers one by one through their modules."""
+    ys = _forward_shared_cuda(layers, x)
+    return ys if ys is not None else [layer(x) for layer in layers]
+
+
+def _forward_shared_cuda(layers, x):
+    if type(x) is not _Tensor or not 2 <= len(layers) <= _SHARED_MAX:
+        return None
+    lins = []
+    for q in layers:
+        if type(q) is not QLinear or q.activation is not None or q._forward_hooks or q._forward_pre_hooks:
+            return None
+        lins.append(q.linear)
+    l0 = lins[0]
+    if any(l._ctx is not l0._ctx or l.k != l0.k or l.kind != l0.kind or l.group != l0.group
+                           for l in lins):
+        return None
+    code = _CODE.get(x.dtype)
+    tdev = torch.device(l0.device)
+    shape = x.shape
+    if (code is None or x.device != tdev or x.layout is not _strided or not x.is_contiguous() or not shape
+            or shape[-1] != l0.k):
+        return None
+    ys = [torch.empty(shape[:-1] + (l.n,), dtype=x.dtype, device=tdev) for l in lins]
+    m = x.numel() // l0.k
+    if m:
+        if l0._cuda:
+            if _raw_stream(tdev.index) != l0._ctx.stream:
+                l0._use_current_stream()
+        elif layers[0]._follow:
+            _follow_threads(l0._ctx)
+        c = len(lins)
+        for l in lins:
+            if l._addr is None:
+                l._addr = int(l._ffi.cast("uintptr_t", l._ptr))
+        # layer pointers, output pointers, output row strides: one host array
+        arr = torch.tensor([l._addr for l in lins] + [y.data_ptr() for y in ys] + [l.n for l in lins],
+                           dtype=torch.int64)
+        base = arr.data_ptr()
+        st = _ql._forward_shared_int()(base, c, x.data_ptr(), code, m, l0.k, base + 8 * c, code, base + 16 * c, 0)
+        if st:
+            _ql._check(st, "ql_linear_forward_shared")
+    return ys
+
+
+_SHARED_MAX = 16  # QL_SHARED_MAX
 
 
 def _forward_fast_residual(q, x, res, rs):

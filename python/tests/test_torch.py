@@ -385,3 +385,34 @@ def test_quantize_module_fuse_gelu(gen):
     # fused GELU they would differ by O(1)); both stay within the bound.
     assert rel_l2(y.double().numpy(), yp.double().numpy()) < BOUND / 2
     assert rel_l2(y.double().numpy(), ref.numpy()) < 2 * BOUND
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_forward_shared(gen, dtype):
+    """forward_shared: q, k, v on one input through ql_linear_forward_shared,
+    each output the same bits as the layer's own call; layers that do not
+    match (another K, a GELU layer, an nn.Linear, a hook) run one by one, with
+    the same results as calling them."""
+    from qlinear.torch import forward_shared
+    qs = [QLinear.from_linear(make_linear(gen, 512, n, dtype=dtype)) for n in (96, 512, 17)]
+    x = (torch.randn(3, 41, 512, generator=gen) * 2).to(dtype)
+    with torch.no_grad():
+        want = [q(x) for q in qs]
+        got = forward_shared(qs, x)
+        assert len(got) == 3
+        bits = torch.int16 if dtype != torch.float32 else torch.int32
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == dtype and torch.equal(g.view(bits), w.view(bits))
+        assert [t.shape for t in forward_shared(qs, x[:0])] == [(0, 41, n) for n in (96, 512, 17)]
+        other = QLinear.from_linear(make_linear(gen, 256, 8, dtype=dtype))
+        gelu = QLinear.from_linear(make_linear(gen, 512, 8, dtype=dtype), activation="gelu")
+        dense = make_linear(gen, 512, 8, dtype=dtype)
+        for group in ([qs[0], gelu], [qs[0], dense]):
+            assert all(torch.equal(g, layer(x)) for g, layer in zip(forward_shared(group, x), group))
+        calls = []
+        h = qs[1].register_forward_hook(lambda *a: calls.append(1))
+        forward_shared(qs, x)
+        h.remove()
+        assert calls == [1]  # a hooked layer goes through its module
+        with pytest.raises(qlinear.QlinearError, match="K = 256"):
+            forward_shared([qs[0], other], x)  # a K = 256 layer on a K = 512 input: its own call refuses it

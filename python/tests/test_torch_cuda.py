@@ -140,3 +140,25 @@ def test_cuda_bad_input(gen):
     assert model.cuda() is model and model.half() is model  # no move
     with pytest.raises(qlinear.QlinearError, match="QLinear on cuda:0 cannot move to cpu"):
         model.cpu()
+
+
+@cuda
+def test_cuda_forward_shared(gen):
+    """q, k, v of one input on the GPU through one prologue
+    (ql_linear_forward_shared): each output bit-identical to the same layer on
+    the CPU; twice in a row, the second group reading the first's output (its
+    prologue must wait for the first group's GEMMs), on a side stream."""
+    from qlinear.torch import forward_shared
+    lins = [make_linear(gen, 512, n, dtype=torch.bfloat16) for n in (512, 96, 1040)]
+    cpu = [QLinear.from_linear(l) for l in lins]
+    gpu = [QLinear.from_linear(l.cuda()) for l in lins]
+    x = (torch.randn(2, 300, 512, generator=gen) * 3).to(torch.bfloat16)
+    s = torch.cuda.Stream()
+    with torch.no_grad(), torch.cuda.stream(s):
+        got = forward_shared(gpu, x.cuda())
+        got2 = forward_shared(gpu, got[0])
+    s.synchronize()
+    with torch.no_grad():
+        want = [q(x) for q in cpu]
+        want2 = [q(want[0]) for q in cpu]
+    assert all(_same(g, w) for g, w in zip(got + got2, want + want2))
