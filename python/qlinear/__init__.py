@@ -627,7 +627,11 @@ class Linear:
         ctx = self._ctx
         cur = torch.cuda.current_stream(self.device)
         if cur.cuda_stream != ctx.stream:
-            if ctx.torch_stream is not None:
+            # Not while a CUDA graph is being captured: a captured stream cannot
+            # wait on work outside the capture (CUDA refuses it and the capture
+            # fails); the caller orders the capture after earlier work, as
+            # torch.cuda.graph's own protocol asks.
+            if ctx.torch_stream is not None and not torch.cuda.is_current_stream_capturing():
                 cur.wait_stream(ctx.torch_stream)
             ctx.torch_stream = cur
             ctx.use_stream(cur.cuda_stream)

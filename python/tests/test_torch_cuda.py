@@ -162,3 +162,33 @@ def test_cuda_forward_shared(gen):
         want = [q(x) for q in cpu]
         want2 = [q(want[0]) for q in cpu]
     assert all(_same(g, w) for g, w in zip(got + got2, want + want2))
+
+
+@cuda
+def test_cuda_graph_capture_after_eager_calls(gen):
+    """Eager calls on a side stream, then a CUDA graph captured (on torch's own
+    capture stream) and replayed: the change of stream must not make the
+    capture wait on uncaptured work (CUDA invalidates such a capture); the
+    replay's outputs are the CPU's. The whole-step e2e with --graphs does this."""
+    from qlinear.torch import forward_shared
+    lins = [make_linear(gen, 1024, n, dtype=torch.bfloat16) for n in (1024, 256)]
+    cpu = [QLinear.from_linear(l) for l in lins]
+    gpu = [QLinear.from_linear(l, device="cuda") for l in lins]
+    x = torch.randn(300, 1024, generator=gen).bfloat16()
+    xg = x.cuda()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.no_grad(), torch.cuda.stream(s):
+        gpu[1](gpu[0](xg))
+        forward_shared(gpu, xg)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(g):
+        y = gpu[1](gpu[0](xg))
+        ys = forward_shared(gpu, xg)
+    g.replay()
+    torch.cuda.synchronize()
+    with torch.no_grad():
+        want = cpu[1](cpu[0](x))
+        want_s = [q(x) for q in cpu]
+    assert _same(y, want) and all(_same(a, b) for a, b in zip(ys, want_s))
