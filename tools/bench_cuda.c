@@ -178,6 +178,17 @@ static double now_us(void)
     return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
 }
 
+/* The calls captured on `st` since cudaStreamBeginCapture, as a graph ready to replay. */
+static cudaGraphExec_t end_capture(void)
+{
+    cudaGraph_t gr;
+    cudaGraphExec_t exec;
+    CK(cudaStreamEndCapture(st, &gr));
+    CK(cudaGraphInstantiate(&exec, gr, 0));
+    cudaGraphDestroy(gr);
+    return exec;
+}
+
 static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps, size_t l2, shape_result *out)
 {
     const int64_t g = 256;
@@ -272,10 +283,7 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
             }
             const double h1 = now_us(); /* the host's enqueue time, before waiting for the GPU */
             if (capture) {
-                cudaGraph_t gr;
-                CK(cudaStreamEndCapture(st, &gr));
-                CK(cudaGraphInstantiate(&graph[p], gr, 0));
-                cudaGraphDestroy(gr);
+                graph[p] = end_capture();
                 continue;
             }
             CK(cudaEventRecord(e1, st));
@@ -386,10 +394,7 @@ static void run_group(ql_context *ctx, int64_t m, const input_group *g, int reps
                     }
                 }
             if (r == -2) {
-                cudaGraph_t gr;
-                CK(cudaStreamEndCapture(st, &gr));
-                CK(cudaGraphInstantiate(&graph[p], gr, 0));
-                cudaGraphDestroy(gr);
+                graph[p] = end_capture();
                 continue;
             }
             CK(cudaEventRecord(e1, st));

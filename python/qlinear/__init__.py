@@ -37,27 +37,27 @@ _NP_CODES = {v: k for k, v in _NP_OF.items()}  # native byte order only: '>f4' i
 _torch_fast = [None, None]
 
 
-def _forward_int():
-    """ql_linear_forward taking x and y as integers (torch's data_ptr()): the
-    same function, with the two pointers declared uintptr_t, which every ABI
-    cffi runs on passes as it passes a pointer; saves two ffi.cast per call."""
-    if "forward_int" not in _fast_fns:
+def _fast_fn(name, signature):
+    """lib.<name> cast to `signature` (pointers declared uintptr_t, which every
+    ABI cffi runs on passes as it passes a pointer: callers pass torch's
+    data_ptr() integers, no ffi.cast per call); made once per process."""
+    if name not in _fast_fns:
         ffi, lib = load()
-        _fast_fns["forward_int"] = ffi.cast(
-            "ql_status (*)(ql_linear *, uintptr_t, ql_dtype, int64_t, int64_t, uintptr_t, ql_dtype, int64_t, "
-            "const ql_epilogue *)", lib.ql_linear_forward)
-    return _fast_fns["forward_int"]
+        _fast_fns[name] = ffi.cast(signature, getattr(lib, name))
+    return _fast_fns[name]
+
+
+def _forward_int():
+    """ql_linear_forward taking x and y as integers."""
+    return _fast_fn("ql_linear_forward", "ql_status (*)(ql_linear *, uintptr_t, ql_dtype, int64_t, int64_t, uintptr_t, "
+                                         "ql_dtype, int64_t, const ql_epilogue *)")
 
 
 def _forward_shared_int():
-    """ql_linear_forward_shared with every pointer an integer (uintptr_t): the
-    layer, output and row-stride arrays are host buffers the caller fills."""
-    if "forward_shared_int" not in _fast_fns:
-        ffi, lib = load()
-        _fast_fns["forward_shared_int"] = ffi.cast(
-            "ql_status (*)(uintptr_t, int, uintptr_t, ql_dtype, int64_t, int64_t, uintptr_t, ql_dtype, uintptr_t, "
-            "uintptr_t)", lib.ql_linear_forward_shared)
-    return _fast_fns["forward_shared_int"]
+    """ql_linear_forward_shared with every pointer an integer: the layer, output
+    and row-stride arrays are host buffers the caller fills."""
+    return _fast_fn("ql_linear_forward_shared", "ql_status (*)(uintptr_t, int, uintptr_t, ql_dtype, int64_t, int64_t, "
+                                                "uintptr_t, ql_dtype, uintptr_t, uintptr_t)")
 
 
 _fast_fns = {}
