@@ -366,7 +366,7 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
                                             const void *x, ql_dtype xdt, int64_t m, int64_t ldx, void *const *ys,
                                             ql_dtype ydt, const int64_t *ldys, const ql_epilogue *const *epis)
 {
-    const char *fn = count > 1 ? "ql_linear_forward_shared" : "ql_linear_forward";
+    const char *fn = count > 1 ? "ql_linear_forward_shared" : "ql_linear_forward"; /* the caller's name */
     ql_cuda_linear *l = ls[0]; /* the input's layer: every layer shares its K and group (checked by the caller) */
     ql_status st;
     if ((st = check_device_ptr(fn, "x", x, l->device)) != QL_OK) return st;

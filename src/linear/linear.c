@@ -569,9 +569,9 @@ ql_status ql_linear_forward_shared(ql_linear *const *lins, int count, const void
         cl[i] = l->cuda;
     }
     if (m == 0) return QL_OK;
-    if (l0->cuda && l0->k > 0)
+    if (l0->cuda && l0->k > 0 && count > 1)
         return ql_cuda_linear_forward(cl, count, &l0->ctx->cuda_ws, l0->ctx->cuda_stream, x, xdt, m, ldx, ys, ydt, ldys, epis);
-    /* the CPU backends fuse the prologue into each layer's packing: one layer after another */
+    /* one layer, or the CPU backends (which fuse the prologue into each layer's packing): one after another */
     for (int i = 0; i < count; i++) QL_TRY(ql_linear_forward(lins[i], x, xdt, m, ldx, ys[i], ydt, ldys[i], epis ? epis[i] : NULL));
     return QL_OK;
 }
