@@ -1,23 +1,5 @@
-# AArch64 kernels (src/arm). Each ISA level's file gets its own -march, so the
-# library runs on any ARMv8-A CPU and dispatches at run time (src/core/cpu.c);
-# the prologue, epilogues and fp32 kernel use only ARMv8.0 Advanced SIMD, the
-# bf16 kernel FEAT_BF16.
-set(QL_ARM_SOURCES
-  src/arm/ukernel_neon.c src/arm/ukernel_neondot.c src/arm/ukernel_i8mm.c
-  src/arm/prologue_neon.c src/arm/epilogue_neon.c src/arm/f32_neon.c src/arm/bf16_neonbf16.c)
-list(APPEND QL_CORE_SOURCES ${QL_ARM_SOURCES})
-# GCC's pre-allocation scheduler hoists every load and product of an unrolled
-# k step ahead of its accumulations and then spills accumulators (seen in the
-# disassembly of the NEON and SMMLA loops); without it the loops keep every
-# accumulator in a register.
-set(QL_ARM_KFLAGS)
-if(CMAKE_C_COMPILER_ID STREQUAL "GNU")
-  set(QL_ARM_KFLAGS -fno-schedule-insns)
-endif()
-set_source_files_properties(src/arm/ukernel_neon.c src/arm/f32_neon.c PROPERTIES COMPILE_OPTIONS "${QL_ARM_KFLAGS}")
-set_source_files_properties(src/arm/ukernel_neondot.c PROPERTIES COMPILE_OPTIONS "-march=armv8.2-a+dotprod;${QL_ARM_KFLAGS}")
-set_source_files_properties(src/arm/ukernel_i8mm.c PROPERTIES COMPILE_OPTIONS "-march=armv8.2-a+dotprod+i8mm;${QL_ARM_KFLAGS}")
-set_source_files_properties(src/arm/bf16_neonbf16.c PROPERTIES COMPILE_OPTIONS "-march=armv8.2-a+bf16;${QL_ARM_KFLAGS}")
+# AArch64 build settings beside the kernels (src/cpu/arm/sources.cmake):
+# test compile flags and the sanitizer runtimes of the cross build.
 # Debian's aarch64 GCC 12 stops with an internal compiler error in the loop
 # vectorizer (vect_transform_reduction) on float64 reductions of some tests
 # (test_merge.c, test_wxa8.c) at -O3; the tests' own arithmetic does not need

@@ -4,7 +4,7 @@
 add_executable(test_dispatch tests/test_dispatch.c tests/testutil.c)
 target_link_libraries(test_dispatch PRIVATE qlinear_static)
 target_include_directories(test_dispatch PRIVATE src tests)
-if(CMAKE_CROSSCOMPILING AND QL_ARCH STREQUAL "arm64")
+if(CMAKE_CROSSCOMPILING AND QL_ARCH STREQUAL "arm")
   foreach(pair "cortex-a57=neon" "neoverse-n1=neondot" "max=neonbf16")
     string(REPLACE "=" ";" kv "${pair}")
     list(GET kv 0 cpu)

@@ -96,6 +96,9 @@ const char *ql_isa_name(ql_isa isa);
 int ql_isa_supported(ql_isa isa);
 /* Best ISA of this CPU. */
 ql_isa ql_isa_best(void);
+/* The ISAs this CPU runs, best first (QL_ISA_GENERIC last), into out (up
+ * to capacity of them; out may be NULL); returns how many there are. */
+int ql_isa_list(ql_isa *out, int capacity);
 
 typedef struct ql_context ql_context;
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "cpu/features.h"
 #include "model.h"
 #include "testutil.h"
 

@@ -3,11 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gemm/gemm.h" /* the packed layouts */
+#include "cpu/registry.h" /* the packed layouts of every built-in table */
 #include "testutil.h"
-
-static const ql_isa isas[] = {QL_ISA_GENERIC, QL_ISA_AVX2,  QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI,
-                              QL_ISA_NEON,    QL_ISA_NEONDOT, QL_ISA_I8MM};
 
 static void fill(int8_t *p, int64_t n, int mode)
 {
@@ -51,8 +48,8 @@ static void test_layouts(void)
             CHECK(e >= 0 && e < kb && !seen[e]++, "ql_k%d_element(%d) = %d repeats or is out of range", kb, p, e);
         }
     }
-    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
-        const ql_s8_kernel *kern = ql_s8_kernel_for(isas[i]);
+    for (int i = 0; i < ql_cpu_kernels_count(); i++) {
+        const ql_s8_kernel *kern = ql_cpu_kernels_at(i)->s8;
         const int64_t k = 3 * kern->kb + 5, kp = ql_kpad(kern, k);
         const size_t bytes = (size_t)(kp * kern->mr);
         CHECK(kp % kern->kb == 0 && kp >= k && kp - k < kern->kb, "%s: K %lld padded to %lld", kern->name, (long long)k, (long long)kp);
@@ -73,12 +70,9 @@ int main(void)
     test_layouts();
     ql_context *ctx;
     CHECK_OK(ql_context_create(&ctx));
-    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
-        if (!ql_isa_supported(isas[i])) {
-            printf("  skip %s: not supported by this CPU\n", ql_isa_name(isas[i]));
-            CHECK(ql_context_set_isa(ctx, isas[i]) == QL_ERR_UNSUPPORTED, "unsupported ISA %s accepted", ql_isa_name(isas[i]));
-            continue;
-        }
+    ql_isa isas[32];
+    const int n_isas = tu_isas(isas);
+    for (int i = 0; i < n_isas; i++) {
         CHECK_OK(ql_context_set_isa(ctx, isas[i]));
         for (int t = 1; t <= 3; t++) {
             CHECK_OK(ql_context_set_threads(ctx, t));

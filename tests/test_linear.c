@@ -12,8 +12,9 @@
 #include "quant/quant.h" /* ql_load_row_rotated: the rotation, checked against x·H in test_quant */
 #include "testutil.h"
 
-static const ql_isa isas[] = {QL_ISA_GENERIC, QL_ISA_AVX2,  QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI,
-                              QL_ISA_NEON,    QL_ISA_NEONDOT, QL_ISA_I8MM, QL_ISA_NEONBF16};
+/* every ISA this CPU runs, generic first (tu_isas: the registry walked) */
+static ql_isa isas[32];
+static int n_isas;
 static const ql_dtype dts[] = {QL_F32, QL_BF16, QL_F16};
 static const int64_t groups[] = {0, 4, 16, 64, 256};
 static double x_sigma = 1.0; /* scale of the random activations */
@@ -546,9 +547,10 @@ static void test_serial_route(ql_isa isa)
 int main(void)
 {
     tu_init("test_linear");
+    n_isas = tu_isas(isas);
     ql_context *ctx;
     CHECK_OK(ql_context_create(&ctx));
-    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+    for (int i = 0; i < n_isas; i++) {
         if (!ql_isa_supported(isas[i])) { printf("  skip %s: not supported by this CPU\n", ql_isa_name(isas[i])); continue; }
         CHECK_OK(ql_context_set_isa(ctx, isas[i]));
         if (isas[i] == QL_ISA_NEONBF16) { /* i8mm's W8A8 pipeline; only bf16-compute layers change */

@@ -11,12 +11,15 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "linear/lora.h"
+#include "cpu/generic/generic.h"
+#include "cpu/lora.h"
+#include "cpu/registry.h"
 #include "quant/wxa8.h"
 #include "testutil.h"
 
-static const ql_isa isas[] = {QL_ISA_GENERIC, QL_ISA_AVX2,  QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI,
-                              QL_ISA_NEON,    QL_ISA_NEONDOT, QL_ISA_I8MM};
+/* every ISA this CPU runs, generic first (tu_isas: the registry walked) */
+static ql_isa isas[32];
+static int n_isas;
 
 typedef struct lcase {
     int64_t m, n, k, g, nscale;
@@ -206,17 +209,21 @@ static void test_t_row_twins(void)
         }
         CHECK(a0 == amax && s0 == sum && bad == 0, "t row (rank %lld, mr %d, row %d, kind %d): amax %d/%d sum %d/%d, %d "
               "codes misplaced or misrounded", (long long)rt, mr, i, kind, a0, amax, s0, sum, bad);
-#if QL_X86
-        if (ql_isa_supported(QL_ISA_AVX512VNNI)) {
-            const int32_t a1 = ql_lora_t_row_s8_64__avx512(cb, mr, i, rt, rpad, corr, tp1, &s1);
+        /* every table's own t-row helper for this layout (64-blocks, 32 columns, int8 A) */
+        for (int ti = 0; ti < ql_cpu_kernels_count(); ti++) {
+            const ql_cpu_kernels *kt = ql_cpu_kernels_at(ti);
+            if (!ql_isa_supported(kt->isa) || kt->lora_t_row == ql_lora_t_row_generic || kt->s8->kb != 64 ||
+                kt->s8->nr != 32 || (kt->s8->aes ? kt->s8->aes : 1) != 1)
+                continue;
+            memset(tp1, 0x22, (size_t)(rpad * mr));
+            const int32_t a1 = kt->lora_t_row(cb, mr, 32, 64, 1, perm, i, rt, rpad, corr, tp1, cb + dpanels * mr * 32, &s1);
             int64_t diff = -1;
             for (int64_t b = 0; b < rpad / 64 && diff < 0; b++)
                 for (int q = 0; q < 64; q++)
                     if (tp0[(b * mr + i) * 64 + q] != tp1[(b * mr + i) * 64 + q]) { diff = b * 64 + q; break; }
-            CHECK(a1 == a0 && s1 == s0 && diff < 0, "t row avx512 (rank %lld, mr %d, row %d, kind %d): amax %d/%d sum %d/%d, "
-                  "first differing position %lld", (long long)rt, mr, i, kind, a1, a0, s1, s0, (long long)diff);
+            CHECK(a1 == a0 && s1 == s0 && diff < 0, "t row %s (rank %lld, mr %d, row %d, kind %d): amax %d/%d sum %d/%d, "
+                  "first differing position %lld", ql_isa_name(kt->isa), (long long)rt, mr, i, kind, a1, a0, s1, s0, (long long)diff);
         }
-#endif
         free(cb); free(tp0); free(tp1);
     }
 }
@@ -345,7 +352,7 @@ static void test_isas_and_bound(int iters, int64_t m_lo, int64_t m_hi, int max_t
         ql_context_set_threads(ctx, 1);
         ql_context_set_isa(ctx, QL_ISA_GENERIC);
         void *y0 = run(ctx, &c, 1);
-        for (int ii = 1; ii < (int)(sizeof isas / sizeof isas[0]); ii++) {
+        for (int ii = 1; ii < n_isas; ii++) {
             if (!ql_isa_supported(isas[ii])) continue;
             for (int th = 1; th <= max_threads; th++) {
                 ql_context_set_isa(ctx, isas[ii]);
@@ -474,7 +481,7 @@ static void test_subnormal_sums(void)
         int64_t sub = 0;
         for (int64_t i = 0; i < m * n; i++) sub += (y0[i] & 0x7f80) == 0 && (y0[i] & 0x7f) != 0;
         CHECK(sub >= m * n / 8, "M=%lld K=%lld: only %lld subnormal outputs", (long long)m, (long long)k, (long long)sub);
-        for (int ii = 1; ii < (int)(sizeof isas / sizeof isas[0]); ii++) {
+        for (int ii = 1; ii < n_isas; ii++) {
             if (!ql_isa_supported(isas[ii])) continue;
             for (int th = 1; th <= 2; th++) {
                 ql_context_set_isa(ctx, isas[ii]);
@@ -498,7 +505,7 @@ static void test_subnormal_sums(void)
  * fp32 activations. */
 static void test_cancel(void)
 {
-    for (int ii = 0; ii < (int)(sizeof isas / sizeof isas[0]); ii++) {
+    for (int ii = 0; ii < n_isas; ii++) {
         if (!ql_isa_supported(isas[ii])) continue;
         const int64_t gs[] = {0, 16, 64};
         for (int gi = 0; gi < 3; gi++) {
@@ -556,7 +563,7 @@ static void test_cancel(void)
  * after removing the first equals that LoRA alone. */
 static void test_identity(void)
 {
-    for (int ii = 0; ii < (int)(sizeof isas / sizeof isas[0]); ii++) {
+    for (int ii = 0; ii < n_isas; ii++) {
         if (!ql_isa_supported(isas[ii])) continue;
         int64_t rk[2] = {tu_range(1, 70), tu_range(1, 20)};
         lcase c;
@@ -607,7 +614,7 @@ static void test_identity(void)
  * gives the base result (where the base sum is exactly 0: a term below 2^-80). */
 static void test_extreme_scales(void)
 {
-    for (int ii = 0; ii < (int)(sizeof isas / sizeof isas[0]); ii++) {
+    for (int ii = 0; ii < n_isas; ii++) {
         if (!ql_isa_supported(isas[ii])) continue;
         int64_t rk[1] = {tu_range(1, 64)};
         lcase c;
@@ -794,6 +801,7 @@ static void test_wxa8(void)
 int main(void)
 {
     tu_init("test_lora");
+    n_isas = tu_isas(isas);
     test_t_row_twins();
     test_isas_and_bound(30, 1, 30, 2);
     test_isas_and_bound(15, 97, 160, 3);

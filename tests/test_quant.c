@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "linear/linear.h"
+#include "cpu/ops.h"
 #include "quant/quant.h"
 #include "model.h"
 #include "testutil.h"

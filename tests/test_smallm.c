@@ -15,11 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gemm/f32.h"
-#include "gemm/gemm.h"
+#include "cpu/registry.h"
 #include "testutil.h"
 
-static const ql_isa isas[] = {QL_ISA_GENERIC, QL_ISA_AVX2, QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI};
+/* every ISA this CPU runs, generic first (tu_isas: the registry walked) */
+static ql_isa isas[32];
+static int n_isas;
 static const ql_dtype dts[] = {QL_F32, QL_BF16, QL_F16};
 
 static int64_t odd(int64_t lo, int64_t hi) { return tu_range(lo, hi) | 1; }
@@ -162,31 +163,28 @@ static void float_cases(ql_context *ctx)
  * height covers M with fewer padded rows than row panels. */
 static void test_plan(void)
 {
-    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
-        if (ql_s8_kernel_for(isas[i])->isa != isas[i]) { /* kernels of another architecture: not built here */
-            printf("  skip %s: not built for this architecture\n", ql_isa_name(isas[i]));
-            continue;
-        }
+    for (int t = 0; t < ql_cpu_kernels_count(); t++) { /* every built table, run by this CPU or not */
+        const ql_cpu_kernels *kt = ql_cpu_kernels_at(t);
         int64_t limit = 0;
         for (int64_t m = 1; m <= 200; m++) {
-            const ql_s8_plan p = ql_s8_plan_for(isas[i], m, 1024, 1024);
+            const ql_s8_plan p = ql_s8_plan_for(kt, m, 1024, 1024);
             if (p.small && limit == m - 1) limit = m;
-            CHECK(p.small == (m <= limit), "%s: M=%lld small=%d after the limit %lld", ql_isa_name(isas[i]), (long long)m,
+            CHECK(p.small == (m <= limit), "%s: M=%lld small=%d after the limit %lld", ql_isa_name(kt->isa), (long long)m,
                   p.small, (long long)limit);
-            const ql_s8_kernel *base = ql_s8_kernel_for(isas[i]);
+            const ql_s8_kernel *base = kt->s8;
             CHECK(p.kern->nr == base->nr && p.kern->kb == base->kb && p.kern->b_offset128 == base->b_offset128 &&
                       (p.kern->kg ? p.kern->kg : 4) == (base->kg ? base->kg : 4),
-                  "%s: %s packs B unlike %s", ql_isa_name(isas[i]), p.kern->name, base->name);
-            if (isas[i] != QL_ISA_GENERIC) { /* both paths fit the height; the generic twin has 4-row tiles only */
+                  "%s: %s packs B unlike %s", ql_isa_name(kt->isa), p.kern->name, base->name);
+            if (kt->s8_rows) { /* both paths fit the height to the row variants */
                 const int64_t panels = (m + p.kern->mr - 1) / p.kern->mr;
-                CHECK(p.kern->mr <= ql_s8_rows_max(isas[i]) && panels * p.kern->mr - m < panels &&
-                          panels == (m + ql_s8_rows_max(isas[i]) - 1) / ql_s8_rows_max(isas[i]),
-                      "%s: M=%lld runs %lld panels of %s", ql_isa_name(isas[i]), (long long)m, (long long)panels, p.kern->name);
-            } else CHECK(p.kern == ql_s8_kernel_for(isas[i]), "%s: M=%lld runs %s", ql_isa_name(isas[i]), (long long)m, p.kern->name);
+                CHECK(p.kern->mr <= kt->s8_rows_max && panels * p.kern->mr - m < panels &&
+                          panels == (m + kt->s8_rows_max - 1) / kt->s8_rows_max,
+                      "%s: M=%lld runs %lld panels of %s", ql_isa_name(kt->isa), (long long)m, (long long)panels, p.kern->name);
+            } else CHECK(p.kern == kt->s8, "%s: M=%lld runs %s", ql_isa_name(kt->isa), (long long)m, p.kern->name);
         }
-        CHECK(limit >= 1 && limit < 200, "%s: small-M limit %lld", ql_isa_name(isas[i]), (long long)limit);
-        printf("  %s: small-M path up to M = %lld\n", ql_isa_name(isas[i]), (long long)limit);
-        const ql_f32_kernel *fk = ql_f32_kernel_for(isas[i]);
+        CHECK(limit >= 1 && limit < 200, "%s: small-M limit %lld", ql_isa_name(kt->isa), (long long)limit);
+        printf("  %s: small-M path up to M = %lld\n", ql_isa_name(kt->isa), (long long)limit);
+        const ql_f32_kernel *fk = kt->f32;
         for (int64_t m = 1; m <= 64; m++) {
             const int rows = ql_f32_small_rows(fk, m);
             const int64_t groups = (m + rows - 1) / rows;
@@ -250,11 +248,12 @@ static void test_panel_split(void)
 int main(void)
 {
     tu_init("test_smallm");
+    n_isas = tu_isas(isas);
     test_plan();
     test_panel_split();
     ql_context *ctx;
     CHECK_OK(ql_context_create(&ctx));
-    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+    for (int i = 0; i < n_isas; i++) {
         if (!ql_isa_supported(isas[i])) { printf("  skip %s: not supported by this CPU\n", ql_isa_name(isas[i])); continue; }
         CHECK_OK(ql_context_set_isa(ctx, isas[i]));
         for (int t = 1; t <= 3; t++) {
@@ -263,7 +262,7 @@ int main(void)
             for (int64_t m = 1; m <= 20; m++) {
                 const int64_t g = m % 2 ? 0 : 256, k = g ? 256 * tu_range(1, 3) : odd(1, 700);
                 smalls += w8a8_case(ctx, m, odd(1, 150), k, g);
-                want += ql_s8_plan_for(isas[i], m, 1, 1).small;
+                want += ql_s8_plan_for(ql_cpu_kernels_for(isas[i]), m, 1, 1).small;
                 gemm_case(ctx, m, odd(1, 120), odd(1, 600), m % 5 == 0);
             }
             /* around the switch to the blocked path, and tall */

@@ -441,8 +441,8 @@ static void test_linear(void)
 {
     ql_context *ctx;
     CHECK_OK(ql_context_create(&ctx));
-    const ql_isa isas[] = {QL_ISA_GENERIC, QL_ISA_AVX2, QL_ISA_AVXVNNI, QL_ISA_AVX512VNNI,
-                           QL_ISA_NEON,    QL_ISA_NEONDOT, QL_ISA_I8MM};
+    ql_isa isas[32];
+    const int n_isas = tu_isas(isas);
     float lut[16];
     ql_wxa8_fixed_lut(lut);
     /* Error energy over all cases of a bit width, normalised by sum |x_r|^2 |w_j|^2
@@ -491,7 +491,7 @@ static void test_linear(void)
         num_b[bits == 6] += num, den_b[bits == 6] += den;
         /* per case only a gross bound (5x the aggregate one): catches a broken case, not noise */
         CHECK(sqrt(num / den) < (bits == 6 ? 0.2 : 1.0), "%d-bit linear vs float64: normalised error %.4f", bits, sqrt(num / den));
-        for (size_t ii = 0; ii < sizeof isas / sizeof isas[0]; ii++) {
+        for (int ii = 0; ii < n_isas; ii++) {
             if (!ql_isa_supported(isas[ii])) continue;
             CHECK_OK(ql_context_set_isa(ctx, isas[ii]));
             for (int kind = 0; kind < 2; kind++) {

@@ -75,3 +75,12 @@ int tu_finish(void)
     printf("%s: %d passed, %d failed (seed %llu)\n", test_name, tu_passed, tu_failed, (unsigned long long)tu_seed);
     return tu_failed ? 1 : 0;
 }
+
+int tu_isas(ql_isa out[32])
+{
+    ql_isa best_first[32];
+    int n = ql_isa_list(best_first, 32);
+    if (n > 32) n = 32;
+    for (int i = 0; i < n; i++) out[i] = best_first[n - 1 - i];
+    return n;
+}

@@ -11,8 +11,7 @@
 
 #include "commands.h"
 #include "core/core.h"
-#include "gemm/gemm.h"
-#include "linear/kernels.h"
+#include "cpu/ops.h"
 #include "peak.h"
 #include "peers.h"
 #include "qlinear.h"
@@ -224,19 +223,14 @@ static int run_linear(void *a)
 }
 
 typedef struct {
-    int threads;
-    ql_s8_plan plan;
-    const ql_s8_kernel *kern;
-    void *pa;
-    int32_t *rowsum;
-    int64_t m;
-    ql_packed_b pb;
-    ql_w8a8_epi e;
+    ql_s8_prepared *p;
+    int32_t *c;
+    int64_t ldc;
 } gemm_run;
 static int run_gemm(void *a)
 {
     gemm_run *g = a;
-    return ql_gemm_s8_exec(g->threads, g->plan, g->pa, g->m, &g->pb, ql_w8a8_epilogue_for(g->kern->isa), &g->e) != QL_OK;
+    return ql_s8_prepared_run(g->p, g->c, g->ldc) != QL_OK;
 }
 
 typedef struct {
@@ -348,27 +342,21 @@ static int prepare(ql_context *ctx, const layer_data *d, int p, runner *rn, size
     }
     if (p == P_GEMM) {
         gemm_run *g = calloc(1, sizeof *g);
-        g->threads = ql_context_threads(ctx);
-        g->plan = ql_s8_plan_limit(ql_context_isa(ctx), m, n, k, ctx->small_m); /* the path the linear takes */
-        g->kern = g->plan.kern;
-        snprintf(kernel, klen, "%s%s", g->kern->name, g->plan.small ? " small-M" : "");
-        g->m = m;
         int8_t *xq = malloc((size_t)(m * k));
         float *sx = malloc((size_t)m * 4), *xr = malloc((size_t)(m * k) * 4);
-        g->pa = ql_aligned_alloc(ql_packed_a_bytes(g->kern, m, k) * (size_t)(g->kern->aes ? g->kern->aes : 1));
-        g->rowsum = malloc((size_t)m * 4);
         memcpy(xr, d->x, (size_t)(m * k) * 4);
         ql_rotate(QL_F32, xr, m, k, k, 256);
         ql_quantize_rowwise(QL_F32, xr, m, k, k, xq, k, sx);
-        ql_pack_a_s8(g->kern, xq, m, k, k, g->pa, g->rowsum);
+        const ql_status st = ql_s8_prepare(ctx, xq, m, d->q, n, k, &g->p);
         free(xq); free(sx); free(xr);
-        if (ql_pack_b_s8(g->kern, d->q, n, k, k, &g->pb) != QL_OK) return 0;
-        g->e = (ql_w8a8_epi){NULL, g->rowsum, g->kern->b_offset128, NULL, false, {0}, NULL, 0, rn->y, n, false, NULL,
-                              g->plan.small ? m : 0};
+        if (st != QL_OK) return 0;
+        g->c = rn->y;
+        g->ldc = n;
+        snprintf(kernel, klen, "%s", ql_s8_prepared_kernel(g->p));
         rn->fn = run_gemm;
         rn->arg = g;
         rn->has_error = 0;
-        *wbytes = (size_t)(g->pb.panels * g->pb.k4 * g->pb.nr * 4);
+        *wbytes = ql_s8_prepared_weight_bytes(g->p);
         return 1;
     }
     peer_kind kind = p == P_OPENBLAS ? PEER_OPENBLAS_F32 : p == P_ONEDNN_F32 ? PEER_ONEDNN_F32
@@ -404,9 +392,7 @@ static void release(int p, runner *rn)
     if (rn->fn == run_linear) ql_linear_destroy(((lin_run *)rn->arg)->lin);
     else if (rn->fn == run_gemm) {
         gemm_run *g = rn->arg;
-        ql_packed_b_free(&g->pb);
-        ql_aligned_free(g->pa);
-        free(g->rowsum);
+        ql_s8_prepared_free(g->p);
     } else {
         peer_run_t *r = rn->arg;
         peer_destroy(r->p);

@@ -9,19 +9,6 @@
 #include <stdint.h>
 #include <string.h>
 
-/* The architecture's kernels are compiled in: the x86 per-ISA files (src/gemm,
- * src/linear) or the ARM ones (src/arm); every other file is portable C. */
-#if defined(__x86_64__) || defined(__i386__)
-#define QL_X86 1
-#else
-#define QL_X86 0
-#endif
-#if defined(__aarch64__)
-#define QL_ARM64 1
-#else
-#define QL_ARM64 0
-#endif
-
 #if defined(__GNUC__)
 #define QL_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #define QL_LIKELY(x) __builtin_expect(!!(x), 1)
@@ -49,6 +36,10 @@ ql_status ql_fail(ql_status status, const char *fmt, ...) QL_PRINTF(2, 3);
 /* Largest element count any single tensor may have (2^48): keeps every
  * product of sizes and strides far from int64 overflow. */
 #define QL_MAX_ELEMENTS ((int64_t)1 << 48)
+
+/* int32 accumulators stay exact while 128·128·K < 2^31 (and 255·128·K for
+ * the u8·s8 VNNI trick): K <= 65536. */
+#define QL_MAX_K 65536
 
 /* Validate a [rows, cols] matrix view with row stride ld. */
 ql_status ql_check_matrix(const char *fn, const char *name, const void *p, int64_t rows, int64_t cols, int64_t ld);
@@ -97,13 +88,6 @@ static inline void *ql_row_ptr(ql_dtype dt, void *base, int64_t row, int64_t ld)
 void *ql_aligned_alloc(size_t bytes);
 void ql_aligned_free(void *p);
 
-/* CPU features, detected once. */
-typedef struct ql_cpu_features {
-    bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avxvnni, avx512bf16, os_avx512;
-    bool neon, asimdhp, dotprod, i8mm, bf16; /* AArch64: Advanced SIMD, fp16 arithmetic, SDOT, SMMLA, BFMMLA */
-} ql_cpu_features;
-const ql_cpu_features *ql_cpu(void);
-
 struct ql_context {
     int threads;
     ql_isa isa;
@@ -114,11 +98,14 @@ struct ql_context {
     void *arena;
     size_t arena_bytes;
     int arena_busy;
-    /* where linears run (QL_DEVICE_CUDA: device index, stream, workspace) */
+    /* where linears run: the device, its index, the caller's stream (a
+     * cudaStream_t for CUDA) and the device backend's per-context state
+     * (freed by device_state_free) */
     ql_device device;
     int device_index;
-    void *cuda_stream;
-    struct ql_cuda_workspace *cuda_ws;
+    void *device_stream;
+    void *device_state;
+    void (*device_state_free)(void *state);
     /* rows up to which the CPU small-M path runs; -1: the measured default
      * per ISA (QLINEAR_SMALL_M overrides it, to measure the crossover) */
     int64_t small_m;

@@ -1,6 +1,6 @@
 /* fp32 <-> fp16 / bf16 conversions, bit-exact: round-to-nearest-even,
  * subnormals, ±Inf, NaN (quietened, never turned into Inf). */
-#include "core.h"
+#include "core/core.h"
 
 static inline uint32_t f32_bits(float f)
 {

@@ -1,7 +1,7 @@
 /* The CUDA backend's entry points in a build without nvcc: every device
  * call is refused with a message that says why. */
 #include "cuda_backend.h"
-#include "../core/core.h"
+#include "core/core.h"
 
 static ql_status absent(const char *fn)
 {

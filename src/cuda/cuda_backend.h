@@ -37,7 +37,8 @@ ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count, ql_cuda_w
 /* Name of the GEMM kernel the last forward of `l` ran ("sm90 128x256", ...). */
 const char *ql_cuda_linear_kernel(const ql_cuda_linear *l);
 
-/* The GEMM kernel the last forward of a ql_linear ran on its CUDA device ("" on the CPU). */
+/* The GEMM kernel the last forward of a ql_linear ran on its CUDA device
+ * ("" on the CPU; src/linear/linear.c, through the backend interface). */
 const char *ql_linear_cuda_kernel(const ql_linear *l);
 
 /* The prologue alone (for the bench): x [m, k] (ldx elements, device) ->

@@ -7,7 +7,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "../quant/quant.h"
+#include "quant/quant.h"
 
 /* The formats ComfyUI's QUANT_ALGOS knows (plus W6A8, newer); qlinear runs
  * int8_tensorwise, asym_w4a8_int8 and w6a8_int8. */

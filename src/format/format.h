@@ -5,7 +5,7 @@
 
 #include "qlinear.h"
 
-#include "../core/core.h"
+#include "core/core.h"
 
 #include <jansson.h>
 #include <pthread.h>

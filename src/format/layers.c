@@ -10,8 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../linear/linear.h"
-#include "../quant/wxa8.h"
+#include "quant/quant.h"
+#include "quant/wxa8.h"
 
 static const char SUFFIX[] = ".comfy_quant";
 

@@ -1,7 +1,7 @@
 /* Merge LoRAs into a checkpoint: dequantize, add the deltas in fp32,
  * requantize into the same layout (stochastic or nearest), copy the rest. */
 #include "format.h"
-#include "../linear/linear.h"
+#include "cpu/ops.h"
 
 #include <math.h>
 #include <omp.h>
@@ -11,9 +11,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "../linear/kernels.h"
-#include "../quant/quant.h"
-#include "../quant/wxa8.h"
+#include "quant/quant.h"
+#include "quant/wxa8.h"
 
 #define BLOCK_BYTES ((uint64_t)4 << 20) /* fp32 bytes of one block of rows */
 
@@ -58,47 +57,6 @@ static const char *strip_prefix(const char *p)
     return p;
 }
 
-/* W[rows, k] (row stride ld) += c·(up[rows, R]·down[R, k]), up·down summed
- * in fp32 in rank order, then scaled and added: a multiplication and an
- * addition per step (no FMA), lane by lane, so every SIMD width gives the
- * same bits. Columns in blocks of 512 keep the partial sums in L1. */
-#if defined(__x86_64__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-static void add_delta(float *restrict w, int64_t rows, int64_t k, int64_t ld, const float *restrict up, int64_t rank,
-                      const float *restrict down, float c)
-{
-    float acc[512];
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t j0 = 0; j0 < k; j0 += 512) {
-            const int64_t jn = k - j0 < 512 ? k - j0 : 512;
-#pragma omp simd
-            for (int64_t j = 0; j < jn; j++) acc[j] = 0.0f;
-            for (int64_t r = 0; r < rank; r++) {
-                const float u = up[i * rank + r];
-                const float *restrict d = down + r * k + j0;
-#pragma omp simd
-                for (int64_t j = 0; j < jn; j++) acc[j] = acc[j] + u * d[j];
-            }
-            float *restrict wr = w + i * ld + j0;
-#pragma omp simd
-            for (int64_t j = 0; j < jn; j++) wr[j] = wr[j] + c * acc[j];
-        }
-}
-
-/* Group-wise rotation of fp32 rows (ld = kp, 64-byte aligned): the AVX-512
- * twin where the CPU has it (the same operations as ql_fwht_f32). */
-static void rotate_rows(const float *src, int64_t rows, int64_t k, int64_t lds, int64_t group, float *dst, int64_t ldd)
-{
-#if defined(__x86_64__) /* the AVX-512 files are built on x86-64 only (cmake/arch.cmake) */
-    if (ql_isa_supported(QL_ISA_AVX512VNNI)) {
-        ql_rows_to_f32_avx512(QL_F32, src, lds, 0, rows, k, group, 0, dst, ldd);
-        return;
-    }
-#endif
-    for (int64_t r = 0; r < rows; r++) ql_load_row_rotated(QL_F32, src + r * lds, k, group, dst + r * ldd);
-}
-
 /* Rows [r0, r0 + rows) of the merged weight, fp32, un-rotated, row stride
  * ld (= k rounded up to 16); tmp is a second buffer of the same size. */
 static void merged_rows(const ql_checkpoint *c, const touched *t, int64_t r0, int64_t rows, int64_t ld, float *w,
@@ -132,7 +90,7 @@ static void merged_rows(const ql_checkpoint *c, const touched *t, int64_t r0, in
                 }
             }
         }
-        rotate_rows(tmp, rows, k, ld, t->group, w, ld);
+        ql_rotate_rows_f32(tmp, rows, k, ld, t->group, w, ld);
     } else if (t->quantized) { /* w = q·s, then un-rotated (H is an involution) */
         float *dst = t->group ? tmp : w;
         for (int64_t i = 0; i < rows; i++) {
@@ -140,7 +98,7 @@ static void merged_rows(const ql_checkpoint *c, const touched *t, int64_t r0, in
             const int8_t *q = (const int8_t *)src + (r0 + i) * k;
             for (int64_t j = 0; j < k; j++) dst[i * ld + j] = (float)q[j] * s;
         }
-        if (t->group) rotate_rows(tmp, rows, k, ld, t->group, w, ld);
+        if (t->group) ql_rotate_rows_f32(tmp, rows, k, ld, t->group, w, ld);
     } else {
         ql_dtype dt;
         ql_st_dtype_to_ql(wt->dtype, &dt);
@@ -159,7 +117,7 @@ static void merged_rows(const ql_checkpoint *c, const touched *t, int64_t r0, in
     for (int u = 0; u < t->n_uses; u++) {
         if (t->coef[u] == 0.0f) continue;
         const int64_t rk = t->uses[u].m->rank;
-        add_delta(w, rows, k, ld, t->up[u] + r0 * rk, rk, t->down[u], t->coef[u]);
+        ql_lowrank_add(w, rows, k, ld, t->up[u] + r0 * rk, rk, t->down[u], t->coef[u]);
     }
 }
 
@@ -350,7 +308,7 @@ static ql_status merge_layer(mjob *j, touched *t)
             } else {
                 const float *rw = w;
                 if (t->group > 0) {
-                    rotate_rows(w, nr, k, ld, t->group, tmp, ld);
+                    ql_rotate_rows_f32(w, nr, k, ld, t->group, tmp, ld);
                     rw = tmp;
                 }
                 st = ql_quantize_rowwise_sr(rw, nr, k, ld, r0 * k, seed, q, k, s);

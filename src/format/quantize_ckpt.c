@@ -1,7 +1,7 @@
 /* Quantize a float checkpoint into ComfyUI's int8_tensorwise format
  * (optionally ConvRot), one block of rows at a time from the mapping. */
 #include "format.h"
-#include "../linear/linear.h"
+#include "cpu/ops.h"
 
 #include <ctype.h>
 #include <omp.h>
@@ -14,8 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../quant/quant.h"
-#include "../quant/wxa8.h"
+#include "quant/quant.h"
+#include "quant/wxa8.h"
 
 #define BLOCK_BYTES ((uint64_t)4 << 20)  /* input bytes per block of rows */
 #define BATCH_BYTES ((uint64_t)64 << 20) /* input bytes between progress reports */

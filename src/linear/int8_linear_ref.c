@@ -1,53 +1,8 @@
-/* The eager reference of int8_linear (FORMATS.md §4.4), in plain C. */
-#include "linear.h"
+/* The eager reference of int8_linear (docs/FORMATS.md §4.4), in plain C. */
+#include "linear/check.h"
+#include "quant/epilogue.h"
 
 #include <stdlib.h>
-
-ql_status ql_check_int8_weight(const char *fn, const ql_int8_weight *w)
-{
-    QL_CHECK_PTR(fn, w);
-    QL_TRY(ql_check_matrix(fn, "weight", w->q, w->n, w->k, w->ldq));
-    if (w->n_scale != 1 && w->n_scale != w->n)
-        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: weight_scale has %lld elements; expected 1 or N = %lld", fn,
-                       (long long)w->n_scale, (long long)w->n);
-    if (w->scale == NULL) return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: weight_scale is NULL", fn);
-    if (w->k > QL_MAX_K)
-        return ql_fail(QL_ERR_UNSUPPORTED, "%s: K = %lld exceeds %d, where int32 accumulation could overflow", fn,
-                       (long long)w->k, QL_MAX_K);
-    if (w->convrot_group != 0) QL_TRY(ql_check_group(fn, w->convrot_group, w->k));
-    if (w->bias) QL_TRY(ql_check_float_dtype(fn, "bias", w->bias_dtype));
-    return QL_OK;
-}
-
-ql_status ql_check_forward_args(const char *fn, int64_t n, int64_t k, const void *x, ql_dtype x_dtype, int64_t m,
-                                int64_t ldx, const void *y, ql_dtype y_dtype, int64_t ldy, const ql_epilogue *epi)
-{
-    QL_TRY(ql_check_float_dtype(fn, "x", x_dtype));
-    QL_TRY(ql_check_float_dtype(fn, "y", y_dtype));
-    QL_TRY(ql_check_matrix(fn, "x", x, m, k, ldx));
-    QL_TRY(ql_check_matrix(fn, "y", y, m, n, ldy));
-    if (epi && epi->activation != QL_ACTIVATION_NONE && epi->activation != QL_ACTIVATION_GELU)
-        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: unknown activation %d in the epilogue (0 none, 1 GELU)", fn,
-                       epi->activation);
-    if (epi && epi->residual) {
-        QL_TRY(ql_check_matrix(fn, "residual", epi->residual, m, n, epi->ld_residual));
-        if (epi->residual_scale == NULL)
-            return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: residual requires residual_scale", fn);
-    }
-    return QL_OK;
-}
-
-ql_status ql_bias_to_f32(const char *fn, const void *bias, ql_dtype bias_dtype, int64_t n, ql_dtype y_dtype,
-                         float **out)
-{
-    *out = NULL;
-    if (!bias) return QL_OK;
-    float *b = ql_aligned_alloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    if (!b) return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: cannot allocate the bias", fn);
-    for (int64_t i = 0; i < n; i++) b[i] = ql_round_to(y_dtype, ql_load_f(bias_dtype, bias, i));
-    *out = b;
-    return QL_OK;
-}
 
 ql_status ql_int8_linear_ref(const ql_int8_weight *w, const void *x, ql_dtype x_dtype, int64_t m, int64_t ldx,
                              void *y, ql_dtype y_dtype, int64_t ldy, const ql_epilogue *epi)

@@ -1,4 +1,4 @@
-#include "quant.h"
+#include "quant/quant.h"
 
 #include <math.h>
 

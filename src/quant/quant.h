@@ -3,11 +3,13 @@
 #ifndef QL_QUANT_H
 #define QL_QUANT_H
 
-#include "../core/core.h"
+#include "core/core.h"
 
 /* Valid ConvRot group: a power of 4, >= 4, <= 2^16. */
 bool ql_group_valid(int64_t group);
 ql_status ql_check_group(const char *fn, int64_t group, int64_t k);
+/* A valid int8 weight: shape, scales (1 or N), K within QL_MAX_K, group, bias dtype. */
+ql_status ql_check_int8_weight(const char *fn, const ql_int8_weight *w);
 
 /* The canonical fast Walsh–Hadamard transform of one group of `group` fp32
  * values, in place: scale by 1/sqrt(group) (a power of two, exact), then
@@ -49,7 +51,5 @@ float ql_sr_scale(float absmax);
 /* One code the CUDA way for fp32 input: y = v/s; seed != 0: floor(y + noise(idx,
  * seed)) (the sum rounded to fp32), seed 0: rne(y); clamp to [-128, 127]. */
 int8_t ql_sr_code(float v, float s, int64_t idx, uint64_t seed);
-/* A row of ql_sr_code (seed != 0), AVX-512 (stochastic_avx512.c). */
-void ql_sr_row_avx512(const float *v, int64_t k, float s, int64_t idx0, uint64_t seed, int8_t *q);
 
 #endif

@@ -1,6 +1,6 @@
 /* Int8 quantizers and dequantizers, following comfy-kitchen's eager backend
  * (FORMATS.md §4.2–§4.3). */
-#include "quant.h"
+#include "quant/quant.h"
 
 #include <math.h>
 
@@ -134,5 +134,21 @@ ql_status ql_dequantize(const int8_t *q, int64_t n, int64_t k, int64_t ldq, cons
         for (int64_t j = 0; j < k; j++) ql_store_f(out_dtype, orow, j, buf[j]);
     }
     ql_aligned_free(buf);
+    return QL_OK;
+}
+
+ql_status ql_check_int8_weight(const char *fn, const ql_int8_weight *w)
+{
+    QL_CHECK_PTR(fn, w);
+    QL_TRY(ql_check_matrix(fn, "weight", w->q, w->n, w->k, w->ldq));
+    if (w->n_scale != 1 && w->n_scale != w->n)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: weight_scale has %lld elements; expected 1 or N = %lld", fn,
+                       (long long)w->n_scale, (long long)w->n);
+    if (w->scale == NULL) return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: weight_scale is NULL", fn);
+    if (w->k > QL_MAX_K)
+        return ql_fail(QL_ERR_UNSUPPORTED, "%s: K = %lld exceeds %d, where int32 accumulation could overflow", fn,
+                       (long long)w->k, QL_MAX_K);
+    if (w->convrot_group != 0) QL_TRY(ql_check_group(fn, w->convrot_group, w->k));
+    if (w->bias) QL_TRY(ql_check_float_dtype(fn, "bias", w->bias_dtype));
     return QL_OK;
 }

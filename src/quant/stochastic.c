@@ -1,8 +1,8 @@
 /* Stochastic rounding as comfy-kitchen's CUDA int8 quantizers do it
- * (FORMATS.md §4.2): reproducible from a seed, element by element. */
+ * (docs/FORMATS.md §4.2): reproducible from a seed, element by element. */
 #include <math.h>
 
-#include "quant.h"
+#include "quant/quant.h"
 
 uint32_t ql_pcg_hash(uint32_t x)
 {
@@ -46,39 +46,4 @@ int8_t ql_sr_code(float v, float s, int64_t idx, uint64_t seed)
     const float y = v / s;
     const float q = seed ? floorf(y + ql_sr_noise(idx, seed)) : nearbyintf(y);
     return (int8_t)(q > 127.0f ? 127.0f : q < -128.0f ? -128.0f : q);
-}
-
-ql_status ql_quantize_rowwise_sr(const float *x, int64_t rows, int64_t k, int64_t ldx, int64_t idx0, uint64_t seed,
-                                 int8_t *q, int64_t ldq, float *scale)
-{
-    const char *fn = "ql_quantize_rowwise_sr";
-    QL_TRY(ql_check_matrix(fn, "x", x, rows, k, ldx));
-    QL_TRY(ql_check_matrix(fn, "q", q, rows, k, ldq));
-    QL_CHECK_PTR(fn, scale);
-    int64_t bad = -1;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *v = x + r * ldx;
-        float a = 0.0f;
-        for (int64_t j = 0; j < k; j++) {
-            const float av = fabsf(v[j]);
-            a = av > a || av != av ? av : a; /* NaN sticks */
-        }
-        if (!(a <= 3.40282347e38f)) {
-            memset(q + r * ldq, 0, (size_t)k);
-            scale[r] = NAN;
-            if (bad < 0) bad = r;
-            continue;
-        }
-        const float s = ql_sr_scale(a);
-        scale[r] = s;
-#if defined(__x86_64__) || defined(__i386__) /* the *_avx*.c files are built on x86 only (cmake/arch.cmake) */
-        if (seed && ql_isa_supported(QL_ISA_AVX512VNNI)) ql_sr_row_avx512(v, k, s, idx0 + r * k, seed, q + r * ldq);
-        else
-#endif
-            for (int64_t j = 0; j < k; j++) q[r * ldq + j] = ql_sr_code(v[j], s, idx0 + r * k + j, seed);
-    }
-    if (bad >= 0)
-        return ql_fail(QL_ERR_NONFINITE, "%s: row %lld holds NaN or Inf; its codes are 0 and its scale NaN", fn,
-                       (long long)bad);
-    return QL_OK;
 }

@@ -3,7 +3,7 @@
  * backend. The quantizer works on 16 groups at once, one group per lane, so
  * every per-group sum keeps the reference's summation order while the
  * compiler vectorizes across groups. */
-#include "wxa8.h"
+#include "quant/wxa8.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
 
 #include <math.h>
 
-#include "quant.h"
+#include "quant/quant.h"
 
 /* Bytes of one packed row of k codes: k/2 (4 bits) or 3k/4 (6 bits). */
 static inline int64_t ql_wxa8_row_bytes(int bits, int64_t k) { return bits == 6 ? k / 2 + k / 4 : k / 2; }

@@ -1,0 +1,18 @@
+/* + dot product (SDOT, ARMv8.2: Apple M1, Neoverse N1, Cortex-A76): 8×12 tiles. */
+#include "cpu/arm/arm.h"
+
+static bool supported(const ql_cpu_features *f) { return f->neon && f->dotprod; }
+
+const ql_cpu_kernels ql_cpu_kernels_neondot = {
+    .isa = QL_ISA_NEONDOT,
+    .supported = supported,
+    .s8 = &ql_s8_gemm_8x12c4__neondot,
+    .s8_rows_max = 8, /* no fewer-row variants */
+    /* the W4A8/W6A8 decoders write 8-column c4 panels: the NEON kernel's */
+    .s8_decoded = &ql_s8_gemm_4x8c4__neon,
+    .prologue = ql_prologue_neon,
+    .w8a8_epilogue = ql_w8a8_epilogue_neon,
+    .f32 = &ql_f32_gemm_8x8__neon,
+    .bf16 = &ql_f32_gemm_8x8__neon,
+    .f32_epilogue = ql_f32_epilogue_neon,
+};

@@ -1,0 +1,73 @@
+/* Float GEMM on the tile-driver pattern: C = A·Bᵀ with fp32 arithmetic.
+ * A is read in place (fp32 rows, stride lda). B (the weight) is packed in
+ * panels of NR columns as [K][NR], stored as fp32, bf16 or int8 codes; bf16
+ * and int8 panels are decoded to fp32 one K slice at a time into a per-thread
+ * buffer that stays in L1/L2 while the block's rows pass by, so the resident
+ * weight keeps its compact size. (On CPUs whose bf16 dot product is slower
+ * than fp32 FMA — this one — that is also the fastest bf16 path.) */
+#ifndef QL_F32_GEMM_H
+#define QL_F32_GEMM_H
+
+#include "core/core.h"
+
+/* c: tile of mr×nr fp32 (row stride nr); accumulate: add to it. b: the
+ * B slice, fp32 [k][nr]; for a kernel with kb = 4 the packed bf16 blocks
+ * [ceil(k/4)][nr][4] themselves (cast), read in place. */
+typedef void (*ql_f32_tile_fn)(int64_t k, const float *a, int64_t lda, const float *b, float *c, int accumulate);
+typedef void (*ql_f32_decode_fn)(ql_dtype dt, const void *src, int64_t n, float *dst);
+
+/* Small-M tile: rows × (panels·NR) over the whole K (panels 1 or 2, rows
+ * 1..small_rows), the weight (panel p at b + p·panel_elems elements, dtype
+ * bdt) decoded in registers; c gets the tile with row stride panels·NR.
+ * Each output is the same chain of multiply-adds over k = 0, 1, ... as in
+ * the blocked kernel, so both paths give the same bits. */
+typedef void (*ql_f32_small_fn)(int rows, int panels, int64_t k, const float *a, int64_t lda, const void *b,
+                                int64_t panel_elems, ql_dtype bdt, float *c);
+
+typedef struct ql_f32_kernel {
+    ql_isa isa; /* the table whose blocking the driver uses */
+    const char *name;
+    int mr, nr;
+    ql_f32_tile_fn tile;
+    ql_f32_decode_fn decode; /* bf16 / int8 -> fp32, n elements */
+    const char *small_name;
+    int small_rows;
+    ql_f32_small_fn small;
+    int small_max; /* the small route up to this many rows (measured per kernel, see f32_generic.c) */
+    /* 0: B is packed [K][NR] and (bf16 / int8) decoded to fp32 per K slice;
+     * 4: B is packed bf16 in blocks of 4 k ([K/4][NR][4], K padded with 0),
+     * the layout BFMMLA reads (a 2×4 by 4×2 product), used without decoding,
+     * and A rows must hold bf16 values (the kernel takes their top halves). */
+    int kb;
+} ql_f32_kernel;
+
+
+typedef struct ql_packed_f32 {
+    int64_t n, k, panels;
+    int nr;
+    ql_dtype dtype; /* QL_F32, QL_BF16 or QL_I8 */
+    void *data;     /* panels · kp · nr elements */
+    int64_t kp;     /* k rounded up to the kernel's kb */
+} ql_packed_f32;
+
+/* Pack w [n, k] (fp32/bf16/fp16 or int8 codes) as `store` (fp32, bf16 or
+ * int8; int8 only from int8; bf16 only for a kernel with kb). */
+ql_status ql_pack_b_float(const ql_f32_kernel *kern, ql_dtype src_dt, const void *w, int64_t n, int64_t k,
+                          int64_t ldw, ql_dtype store, int threads, ql_packed_f32 *out);
+void ql_packed_f32_free(ql_packed_f32 *b);
+size_t ql_packed_f32_bytes(const ql_packed_f32 *b);
+
+typedef void (*ql_f32_epilogue_fn)(void *arg, const float *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
+
+/* The float small-M path (see ql_s8_plan in gemm.h): threads split N, every
+ * weight byte is read once per row group of small_rows rows. */
+bool ql_f32_small_m(const ql_f32_kernel *kern, int64_t m, int64_t limit); /* limit -1: the default */
+/* Rows per tile for m rows: m split into equal groups of at most small_rows. */
+int ql_f32_small_rows(const ql_f32_kernel *kern, int64_t m);
+void ql_gemm_f32_small_part(const ql_f32_kernel *kern, const float *a, int64_t lda, int64_t m, const ql_packed_f32 *b,
+                            int64_t jp0, int64_t jp1, ql_f32_epilogue_fn epi, void *arg);
+
+ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a, int64_t lda, int64_t m,
+                          const ql_packed_f32 *b, ql_f32_epilogue_fn epi, void *arg);
+
+#endif

@@ -1,0 +1,152 @@
+/* The float GEMM driver: packing and the blocked and small-M loops around
+ * a table's float micro-kernel. */
+#include "cpu/f32.h"
+#include "cpu/gemm.h"
+#include "cpu/registry.h"
+
+#include <omp.h>
+
+/* Up to kern->small_max rows the float paths take the small-M route.
+ * AVX-512: measured, QLINEAR_SMALL_M=96 against =0 over `qlinear bench
+ * --profile qwen3-te --m 48,64,77,96` (fp32 and weight-only totals, one run
+ * each: small-M 0.59-0.90x the blocked time at 48-77 rows, 1.2-1.4x at 96:
+ * README); AVX2 and generic: 16, an estimate. */
+bool ql_f32_small_m(const ql_f32_kernel *kern, int64_t m, int64_t limit)
+{
+    return kern->small && m <= (limit >= 0 ? limit : kern->small_max);
+}
+
+int ql_f32_small_rows(const ql_f32_kernel *kern, int64_t m)
+{
+    const int64_t groups = (m + kern->small_rows - 1) / kern->small_rows;
+    return (int)((m + groups - 1) / groups);
+}
+
+void ql_gemm_f32_small_part(const ql_f32_kernel *kern, const float *a, int64_t lda, int64_t m, const ql_packed_f32 *b,
+                            int64_t jp0, int64_t jp1, ql_f32_epilogue_fn epi, void *arg)
+{
+    const int nr = kern->nr, rows = ql_f32_small_rows(kern, m);
+    const int64_t k = b->k, pe = b->kp * nr;
+    const size_t es = ql_dtype_size(b->dtype);
+    _Alignas(64) float c[6 * 64]; /* the largest tile */
+    for (int64_t jp = jp0; jp < jp1; jp += 2) {
+        const int panels = jp1 - jp >= 2 ? 2 : 1;
+        const int64_t n0 = jp * nr;
+        const int nr_eff = (int)(b->n - n0 < panels * nr ? b->n - n0 : panels * nr);
+        for (int64_t r0 = 0; r0 < m; r0 += rows) {
+            const int re = (int)(m - r0 < rows ? m - r0 : rows);
+            kern->small(re, panels, k, a + r0 * lda, lda, (const char *)b->data + (size_t)(jp * pe) * es, pe, b->dtype, c);
+            epi(arg, c, panels * nr, r0, n0, re, nr_eff);
+        }
+    }
+}
+
+ql_status ql_pack_b_float(const ql_f32_kernel *kern, ql_dtype src_dt, const void *w, int64_t n, int64_t k,
+                          int64_t ldw, ql_dtype store, int threads, ql_packed_f32 *out)
+{
+    const int nr = kern->nr, kb = kern->kb ? kern->kb : 1;
+    if (kern->kb && store != QL_BF16)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "pack weight: %s takes bf16 weights, not %s", kern->name, ql_dtype_name(store));
+    const int64_t kp = (k + kb - 1) / kb * kb;
+    ql_packed_f32 b = {n, k, (n + nr - 1) / nr, nr, store, NULL, kp};
+    const size_t es = ql_dtype_size(store);
+    size_t bytes = (size_t)(b.panels * kp * nr) * es;
+    b.data = ql_aligned_alloc(bytes);
+    if (!b.data) return ql_fail(QL_ERR_OUT_OF_MEMORY, "pack weight: cannot allocate %zu bytes", bytes);
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t p = 0; p < b.panels; p++)
+        for (int j = 0; j < nr; j++) {
+            const int64_t col = p * nr + j;
+            const size_t base = (size_t)(p * kp * nr + j * kb);
+            for (int64_t kk = 0; kk < kp; kk++) { /* element (kk, j) of the panel: [kp/kb][nr][kb] */
+                size_t at = base + (size_t)(kk / kb * nr * kb + kk % kb);
+                const bool in = col < n && kk < k;
+                if (store == QL_I8) ((int8_t *)b.data)[at] = in ? ((const int8_t *)w)[col * ldw + kk] : 0;
+                else ql_store_f(store, b.data, (int64_t)at, in ? ql_load_f(src_dt, w, col * ldw + kk) : 0.0f);
+            }
+        }
+    *out = b;
+    return QL_OK;
+}
+
+void ql_packed_f32_free(ql_packed_f32 *b)
+{
+    if (!b) return;
+    ql_aligned_free(b->data);
+    b->data = NULL;
+}
+
+size_t ql_packed_f32_bytes(const ql_packed_f32 *b)
+{
+    return b ? (size_t)(b->panels * b->kp * b->nr) * ql_dtype_size(b->dtype) : 0;
+}
+
+
+ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a, int64_t lda, int64_t m,
+                          const ql_packed_f32 *b, ql_f32_epilogue_fn epi, void *arg)
+{
+    const int mr = kern->mr, nr = kern->nr;
+    const int64_t k = b->k;
+    const int64_t mpanels = (m + mr - 1) / mr, npanels = b->panels;
+    const ql_blocking bl = ql_cpu_kernels_for(kern->isa)->f32_blocking; /* kc: a multiple of every kb */
+    const int64_t fkc = bl.kc;
+    int64_t mc = (bl.mc + mr - 1) / mr, nc = (bl.nc + nr - 1) / nr;
+    int64_t mblocks, nblocks;
+    ql_block_grid(mpanels, npanels, threads, &mc, &nc, &mblocks, &nblocks);
+    const int64_t blocks = mblocks * nblocks;
+    const size_t es = ql_dtype_size(b->dtype);
+    if (threads > blocks) threads = (int)(blocks > 0 ? blocks : 1);
+    int failed = 0;
+#pragma omp parallel num_threads(threads)
+    {
+        float *cbuf = ql_aligned_alloc((size_t)(mc * nc * mr * nr) * sizeof(float));
+        const bool decode = b->dtype != QL_F32 && !kern->kb; /* kb kernels read their bf16 blocks in place */
+        float *bdec = decode ? ql_aligned_alloc((size_t)(fkc * nr) * sizeof(float)) : NULL;
+        /* the last partial row panel is copied into zero-padded rows so the
+         * kernel never reads past A */
+        float *tail = (m % mr) ? ql_aligned_alloc((size_t)(mr * (k > 0 ? k : 1)) * sizeof(float)) : NULL;
+        int ok = cbuf && (!decode || bdec) && (!(m % mr) || tail);
+        if (!ok) {
+#pragma omp atomic write
+            failed = 1;
+        }
+        if (ok && tail) {
+            memset(tail, 0, (size_t)(mr * k) * sizeof(float));
+            for (int64_t r = 0; r < m % mr; r++) memcpy(tail + r * k, a + (m - m % mr + r) * lda, (size_t)k * sizeof(float));
+        }
+#pragma omp for schedule(static)
+        for (int64_t blk = 0; blk < blocks; blk++) {
+            if (!ok) continue;
+            const ql_block bk = ql_block_at(blk, mblocks, mc, nc, mpanels, npanels);
+            const int64_t ip0 = bk.ip0, ip1 = bk.ip1, jp0 = bk.jp0, jp1 = bk.jp1;
+            for (int64_t pc = 0; pc < k; pc += fkc) {
+                const int64_t kc = k - pc < fkc ? k - pc : fkc;
+                const int last = pc + kc >= k;
+                for (int64_t jp = jp0; jp < jp1; jp++) {
+                    /* fkc is a multiple of kb: a slice starts on a block */
+                    const char *bslice = (const char *)b->data + (size_t)(jp * b->kp + pc) * (size_t)nr * es;
+                    const float *bf = (const float *)bslice;
+                    if (bdec) {
+                        kern->decode(b->dtype, bslice, kc * nr, bdec);
+                        bf = bdec;
+                    }
+                    for (int64_t ip = ip0; ip < ip1; ip++) {
+                        float *c = cbuf + ((jp - jp0) * mc + (ip - ip0)) * mr * nr;
+                        const int64_t m0 = ip * mr, n0 = jp * nr;
+                        const int mr_eff = (int)(m - m0 < mr ? m - m0 : mr);
+                        if (mr_eff < mr) kern->tile(kc, tail + pc, k, bf, c, pc > 0);
+                        else kern->tile(kc, a + m0 * lda + pc, lda, bf, c, pc > 0);
+                        if (!last) continue;
+                        const int nr_eff = (int)(b->n - n0 < nr ? b->n - n0 : nr);
+                        epi(arg, c, nr, m0, n0, mr_eff, nr_eff);
+                    }
+                }
+            }
+        }
+        ql_aligned_free(cbuf);
+        ql_aligned_free(bdec);
+        ql_aligned_free(tail);
+    }
+    if (failed) return ql_fail(QL_ERR_OUT_OF_MEMORY, "float gemm: cannot allocate per-thread buffers");
+    return QL_OK;
+}

@@ -1,0 +1,101 @@
+/* The portable twin of bf16_gemm_8x8c4__neonbf16: the same packed layout
+ * (B in blocks of 4 k, [K/4][8][4] bf16) and, output by output, the
+ * arithmetic BFMMLA is architected to do when FPCR.EBF = 0 (the default; this
+ * library never sets it): for each 2-k half of a 4-k block,
+ *     sum = RO(sum + RO(RO(a0·b0) + RO(a1·b1)))
+ * where RO rounds to fp32 "to odd" (an inexact result takes whichever
+ * neighbour has an odd last bit; overflow gives Inf), bf16 denormal inputs,
+ * denormal products and sums are flushed to signed zero, and every NaN
+ * becomes the default NaN. So the fast kernel can be tested bit for bit
+ * (under qemu, which implements these rules), and both against float64.
+ * Not a fast path: only tests use it. */
+#include <math.h>
+
+#include "cpu/f32.h"
+
+static uint64_t dbits(double x)
+{
+    uint64_t u;
+    memcpy(&u, &x, 8);
+    return u;
+}
+
+static double dfrom(uint64_t u)
+{
+    double x;
+    memcpy(&x, &u, 8);
+    return x;
+}
+
+/* x (a double holding the exact value, or RO_53 of it) rounded to fp32 to
+ * odd, flushed and saturated as BFMMLA does. RO_24(RO_53(v)) = RO_24(v):
+ * rounding to odd twice is innocuous when the first precision has >= 2
+ * more bits. */
+static float ro_f32(double x)
+{
+    if (isnan(x)) return NAN; /* the default NaN (0x7fc00000) */
+    if (fabs(x) < 0x1p-126) return copysignf(0.0f, (float)x); /* tiny (an RO result is never rounded up to 2^-126) */
+    if (fabs(x) >= 0x1p128) return copysignf(INFINITY, (float)x);
+    const uint64_t u = dbits(x), low = u & ((1ull << 29) - 1); /* the 29 mantissa bits fp32 lacks */
+    float f = (float)dfrom(u - low);                            /* truncated: exact in fp32 */
+    if (low) {
+        uint32_t v;
+        memcpy(&v, &f, 4);
+        v |= 1;
+        memcpy(&f, &v, 4);
+    }
+    return f;
+}
+
+/* RO_53(x + y) for fp32 x, y (exact in double unless their exponents are
+ * far apart): the nearest-even sum, moved to its odd neighbour on the side
+ * of the exact sum when it is inexact and even (TwoSum gives the error). */
+static double ro_sum(double x, double y)
+{
+    double s = x + y;
+    if (!isfinite(s)) return s;
+    const double bv = s - x, err = (x - (s - bv)) + (y - bv);
+    if (err != 0 && !(dbits(s) & 1)) s = nextafter(s, err > 0 ? INFINITY : -INFINITY);
+    return s;
+}
+
+static float flush(float x) { return fabsf(x) < 0x1p-126f ? copysignf(0.0f, x) : x; }
+
+/* A bf16 operand as BFMMLA reads it (denormals flushed). */
+static double bf_in(uint16_t h) { return flush(ql_bf16_to_fp32(h)); }
+
+/* BFDotAdd: sum + (a0·b0 + a1·b1), FPCR.EBF = 0. */
+static float bfdotadd(float sum, uint16_t a0, uint16_t a1, uint16_t b0, uint16_t b1)
+{
+    const float p0 = ro_f32(bf_in(a0) * bf_in(b0)), p1 = ro_f32(bf_in(a1) * bf_in(b1)); /* exact but for range */
+    const float t = ro_f32(ro_sum(p0, p1));
+    return ro_f32(ro_sum(flush(sum), t));
+}
+
+static uint16_t top(float x) /* the bf16 an fp32 holding a bf16 value carries */
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (uint16_t)(u >> 16);
+}
+
+static void tile_8x8c4_generic(int64_t k, const float *a, int64_t lda, const float *bv, float *c, int accumulate)
+{
+    const uint16_t *b = (const uint16_t *)bv;
+    float acc[8][8] = {{0}};
+    if (accumulate) memcpy(acc, c, sizeof acc);
+    for (int64_t p = 0; p < k; p += 4, b += 32) {
+        uint16_t ab[8][4]; /* this block of A, zero past k as the kernel's */
+        for (int r = 0; r < 8; r++)
+            for (int t = 0; t < 4; t++) ab[r][t] = p + t < k ? top(a[r * lda + p + t]) : 0;
+        for (int r = 0; r < 8; r++)
+            for (int j = 0; j < 8; j++) {
+                const uint16_t *bj = b + 4 * j;
+                acc[r][j] = bfdotadd(acc[r][j], ab[r][0], ab[r][1], bj[0], bj[1]);
+                acc[r][j] = bfdotadd(acc[r][j], ab[r][2], ab[r][3], bj[2], bj[3]);
+            }
+    }
+    memcpy(c, acc, sizeof acc);
+}
+
+const ql_f32_kernel ql_bf16_gemm_8x8c4__generic = {QL_ISA_GENERIC, "bf16_gemm_8x8c4__generic", 8, 8, tile_8x8c4_generic, NULL, NULL, 0, NULL, 0, 4};

@@ -1,0 +1,511 @@
+/* The CPU backend: weights packed once at creation for the context's ISA
+ * table; a forward runs the fused pipeline (prologue, int8 or float GEMM,
+ * epilogue) with the context's threads. Arguments arrive checked. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend/backend.h"
+#include "cpu/lora.h"
+#include "cpu/registry.h"
+#include "cpu/wxa8_linear.h"
+#include "cpu/wxa8_panels.h"
+
+/* Rows quantized and multiplied per step: bounds the packed-activation
+ * buffer (rows·K bytes) for very tall inputs. A multiple of every MR. */
+#define QL_M_CHUNK 12288
+
+typedef struct cpu_linear {
+    ql_context *ctx;
+    const ql_cpu_kernels *kt; /* the context's ISA's table at creation */
+    ql_linear_kind kind;
+    int64_t n, k;
+    /* int8 weight (W8A8): packed for the kernel, plus its scales */
+    const ql_s8_kernel *s8;
+    ql_packed_b b8;
+    float *sw;
+    int64_t n_sw;
+    int64_t group;
+    /* float-GEMM weight: fp32 / bf16 (DENSE), int8 codes (WEIGHT_ONLY); for
+     * DEQUANT the plain int8 codes, expanded on every call */
+    const ql_f32_kernel *f32;
+    ql_packed_f32 bf;
+    ql_dtype compute;
+    int8_t *codes;
+    /* the bias as each output dtype sees it (bias.to(out_dtype)), as fp32:
+     * [0] fp32, [1] fp16, [2] bf16 (indexed by ql_dtype); NULL: no bias */
+    float *bias[3];
+    /* W8A8 epilogue facts (see ql_w8a8_epi.finite_weights), per output dtype */
+    bool finite_weights[3];
+    /* W4A8/W6A8: codes decoded inside the GEMM (b8 decodes from wp), and
+     * the asymmetric correction [k/corr_group, n] (fp32), NULL if none */
+    ql_wxa8_panels *wp;
+    float *corr;
+    int64_t corr_group;
+    ql_lora_set *lora; /* unmerged LoRAs (W8A8 only); NULL: none */
+} cpu_linear;
+
+
+static void cpu_destroy(void *impl)
+{
+    cpu_linear *l = impl;
+    if (!l) return;
+    ql_packed_b_free(&l->b8);
+    ql_packed_f32_free(&l->bf);
+    ql_aligned_free(l->sw);
+    ql_aligned_free(l->codes);
+    ql_wxa8_panels_free(l->wp);
+    free(l->wp);
+    ql_aligned_free(l->corr);
+    for (int i = 0; i < 3; i++) ql_aligned_free(l->bias[i]);
+    ql_lora_set_free(l->lora);
+    free(l);
+}
+
+static ql_status copy_bias(cpu_linear *l, const void *bias, ql_dtype dt, int64_t n)
+{
+    if (!bias) return QL_OK;
+    QL_TRY(ql_check_float_dtype("ql_linear_create", "bias", dt));
+    const ql_dtype outs[3] = {QL_F32, QL_F16, QL_BF16};
+    for (int i = 0; i < 3; i++) QL_TRY(ql_bias_to_f32("ql_linear_create", bias, dt, n, outs[i], &l->bias[outs[i]]));
+    return QL_OK;
+}
+
+static ql_status create_int8(cpu_linear *l, const ql_linear_desc *d, const ql_wxa8_weight *packed)
+{
+    const ql_int8_weight *w = &d->int8; /* checked */
+    l->n = w->n;
+    l->k = w->k;
+    l->group = w->convrot_group;
+    l->n_sw = w->n_scale;
+    l->sw = ql_aligned_alloc((size_t)w->n_scale * sizeof(float));
+    if (!l->sw) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_create: out of memory");
+    memcpy(l->sw, w->scale, (size_t)w->n_scale * sizeof(float));
+    QL_TRY(copy_bias(l, w->bias, w->bias_dtype, w->n));
+    bool scales_ok = true;
+    for (int64_t i = 0; i < w->n_scale; i++) scales_ok &= fabsf(w->scale[i]) <= 64.0f;
+    for (int t = 0; t < 3; t++) {
+        l->finite_weights[t] = scales_ok;
+        for (int64_t i = 0; l->bias[t] && i < w->n; i++) l->finite_weights[t] &= fabsf(l->bias[t][i]) <= 3.402823466e38f;
+    }
+    if (d->kind == QL_LINEAR_W8A8) {
+        /* the table names the kernels that W4A8/W6A8 layers run on */
+        l->s8 = l->corr ? l->kt->s8_int8_a : l->kt->s8;
+        if (packed) {
+            l->wp = calloc(1, sizeof *l->wp);
+            if (!l->wp) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_create: out of memory");
+            l->s8 = l->kt->s8_decoded;
+            return ql_wxa8_panels_pack(l->s8, packed, l->wp, &l->b8);
+        }
+        return ql_pack_b_s8(l->s8, w->q, w->n, w->k, w->ldq, &l->b8);
+    }
+    l->f32 = l->kt->f32;
+    l->compute = QL_F32;
+    if (d->kind == QL_LINEAR_WEIGHT_ONLY) /* codes stay int8, decoded slice by slice */
+        return ql_pack_b_float(l->f32, QL_I8, w->q, w->n, w->k, w->ldq, QL_I8, l->ctx->threads, &l->bf);
+    /* DEQUANT keeps the int8 codes resident and expands them on every call. */
+    size_t bytes = (size_t)(w->n * w->k);
+    l->codes = ql_aligned_alloc(bytes);
+    if (!l->codes) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_create: cannot allocate %zu bytes", bytes);
+    for (int64_t r = 0; r < w->n; r++) memcpy(l->codes + r * w->k, w->q + r * w->ldq, (size_t)w->k);
+    return QL_OK;
+}
+
+static ql_status create_layer(cpu_linear *l, const ql_linear_desc *d)
+{
+    const char *fn = "ql_linear_create";
+    switch (d->kind) {
+    case QL_LINEAR_W8A8:
+    case QL_LINEAR_WEIGHT_ONLY:
+    case QL_LINEAR_DEQUANT:
+    case QL_LINEAR_WXA8_PACKED:
+        if (!d->wxa8.bits) return create_int8(l, d, NULL);
+        {
+            ql_wxa8_prepared wp;
+            QL_TRY(ql_wxa8_linear_prepare(d, &wp));
+            l->corr = wp.corr;
+            l->corr_group = wp.corr_group;
+            l->kind = wp.desc.kind;
+            ql_status st = create_int8(l, &wp.desc, wp.packed);
+            free(wp.grid);
+            return st;
+        }
+    case QL_LINEAR_DENSE:
+        l->n = d->n;
+        l->k = d->k;
+        /* bf16 compute: operands rounded to bf16, so BFMMLA (where the ISA has
+         * it) multiplies exactly the values the other kernels do; its sums
+         * round their own way (docs/NUMERICS.md) */
+        l->f32 = d->compute_dtype == QL_BF16 ? l->kt->bf16 : l->kt->f32;
+        l->compute = d->compute_dtype;
+        QL_TRY(copy_bias(l, d->bias, d->bias_dtype, d->n));
+        return ql_pack_b_float(l->f32, d->weight_dtype, d->weight, d->n, d->k, d->ld_weight, d->compute_dtype,
+                               l->ctx->threads, &l->bf);
+    default: return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: unknown linear kind %d", fn, (int)d->kind);
+    }
+}
+
+static ql_status cpu_create(ql_context *ctx, const ql_linear_desc *d, void **impl, ql_layer_facts *info)
+{
+    cpu_linear *l = calloc(1, sizeof *l);
+    if (!l) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_create: out of memory");
+    l->ctx = ctx;
+    l->kt = ql_cpu_kernels_for(ctx->isa);
+    l->kind = d->kind;
+    ql_status st = create_layer(l, d);
+    if (st != QL_OK) {
+        cpu_destroy(l);
+        return st;
+    }
+    *info = (ql_layer_facts){l->kind, l->n, l->k, l->group};
+    *impl = l;
+    return QL_OK;
+}
+
+static size_t cpu_weight_bytes(const void *impl)
+{
+    const cpu_linear *l = impl;
+    const size_t corr = l->corr ? (size_t)(l->k / l->corr_group * l->n) * 4 : 0;
+    if (l->wp) return ql_wxa8_panels_bytes(l->wp) + (size_t)l->n_sw * 4 + corr;
+    if (l->kind == QL_LINEAR_W8A8) return (size_t)(l->b8.panels * l->b8.k4 * l->b8.nr * 4) + (size_t)l->n_sw * 4 + corr;
+    if (l->kind == QL_LINEAR_DEQUANT) return (size_t)(l->n * l->k) + (size_t)l->n_sw * 4;
+    return ql_packed_f32_bytes(&l->bf) + (size_t)l->n_sw * 4;
+}
+
+/* Threads for one forward of m rows. Below QL_SERIAL_WORK multiply-adds the
+ * call stays on the calling thread and never enters a parallel region: waking
+ * a sleeping OpenMP worker (OMP_WAIT_POLICY=passive, or a pool idle past its
+ * spin) costs ~100 µs, more than a tiny layer's whole work. The split of
+ * rows and N panels over threads never changes a result, so both routes are
+ * bit-identical (tested). Threshold measured: README, "tiny layers". */
+#define QL_SERIAL_WORK ((int64_t)1 << 20)
+static int forward_threads(const cpu_linear *l, int64_t m)
+{
+    const int64_t lim = l->ctx->serial_work >= 0 ? l->ctx->serial_work : QL_SERIAL_WORK;
+    return (double)m * (double)l->n * (double)l->k < (double)lim ? 1 : l->ctx->threads;
+}
+
+/* ---- W8A8 */
+
+/* One chunk's prologue, shared by the threads of the GEMM's parallel region. */
+typedef struct {
+    const ql_s8_kernel *kern;
+    const ql_cpu_kernels *ops; /* the table of kern's ISA: its prologue */
+    ql_dtype xdt;
+    const void *xc;
+    int64_t ldx, mc, k, group;
+    void *packed;
+    float *sx;
+    int32_t *rowsum;
+    char *scratch;
+    size_t scratch_bytes, stage_off;
+    ql_lora_run *lora; /* NULL: none */
+} prologue_job;
+
+/* Thread t of n: int8 kernels without LoRA split the rows (padding rows
+ * included) evenly, so M = 77 in 7 panels is not 4 panels against 3; the
+ * int16 kernels (a panel is staged as int8, then widened) and the LoRA down
+ * product (per finished panel) split whole panels. */
+static void prologue_part(void *arg, int t, int n)
+{
+    const prologue_job *j = arg;
+    const ql_s8_kernel *kern = j->kern;
+    const int mr = kern->mr;
+    char *mine = j->scratch + j->scratch_bytes * (size_t)t;
+    const int64_t panels = ql_panels(j->mc, mr);
+    if (kern->aes != 2 && !j->lora) {
+        const int64_t rows = panels * mr;
+        j->ops->prologue(j->xdt, j->xc, j->ldx, j->mc, j->k, j->group, mr, rows * t / n, rows * (t + 1) / n, j->packed,
+                        j->sx, j->rowsum, (float *)mine);
+        return;
+    }
+    const int64_t panel = ql_kpad(kern, j->k) * mr;
+    for (int64_t p = panels * t / n; p < panels * (t + 1) / n; p++) {
+        if (kern->aes == 2) { /* panel p as panel 0 of the rows from r0 on, widened from an int8 staging panel */
+            const int64_t r0 = p * mr;
+            int8_t *stage = (int8_t *)(mine + j->stage_off);
+            j->ops->prologue(j->xdt, ql_row_cptr(j->xdt, j->xc, r0, j->ldx), j->ldx, j->mc - r0, j->k, j->group, mr, 0, mr,
+                            stage, j->sx + r0, j->rowsum + r0, (float *)mine);
+            kern->widen(stage, (int16_t *)j->packed + p * panel, panel);
+        } else
+            j->ops->prologue(j->xdt, j->xc, j->ldx, j->mc, j->k, j->group, mr, p * mr, (p + 1) * mr, j->packed, j->sx,
+                            j->rowsum, (float *)mine);
+        if (j->lora) ql_lora_down_panel(j->lora, p, j->mc, j->k, j->packed, j->sx, j->rowsum, t);
+    }
+}
+
+static ql_s8_plan w8a8_plan(const cpu_linear *l, int64_t m)
+{
+    /* weights decoded in the GEMM (W4A8/W6A8) and asymmetric corrections run blocked */
+    if (l->corr || l->b8.decode) return (ql_s8_plan){l->s8, false};
+    return ql_s8_plan_limit(ql_cpu_kernels_for(l->s8->isa), m, l->n, l->k, l->ctx->small_m);
+}
+
+static ql_status forward_w8a8(cpu_linear *l, const void *x, ql_dtype xdt, int64_t m, int64_t ldx, void *y,
+                              ql_dtype ydt, int64_t ldy, const ql_epi_plan *plan)
+{
+    const int64_t chunk = m < QL_M_CHUNK ? m : QL_M_CHUNK;
+    const ql_s8_plan sp = w8a8_plan(l, chunk);
+    const ql_s8_kernel *kern = sp.kern;
+    const ql_cpu_kernels *ops = ql_cpu_kernels_for(kern->isa);
+    const int threads = forward_threads(l, m), mr = kern->mr, aes = kern->aes ? kern->aes : 1;
+    const int64_t k = l->k, kp = (k + 63) & ~(int64_t)63;
+    /* one workspace: packed activations | row scales | row sums | per-thread scratch (+ int8 staging panel) */
+    const size_t a_bytes = (ql_packed_a_bytes(kern, chunk, k) * (size_t)aes + 63) & ~(size_t)63;
+    const size_t v_bytes = ((size_t)chunk * 4 + 63) & ~(size_t)63;
+    const size_t scratch_bytes = ((size_t)kp * 5 + 127 + (aes == 2 ? (size_t)(kp * mr) : 0)) & ~(size_t)63;
+    const bool lora = ql_lora_set_active(l->lora);
+    const size_t base_bytes = a_bytes + 2 * v_bytes + scratch_bytes * (size_t)threads;
+    bool arena;
+    char *ws = ql_scratch_acquire(l->ctx, base_bytes + (lora ? ql_lora_ws_bytes(l->lora, kern, chunk, threads) : 0), &arena);
+    if (!ws) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot allocate the activation buffers");
+    ql_lora_run lr;
+    if (lora) ql_lora_run_init(&lr, l->lora, kern, ws + base_bytes, chunk, threads);
+    prologue_job pj = {kern, ops, xdt, NULL, ldx, 0, k, l->group, ws, (float *)(ws + a_bytes),
+                       (int32_t *)(ws + a_bytes + v_bytes), ws + a_bytes + 2 * v_bytes, scratch_bytes,
+                       ((size_t)kp * 5 + 127) & ~(size_t)63, lora ? &lr : NULL};
+    ql_status st = QL_OK;
+    if (l->corr && lora) {
+        st = ql_fail(QL_ERR_UNSUPPORTED, "ql_linear_forward: unmerged LoRA on an asymmetric W4A8 layer is not supported");
+        goto done;
+    }
+    for (int64_t m0 = 0; m0 < m; m0 += chunk) {
+        const int64_t mc = m - m0 < chunk ? m - m0 : chunk;
+        pj.xc = ql_row_cptr(xdt, x, m0, ldx);
+        pj.mc = mc;
+        ql_w8a8_epi e = {pj.sx, pj.rowsum, kern->b_offset128, l->sw, l->n_sw == 1, *plan,
+                         ql_row_ptr(ydt, y, m0, ldy), ldy, NULL, 0, l->finite_weights[ydt], NULL, sp.small ? mc : 0};
+        if (e.plan.residual) e.plan.residual = ql_row_cptr(ydt, e.plan.residual, m0, e.plan.ld_residual);
+        if (lora) {
+            lr.base = e;
+            lr.inner = ops->w8a8_epilogue;
+        }
+        ql_tile_epilogue_fn epi = lora ? ql_lora_epilogue : ops->w8a8_epilogue;
+        void *epi_arg = lora ? (void *)&lr : (void *)&e;
+        if (sp.small) { /* one parallel region: rows quantized, then N split (ql_panel_next) */
+            const int nt = threads < l->b8.panels ? threads : (int)l->b8.panels;
+            if (nt <= 1) {
+                prologue_part(&pj, 0, 1);
+                ql_gemm_s8_small_part(kern, pj.packed, mc, &l->b8, 0, l->b8.panels, epi, epi_arg);
+                continue;
+            }
+            ql_panel_range ranges[nt];
+#pragma omp parallel num_threads(nt)
+            {
+                const int t = omp_get_thread_num(), n = omp_get_num_threads();
+                if (t == 0) ql_panel_ranges_init(ranges, l->b8.panels, n);
+                prologue_part(&pj, t, n);
+#pragma omp barrier
+                ql_gemm_s8_small_shared(kern, pj.packed, mc, &l->b8, ranges, t, n, epi, epi_arg);
+            }
+            continue;
+        }
+        if (l->corr) { /* the corrected GEMM reads the packed rows back: its own region */
+            const int64_t panels = ql_panels(mc, mr);
+            const int pt = threads < panels ? threads : (int)panels;
+#pragma omp parallel num_threads(pt)
+            prologue_part(&pj, omp_get_thread_num(), omp_get_num_threads());
+            st = ql_wxa8_gemm_corrected(threads, kern, pj.packed, mc, &l->b8, &e, l->corr, l->corr_group, l->k);
+        } else st = ql_gemm_s8_run_pre(threads, kern, pj.packed, mc, &l->b8, prologue_part, &pj, epi, epi_arg);
+        if (st != QL_OK) goto done;
+    }
+done:
+    ql_scratch_release(l->ctx, ws, arena);
+    return st;
+}
+
+/* ---- float paths (DENSE, WEIGHT_ONLY, DEQUANT) */
+
+/* x rows [r0, r1) -> fp32 rows for the float GEMM: rotated (and rounded to
+ * x's dtype) for ConvRot weight-only, rounded to bf16 for bf16 compute. */
+static void rows_to_f32(const cpu_linear *l, const void *x, ql_dtype xdt, int64_t ldx, int64_t r0, int64_t r1,
+                        int64_t group, float *a, int64_t lda)
+{
+    const int round_bf16 = l->compute == QL_BF16 && xdt != QL_BF16;
+    l->kt->rows_to_f32(xdt, x, ldx, r0, r1, l->k, group, round_bf16, a, lda);
+}
+
+static ql_status forward_float(cpu_linear *l, const ql_packed_f32 *b, int64_t group, const void *x, ql_dtype xdt,
+                               int64_t m, int64_t ldx, void *y, ql_dtype ydt, int64_t ldy, const ql_epi_plan *plan)
+{
+    const int64_t k = l->k, lda = (k + 15) & ~(int64_t)15;
+    const int64_t chunk = m < QL_M_CHUNK ? m : QL_M_CHUNK;
+    const bool direct = xdt == QL_F32 && group == 0 && l->compute == QL_F32;
+    bool arena = false;
+    float *a = direct ? NULL : ql_scratch_acquire(l->ctx, (size_t)(chunk * lda) * sizeof(float), &arena);
+    if (!direct && !a) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot allocate the fp32 activations");
+    const bool wo = l->kind == QL_LINEAR_WEIGHT_ONLY;
+    ql_f32_epi e = {*plan, NULL, ldy, wo ? l->sw : NULL, wo && l->n_sw == 1};
+    const int threads = forward_threads(l, m);
+    const ql_f32_epilogue_fn epi = l->kt->f32_epilogue;
+    ql_status st = QL_OK;
+    for (int64_t m0 = 0; m0 < m && st == QL_OK; m0 += chunk) {
+        const int64_t mc = m - m0 < chunk ? m - m0 : chunk;
+        const void *xc = ql_row_cptr(xdt, x, m0, ldx);
+        e.y = ql_row_ptr(ydt, y, m0, ldy);
+        e.plan.residual = plan->residual ? ql_row_cptr(ydt, plan->residual, m0, plan->ld_residual) : NULL;
+        const float *ac = direct ? (const float *)xc : a;
+        const int64_t ldac = direct ? ldx : lda;
+        if (ql_f32_small_m(l->f32, mc, l->ctx->small_m)) { /* one parallel region: rows converted, then N split */
+            const int nt = threads < b->panels ? threads : (int)b->panels;
+            if (nt <= 1) {
+                if (!direct) rows_to_f32(l, xc, xdt, ldx, 0, mc, group, a, lda);
+                ql_gemm_f32_small_part(l->f32, ac, ldac, mc, b, 0, b->panels, epi, &e);
+                continue;
+            }
+            const int64_t pairs = (b->panels + 1) / 2; /* the tiles take two panels at a time */
+            ql_panel_range ranges[nt];
+#pragma omp parallel num_threads(nt)
+            {
+                const int t = omp_get_thread_num(), n = omp_get_num_threads();
+                if (t == 0) ql_panel_ranges_init(ranges, pairs, n);
+                if (!direct) rows_to_f32(l, xc, xdt, ldx, mc * t / n, mc * (t + 1) / n, group, a, lda);
+#pragma omp barrier
+                int64_t pair;
+                while (ql_panel_next(ranges, t, n, &pair))
+                    ql_gemm_f32_small_part(l->f32, ac, ldac, mc, b, 2 * pair, 2 * pair + 2 < b->panels ? 2 * pair + 2 : b->panels,
+                                           epi, &e);
+            }
+            continue;
+        }
+        if (!direct) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+            for (int64_t r = 0; r < mc; r++) rows_to_f32(l, xc, xdt, ldx, r, r + 1, group, a, lda);
+        }
+        st = ql_gemm_f32_run(threads, l->f32, ac, ldac, mc, b, epi, &e);
+    }
+    if (a) ql_scratch_release(l->ctx, a, arena);
+    return st;
+}
+
+static ql_status forward_dequant(cpu_linear *l, const void *x, ql_dtype xdt, int64_t m, int64_t ldx, void *y,
+                                 ql_dtype ydt, int64_t ldy, const ql_epi_plan *plan)
+{
+    /* What a stock host does without an int8 GEMM: expand the whole weight
+     * (un-rotating ConvRot weights) on every call, then a dense GEMM. */
+    float *w = ql_aligned_alloc((size_t)(l->n * l->k) * sizeof(float));
+    if (!w) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot allocate the dequantized weight");
+    int failed = 0;
+    const int64_t step = 64; /* rows per task: the reference dequantizer, spread over the threads */
+    const int threads = forward_threads(l, m);
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (int64_t r0 = 0; r0 < l->n; r0 += step) {
+        const int64_t rows = l->n - r0 < step ? l->n - r0 : step;
+        const float *sc = l->n_sw == 1 ? l->sw : l->sw + r0;
+        if (ql_dequantize(l->codes + r0 * l->k, rows, l->k, l->k, sc, l->n_sw == 1 ? 1 : rows, l->group, QL_F32,
+                          w + r0 * l->k, l->k) != QL_OK) {
+#pragma omp atomic write
+            failed = 1;
+        }
+    }
+    ql_packed_f32 b = {0};
+    ql_status st = failed ? ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot dequantize the weight")
+                          : ql_pack_b_float(l->f32, QL_F32, w, l->n, l->k, l->k, QL_F32, threads, &b);
+    ql_aligned_free(w);
+    if (st == QL_OK) st = forward_float(l, &b, 0, x, xdt, m, ldx, y, ydt, ldy, plan);
+    ql_packed_f32_free(&b);
+    return st;
+}
+
+static ql_status forward_one(cpu_linear *l, const void *x, ql_dtype xdt, int64_t m, int64_t ldx, void *y, ql_dtype ydt,
+                             int64_t ldy, const ql_epilogue *epi)
+{
+    if (l->n == 0) return QL_OK;
+    ql_epi_plan plan = {ydt, NULL, epi ? epi->residual : NULL, epi ? epi->ld_residual : 0,
+                        epi ? epi->residual_scale : NULL, epi ? epi->activation : 0};
+    plan.bias = l->bias[ydt];
+    if (l->k == 0) { /* empty contraction: acc = 0 */
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t c = 0; c < l->n; c++) ql_store_f(ydt, y, r * ldy + c, ql_epilogue_scalar(&plan, 0.0f, r, c));
+        return QL_OK;
+    }
+    if (l->kind == QL_LINEAR_W8A8) return forward_w8a8(l, x, xdt, m, ldx, y, ydt, ldy, &plan);
+    if (l->kind == QL_LINEAR_DEQUANT) return forward_dequant(l, x, xdt, m, ldx, y, ydt, ldy, &plan);
+    return forward_float(l, &l->bf, l->kind == QL_LINEAR_WEIGHT_ONLY ? l->group : 0, x, xdt, m, ldx, y, ydt, ldy, &plan);
+}
+
+/* Layers sharing an input run one after another: each fuses the prologue
+ * into its own packing, so there is nothing to share. */
+static ql_status cpu_forward(const char *fn, ql_context *ctx, void *const *impls, int count, const void *x, ql_dtype xdt,
+                             int64_t m, int64_t ldx, void *const *ys, ql_dtype ydt, const int64_t *ldys,
+                             const ql_epilogue *const *epis)
+{
+    (void)fn, (void)ctx;
+    for (int i = 0; i < count; i++) QL_TRY(forward_one(impls[i], x, xdt, m, ldx, ys[i], ydt, ldys[i], epis ? epis[i] : NULL));
+    return QL_OK;
+}
+
+static void cpu_describe(const void *impl, int64_t m, char *buf, size_t len)
+{
+    const cpu_linear *l = impl;
+    if (l->kind == QL_LINEAR_W8A8) {
+        const ql_s8_plan sp = w8a8_plan(l, m < QL_M_CHUNK ? m : QL_M_CHUNK);
+        snprintf(buf, len, "%s%s", sp.kern->name, sp.small ? " small-M" : "");
+        return;
+    }
+    const bool small = ql_f32_small_m(l->f32, m, l->ctx->small_m);
+    if (small) snprintf(buf, len, "%s small-M %dx%d", l->f32->small_name, ql_f32_small_rows(l->f32, m), 2 * l->f32->nr);
+    else snprintf(buf, len, "%s", l->f32->name);
+}
+
+/* ---- unmerged LoRA (lora.c) */
+
+static ql_status cpu_add_lora(void *impl, const ql_lora_desc *d, int *id)
+{
+    cpu_linear *l = impl;
+    if (l->kind != QL_LINEAR_W8A8 && l->kind != QL_LINEAR_WXA8_PACKED)
+        return ql_fail(QL_ERR_UNSUPPORTED,
+                       "ql_linear_add_lora: only W8A8 and WXA8_PACKED linears take unmerged LoRAs (this one is kind %d)",
+                       (int)l->kind);
+    if (l->corr)
+        return ql_fail(QL_ERR_UNSUPPORTED, "ql_linear_add_lora: unmerged LoRA on an asymmetric W4A8 layer is not supported");
+    return ql_lora_set_add(&l->lora, l->s8, l->n, l->k, l->group, d, id);
+}
+static ql_status cpu_remove_lora(void *impl, int id) { return ql_lora_set_remove(((cpu_linear *)impl)->lora, id); }
+static int cpu_lora_count(const void *impl) { return ql_lora_set_count(((const cpu_linear *)impl)->lora); }
+static int64_t cpu_lora_rank(const void *impl) { return ql_lora_set_rank(((const cpu_linear *)impl)->lora); }
+
+/* ---- bare GEMM */
+
+static ql_status cpu_gemm_s8s8s32(ql_context *ctx, int64_t m, int64_t n, int64_t k, const int8_t *a, int64_t lda,
+                                  const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc)
+{
+    const char *fn = "ql_gemm_s8s8s32";
+    if (m == 0 || n == 0) return QL_OK;
+    const ql_s8_plan plan = ql_s8_plan_limit(ql_cpu_kernels_for(ctx->isa), m, n, k, ctx->small_m);
+    const ql_s8_kernel *kern = plan.kern;
+    ql_packed_b pb;
+    QL_TRY(ql_pack_b_s8(kern, b, n, k, ldb, &pb));
+    void *pa = ql_aligned_alloc(ql_packed_a_bytes(kern, m, k) * (size_t)(kern->aes ? kern->aes : 1));
+    int32_t *rowsum = ql_aligned_alloc((size_t)m * sizeof(int32_t));
+    if (!pa || !rowsum) {
+        ql_packed_b_free(&pb);
+        ql_aligned_free(pa);
+        ql_aligned_free(rowsum);
+        return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    ql_pack_a_s8(kern, a, m, k, lda, pa, rowsum);
+    ql_w8a8_epi e = {NULL, rowsum, kern->b_offset128, NULL, false, {0}, NULL, 0, c, ldc, false, NULL, plan.small ? m : 0};
+    ql_status st = ql_gemm_s8_exec(ctx->threads, plan, pa, m, &pb, ql_cpu_kernels_for(kern->isa)->w8a8_epilogue, &e);
+    ql_packed_b_free(&pb);
+    ql_aligned_free(pa);
+    ql_aligned_free(rowsum);
+    return st;
+}
+
+const ql_backend ql_backend_cpu = {
+    .name = "cpu",
+    .check_device = NULL,
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .forward = cpu_forward,
+    .describe = cpu_describe,
+    .last_kernel = NULL,
+    .weight_bytes = cpu_weight_bytes,
+    .add_lora = cpu_add_lora,
+    .remove_lora = cpu_remove_lora,
+    .lora_count = cpu_lora_count,
+    .lora_rank = cpu_lora_rank,
+    .gemm_s8s8s32 = cpu_gemm_s8s8s32,
+};

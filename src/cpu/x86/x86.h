@@ -1,0 +1,35 @@
+/* The x86 kernels the x86 tables (table_*.c) point at; each file is
+ * compiled with its own ISA flags (sources.cmake). */
+#ifndef QL_CPU_X86_H
+#define QL_CPU_X86_H
+
+#include "cpu/kernels.h"
+
+/* int8 micro-kernels: the main tile and the fewer-row variants (r rows at [r - 1]) */
+extern const ql_s8_kernel ql_s8_gemm_12x32c4__avx512vnni, ql_s8_small_avx512vnni[11];
+extern const ql_s8_kernel ql_s8_gemm_6x16c4__avxvnni, ql_s8_small_avxvnni[5];
+extern const ql_s8_kernel ql_s8_small_avx2[6]; /* 6 rows is the main tile */
+extern const ql_f32_kernel ql_f32_gemm_6x16__avx2, ql_f32_gemm_12x32__avx512;
+
+void ql_prologue_avx2(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
+                      int64_t r0, int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
+void ql_prologue_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
+                        int64_t r0, int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
+void ql_w8a8_epilogue_avx2(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
+void ql_w8a8_epilogue_avx512(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
+void ql_f32_epilogue_avx2(void *arg, const float *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
+void ql_f32_epilogue_avx512(void *arg, const float *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
+void ql_rows_to_f32_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t r0, int64_t r1, int64_t k, int64_t group,
+                           int round_bf16, float *out, int64_t ldo);
+int64_t ql_quantize_rows_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t r0, int64_t r1, int64_t k,
+                                int64_t group, int8_t *q, int64_t ldq, float *scale, float *scratch);
+void ql_sr_row_avx512(const float *v, int64_t k, float s, int64_t idx0, uint64_t seed, int8_t *q);
+void ql_wxa8_decode_avx512(const void *src, int64_t jp0, int64_t jp1, int64_t pc, int64_t kc, uint8_t *dst);
+int32_t ql_lora_t_row_s8_64__avx512(const int32_t *cb, int mr, int nr, int kb, int aes, const uint8_t *perm, int i,
+                                    int64_t rt, int64_t rpad, int32_t corr, int8_t *tp, int32_t *scratch, int32_t *sum);
+void ql_lowrank_add_avx2(float *w, int64_t rows, int64_t k, int64_t ld, const float *up, int64_t rank,
+                         const float *down, float c);
+void ql_lowrank_add_avx512(float *w, int64_t rows, int64_t k, int64_t ld, const float *up, int64_t rank,
+                           const float *down, float c);
+
+#endif
