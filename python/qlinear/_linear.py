@@ -137,7 +137,7 @@ class Linear:
                                "invalid argument")
         ldw = strides[0] if n > 1 else k
         desc = ffi.new("ql_linear_desc *")
-        bptr, bcode = ffi.NULL, 0
+        bptr, bcode = ffi.NULL, F32  # no bias: its dtype is not read
         if bias is not None:
             bp, bcode, bshape, bstr = array_view(bias, "bias")
             if bshape != (n,) or (n > 1 and bstr[0] != 1):

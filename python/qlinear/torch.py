@@ -56,7 +56,7 @@ class QLinear(nn.Module):
         self._follow = follow_torch_threads and not linear._cuda
         self._ptr, self._fwd_int, self._null = linear._ptr, linear._fwd_int, linear._null
         self.activation = None if activation in (None, "none") else activation
-        self._epi = linear._null if activation_code(activation) == 0 else linear._epi_gelu
+        self._epi = linear._null if activation_code(activation) == C.QL_ACTIVATION_NONE else linear._epi_gelu
 
     @classmethod
     def from_linear(cls, linear, format="int8-convrot", kind="w8a8", group=256, threads=None, activation=None,
@@ -249,6 +249,7 @@ def _forward_shared_cuda(layers, x):
         arr = torch.tensor([l._addr for l in lins] + [y.data_ptr() for y in ys] + [l.n for l in lins],
                            dtype=torch.int64)
         base = arr.data_ptr()
+        # epis NULL: no epilogue
         st = forward_shared_int()(base, c, x.data_ptr(), code, m, l0.k, base + 8 * c, code, base + 16 * c, 0)
         if st:
             check(st, "ql_linear_forward_shared")
