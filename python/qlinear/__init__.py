@@ -17,7 +17,8 @@ The package by role: _lib (loading libqlinear through cffi or ctypes, and the
 constants of qlinear.h), _arrays (ql_dtype codes; numpy arrays and torch
 tensors as the library takes them), _context (ql_context, devices),
 _checkpoint (Checkpoint, quantize_file), _linear (Linear), torch (PyTorch
-modules). The end-to-end benchmark is `python3 -m qlinear.e2e`.
+modules). The end-to-end benchmark is not part of it: `python3 -m
+qlinear_bench.e2e`, from the source tree's python/.
 """
 from ._checkpoint import Checkpoint, LayerInfo, TensorInfo, quantize_file
 from ._lib import QlinearError, library_path, version
