@@ -5,7 +5,7 @@
 # M = 1024, 4096, 16384 and 1 (anima profile), then with CUDA graphs at
 # M = 1024 and 1, then PyTorch on the GPU: the qlinear.torch tests
 # (python/tests/test_torch_cuda.py, where pytest is installed) and the
-# end-to-end DiT step (python3 -m qlinear.e2e --device cuda: PyTorch fp32 /
+# end-to-end DiT step (python3 -m qlinear_bench.e2e --device cuda: PyTorch fp32 /
 # bf16 against qlinear's CUDA layers; QL_GPU_E2E lists the runs, "4096g":
 # M = 4096 with CUDA graphs, "4096gs": and --shared-input), results under $OUT when set. QL_GPU_ONLY=python skips to the
 # Python part (after the build).
@@ -99,7 +99,7 @@ for run in ${QL_GPU_E2E:-1024 1024g 4096 4096g 1024gs 4096gs}; do  # M, "g": CUD
   case $run in *g*) g=--graphs; tag=${tag}g;; esac
   case $run in *s*) sh=--shared-input; tag=${tag}s;; esac
   echo "-- e2e M = $m ${g:-eager} $sh"
-  python3 -m qlinear.e2e --device cuda --tokens "$m" --reps 5 $g $sh --json "$out/e2e_cuda_${tag}.json" \
+  python3 -m qlinear_bench.e2e --device cuda --tokens "$m" --reps 5 $g $sh --json "$out/e2e_cuda_${tag}.json" \
     > "$out/e2e_cuda_${tag}.txt" 2>&1 || py=1
   sed -n '/^path /,$p' "$out/e2e_cuda_${tag}.txt" | head -n 8; tail -n 2 "$out/e2e_cuda_${tag}.txt"
 done

@@ -107,8 +107,8 @@ class FFI:
 
     # -- declarations
     def cdef(self, src):
-        for m in re.finditer(r"#define\s+(\w+)\s+(-?\d+)", src):
-            self._consts[m.group(1)] = int(m.group(2))
+        from ._lib import header_constants  # the values _lib.C holds, read the same way
+        self._consts.update(header_constants(src))
         src = re.sub(r"#[^\n]*", "", src)
         pos = 0
         block = re.compile(r"typedef\s+(struct|enum|union)\s*(\w*)\s*\{(.*?)\}\s*(\w+)\s*;", re.S)
@@ -118,7 +118,7 @@ class FFI:
             pos = m.end()
             kind, body, name = m.group(1), m.group(3), m.group(4)
             if kind == "enum":
-                self._enum(name, body)
+                self._types[name] = ctypes.c_int  # its values: header_constants
             else:
                 self._struct(kind, name, body)
         rest.append(src[pos:])
@@ -140,17 +140,6 @@ class FFI:
     def _split(params):
         params = params.strip()
         return [] if params in ("", "void") else [p.strip() for p in params.split(",")]
-
-    def _enum(self, name, body):
-        v = -1
-        for item in body.split(","):
-            item = item.strip()
-            if not item:
-                continue
-            k, _, val = item.partition("=")
-            v = int(val, 0) if val.strip() else v + 1
-            self._consts[k.strip()] = v
-        self._types[name] = ctypes.c_int
 
     def _struct(self, kind, name, body):
         fields, ptrs = [], {}

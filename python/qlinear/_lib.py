@@ -1,9 +1,12 @@
 """Loading libqlinear through cffi (ABI mode: nothing compiled), or through
 ctypes where cffi is not installed (QLINEAR_FFI=cffi / ctypes forces one).
 
-The declarations come from the library's own header, qlinear.h, read at run
-time, so struct layouts cannot drift from the C side; the header's version must
-match ql_version() of the library that was loaded.
+The declarations come from the library's own header, qlinear.h, read when the
+package is imported, so struct layouts cannot drift from the C side; so do the
+integer constants (enum values such as QL_F32 or QL_LINEAR_W8A8, #defines such
+as QL_SHARED_MAX: `C.QL_F32`), which the rest of the package takes from `C`
+instead of copying them. The header's version must match ql_version() of the
+library that was loaded.
 """
 import ctypes.util
 import os
@@ -45,6 +48,11 @@ def _library_candidates():
     sys_lib = ctypes.util.find_library("qlinear")
     c.append(Path(sys_lib) if sys_lib else Path("libqlinear.so"))
     return c, False
+
+
+def _how_to_build():
+    return ("build it (cmake -S . -B build && cmake --build build: a source tree's build/ is found), "
+            "install it (cmake --install build), or set QLINEAR_LIBRARY=/path/to/libqlinear.so")
 
 
 def _header_candidates(lib_path):
@@ -90,6 +98,72 @@ def _cdef_source(text):
     return "\n".join(out)
 
 
+def header_constants(src):
+    """{name: value} of the integer constants in cdef text (what _cdef_source
+    gives): every #define QL_NAME <integer>, and every enum's values (an
+    implicit one is the previous plus one, as in C). ValueError for a value
+    that is neither an integer nor an earlier constant's name."""
+    out = {}
+    for m in re.finditer(r"^#define\s+(\w+)\s+(-?\d+)\s*$", src, re.M):
+        out[m.group(1)] = int(m.group(2))
+    for m in re.finditer(r"\benum\s*\w*\s*\{(.*?)\}", src, re.S):
+        v = -1
+        for item in m.group(1).split(","):
+            name, eq, val = (part.strip() for part in item.partition("="))
+            if not name:
+                continue
+            if not eq:
+                v += 1
+            elif val in out:
+                v = out[val]
+            else:
+                try:
+                    v = int(val, 0)
+                except ValueError:
+                    raise ValueError(f"{name} = {val}: not an integer") from None
+            out[name] = v
+    return out
+
+
+class Constants:
+    """The integer constants of qlinear.h by name (C.QL_F32, C.QL_SHARED_MAX)."""
+
+    def __init__(self, header, values):
+        self.__dict__.update(values)
+        self._header = header
+
+    def __getattr__(self, name):
+        raise AttributeError(f"qlinear: {self._header} defines no constant {name}")
+
+
+def _first_library():
+    """The library load() will try first, where that is a file (for the header
+    beside an install prefix's lib/): load() looks no further unless it fails."""
+    cands, _ = _library_candidates()
+    return next((p for p in cands if "/" in str(p) and p.exists()), None)
+
+
+def _read_header():
+    """(path, cdef text, Constants) of the qlinear.h the binding uses: the first
+    of _header_candidates that exists. QlinearError if there is none, or if it
+    cannot be read."""
+    lib = _first_library()
+    header = next((h for h in _header_candidates(lib) if h.is_file()), None)
+    if header is None:
+        looked = ("looked next to the package, in the install prefix and the source tree; "
+                  "set QLINEAR_HEADER=/path/to/qlinear.h")
+        if lib:
+            raise QlinearError(f"qlinear: found {lib} but not its header qlinear.h ({looked})")
+        raise QlinearError(f"qlinear: cannot find libqlinear's header qlinear.h ({looked}), nor the library: "
+                           + _how_to_build())
+    try:
+        src = _cdef_source(header.read_text())
+        return header, src, Constants(header, header_constants(src))
+    except (OSError, UnicodeDecodeError, ValueError, IndexError) as e:
+        raise QlinearError(f"qlinear: cannot read the declarations of {header}: {e}") from e
+
+
+_HEADER, _CDEF, C = _read_header()
 _state = {}
 
 
@@ -107,11 +181,6 @@ def _new_ffi():
                 raise QlinearError(f"qlinear: QLINEAR_FFI=cffi but cffi cannot be imported ({e})") from e
     from ._ctypes_ffi import FFI
     return FFI(), "ctypes"
-
-
-def _how_to_build():
-    return ("build it (cmake -S . -B build && cmake --build build: a source tree's build/ is found), "
-            "install it (cmake --install build), or set QLINEAR_LIBRARY=/path/to/libqlinear.so")
 
 
 def load():
@@ -137,14 +206,9 @@ def load():
         why = "; ".join(handle_errors)
         where = "QLINEAR_LIBRARY=" + tried[0] if from_env else "tried " + ", ".join(tried)
         raise QlinearError(f"qlinear: cannot load libqlinear ({where}{'; ' + why if why else ''}): {_how_to_build()}")
-    header = next((h for h in _header_candidates(lib_path) if h.is_file()), None)
-    if header is None:
-        raise QlinearError(f"qlinear: found {lib_path} but not its header qlinear.h "
-                           "(looked next to the package, in the install prefix and the source tree; "
-                           "set QLINEAR_HEADER=/path/to/qlinear.h)")
-    src = header.read_text()
+    header = _HEADER  # read on import: the constants in C come from the same text
     try:
-        ffi.cdef(_cdef_source(src))
+        ffi.cdef(_CDEF)
     except Exception as e:  # pycparser / cffi errors have no common base
         raise QlinearError(f"qlinear: cannot read the declarations of {header}: {e}") from e
     lib = ffi.dlopen(str(lib_path))
@@ -185,9 +249,29 @@ def ffi_name():
     return _state["ffi_name"]
 
 
+def version():
+    """Version of the loaded libqlinear ("MAJOR.MINOR.PATCH")."""
+    ffi, lib = load()
+    return ffi.string(lib.ql_version()).decode()
+
+
+def fast_fn(name, signature):
+    """lib.<name> cast to `signature` (pointers declared uintptr_t, which every
+    ABI cffi runs on passes as it passes a pointer: callers pass torch's
+    data_ptr() integers, no ffi.cast per call); made once per process."""
+    if name not in _fast_fns:
+        ffi, lib = load()
+        _fast_fns[name] = ffi.cast(signature, getattr(lib, name))
+    return _fast_fns[name]
+
+
+_fast_fns = {}
+
+
 def check(status, what=""):
-    """Raise QlinearError with the library's message when status != QL_OK."""
-    if status != 0:
+    """Raise QlinearError with the library's message when status != QL_OK (0:
+    the fast paths test a status for truth, as C callers do)."""
+    if status != C.QL_OK:
         ffi, lib = _state["ffi"], _state["lib"]
         msg = ffi.string(lib.ql_last_error()).decode("utf-8", "replace")
         name = ffi.string(lib.ql_status_string(status)).decode()

@@ -20,12 +20,14 @@ import torch
 from torch import nn
 
 import qlinear as _ql
-from . import QlinearError
+from ._arrays import torch_codes
+from ._context import Context, parse_device
+from ._lib import C, QlinearError, check
+from ._linear import activation_code, forward_shared_int, torch_fast
 
 __all__ = ["QLinear", "forward_shared", "quantize_module", "load_comfy", "SwapReport"]
 
-_OUT = {0: torch.float32, 1: torch.float16, 2: torch.bfloat16}
-_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+_CODE = torch_codes()  # torch dtype -> ql_dtype
 
 _follow_ctx = None  # one context shared by every layer that follows torch's thread count
 
@@ -33,7 +35,7 @@ _follow_ctx = None  # one context shared by every layer that follows torch's thr
 def _torch_context():
     global _follow_ctx
     if _follow_ctx is None:
-        _follow_ctx = _ql._Context(torch.get_num_threads())
+        _follow_ctx = Context(torch.get_num_threads())
     return _follow_ctx
 
 
@@ -54,7 +56,7 @@ class QLinear(nn.Module):
         self._follow = follow_torch_threads and not linear._cuda
         self._ptr, self._fwd_int, self._null = linear._ptr, linear._fwd_int, linear._null
         self.activation = None if activation in (None, "none") else activation
-        self._epi = linear._null if _ql._activation_code(activation) == 0 else linear._epi_gelu
+        self._epi = linear._null if activation_code(activation) == C.QL_ACTIVATION_NONE else linear._epi_gelu
 
     @classmethod
     def from_linear(cls, linear, format="int8-convrot", kind="w8a8", group=256, threads=None, activation=None,
@@ -70,7 +72,7 @@ class QLinear(nn.Module):
         if not w.is_contiguous():
             raise QlinearError(f"qlinear: weight of {linear} is not contiguous", "invalid argument")
         b = linear.bias.detach() if linear.bias is not None else None
-        dev = _ql._parse_device(w.device if device is None else device)
+        dev = parse_device(w.device if device is None else device)
         ctx = None if dev != "cpu" or threads is not None else _torch_context()
         lin = _ql.Linear.from_weight(w, format=format, bias=b, group=group, kind=kind, threads=threads,
                                      _context=ctx, device=dev)
@@ -82,7 +84,7 @@ class QLinear(nn.Module):
         library, in that device's layout) — a move is refused here, with what
         to do, rather than at the first forward."""
         probe = fn(torch.empty(0, device=self.linear.device))  # where the layer is: a dtype-only fn keeps it there
-        want = _ql._parse_device(probe.device) if probe.device.type in ("cpu", "cuda") else str(probe.device)
+        want = parse_device(probe.device) if probe.device.type in ("cpu", "cuda") else str(probe.device)
         if want != self.linear.device:
             raise QlinearError(f"qlinear: a QLinear on {self.linear.device} cannot move to {probe.device}: "
                                "move the float model first, then quantize it there (model.to(device); "
@@ -169,7 +171,7 @@ def _forward_fast(lin, x, follow=False, out=None, epi=None):
     if m:
         st = lin._fwd_int(lin._ptr, x.data_ptr(), code, m, k, y.data_ptr(), code, lin.n, lin._null if epi is None else epi)
         if st:
-            _ql._check(st, "ql_linear_forward")
+            check(st, "ql_linear_forward")
     return y
 
 
@@ -196,7 +198,7 @@ def _forward_fast_cuda(lin, x, out, epi):
         st = lin._fwd_int(lin._ptr, x.data_ptr(), code, m, lin.k, y.data_ptr(), code, lin.n,
                           lin._null if epi is None else epi)
         if st:
-            _ql._check(st, "ql_linear_forward")
+            check(st, "ql_linear_forward")
     return y
 
 
@@ -247,13 +249,14 @@ def _forward_shared_cuda(layers, x):
         arr = torch.tensor([l._addr for l in lins] + [y.data_ptr() for y in ys] + [l.n for l in lins],
                            dtype=torch.int64)
         base = arr.data_ptr()
-        st = _ql._forward_shared_int()(base, c, x.data_ptr(), code, m, l0.k, base + 8 * c, code, base + 16 * c, 0)
+        # epis NULL: no epilogue
+        st = forward_shared_int()(base, c, x.data_ptr(), code, m, l0.k, base + 8 * c, code, base + 16 * c, 0)
         if st:
-            _ql._check(st, "ql_linear_forward_shared")
+            check(st, "ql_linear_forward_shared")
     return ys
 
 
-_SHARED_MAX = 16  # QL_SHARED_MAX
+_SHARED_MAX = C.QL_SHARED_MAX
 
 
 def _forward_fast_residual(q, x, res, rs):
@@ -280,13 +283,13 @@ def _forward_fast_residual(q, x, res, rs):
         e = lin.__dict__.get("_epi_res")
         if e is None:
             e = lin._epi_res = ffi.new("ql_epilogue *")
-            e.activation = _ql._activation_code(q.activation)
+            e.activation = activation_code(q.activation)
         e.residual, e.ld_residual, e.residual_scale = ffi.cast("void *", res.data_ptr()), n, ffi.cast("void *", rs.data_ptr())
         if lin._cuda and _raw_stream(dev.index) != lin._ctx.stream:
             lin._use_current_stream()
         st = lin._fwd_int(lin._ptr, x.data_ptr(), code, m, k, y.data_ptr(), code, n, e)
         if st:
-            _ql._check(st, "ql_linear_forward")
+            check(st, "ql_linear_forward")
     return y
 
 
@@ -297,7 +300,7 @@ def _raw_stream(index):
 
 
 _Tensor, _strided = torch.Tensor, torch.strided
-_ql._torch_fast[:] = [_Tensor, _forward_fast]
+torch_fast[:] = [_Tensor, _forward_fast]
 
 
 class SwapReport:
@@ -424,7 +427,7 @@ def load_comfy(model, path, prefix=None, kind="w8a8", threads=None, strict=False
             if not l.supported:
                 rep.skipped.append((l.name, f"format {l.format}: {l.reason}"))
                 continue
-            dev = _ql._parse_device(mod.weight.device if isinstance(mod, nn.Linear) else mod.linear.device)
+            dev = parse_device(mod.weight.device if isinstance(mod, nn.Linear) else mod.linear.device)
             ctx = _torch_context() if threads is None and dev == "cpu" else None
             lin = _ql.Linear.from_checkpoint(ck, l.name, kind=kind, threads=threads, _context=ctx, device=dev)
             _set_module(model, mname, QLinear(lin, threads is None))

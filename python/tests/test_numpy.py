@@ -229,6 +229,30 @@ def test_missing_library(tmp_path):
     assert "QLINEAR_LIBRARY" in r.stdout and "cmake" in r.stdout
 
 
+def test_header_constants():
+    """The enum values and limits the package uses are read from qlinear.h, and
+    are the binding's own (cffi's or the ctypes one's)."""
+    import qlinear._lib as L
+    _, lib = L.load()
+    names = [n for n in vars(L.C) if n.startswith("QL_")]
+    assert {"QL_OK", "QL_ERR_FORMAT", "QL_F32", "QL_BF16", "QL_ISA_AUTO", "QL_LINEAR_W8A8", "QL_ACTIVATION_GELU",
+            "QL_QUANT_INT8_CONVROT", "QL_SHARED_MAX", "QL_VERSION_MAJOR"} <= set(names)
+    assert [(n, getattr(L.C, n)) for n in names] == [(n, getattr(lib, n)) for n in names]
+    src = "typedef enum e {\n A,\n B = 0x5,\n C,\n D = B\n} e;\n#define QL_N 16\nint f(e x);"
+    assert L.header_constants(src) == {"QL_N": 16, "A": 0, "B": 5, "C": 6, "D": 5}
+    with pytest.raises(AttributeError, match="defines no constant QL_NOPE"):
+        L.C.QL_NOPE
+
+
+def test_missing_header(tmp_path):
+    """No header where the binding looks: importing the package fails and says where to point it."""
+    env = dict(os.environ, QLINEAR_HEADER=str(tmp_path / "qlinear.h"), PYTHONPATH=str(ROOT / "python"))
+    r = subprocess.run([sys.executable, "-c", "import qlinear"], capture_output=True, text=True, env=env)
+    assert r.returncode != 0
+    assert "QlinearError: qlinear: " in r.stderr and "header qlinear.h" in r.stderr, r.stderr
+    assert "QLINEAR_HEADER=" in r.stderr
+
+
 def test_ctypes_binding_without_cffi(tmp_path, rng):
     """Where cffi cannot be imported the package loads through ctypes and
     gives the same bits as this process's binding (cffi, or ctypes when the

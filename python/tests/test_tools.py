@@ -18,8 +18,8 @@ def _run(args, **kw):
 
 def test_e2e_small(tmp_path):
     js, png = tmp_path / "e2e.json", tmp_path / "e2e.png"
-    r = _run(["qlinear.e2e", "--blocks", "1", "--tokens", "24", "--text-tokens", "8", "--reps", "1", "--threads", "2",
-              "--json", str(js), "--plot", str(png)], timeout=600)
+    r = _run(["qlinear_bench.e2e", "--blocks", "1", "--tokens", "24", "--text-tokens", "8", "--reps", "1",
+              "--threads", "2", "--json", str(js), "--plot", str(png)], timeout=600)
     assert r.returncode == 0, r.stderr
     assert "OPENBLAS_CORETYPE" in r.stdout
     assert "MALLOC_MMAP_MAX_=0" in r.stdout  # the allocator setting, the same for every path, printed
@@ -35,14 +35,14 @@ def test_e2e_small(tmp_path):
     assert 1e-4 < recs["w8a8-convrot"]["rel_l2"] < 3e-2
     assert recs["weight-only"]["rel_l2"] < recs["w8a8-convrot"]["rel_l2"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    bad = _run(["qlinear.e2e", "--paths", "fp32,fp8"])
+    bad = _run(["qlinear_bench.e2e", "--paths", "fp32,fp8"])
     assert bad.returncode != 0 and "unknown path(s) fp8" in bad.stderr
 
 
 def test_e2e_overhead(tmp_path):
     """--overhead runs and writes its JSON with every entry point (not timed: no figure is asserted)."""
     js = tmp_path / "ov.json"
-    r = _run(["qlinear.e2e", "--overhead", "--calls", "100", "--threads", "2", "--json", str(js)], timeout=600)
+    r = _run(["qlinear_bench.e2e", "--overhead", "--calls", "100", "--threads", "2", "--json", str(js)], timeout=600)
     assert r.returncode == 0, r.stderr
     d = json.loads(js.read_text())["overhead"]
     assert [(x["n"], x["k"]) for x in d] == [(256, 256), (2048, 2048)]
