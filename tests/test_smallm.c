@@ -185,6 +185,10 @@ static void test_plan(void)
         CHECK(limit >= 1 && limit < 200, "%s: small-M limit %lld", ql_isa_name(kt->isa), (long long)limit);
         printf("  %s: small-M path up to M = %lld\n", ql_isa_name(kt->isa), (long long)limit);
         const ql_f32_kernel *fk = kt->f32;
+        if (!fk->small) { /* no small-M float route: every height runs blocked */
+            for (int64_t m = 1; m <= 64; m++) CHECK(!ql_f32_small_m(fk, m, -1), "%s: a small-M route at M=%lld", fk->name, (long long)m);
+            continue;
+        }
         for (int64_t m = 1; m <= 64; m++) {
             const int rows = ql_f32_small_rows(fk, m);
             const int64_t groups = (m + rows - 1) / rows;
