@@ -134,7 +134,7 @@ int ql_cuda_device_count(void);
 ql_status ql_cuda_device_name(int index, char *buf, size_t len);
 
 /* ------------------------------------------------- reference numerics
- * These follow comfy-kitchen's eager backend (FORMATS.md §3–§4) and are the
+ * These follow comfy-kitchen's eager backend (docs/FORMATS.md §3–§4) and are the
  * twins every fast path is tested against. Single-threaded, plain C. */
 
 /* The normalized Hadamard matrix H_G (G = 4^p, G >= 4) as fp32, G×G,
@@ -175,7 +175,7 @@ ql_status ql_dequantize(const int8_t *q, int64_t n, int64_t k, int64_t ldq, cons
                         int64_t n_scale, int64_t group, ql_dtype out_dtype, void *out, int64_t ldo);
 
 /* Stochastic rounding, reproducible bit for bit with comfy-kitchen's CUDA
- * int8 quantizers (FORMATS.md §4.2): element idx (flat index in the tensor)
+ * int8 quantizers (docs/FORMATS.md §4.2): element idx (flat index in the tensor)
  * gets noise = (pcg_hash(lo32(idx + seed) ^ hi32(idx + seed)) >> 8)·2^-24 in
  * [0, 1); code = clamp(floor(fp32(v/s) + noise), -128, 127) with the CUDA
  * scale s = max(min(max|row|, FLT_MAX)·fp32(1/127), 1e-30). ComfyUI seeds
@@ -205,7 +205,7 @@ ql_status ql_gemm_s8s8s32_ref(int64_t m, int64_t n, int64_t k, const int8_t *a, 
  * 0 = none), other activation values are refused.
  * QL_ACTIVATION_GELU is torch.nn.GELU() (erf form), computed in fp32 within
  * a few ulps of the exact value everywhere (tail and subnormals included;
- * measured bound in the README), -Inf -> NaN like torch. The CUDA backend
+ * measured bound in docs/NUMERICS.md), -Inf -> NaN like torch. The CUDA backend
  * has no activation yet: QL_ERR_UNSUPPORTED. */
 typedef enum ql_activation { QL_ACTIVATION_NONE = 0, QL_ACTIVATION_GELU = 1 } ql_activation;
 typedef struct ql_epilogue {
@@ -215,7 +215,7 @@ typedef struct ql_epilogue {
     int activation; /* ql_activation */
 } ql_epilogue;
 
-/* Reference int8_linear (eager numerics, FORMATS.md §4.4):
+/* Reference int8_linear (eager numerics, docs/FORMATS.md §4.4):
  * x [m, k] (x_dtype), weight int8 [n, k], weight_scale (n_scale = 1 or n),
  * optional bias [n] (bias_dtype, cast to y_dtype), convrot_group 0 = no
  * rotation. A row of x holding NaN/Inf yields a NaN output row. */
@@ -235,7 +235,7 @@ ql_status ql_int8_linear_ref(const ql_int8_weight *w, const void *x, ql_dtype x_
 
 /* ------------------------------------------------- W4A8 / W6A8 weights
  * ComfyUI's asym_w4a8_int8 (4-bit codes, codebook or uniform, optionally
- * asymmetric) and w6a8_int8 (6-bit) layers (FORMATS.md §5, §5.6): codes
+ * asymmetric) and w6a8_int8 (6-bit) layers (docs/FORMATS.md §5, §5.6): codes
  * packed per row, a relative scale per group of `group` columns (e4m3 or
  * fp32), one fp32 scale per row. They decode exactly to an int8 grid, so a
  * layer runs as W8A8 ConvRot with s_channel as the per-row weight scale. */
@@ -268,7 +268,7 @@ typedef struct ql_wxa8_weight {
  * scales. The message names the rule broken. */
 ql_status ql_wxa8_check(const ql_wxa8_weight *w);
 
-/* Decode to the int8 grid, exactly as the reference (FORMATS.md §5.3):
+/* Decode to the int8 grid, exactly as the reference (docs/FORMATS.md §5.3):
  * grid = clamp(rne(value(code) · fp32(s_rel)), -127, 127) with value =
  * codebook[code], code - 8 (uniform) or code - 32 (6 bits). */
 ql_status ql_wxa8_decode(const ql_wxa8_weight *w, int8_t *grid, int64_t ldg);
@@ -294,7 +294,7 @@ typedef struct ql_wxa8_qparams {
                             * off when requantizing) */
 } ql_wxa8_qparams;
 
-/* The tensor's codebook (FORMATS.md §5.2 step 1): a row sample, rotated and
+/* The tensor's codebook (docs/FORMATS.md §5.2 step 1): a row sample, rotated and
  * group-normalized; excess kurtosis <= -0.1 selects the fixed 16-entry LUT
  * (*fitted = 0), else Lloyd-Max (*fitted = 1; the reference samples with
  * torch's RNG there, so that branch is not bit-exact). */
@@ -318,7 +318,7 @@ typedef struct ql_wxa8_qoptions {
     int s_rel_f32;    /* 1: s_rel is fp32 (the reference's scale_dtype=float32; the 6-bit search
                        * then tries s, fp32(0.97)·s, fp32(1.03)·s); 0: e4m3 bytes */
     uint64_t sr_seed; /* 0: round to nearest; else stochastic rounding of the final assignment
-                       * (LoRA requantize, FORMATS.md §5.2/§5.6) with U = ql_sr_noise(idx, sr_seed)
+                       * (LoRA requantize, docs/FORMATS.md §5.2/§5.6) with U = ql_sr_noise(idx, sr_seed)
                        * for the rotated element idx = sr_idx0 + row·k + col in place of torch.rand.
                        * Codebook / 6-bit: between the bracketing grid levels lo, lo+1 of
                        * t = w/s_channel (lo = clamp(searchsorted-left(t) - 1, 0, levels - 2)),
@@ -404,7 +404,7 @@ void ql_linear_describe(const ql_linear *lin, int64_t m, char *buf, size_t len);
  * thus sees the same quantized activation as the base (a LoRA that cancels
  * the weight gives exactly 0) and carries three more int8 roundings (down,
  * t, up): its relative error is of the order of the base's own (measured
- * figures in the README). Zero-scale LoRAs are ignored (bit-identical to the
+ * figures in docs/NUMERICS.md). Zero-scale LoRAs are ignored (bit-identical to the
  * base). Only QL_LINEAR_W8A8 linears take LoRAs (QL_ERR_UNSUPPORTED
  * otherwise). Not thread-safe against a concurrent forward of the same linear. */
 typedef struct ql_lora_desc {
@@ -498,7 +498,7 @@ typedef struct ql_tensor_info {
     uint64_t bytes;
 } ql_tensor_info;
 
-/* Open and validate a safetensors file: the container (FORMATS.md §1) and
+/* Open and validate a safetensors file: the container (docs/FORMATS.md §1) and
  * every quantized layer it declares (§2, see ql_layer_info). The file is
  * memory-mapped read-only; tensor data is not read until used. */
 ql_status ql_checkpoint_open(const char *path, ql_checkpoint **out);

@@ -12,7 +12,7 @@
 #include "testutil.h"
 
 static const hostile_case cases[] = {
-    /* container (FORMATS.md §1) */
+    /* container (docs/FORMATS.md §1) */
     {"empty", QL_ERR_FORMAT, "file is empty"},
     {"short", QL_ERR_FORMAT, "shorter than the 8-byte header length"},
     {"header_past_eof", QL_ERR_FORMAT, "runs past the end of the file"},

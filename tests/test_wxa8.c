@@ -147,7 +147,7 @@ static void test_pack_decode(void)
             int hi = w.bits == 6 ? (w.q[k / 2 + j / 4] >> (2 * (j % 4))) & 3 : 0;
             lay += (lo | hi << 4) != codes[j];
         }
-        CHECK(lay == 0, "file layout, %d bits: %d codes not where FORMATS.md puts them", w.bits, lay);
+        CHECK(lay == 0, "file layout, %d bits: %d codes not where docs/FORMATS.md puts them", w.bits, lay);
         int8_t *grid = malloc((size_t)(n * k));
         CHECK_OK(ql_wxa8_decode(&w, grid, k));
         int wrong = 0, clamp = 0;
@@ -177,7 +177,7 @@ static void test_pack_decode(void)
 
 static float m_clamp(float x, float lo, float hi) { return x < lo ? lo : x > hi ? hi : x; }
 
-/* Σ p[0..g) in the reference's order (FORMATS.md §5.2) */
+/* Σ p[0..g) in the reference's order (docs/FORMATS.md §5.2) */
 static float m_sum(const float *p, int64_t g)
 {
     if (g < 8) {

@@ -12,7 +12,7 @@ from conftest import ROOT, bf16_bits, bf16_to_f32, rel_l2, run_cli, write_safete
 
 # W8A8 vs float64 of the float layer, Gaussian data (weights N(0, 0.02²) with
 # four input channels ×10): measured ~1.05e-2 with ConvRot and ~2.8e-2 without
-# (the outliers widen every row's range); the bounds the README documents.
+# (the outliers widen every row's range); the bounds docs/NUMERICS.md documents.
 BOUND = {"int8-convrot": 2e-2, "int8": 5e-2}
 
 

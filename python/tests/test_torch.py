@@ -11,7 +11,7 @@ import qlinear
 from qlinear.torch import QLinear, load_comfy, quantize_module
 from conftest import rel_l2, run_cli, write_safetensors
 
-BOUND = 2e-2  # W8A8 ConvRot vs float64 (README; measured ~1.1e-2 on this data)
+BOUND = 2e-2  # W8A8 ConvRot vs float64 (docs/NUMERICS.md; measured ~1.1e-2 on this data)
 
 
 def make_linear(gen, k, n, bias=True, dtype=torch.float32):

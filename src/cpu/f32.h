@@ -33,7 +33,7 @@ typedef struct ql_f32_kernel {
     const char *small_name;
     int small_rows;
     ql_f32_small_fn small;
-    int small_max; /* the small route up to this many rows (measured per kernel, see f32_generic.c) */
+    int small_max; /* the small route up to this many rows (measured per kernel, see gemm_f32.c) */
     /* 0: B is packed [K][NR] and (bf16 / int8) decoded to fp32 per K slice;
      * 4: B is packed bf16 in blocks of 4 k ([K/4][NR][4], K padded with 0),
      * the layout BFMMLA reads (a 2×4 by 4×2 product), used without decoding,

@@ -6,11 +6,10 @@
 
 #include <omp.h>
 
-/* Up to kern->small_max rows the float paths take the small-M route.
- * AVX-512: measured, QLINEAR_SMALL_M=96 against =0 over `qlinear bench
- * --profile qwen3-te --m 48,64,77,96` (fp32 and weight-only totals, one run
- * each: small-M 0.59-0.90x the blocked time at 48-77 rows, 1.2-1.4x at 96:
- * README); AVX2 and generic: 16, an estimate. */
+/* Up to kern->small_max rows the float paths take the small-M route
+ * (AVX-512: measured with QLINEAR_SMALL_M over `qlinear bench --profile
+ * qwen3-te --m 48,64,77,96`, small-M faster up to 77 rows and slower at 96,
+ * docs/MEASUREMENTS.md; AVX2 and generic: 16, an estimate). */
 bool ql_f32_small_m(const ql_f32_kernel *kern, int64_t m, int64_t limit)
 {
     return kern->small && m <= (limit >= 0 ? limit : kern->small_max);

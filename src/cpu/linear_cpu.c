@@ -178,7 +178,7 @@ static size_t cpu_weight_bytes(const void *impl)
  * a sleeping OpenMP worker (OMP_WAIT_POLICY=passive, or a pool idle past its
  * spin) costs ~100 µs, more than a tiny layer's whole work. The split of
  * rows and N panels over threads never changes a result, so both routes are
- * bit-identical (tested). Threshold measured: README, "tiny layers". */
+ * bit-identical (tested). Threshold measured (docs/MEASUREMENTS.md, tiny layers). */
 #define QL_SERIAL_WORK ((int64_t)1 << 20)
 static int forward_threads(const cpu_linear *l, int64_t m)
 {

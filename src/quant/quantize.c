@@ -1,5 +1,5 @@
 /* Int8 quantizers and dequantizers, following comfy-kitchen's eager backend
- * (FORMATS.md §4.2–§4.3). */
+ * (docs/FORMATS.md §4.2–§4.3). */
 #include "quant/quant.h"
 
 #include <math.h>

@@ -1,4 +1,4 @@
-/* W4A8 / W6A8 reference numerics (FORMATS.md §5, §5.6): e4m3, decode to the
+/* W4A8 / W6A8 reference numerics (docs/FORMATS.md §5, §5.6): e4m3, decode to the
  * int8 grid, dequantize, and the weight quantizers of comfy-kitchen's eager
  * backend. The quantizer works on 16 groups at once, one group per lane, so
  * every per-group sum keeps the reference's summation order while the
@@ -202,7 +202,7 @@ void ql_wxa8_fixed_lut(float cb[16])
 #define L 16 /* groups per batch: one per lane */
 
 /* Sum of the group's p[j] (stored [j][L]) in the order PyTorch's vectorized
- * CPU reduction uses for a group of 16 (measured, FORMATS.md §5.2): eight
+ * CPU reduction uses for a group of 16 (measured, docs/FORMATS.md §5.2): eight
  * lanes a[j] = p[j] + p[j+8] (+ p[j+16] ... for larger groups), then a[0] +
  * a[1] + ... left to right. Groups below 8: left to right. */
 static void lane_sum(const float (*p)[L], int64_t g, float *out)

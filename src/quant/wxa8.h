@@ -25,7 +25,7 @@ static inline int8_t ql_wxa8_grid(float v, float s)
 bool ql_wxa8_group_ok(int bits, int64_t group);
 /* value(code) for every code: codebook[c], c - 8 (uniform) or c - 32. */
 void ql_wxa8_values(const ql_wxa8_weight *w, float *values);
-/* The file layout of one row (FORMATS.md §5.2 step 6, §5.6). */
+/* The file layout of one row (docs/FORMATS.md §5.2 step 6, §5.6). */
 void ql_wxa8_unpack_row(int bits, const uint8_t *row, int64_t k, uint8_t *codes);
 void ql_wxa8_pack_row(int bits, const uint8_t *codes, int64_t k, uint8_t *row);
 /* fp32 s_rel of (row, group). */

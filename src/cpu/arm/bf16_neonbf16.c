@@ -6,7 +6,7 @@
  * B (packed [K/4][8][4], a column pair per load) and 16 BFMMLAs.
  * Numerics: products exact, sums with BFMMLA's own rounding (round to odd,
  * denormals flushed, when FPCR.EBF = 0), so not the FMLA kernel's bits; the
- * twin bf16_gemm_8x8c4__generic models them bit for bit, and the README's
+ * twin bf16_gemm_8x8c4__generic models them bit for bit, and docs/NUMERICS.md's
  * numerics contract gives the float64 bound. */
 #include "cpu/arm/arm.h"
 #include "cpu/arm/neon.h"

@@ -2,7 +2,7 @@
  * activations in the prologue, weights per block by the driver (or in
  * registers by the small-M tiles) — gives exact int32 sums of two products
  * (vpmaddubsw, whose int16 sums saturate at ±128·±128·2, would need codes
- * restricted to ±127 and a sign transfer per product; see README). R×16
+ * restricted to ±127 and a sign transfer per product). R×16
  * tiles, R = 1..6: 2R accumulators, two weight vectors (8 columns × a k
  * pair each) and one broadcast k pair per row; no shuffle in the loop.
  * A: [kp/32][R][32] int16 (the prologue's 32-code blocks, widened).
