@@ -2,7 +2,7 @@
 
 Used where cffi is not installed (e.g. a CUDA machine's own Python) or when
 QLINEAR_FFI=ctypes. Declarations come from the same cdef text as for cffi
-(qlinear.h reduced by _lib._cdef_source), so struct layouts are read from the
+(qlinear.h reduced by _header._cdef_source), so struct layouts are read from the
 header, not written twice. Every pointer is a plain address (int, or None for
 NULL) in both directions; `new` returns what cffi's would be used as:
 structs as ctypes Structures (passed by reference), `T **` as a box indexed
@@ -11,6 +11,8 @@ through cffi; nothing else differs.
 """
 import ctypes
 import re
+
+from ._header import header_constants  # the values _lib.C holds, read the same way
 
 _SCALARS = {
     "void": None, "char": ctypes.c_char, "signed char": ctypes.c_byte, "unsigned char": ctypes.c_ubyte,
@@ -107,7 +109,6 @@ class FFI:
 
     # -- declarations
     def cdef(self, src):
-        from ._lib import header_constants  # the values _lib.C holds, read the same way
         self._consts.update(header_constants(src))
         src = re.sub(r"#[^\n]*", "", src)
         pos = 0

@@ -1,4 +1,4 @@
-/* Shared argument checks: matrix views and float dtypes. */
+/* The shared argument check of matrix views. */
 #include "core/core.h"
 
 ql_status ql_check_matrix(const char *fn, const char *name, const void *p, int64_t rows, int64_t cols, int64_t ld)
@@ -15,15 +15,5 @@ ql_status ql_check_matrix(const char *fn, const char *name, const void *p, int64
     if (ld > QL_MAX_ELEMENTS || (rows > 0 && ld > 0 && rows - 1 > QL_MAX_ELEMENTS / ld))
         return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: %s row stride %lld is absurdly large", fn, name, (long long)ld);
     if (rows > 0 && cols > 0 && p == NULL) return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, name);
-    return QL_OK;
-}
-
-bool ql_is_float_dtype(ql_dtype dt) { return dt == QL_F32 || dt == QL_F16 || dt == QL_BF16; }
-
-ql_status ql_check_float_dtype(const char *fn, const char *name, ql_dtype dt)
-{
-    if (!ql_is_float_dtype(dt))
-        return ql_fail(QL_ERR_UNSUPPORTED, "%s: %s dtype %s is not supported (fp32, fp16 or bf16)", fn, name,
-                       ql_dtype_name(dt));
     return QL_OK;
 }

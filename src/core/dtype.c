@@ -1,6 +1,10 @@
 /* fp32 <-> fp16 / bf16 conversions, bit-exact: round-to-nearest-even,
  * subnormals, ±Inf, NaN (quietened, never turned into Inf). */
-#include "core/core.h"
+/* (plain functions of the public header: the inline loads and stores of
+ * core.h build on them, so nothing here depends on core.h) */
+#include <string.h>
+
+#include "qlinear.h"
 
 static inline uint32_t f32_bits(float f)
 {
@@ -91,16 +95,4 @@ float ql_dtype_tiny(ql_dtype dt)
     case QL_F16: return 6.103515625e-05f; /* 2^-14 */
     default: return 1.17549435e-38f;     /* 2^-126, fp32 and bf16 */
     }
-}
-
-ql_status ql_convert(const void *src, ql_dtype sdt, void *dst, ql_dtype ddt, int64_t n)
-{
-    QL_TRY(ql_check_float_dtype("ql_convert", "src_dtype", sdt));
-    QL_TRY(ql_check_float_dtype("ql_convert", "dst_dtype", ddt));
-    if (n < 0 || n > QL_MAX_ELEMENTS) return ql_fail(QL_ERR_INVALID_ARGUMENT, "ql_convert: n = %lld is out of range", (long long)n);
-    if (n == 0) return QL_OK;
-    QL_CHECK_PTR("ql_convert", src);
-    QL_CHECK_PTR("ql_convert", dst);
-    for (int64_t i = 0; i < n; i++) ql_store_f(ddt, dst, i, ql_load_f(sdt, src, i));
-    return QL_OK;
 }
