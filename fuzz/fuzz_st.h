@@ -183,7 +183,7 @@ FZ_FN void fz_check_refusal(const char *label, const void *handle)
     size_t l = strlen(label);
     if (handle != NULL || !m || strncmp(m, label, l) != 0 || strncmp(m + l, ": ", 2) != 0 || !m[l + 2] ||
         strchr(m, '\n') != NULL) {
-        fprintf(stderr, "bad refusal message: %s\n", m ? m : "(null)");
+        fprintf(stderr, "fuzz: bad refusal message: %s\n", m ? m : "(null)");
         abort();
     }
 }

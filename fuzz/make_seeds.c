@@ -9,11 +9,14 @@
  *                   ql_wxa8_quantize_ex for asymmetric W4A8 with a
  *                   correction and W6A8 with fp32 s_rel), every other known
  *                   format, _quantization_metadata layers (alone and
- *                   alongside a comfy_quant tensor);
+ *                   alongside a comfy_quant tensor), configurations one
+ *                   key away from valid;
  *   DIR/lora        fuzz_lora: LoRA files for its fixed base (lora_base.h)
  *                   in kohya and PEFT names, every prefix, F32/F16/BF16
  *                   matrices, F32/BF16/F64 alphas, unmatched tensors, the
- *                   ambiguous kohya name, and a file that is its own base.
+ *                   ambiguous kohya name, mixed conventions, rank 0, two
+ *                   modules for one layer, a file that is its own base, and
+ *                   the base itself.
  * Usage: fuzz_make_seeds DIR */
 #include <math.h>
 #include <stdio.h>
@@ -293,9 +296,37 @@ static int formats_file(const char *dir)
     return put_t(dir, "formats.safetensors", t, n, mk, mv, 2);
 }
 
+/* Configurations one key away from valid (each refused on its own). */
+static int config_seeds(const char *dir)
+{
+    static const char *cq[] = {
+        "{\"format\": \"int8_tensorwise\", \"params\": 5}",
+        "{\"format\": \"float8_e4m3fn\", \"full_precision_matrix_mult\": \"yes\"}",
+        "{\"format\": \"convrot_w4a4\", \"linear_dtype\": 3}",
+        "{\"format\": \"asym_w4a8_int8\", \"group_size\": 2097152, \"convrot_groupsize\": 16}",
+        "{\"format\": \"asym_w4a8_int8\", \"group_size\": 4, \"convrot_groupsize\": 4}",
+    };
+    static int8_t q[4 * 16];
+    static uint8_t srel[4 * 3];
+    static float sc[4] = {0.1f, 0.2f, 0.3f, 0.4f};
+    memset(srel, 0x38, sizeof srel);
+    int rc = 0;
+    for (int i = 0; i < 5; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "config%d.safetensors", i);
+        seed_tensor t[] = {{"c.weight", QL_ST_I8, 2, {4, i == 4 ? 6 : 16}, q},
+                           {"c.weight_scale", QL_ST_F32, 1, {4}, sc},
+                           {"c.weight_s_rel", QL_ST_F8_E4M3, 2, {4, 3}, srel},
+                           {"c.weight_s_channel", QL_ST_F32, 1, {4}, sc},
+                           {"c.comfy_quant", QL_ST_U8, 1, {(int64_t)strlen(cq[i])}, cq[i]}};
+        rc |= put_t(dir, name, t, 5, NULL, NULL, 0);
+    }
+    return rc;
+}
+
 static int layer_seeds(const char *dir)
 {
-    int rc = checkpoint_seeds(dir);
+    int rc = checkpoint_seeds(dir) | config_seeds(dir);
     rc |= float_model(dir, "float_model.safetensors");
     /* ql_checkpoint_quantize on that model, every target */
     char in[1024], out[1024];
@@ -395,12 +426,22 @@ static int lora_seeds(const char *dir)
                              {"a_b.c.lora_A.weight", QL_ST_F16, 2, {1, 4}, down_h[1]},
                              {"a_b.c.lora_B.weight", QL_ST_F16, 2, {4, 1}, up_h[1]}};
     rc |= put_t(dir, "lora_peft_ab.safetensors", peft_ab, 4, NULL, NULL, 0);
-    /* mixed conventions for one module, and two modules for one layer */
+    /* rank 0 */
+    seed_tensor rank0[] = {{"lora_unet_blocks_0_attn_q.lora_down.weight", QL_ST_F32, 2, {0, 16}, down[0]},
+                           {"lora_unet_blocks_0_attn_q.lora_up.weight", QL_ST_F32, 2, {8, 0}, up[0]}};
+    rc |= put_t(dir, "lora_rank0.safetensors", rank0, 2, NULL, NULL, 0);
+    /* mixed conventions for one module (unmatched), beside a PEFT module */
     seed_tensor mixed[] = {{"lora_unet_blocks_0_attn_q.lora_down.weight", QL_ST_F32, 2, {LR, 16}, down[0]},
                            {"lora_unet_blocks_0_attn_q.lora_B.weight", QL_ST_F32, 2, {8, LR}, up[0]},
                            {"blocks.0.attn.q.lora_A.weight", QL_ST_F32, 2, {LR, 16}, down[0]},
                            {"blocks.0.attn.q.lora_B.weight", QL_ST_F32, 2, {8, LR}, up[0]}};
     rc |= put_t(dir, "lora_mixed.safetensors", mixed, 4, NULL, NULL, 0);
+    /* two modules (kohya and PEFT) for one layer */
+    seed_tensor twice[] = {{"lora_unet_blocks_0_attn_q.lora_down.weight", QL_ST_F32, 2, {LR, 16}, down[0]},
+                           {"lora_unet_blocks_0_attn_q.lora_up.weight", QL_ST_F32, 2, {8, LR}, up[0]},
+                           {"blocks.0.attn.q.lora_A.weight", QL_ST_F32, 2, {LR, 16}, down[0]},
+                           {"blocks.0.attn.q.lora_B.weight", QL_ST_F32, 2, {8, LR}, up[0]}};
+    rc |= put_t(dir, "lora_twice.safetensors", twice, 4, NULL, NULL, 0);
     /* a file that is its own base: an int8 layer, a float layer and their LoRAs */
     static int8_t q[8 * 16];
     static float s[8] = {1, 1, 1, 1, 1, 1, 1, 1};

@@ -55,10 +55,11 @@ CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQ
   -DQL_BUILD_TESTS=OFF -DQL_CUDA=OFF >/dev/null
 cmake --build build-fuzz --target fuzz_checkpoint fuzz_layers fuzz_lora fuzz_make_seeds
 rm -rf build-fuzz/corpus && build-fuzz/fuzz_make_seeds build-fuzz/corpus
-for t in checkpoint layers lora; do
+for t in checkpoint layers lora; do # the final coverage line, or what went wrong (and the input's file)
   echo "-- fuzz_$t"
   build-fuzz/fuzz_$t -dict=fuzz/$t.dict -artifact_prefix=build-fuzz/$t- -max_total_time=60 \
-    -max_len=65536 -timeout=10 -rss_limit_mb=2048 build-fuzz/corpus/$t 2>&1 | tail -n 3
+    -max_len=65536 -timeout=10 -rss_limit_mb=2048 build-fuzz/corpus/$t 2>&1 |
+    grep -E '^#[0-9]+[[:space:]]+DONE|^Done|^==[0-9]+==|^fuzz|SUMMARY|runtime error|Test unit written'
 done
 echo "== ASan + UBSan build + tests"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQL_SANITIZE=ON -DQL_CUDA=OFF >/dev/null
