@@ -56,13 +56,18 @@ if(QL_BUILD_FUZZ)
   endif()
   # Coverage instrumentation for the code under test; the fuzzer links it.
   set_source_files_properties(${QL_FORMAT_SOURCES} PROPERTIES COMPILE_OPTIONS "-fsanitize=fuzzer-no-link")
-  add_executable(fuzz_checkpoint fuzz/fuzz_checkpoint.c)
-  target_compile_options(fuzz_checkpoint PRIVATE -fsanitize=fuzzer,address,undefined)
-  target_link_options(fuzz_checkpoint PRIVATE -fsanitize=fuzzer,address,undefined)
-  target_link_libraries(fuzz_checkpoint PRIVATE qlinear_static)
-  target_include_directories(fuzz_checkpoint PRIVATE src)
+  # fuzz_checkpoint: the container; fuzz_layers: the comfy layer parser;
+  # fuzz_lora: the LoRA file reader (the last two repair their input into a
+  # well-formed container first, fuzz/fuzz_st.h).
+  foreach(target fuzz_checkpoint fuzz_layers fuzz_lora)
+    add_executable(${target} fuzz/${target}.c)
+    target_compile_options(${target} PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_options(${target} PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_libraries(${target} PRIVATE qlinear_static)
+    target_include_directories(${target} PRIVATE src fuzz)
+  endforeach()
 
   add_executable(fuzz_make_seeds fuzz/make_seeds.c)
   target_link_libraries(fuzz_make_seeds PRIVATE qlinear_static)
-  target_include_directories(fuzz_make_seeds PRIVATE src)
+  target_include_directories(fuzz_make_seeds PRIVATE src fuzz)
 endif()

@@ -2,8 +2,9 @@
 # Build and run every test: release build and tests (C, install, Python), the
 # AArch64 cross build's tests under qemu-user (three CPU models, and the
 # kernel tests once more under ASan + UBSan), 60 s of
-# libFuzzer on the checkpoint reader, then the whole suite again under
-# AddressSanitizer + UndefinedBehaviorSanitizer.
+# libFuzzer on each reader (fuzz/: the checkpoint container, the comfy layer
+# parser, the LoRA file reader; a crash, leak or UB fails the script), then
+# the whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -49,13 +50,17 @@ if [ "$(uname -m)" = x86_64 ]; then
     UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir build-arm-asan --output-on-failure -j "$jobs" \
     -E '^(test_install|test_linear_no_avx512bf16|test_large|test_format|test_format_cli|test_merge)$'
 fi
-echo "== libFuzzer on the checkpoint reader (60 s, ASan + UBSan)"
+echo "== libFuzzer on the readers (60 s each, ASan + UBSan): checkpoint, comfy layers, LoRA files"
 CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQL_BUILD_FUZZ=ON -DQL_SANITIZE=ON \
   -DQL_BUILD_TESTS=OFF -DQL_CUDA=OFF >/dev/null
-cmake --build build-fuzz --target fuzz_checkpoint fuzz_make_seeds
+cmake --build build-fuzz --target fuzz_checkpoint fuzz_layers fuzz_lora fuzz_make_seeds
 rm -rf build-fuzz/corpus && build-fuzz/fuzz_make_seeds build-fuzz/corpus
-build-fuzz/fuzz_checkpoint -dict=fuzz/checkpoint.dict -artifact_prefix=build-fuzz/ -max_total_time=60 \
-  -max_len=65536 -timeout=10 -rss_limit_mb=2048 build-fuzz/corpus 2>&1 | tail -n 3
+for t in checkpoint layers lora; do # the final coverage line, or what went wrong (and the input's file)
+  echo "-- fuzz_$t"
+  build-fuzz/fuzz_$t -dict=fuzz/$t.dict -artifact_prefix=build-fuzz/$t- -max_total_time=60 \
+    -max_len=65536 -timeout=10 -rss_limit_mb=2048 build-fuzz/corpus/$t 2>&1 |
+    grep -E '^#[0-9]+[[:space:]]+DONE|^Done|^==[0-9]+==|^fuzz|SUMMARY|runtime error|Test unit written'
+done
 echo "== ASan + UBSan build + tests"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQL_SANITIZE=ON -DQL_CUDA=OFF >/dev/null
 cmake --build build-asan -j "$jobs"

@@ -482,6 +482,19 @@ static void test_layers(void)
         ql_checkpoint_close(c);
     }
     free(keep);
+    /* A packed format's weight [0, 2^63 - 1] (found reading layers.c for fuzz_layers: 2·K
+     * overflowed): listed, K unknown. */
+    const char *cqnv = "{\"format\": \"nvfp4\"}";
+    raw_tensor t4[] = {{"nv.comfy_quant", "U8", "[19]", 19, cqnv}, {"nv.weight", "I8", "[0,9223372036854775807]", 0, NULL}};
+    c = open_raw(t4, 2, NULL, &keep);
+    if (c) {
+        ql_layer_info l;
+        CHECK(ql_checkpoint_layer_count(c) == 1 && ql_checkpoint_layer(c, 0, &l) == QL_OK && !l.supported && l.n == 0 &&
+                  l.k == 0,
+              "nvfp4 [0, 2^63 - 1]: listed, shape unknown (n %lld, k %lld)", (long long)l.n, (long long)l.k);
+        ql_checkpoint_close(c);
+    }
+    free(keep);
     /* Exact comfy_quant bytes, as Python's json.dumps writes them. */
     char buf[128];
     size_t n = ql_comfy_quant_json(QL_QUANT_INT8_CONVROT, 256, buf, sizeof buf);

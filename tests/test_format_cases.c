@@ -92,6 +92,12 @@ static const hostile_case cases[] = {
     {"w4_schannel_nan", QL_ERR_FORMAT, "tensor 'l.weight_s_channel': s_channel[2] is NaN"},
     {"w4_schannel_wrong_dtype", QL_ERR_FORMAT, "tensor 'l.weight_s_channel': s_channel must be F32 [N] = [4] (it is F16, 1-D)"},
     {"w4_correction_shape", QL_ERR_FORMAT, "tensor 'l.weight_correction': the correction must be F32/F16/BF16 [K/group_size, N] = [2, 4]"},
+    /* found by fuzz_layers: opened, then refused by ql_wxa8_check without the file's name */
+    {"w4_correction_nan", QL_ERR_FORMAT, "tensor 'l.weight_correction': correction[1, 1] is NaN"},
+    /* found reading layers.c for fuzz_layers: N = 0 leaves the row width unbounded (2·width
+     * overflowed); an int8 layer [N, 0] with N > 2^48 opened, and ql_linear_create refused it */
+    {"w4_width_overflow", QL_ERR_FORMAT, "tensor 'l.weight': row width 9223372036854775807 is neither K/2 nor 3K/4 for K = 32"},
+    {"int8_rows_absurd", QL_ERR_FORMAT, "tensor 'l.weight': N = 4611686018427387904 rows is absurdly large (> 2^48)"},
 };
 
 int hc_count(void) { return (int)(sizeof cases / sizeof cases[0]); }
@@ -174,7 +180,7 @@ typedef struct wx_spec {
     const char *cq;
     int64_t width, ng;
     const char *srel_dtype, *srel_shape;
-    int srel, sch, nan_srel, nan_sch, cb_len;
+    int srel, sch, nan_srel, nan_sch, nan_corr, cb_len;
     const char *sch_dtype, *corr_shape;
     int64_t corr_elems;
 } wx_spec;
@@ -189,6 +195,7 @@ static unsigned char *wxa8_layer(const wx_spec *w, size_t *size)
     for (int i = 0; i < 64; i++) corr[i] = 0.01f;
     if (w->nan_srel) srel[w->ng] = 0x7F;
     if (w->nan_sch) sch[2] = NAN;
+    if (w->nan_corr) corr[5] = NAN;
     raw_tensor t[6];
     int n = 0;
     static char cqshape[32], wshape[32], srshape[32], cbshape[32];
@@ -362,6 +369,16 @@ unsigned char *hc_build(int i, size_t *size)
     if (IS("w4_schannel_nan")) return WX(CQ_W4, 16, 2, .srel = 1, .sch = 1, .nan_sch = 1);
     if (IS("w4_schannel_wrong_dtype")) return WX(CQ_W4, 16, 2, .srel = 1, .sch = 1, .sch_dtype = "F16");
     if (IS("w4_correction_shape")) return WX(CQ_W4, 16, 2, .srel = 1, .sch = 1, .corr_shape = "[4,2]", .corr_elems = 8);
+    if (IS("w4_width_overflow"))
+        return raw_file((raw_tensor[]){{"l.comfy_quant", "U8", "[71]", 71, CQ_W4},
+                                       {"l.weight", "I8", "[0,9223372036854775807]", 0, NULL},
+                                       {"l.weight_s_rel", "F8_E4M3", "[0,2]", 0, NULL},
+                                       {"l.weight_s_channel", "F32", "[0]", 0, NULL}},
+                        4, NULL, size);
+    if (IS("int8_rows_absurd"))
+        return LAYER(CQ_INT8, "I8", "[4611686018427387904,0]", 0, "F32", "[]", 4, 1, NULL, 0, NULL, size);
+    if (IS("w4_correction_nan"))
+        return WX(CQ_W4, 16, 2, .srel = 1, .sch = 1, .corr_shape = "[2,4]", .corr_elems = 8, .nan_corr = 1);
 #undef IS
     *size = 0;
     return NULL;

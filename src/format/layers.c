@@ -116,6 +116,8 @@ static ql_status check_int8(ql_checkpoint *c, ql_layer *l)
         return ql_fail_file(c, QL_ERR_FORMAT, "tensor '%s': int8_tensorwise weight has %d dimensions; it must be [N, K]",
                             wn, w->ndim);
     const int64_t n = w->shape[0], k = w->shape[1];
+    if (n > QL_MAX_ELEMENTS) /* only with K = 0: the file holds every other weight's bytes */
+        return ql_fail_file(c, QL_ERR_FORMAT, "tensor '%s': N = %lld rows is absurdly large (> 2^48)", wn, (long long)n);
     i->n = n;
     i->k = k;
     if (i->convrot && k % i->convrot_group != 0)
@@ -184,8 +186,8 @@ static ql_status check_wxa8(ql_checkpoint *c, ql_layer *l)
         return ql_fail_file(c, QL_ERR_FORMAT, "layer '%s': group_size %lld is out of range", p, (long long)gs);
     const int64_t k = ng * gs;
     int bits = 0;
-    if (k > 0 && 2 * width == k) bits = 4;
-    else if (k > 0 && 4 * width == 3 * k) bits = 6;
+    if (k > 0 && k % 2 == 0 && width == k / 2) bits = 4; /* (not 2 * width: N = 0 leaves width unbounded) */
+    else if (k > 0 && k % 4 == 0 && width == 3 * (k / 4)) bits = 6;
     else
         return ql_fail_file(c, QL_ERR_FORMAT,
                             "tensor '%s': row width %lld is neither K/2 nor 3K/4 for K = %lld (s_rel columns %lld × "
@@ -260,6 +262,23 @@ static ql_status check_wxa8(ql_checkpoint *c, ql_layer *l)
                                     ql_show(&tb, c->tensors[i->codebook].name), e);
         }
     }
+    if (i->correction >= 0) { /* [K/group_size, N] */
+        const ql_st_tensor *co = &c->tensors[i->correction];
+        const unsigned char *od = ql_st_tensor_data(c, co);
+        for (int64_t e = 0; e < ng * n; e++) {
+            float v;
+            uint16_t h;
+            if (co->dtype == QL_ST_F32) memcpy(&v, od + 4 * e, 4);
+            else {
+                memcpy(&h, od + 2 * e, 2);
+                v = co->dtype == QL_ST_F16 ? ql_fp16_to_fp32(h) : ql_bf16_to_fp32(h);
+            }
+            if (!isfinite(v))
+                return ql_fail_file(c, QL_ERR_FORMAT, "tensor '%s': correction[%lld, %lld] is %s",
+                                    ql_show(&tb, co->name), (long long)(e / n), (long long)(e % n),
+                                    isnan(v) ? "NaN" : "infinite");
+        }
+    }
     if (i->bias >= 0) {
         const ql_st_tensor *b = &c->tensors[i->bias];
         if (b->ndim != 1 || b->shape[0] != n)
@@ -283,6 +302,7 @@ static void other_shape(ql_checkpoint *c, ql_layer *l)
     int packed = !strcmp(f, "nvfp4") || !strcmp(f, "convrot_w4a4") || !strcmp(f, "asym_w4a8_int8");
     int plain = !strcmp(f, "float8_e4m3fn") || !strcmp(f, "float8_e5m2") || !strcmp(f, "mxfp8");
     if (!packed && !plain) return;
+    if (packed && w->shape[1] > QL_MAX_ELEMENTS) return; /* N = 0 leaves it unbounded: K unknown */
     i->n = w->shape[0];
     i->k = packed ? 2 * w->shape[1] : w->shape[1];
 }

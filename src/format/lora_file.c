@@ -414,8 +414,9 @@ ql_status ql_lora_module_load(const ql_checkpoint *lc, const ql_lora_module *m, 
         const ql_st_tensor *t = &lc->tensors[idx[i]];
         const unsigned char *p = ql_st_tensor_data(lc, t);
         ql_dtype dt;
+        ql_name_buf nb;
         if (ql_st_dtype_to_ql(t->dtype, &dt) != QL_OK || !ql_is_float_dtype(dt))
-            return ql_fail_file(lc, QL_ERR_FORMAT, "tensor '%s' is not a float tensor", t->name);
+            return ql_fail_file(lc, QL_ERR_FORMAT, "tensor '%s' is not a float tensor", ql_show(&nb, t->name));
         const size_t es = ql_dtype_size(dt);
         for (int64_t j = 0; j < t->numel; j++) {
             if (dt == QL_F32) memcpy(&dst[i][j], p + (size_t)j * es, 4);
