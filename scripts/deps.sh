@@ -2,7 +2,7 @@
 # Install what building, testing and benchmarking qlinear needs, if missing
 # (Debian 12; apt-get as root). Everything else is built from this tree.
 set -euo pipefail
-pkgs=(gcc g++ make cmake ninja-build clang libclang-rt-14-dev libjansson-dev libopenblas-dev libdnnl-dev pkgconf
+pkgs=(gcc g++ make cmake ninja-build clang libclang-rt-14-dev libomp-14-dev libjansson-dev libopenblas-dev libdnnl-dev pkgconf
   python3-numpy python3-torch python3-pytest python3-cffi python3-matplotlib)
 # `deps.sh arm`: the AArch64 cross build and its emulator (scripts/test.sh) on
 # an x86-64 host: Debian's cross gcc and its C library (libc6-dev-arm64-cross:
