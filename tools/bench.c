@@ -525,95 +525,116 @@ static void openblas_coretype(char **argv)
     execv("/proc/self/exe", argv - 1); /* argv[-1] is "qlinear" */
 }
 
-int ql_cmd_bench(int argc, char **argv)
-{
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--device") && strcmp(argv[i + 1], "cpu")) {
-#ifdef QL_HAVE_CUDA_BENCH
-            return ql_cmd_bench_cuda(argc, argv);
-#else
-            fprintf(stderr, "qlinear bench: --device %s: this qlinear was built without CUDA (nvcc not found)\n", argv[i + 1]);
-            return 1;
-#endif
-        }
-    openblas_coretype(argv);
-    const profile *prof = &profiles[0];
-    profile single = {"shape", 1024, {{0, 0, 0, 1}}, 1}; /* --shape NxK: one layer, count 1 */
-    long threads = -1, reps = 7;
+/* The command line of `qlinear bench` (CPU). */
+typedef struct bench_opts {
+    const profile *prof;
+    profile single; /* --shape NxK: one layer, count 1 */
+    long threads, reps;
     int64_t mlist[16];
-    int nm = 0; /* --m list; none: each shape's own M */
-    const char *json_path = NULL;
+    int nm; /* --m list; none: each shape's own M (one entry 0) */
+    const char *json_path;
     int want[NPATHS];
-    for (int p = 0; p < NPATHS; p++) want[p] = 1;
+} bench_opts;
+
+static int parse_shape(const char *v, profile *single)
+{
+    long n = 0, k = 0;
+    const char *x = strchr(v, 'x');
+    char nbuf[32];
+    if (x && (size_t)(x - v) < sizeof nbuf) {
+        memcpy(nbuf, v, (size_t)(x - v));
+        nbuf[x - v] = 0;
+    }
+    if (!x || (size_t)(x - v) >= sizeof nbuf || !parse_int(nbuf, 1, 1 << 20, &n) || !parse_int(x + 1, 1, 65536, &k)) {
+        fprintf(stderr, "qlinear bench: --shape %s is not NxK (N in 1..1048576, K in 1..65536)\n", v);
+        return 0;
+    }
+    single->shapes[0].n = n;
+    single->shapes[0].k = k;
+    return 1;
+}
+
+static int parse_mlist(const char *v, bench_opts *o)
+{
+    char *list = strdup(v), *save = NULL;
+    o->nm = 0;
+    for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        long mv;
+        if (o->nm == 16 || !parse_int(t, 1, 1 << 20, &mv)) {
+            fprintf(stderr, "qlinear bench: --m %s is not a list of at most 16 values in 1..1048576\n", v);
+            free(list);
+            return 0;
+        }
+        o->mlist[o->nm++] = mv;
+    }
+    free(list);
+    if (!o->nm) fprintf(stderr, "qlinear bench: --m needs a value\n");
+    return o->nm > 0;
+}
+
+static int parse_paths(const char *v, int *want)
+{
+    for (int p = 0; p < NPATHS; p++) want[p] = 0;
+    char *list = strdup(v), *save = NULL;
+    for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int found = 0;
+        for (int p = 0; p < NPATHS; p++)
+            if (!strcmp(t, path_names[p])) want[p] = found = 1;
+        if (!found) {
+            fprintf(stderr, "qlinear bench: unknown path '%s'\n", t);
+            usage();
+            free(list);
+            return 0;
+        }
+    }
+    free(list);
+    return 1;
+}
+
+/* -1: go on; otherwise the exit status (0 after --help, 2 for a bad option). */
+static int parse_opts(int argc, char **argv, bench_opts *o)
+{
+    o->prof = &profiles[0];
+    o->single = (profile){"shape", 1024, {{0, 0, 0, 1}}, 1};
+    o->threads = -1;
+    o->reps = 7;
+    o->nm = 0;
+    o->json_path = NULL;
+    for (int p = 0; p < NPATHS; p++) o->want[p] = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); return 0; }
         if (!v) { fprintf(stderr, "qlinear bench: %s needs a value\n", a); usage(); return 2; }
         i++;
         if (!strcmp(a, "--profile")) {
-            prof = NULL;
+            o->prof = NULL;
             for (size_t j = 0; j < sizeof profiles / sizeof profiles[0]; j++)
-                if (!strcmp(v, profiles[j].name)) prof = &profiles[j];
-            if (!prof) { fprintf(stderr, "qlinear bench: unknown profile '%s' (anima, qwen3-te, large)\n", v); return 2; }
+                if (!strcmp(v, profiles[j].name)) o->prof = &profiles[j];
+            if (!o->prof) { fprintf(stderr, "qlinear bench: unknown profile '%s' (anima, qwen3-te, large)\n", v); return 2; }
         } else if (!strcmp(a, "--shape")) {
-            long n = 0, k = 0;
-            char *x = strchr(v, 'x'), nbuf[32];
-            if (x && (size_t)(x - v) < sizeof nbuf) {
-                memcpy(nbuf, v, (size_t)(x - v));
-                nbuf[x - v] = 0;
-            }
-            if (!x || (size_t)(x - v) >= sizeof nbuf || !parse_int(nbuf, 1, 1 << 20, &n) || !parse_int(x + 1, 1, 65536, &k)) {
-                fprintf(stderr, "qlinear bench: --shape %s is not NxK (N in 1..1048576, K in 1..65536)\n", v);
-                return 2;
-            }
-            single.shapes[0].n = n;
-            single.shapes[0].k = k;
-            prof = &single;
+            if (!parse_shape(v, &o->single)) return 2;
+            o->prof = &o->single;
         } else if (!strcmp(a, "--m")) {
-            char *list = strdup(v), *save = NULL;
-            nm = 0;
-            for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                long mv;
-                if (nm == 16 || !parse_int(t, 1, 1 << 20, &mv)) {
-                    fprintf(stderr, "qlinear bench: --m %s is not a list of at most 16 values in 1..1048576\n", v);
-                    free(list);
-                    return 2;
-                }
-                mlist[nm++] = mv;
-            }
-            free(list);
-            if (!nm) { fprintf(stderr, "qlinear bench: --m needs a value\n"); return 2; }
+            if (!parse_mlist(v, o)) return 2;
         } else if (!strcmp(a, "--threads")) {
-            if (!parse_int(v, 1, 1024, &threads)) { fprintf(stderr, "qlinear bench: --threads %s is not in 1..1024\n", v); return 2; }
+            if (!parse_int(v, 1, 1024, &o->threads)) { fprintf(stderr, "qlinear bench: --threads %s is not in 1..1024\n", v); return 2; }
         } else if (!strcmp(a, "--reps")) {
-            if (!parse_int(v, 1, 64, &reps)) { fprintf(stderr, "qlinear bench: --reps %s is not in 1..64\n", v); return 2; }
-        } else if (!strcmp(a, "--json")) json_path = v;
+            if (!parse_int(v, 1, 64, &o->reps)) { fprintf(stderr, "qlinear bench: --reps %s is not in 1..64\n", v); return 2; }
+        } else if (!strcmp(a, "--json")) o->json_path = v;
         else if (!strcmp(a, "--device")) continue; /* "cpu": this bench */
         else if (!strcmp(a, "--paths")) {
-            for (int p = 0; p < NPATHS; p++) want[p] = 0;
-            char *list = strdup(v), *save = NULL;
-            for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                int found = 0;
-                for (int p = 0; p < NPATHS; p++)
-                    if (!strcmp(t, path_names[p])) want[p] = found = 1;
-                if (!found) { fprintf(stderr, "qlinear bench: unknown path '%s'\n", t); usage(); free(list); return 2; }
-            }
-            free(list);
+            if (!parse_paths(v, o->want)) return 2;
         } else { fprintf(stderr, "qlinear bench: unknown option '%s'\n", a); usage(); return 2; }
     }
-    want[P_FP32] = 1; /* the baseline every ratio refers to */
-    if (!nm) mlist[nm++] = 0;
+    o->want[P_FP32] = 1; /* the baseline every ratio refers to */
+    if (!o->nm) o->mlist[o->nm++] = 0;
+    return -1;
+}
 
-    ql_context *ctx;
-    if (ql_context_create(&ctx) != QL_OK) { fprintf(stderr, "qlinear bench: %s\n", ql_last_error()); return 1; }
-    if (threads > 0) ql_context_set_threads(ctx, (int)threads);
-    const int nt = ql_context_threads(ctx);
-    peer_set_threads(nt);
-
-    char cpu[256];
-    cpu_name(cpu, sizeof cpu);
-    printf("qlinear bench — profile %s, threads %d, ISA %s, median of %ld interleaved rounds\n", prof->name, nt,
-           ql_isa_name(ql_context_isa(ctx)), reps);
+static void print_header(const bench_opts *o, ql_context *ctx, int nt, const char *cpu)
+{
+    printf("qlinear bench — profile %s, threads %d, ISA %s, median of %ld interleaved rounds\n", o->prof->name, nt,
+           ql_isa_name(ql_context_isa(ctx)), o->reps);
     printf("machine: %s\n", cpu);
     if (getenv("QL_BENCH_REEXEC"))
         printf("note: OPENBLAS_CORETYPE=%s set by qlinear bench (this OpenBLAS fell back to core Prescott on this CPU)\n",
@@ -626,148 +647,220 @@ int ql_cmd_bench(int argc, char **argv)
     printf("data: W ~ N(0, 0.02²) fp32 quantized INT8 ConvRot G=256; X ~ N(0,1) with 8 input channels ×30, bf16 values\n");
     printf("rel_l2: vs a float64 reference of the unquantized layer (+ bias), on %d sampled rows\n\n", 16);
     for (int p = 0; p < NPATHS; p++)
-        if (want[p]) printf("  %-19s %s\n", path_names[p], path_notes[p]);
+        if (o->want[p]) printf("  %-19s %s\n", path_names[p], path_notes[p]);
     printf("\nread bandwidth (M <= 64): a STREAM-like read of a buffer the size of the layer's int8 weight, on the same\n"
            "threads, once per round like every path's weight (so from the same cache level); for each path, its resident\n"
            "weight bytes / time (GB/s) and the share of that bandwidth (%%bw). kernel: the micro-kernel and path that ran.\n");
-    result (*all)[8][NPATHS] = calloc((size_t)nm, sizeof *all);
-    double (*peak)[8] = calloc((size_t)nm, sizeof *peak), (*bw)[8] = calloc((size_t)nm, sizeof *bw);
-    double (*totals)[NPATHS] = calloc((size_t)nm, sizeof *totals);
-    int64_t (*ms_used)[8] = calloc((size_t)nm, sizeof *ms_used);
-    double (*wrel)[8][2] = calloc((size_t)nm, sizeof *wrel); /* weight rel-L2 of W4A8 / W6A8 (0: not made) */
-    if (!all || !peak || !bw || !totals || !ms_used || !wrel) { fprintf(stderr, "qlinear bench: out of memory\n"); return 1; }
-    for (int mi = 0; mi < nm; mi++) {
-        printf("\n%-11s %6s %5s  %-19s %10s %9s %8s %9s %10s %7s %5s  %s\n", "N x K", "M", "count", "path", "ms", "GOP/s",
-               "vs fp32", "rel_l2", "weight MB", "GB/s", "%bw", "kernel");
-        for (int s = 0; s < prof->nshapes; s++) {
-            const shape *sh = &prof->shapes[s];
-            int64_t m = mlist[mi] > 0 ? mlist[mi] : sh->m ? sh->m : prof->default_m;
-            ms_used[mi][s] = m;
-            layer_data d;
-            fprintf(stderr, "\r  generating N=%lld K=%lld ...", (long long)sh->n, (long long)sh->k);
-            make_data(&d, m, sh->n, sh->k);
-            int nsamples = 0;
-            bench_shape(ctx, &d, want, (int)reps, all[mi][s], &peak[mi][s], &bw[mi][s], &nsamples);
-            for (int b = 0; b < 2; b++) wrel[mi][s][b] = d.wrel[b];
-            free_data(&d);
-            char nk[32];
-            snprintf(nk, sizeof nk, "%lldx%lld", (long long)sh->n, (long long)sh->k);
-            for (int p = 0; p < NPATHS; p++) {
-                result *r = &all[mi][s][p];
-                if (!r->ok) continue;
-                totals[mi][p] += r->ms * (double)sh->count;
-                char rel[16] = "-", gbs[16] = "", frac[16] = "";
-                if (!isnan(r->rel_l2)) snprintf(rel, sizeof rel, "%.5f", r->rel_l2);
-                if (m <= 64) {
-                    const double g = (double)r->wbytes / (r->ms * 1e6);
-                    snprintf(gbs, sizeof gbs, "%.1f", g);
-                    if (bw[mi][s] > 0) snprintf(frac, sizeof frac, "%.0f%%", 100.0 * g / bw[mi][s]);
-                }
-                printf("%-11s %6lld %5lld  %-19s %10.3f %9.1f %7.2fx %9s %10.1f %7s %5s  %s\n", p == 0 ? nk : "", (long long)m,
-                       (long long)sh->count, path_names[p], r->ms, r->gops, all[mi][s][P_FP32].ms / r->ms, rel,
-                       (double)r->wbytes / 1e6, gbs, frac, r->kernel);
-            }
-            if (nsamples > reps)
-                printf("%-11s %6s %5s  short calls: median of %d samples (%d sweeps of every path per round)\n", "", "", "",
-                       nsamples, nsamples / (int)reps);
-            if (all[mi][s][P_W8A8].ok && all[mi][s][P_W8A8_LORA].ok)
-                printf("%-11s %6s %5s  rank-64 LoRA unmerged: %+.1f%% time over w8a8-convrot\n", "", "", "",
-                       100.0 * (all[mi][s][P_W8A8_LORA].ms / all[mi][s][P_W8A8].ms - 1.0));
-            if (wrel[mi][s][0] > 0 || wrel[mi][s][1] > 0)
-                printf("%-11s %6s %5s  weight rel-L2 (dequantized vs the fp32 weight): w4a8 %.5f, w6a8 %.5f\n", "", "", "",
-                       wrel[mi][s][0], wrel[mi][s][1]);
-            if (m <= 64 && bw[mi][s] > 0)
-                printf("%-11s %6s %5s  read bandwidth %.1f GB/s (%.1f MB buffer, median of the same rounds)\n", "", "", "",
-                       bw[mi][s], (double)(sh->n * sh->k) / 1e6);
-            if (peak[mi][s] > 0) {
-                printf("%-11s %6s %5s  int8 peak %.0f GOP/s (dot-product loop, median of the same rounds):", "", "", "", peak[mi][s]);
-                const int int8_paths[] = {P_W8A8, P_GEMM, P_ONEDNN_INT8};
-                for (int i = 0; i < 3; i++)
-                    if (all[mi][s][int8_paths[i]].ok)
-                        printf(" %s %.0f%%", path_names[int8_paths[i]], 100.0 * all[mi][s][int8_paths[i]].gops / peak[mi][s]);
-                printf("\n");
-            }
-            fflush(stdout);
-        }
-        printf("\nweighted totals (Σ ms × count = one pass through every layer once):\n");
-        if (mlist[mi] > 0) printf("  M = %lld\n", (long long)mlist[mi]);
-        const int peers[] = {P_ONEDNN_INT8, P_ONEDNN_BF16, P_ONEDNN_F32};
-        for (int p = 0; p < NPATHS; p++) {
-            int complete = 1;
-            for (int s = 0; s < prof->nshapes; s++) complete &= all[mi][s][p].ok;
-            if (!complete) continue;
-            printf("  %-19s %10.1f ms   %6.2fx vs fp32", path_names[p], totals[mi][p], totals[mi][P_FP32] / totals[mi][p]);
-            for (int i = 0; i < 3; i++)
-                if (all[mi][0][peers[i]].ok && totals[mi][peers[i]] > 0)
-                    printf("   %5.2fx %s", totals[mi][p] / totals[mi][peers[i]], path_names[peers[i]]);
-            printf("\n");
-        }
-        int lora_total = 1;
-        for (int s = 0; s < prof->nshapes; s++) lora_total &= all[mi][s][P_W8A8].ok && all[mi][s][P_W8A8_LORA].ok;
-        if (lora_total)
-            printf("  rank-64 LoRA unmerged: %+.1f%% weighted time over w8a8-convrot\n",
-                   100.0 * (totals[mi][P_W8A8_LORA] / totals[mi][P_W8A8] - 1.0));
-        fflush(stdout);
-    }
+}
 
-    if (json_path) {
-        char tmp[4096];
-        snprintf(tmp, sizeof tmp, "%s.tmp", json_path);
-        FILE *f = fopen(tmp, "w");
-        if (!f) { fprintf(stderr, "qlinear bench: cannot write %s\n", tmp); ql_context_destroy(ctx); return 1; }
-        fprintf(f, "{\n  \"machine\": {\"cpu\": \"%s\", \"isa\": \"%s\"},\n", cpu, ql_isa_name(ql_context_isa(ctx)));
-        fprintf(f, "  \"profile\": \"%s\",\n  \"m\": %lld,\n  \"threads\": %d,\n  \"reps\": %ld,\n  \"records\": [\n",
-                prof->name, (long long)(mlist[0] > 0 ? mlist[0] : prof->default_m), nt, reps);
-        int first = 1;
-        for (int mi = 0; mi < nm; mi++)
-            for (int s = 0; s < prof->nshapes; s++)
-                for (int p = 0; p < NPATHS; p++) {
-                    result *r = &all[mi][s][p];
-                    if (!r->ok) continue;
-                    fprintf(f, "%s    {\"n\": %lld, \"k\": %lld, \"m\": %lld, \"count\": %lld, \"path\": \"%s\", \"kernel\": \"%s\", "
-                               "\"ms\": %.6f, \"gops\": %.3f, \"int8_peak_gops\": %.3f, \"read_gbs\": %.3f, \"weight_bytes\": %zu, \"rel_l2\": ",
-                            first ? "" : ",\n", (long long)prof->shapes[s].n, (long long)prof->shapes[s].k,
-                            (long long)ms_used[mi][s], (long long)prof->shapes[s].count, path_names[p], r->kernel, r->ms,
-                            r->gops, peak[mi][s], bw[mi][s], r->wbytes);
-                    if (isnan(r->rel_l2)) fprintf(f, "null");
-                    else fprintf(f, "%.8f", r->rel_l2);
-                    const int wb = p == P_W4A8 || p == P_W4A8_PACKED ? 0 : p == P_W6A8 || p == P_W6A8_PACKED ? 1 : -1;
-                    if (wb >= 0) fprintf(f, ", \"weight_rel_l2\": %.8f", wrel[mi][s][wb]);
-                    fprintf(f, "}");
-                    first = 0;
-                }
-        /* "totals": the first M (as before); "totals_by_m": every M of --m */
-        fprintf(f, "\n  ],\n  \"totals_by_m\": {");
-        for (int mi = 0; mi < nm; mi++) {
-            fprintf(f, "%s\"%lld\": {", mi ? ", " : "", (long long)(mlist[mi] > 0 ? mlist[mi] : prof->default_m));
-            first = 1;
+/* Everything measured, per M of the list (first index) and shape of the profile. */
+typedef struct bench_results {
+    result (*all)[8][NPATHS];
+    double (*peak)[8], (*bw)[8];
+    double (*totals)[NPATHS];
+    int64_t (*ms_used)[8];
+    double (*wrel)[8][2]; /* weight rel-L2 of W4A8 / W6A8 (0: not made) */
+} bench_results;
+
+static int results_alloc(bench_results *R, int nm)
+{
+    R->all = calloc((size_t)nm, sizeof *R->all);
+    R->peak = calloc((size_t)nm, sizeof *R->peak);
+    R->bw = calloc((size_t)nm, sizeof *R->bw);
+    R->totals = calloc((size_t)nm, sizeof *R->totals);
+    R->ms_used = calloc((size_t)nm, sizeof *R->ms_used);
+    R->wrel = calloc((size_t)nm, sizeof *R->wrel);
+    return R->all && R->peak && R->bw && R->totals && R->ms_used && R->wrel;
+}
+
+static void results_free(bench_results *R)
+{
+    free(R->all); free(R->peak); free(R->bw); free(R->totals); free(R->ms_used); free(R->wrel);
+}
+
+/* A path of the profile measured on every shape. */
+static int path_complete(const bench_results *R, const profile *prof, int mi, int p)
+{
+    int complete = 1;
+    for (int s = 0; s < prof->nshapes; s++) complete &= R->all[mi][s][p].ok;
+    return complete;
+}
+
+/* One shape's rows (every path measured) and its notes. */
+static void print_shape(const bench_results *R, int mi, int s, const shape *sh, int64_t m, int nsamples, long reps)
+{
+    char nk[32];
+    snprintf(nk, sizeof nk, "%lldx%lld", (long long)sh->n, (long long)sh->k);
+    const result *row = R->all[mi][s];
+    for (int p = 0; p < NPATHS; p++) {
+        const result *r = &row[p];
+        if (!r->ok) continue;
+        char rel[16] = "-", gbs[16] = "", frac[16] = "";
+        if (!isnan(r->rel_l2)) snprintf(rel, sizeof rel, "%.5f", r->rel_l2);
+        if (m <= 64) {
+            const double g = (double)r->wbytes / (r->ms * 1e6);
+            snprintf(gbs, sizeof gbs, "%.1f", g);
+            if (R->bw[mi][s] > 0) snprintf(frac, sizeof frac, "%.0f%%", 100.0 * g / R->bw[mi][s]);
+        }
+        printf("%-11s %6lld %5lld  %-19s %10.3f %9.1f %7.2fx %9s %10.1f %7s %5s  %s\n", p == 0 ? nk : "", (long long)m,
+               (long long)sh->count, path_names[p], r->ms, r->gops, row[P_FP32].ms / r->ms, rel, (double)r->wbytes / 1e6,
+               gbs, frac, r->kernel);
+    }
+    if (nsamples > reps)
+        printf("%-11s %6s %5s  short calls: median of %d samples (%d sweeps of every path per round)\n", "", "", "", nsamples,
+               nsamples / (int)reps);
+    if (row[P_W8A8].ok && row[P_W8A8_LORA].ok)
+        printf("%-11s %6s %5s  rank-64 LoRA unmerged: %+.1f%% time over w8a8-convrot\n", "", "", "",
+               100.0 * (row[P_W8A8_LORA].ms / row[P_W8A8].ms - 1.0));
+    if (R->wrel[mi][s][0] > 0 || R->wrel[mi][s][1] > 0)
+        printf("%-11s %6s %5s  weight rel-L2 (dequantized vs the fp32 weight): w4a8 %.5f, w6a8 %.5f\n", "", "", "",
+               R->wrel[mi][s][0], R->wrel[mi][s][1]);
+    if (m <= 64 && R->bw[mi][s] > 0)
+        printf("%-11s %6s %5s  read bandwidth %.1f GB/s (%.1f MB buffer, median of the same rounds)\n", "", "", "",
+               R->bw[mi][s], (double)(sh->n * sh->k) / 1e6);
+    if (R->peak[mi][s] > 0) {
+        printf("%-11s %6s %5s  int8 peak %.0f GOP/s (dot-product loop, median of the same rounds):", "", "", "", R->peak[mi][s]);
+        const int int8_paths[] = {P_W8A8, P_GEMM, P_ONEDNN_INT8};
+        for (int i = 0; i < 3; i++)
+            if (row[int8_paths[i]].ok)
+                printf(" %s %.0f%%", path_names[int8_paths[i]], 100.0 * row[int8_paths[i]].gops / R->peak[mi][s]);
+        printf("\n");
+    }
+    fflush(stdout);
+}
+
+static void print_totals(const bench_results *R, const bench_opts *o, int mi)
+{
+    const profile *prof = o->prof;
+    printf("\nweighted totals (Σ ms × count = one pass through every layer once):\n");
+    if (o->mlist[mi] > 0) printf("  M = %lld\n", (long long)o->mlist[mi]);
+    const int peers[] = {P_ONEDNN_INT8, P_ONEDNN_BF16, P_ONEDNN_F32};
+    for (int p = 0; p < NPATHS; p++) {
+        if (!path_complete(R, prof, mi, p)) continue;
+        printf("  %-19s %10.1f ms   %6.2fx vs fp32", path_names[p], R->totals[mi][p], R->totals[mi][P_FP32] / R->totals[mi][p]);
+        for (int i = 0; i < 3; i++)
+            if (R->all[mi][0][peers[i]].ok && R->totals[mi][peers[i]] > 0)
+                printf("   %5.2fx %s", R->totals[mi][p] / R->totals[mi][peers[i]], path_names[peers[i]]);
+        printf("\n");
+    }
+    int lora_total = 1;
+    for (int s = 0; s < prof->nshapes; s++) lora_total &= R->all[mi][s][P_W8A8].ok && R->all[mi][s][P_W8A8_LORA].ok;
+    if (lora_total)
+        printf("  rank-64 LoRA unmerged: %+.1f%% weighted time over w8a8-convrot\n",
+               100.0 * (R->totals[mi][P_W8A8_LORA] / R->totals[mi][P_W8A8] - 1.0));
+    fflush(stdout);
+}
+
+/* Every shape of the profile at M = o->mlist[mi] (0: the shape's own). */
+static void run_m(ql_context *ctx, const bench_opts *o, bench_results *R, int mi)
+{
+    const profile *prof = o->prof;
+    printf("\n%-11s %6s %5s  %-19s %10s %9s %8s %9s %10s %7s %5s  %s\n", "N x K", "M", "count", "path", "ms", "GOP/s",
+           "vs fp32", "rel_l2", "weight MB", "GB/s", "%bw", "kernel");
+    for (int s = 0; s < prof->nshapes; s++) {
+        const shape *sh = &prof->shapes[s];
+        const int64_t m = o->mlist[mi] > 0 ? o->mlist[mi] : sh->m ? sh->m : prof->default_m;
+        R->ms_used[mi][s] = m;
+        layer_data d;
+        fprintf(stderr, "\r  generating N=%lld K=%lld ...", (long long)sh->n, (long long)sh->k);
+        make_data(&d, m, sh->n, sh->k);
+        int nsamples = 0;
+        bench_shape(ctx, &d, o->want, (int)o->reps, R->all[mi][s], &R->peak[mi][s], &R->bw[mi][s], &nsamples);
+        for (int b = 0; b < 2; b++) R->wrel[mi][s][b] = d.wrel[b];
+        free_data(&d);
+        for (int p = 0; p < NPATHS; p++)
+            if (R->all[mi][s][p].ok) R->totals[mi][p] += R->all[mi][s][p].ms * (double)sh->count;
+        print_shape(R, mi, s, sh, m, nsamples, o->reps);
+    }
+    print_totals(R, o, mi);
+}
+
+static void json_totals(FILE *f, const bench_results *R, const profile *prof, int mi)
+{
+    int first = 1;
+    for (int p = 0; p < NPATHS; p++) {
+        if (!path_complete(R, prof, mi, p)) continue;
+        fprintf(f, "%s\"%s\": %.6f", first ? "" : ", ", path_names[p], R->totals[mi][p]);
+        first = 0;
+    }
+}
+
+/* The records and totals as JSON, written atomically (a temporary file, then a rename). */
+static int write_json(const bench_opts *o, const bench_results *R, const char *cpu, ql_context *ctx, int nt)
+{
+    const profile *prof = o->prof;
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", o->json_path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) { fprintf(stderr, "qlinear bench: cannot write %s\n", tmp); return 0; }
+    fprintf(f, "{\n  \"machine\": {\"cpu\": \"%s\", \"isa\": \"%s\"},\n", cpu, ql_isa_name(ql_context_isa(ctx)));
+    fprintf(f, "  \"profile\": \"%s\",\n  \"m\": %lld,\n  \"threads\": %d,\n  \"reps\": %ld,\n  \"records\": [\n", prof->name,
+            (long long)(o->mlist[0] > 0 ? o->mlist[0] : prof->default_m), nt, o->reps);
+    int first = 1;
+    for (int mi = 0; mi < o->nm; mi++)
+        for (int s = 0; s < prof->nshapes; s++)
             for (int p = 0; p < NPATHS; p++) {
-                int complete = 1;
-                for (int s = 0; s < prof->nshapes; s++) complete &= all[mi][s][p].ok;
-                if (!complete) continue;
-                fprintf(f, "%s\"%s\": %.6f", first ? "" : ", ", path_names[p], totals[mi][p]);
+                const result *r = &R->all[mi][s][p];
+                if (!r->ok) continue;
+                fprintf(f, "%s    {\"n\": %lld, \"k\": %lld, \"m\": %lld, \"count\": %lld, \"path\": \"%s\", \"kernel\": \"%s\", "
+                           "\"ms\": %.6f, \"gops\": %.3f, \"int8_peak_gops\": %.3f, \"read_gbs\": %.3f, \"weight_bytes\": %zu, \"rel_l2\": ",
+                        first ? "" : ",\n", (long long)prof->shapes[s].n, (long long)prof->shapes[s].k,
+                        (long long)R->ms_used[mi][s], (long long)prof->shapes[s].count, path_names[p], r->kernel, r->ms,
+                        r->gops, R->peak[mi][s], R->bw[mi][s], r->wbytes);
+                if (isnan(r->rel_l2)) fprintf(f, "null");
+                else fprintf(f, "%.8f", r->rel_l2);
+                const int wb = p == P_W4A8 || p == P_W4A8_PACKED ? 0 : p == P_W6A8 || p == P_W6A8_PACKED ? 1 : -1;
+                if (wb >= 0) fprintf(f, ", \"weight_rel_l2\": %.8f", R->wrel[mi][s][wb]);
+                fprintf(f, "}");
                 first = 0;
             }
-            fprintf(f, "}");
-        }
-        fprintf(f, "},\n  \"totals\": {");
-        first = 1;
-        for (int p = 0; p < NPATHS; p++) {
-            int complete = 1;
-            for (int s = 0; s < prof->nshapes; s++) complete &= all[0][s][p].ok;
-            if (!complete) continue;
-            fprintf(f, "%s\"%s\": %.6f", first ? "" : ", ", path_names[p], totals[0][p]);
-            first = 0;
-        }
-        fprintf(f, "}\n}\n");
-        if (fclose(f) != 0 || rename(tmp, json_path) != 0) {
-            fprintf(stderr, "qlinear bench: cannot write %s\n", json_path);
-            remove(tmp);
-            ql_context_destroy(ctx);
-            return 1;
-        }
+    /* "totals": the first M (as before); "totals_by_m": every M of --m */
+    fprintf(f, "\n  ],\n  \"totals_by_m\": {");
+    for (int mi = 0; mi < o->nm; mi++) {
+        fprintf(f, "%s\"%lld\": {", mi ? ", " : "", (long long)(o->mlist[mi] > 0 ? o->mlist[mi] : prof->default_m));
+        json_totals(f, R, prof, mi);
+        fprintf(f, "}");
     }
-    free(all); free(peak); free(bw); free(totals); free(ms_used); free(wrel);
+    fprintf(f, "},\n  \"totals\": {");
+    json_totals(f, R, prof, 0);
+    fprintf(f, "}\n}\n");
+    if (fclose(f) != 0 || rename(tmp, o->json_path) != 0) {
+        fprintf(stderr, "qlinear bench: cannot write %s\n", o->json_path);
+        remove(tmp);
+        return 0;
+    }
+    return 1;
+}
+
+int ql_cmd_bench(int argc, char **argv)
+{
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--device") && strcmp(argv[i + 1], "cpu")) {
+#ifdef QL_HAVE_CUDA_BENCH
+            return ql_cmd_bench_cuda(argc, argv);
+#else
+            fprintf(stderr, "qlinear bench: --device %s: this qlinear was built without CUDA (nvcc not found)\n", argv[i + 1]);
+            return 1;
+#endif
+        }
+    openblas_coretype(argv);
+    bench_opts o;
+    const int rc = parse_opts(argc, argv, &o);
+    if (rc >= 0) return rc;
+
+    ql_context *ctx;
+    if (ql_context_create(&ctx) != QL_OK) { fprintf(stderr, "qlinear bench: %s\n", ql_last_error()); return 1; }
+    if (o.threads > 0) ql_context_set_threads(ctx, (int)o.threads);
+    const int nt = ql_context_threads(ctx);
+    peer_set_threads(nt);
+    char cpu[256];
+    cpu_name(cpu, sizeof cpu);
+    print_header(&o, ctx, nt, cpu);
+    bench_results R;
+    if (!results_alloc(&R, o.nm)) { fprintf(stderr, "qlinear bench: out of memory\n"); return 1; }
+    for (int mi = 0; mi < o.nm; mi++) run_m(ctx, &o, &R, mi);
+    const int ok = !o.json_path || write_json(&o, &R, cpu, ctx, nt);
+    results_free(&R);
     ql_context_destroy(ctx);
-    return 0;
+    return ok ? 0 : 1;
 }
