@@ -107,6 +107,22 @@ int main(int argc, char **argv)
         ql_context *c = NULL;
         CHECK(ql_context_create(&c) == QL_ERR_UNSUPPORTED && c == NULL, "QLINEAR_ISA=%s accepted", ql_isa_name(other[i].isa));
     }
+    /* ql_isa_list: the supported ISAs, best first, generic last */
+    ql_isa list[32];
+    const int nl = ql_isa_list(list, 32);
+    CHECK(nl >= 1 && nl <= 32 && list[0] == best && list[nl - 1] == QL_ISA_GENERIC && ql_isa_list(NULL, 0) == nl,
+          "ql_isa_list: %d ISAs, first %s", nl, nl > 0 ? ql_isa_name(list[0]) : "-");
+    for (int i = 0; i < nl; i++) CHECK(ql_isa_supported(list[i]), "ql_isa_list names %s, which is not supported", ql_isa_name(list[i]));
+    /* QLINEAR_DISABLE: every ISA it names is hidden (and never the best) */
+    const char *off = getenv("QLINEAR_DISABLE");
+    if (off) {
+        printf("  QLINEAR_DISABLE=%s\n", off);
+        for (int i = 1; i < n_own; i++)
+            if (strstr(off, ql_isa_name(own[i].isa))) {
+                CHECK(!ql_isa_supported(own[i].isa) && best != own[i].isa, "QLINEAR_DISABLE=%s: %s still available", off,
+                      ql_isa_name(own[i].isa));
+            }
+    }
     setenv("QLINEAR_ISA", "sve2", 1);
     ql_context *c = NULL;
     CHECK(ql_context_create(&c) == QL_ERR_INVALID_ARGUMENT && strstr(ql_last_error(), "neondot"),
