@@ -12,17 +12,25 @@
  * (t0+t3, t0-t3, t1+t2, t1-t2) with t0=a+b, t1=c+d, t2=a-b, t3=c-d. With
  * p = x swapped at distance s: S = x+p = (t0,t0,t1,t1), D = x-p =
  * (t2,-t2,t3,-t3), and the result is S + (D swapped at distance 2s). */
+/* Radix-4 stages inside a register: on lanes (a, b, c, d), s = (a+b, b+a,
+ * c+d, d+c) and d = (a-b, b-a, c-d, d-c); the outputs are s ± the pair's
+ * first difference, (a+b)+(c-d), (a+b)-(c-d), (c+d)+(a-b), (c+d)-(a-b),
+ * exactly the generic butterfly's operations: adding the second difference
+ * instead (b+a)+(d-c) gives the same value but +0 where the butterfly gives
+ * -0 (a = b = -0, c = d). */
 static inline __m512 stage_s1(__m512 x)
 {
     __m512 p = _mm512_permute_ps(x, _MM_SHUFFLE(2, 3, 0, 1));
     __m512 s = _mm512_add_ps(x, p), d = _mm512_sub_ps(x, p);
-    return _mm512_add_ps(s, _mm512_permute_ps(d, _MM_SHUFFLE(1, 0, 3, 2)));
+    __m512 q = _mm512_permute_ps(d, _MM_SHUFFLE(0, 0, 2, 2));
+    return _mm512_mask_sub_ps(_mm512_add_ps(s, q), 0xAAAA, s, q);
 }
 static inline __m512 stage_s4(__m512 x)
 {
     __m512 p = _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(2, 3, 0, 1));
     __m512 s = _mm512_add_ps(x, p), d = _mm512_sub_ps(x, p);
-    return _mm512_add_ps(s, _mm512_shuffle_f32x4(d, d, _MM_SHUFFLE(1, 0, 3, 2)));
+    __m512 q = _mm512_shuffle_f32x4(d, d, _MM_SHUFFLE(0, 0, 2, 2));
+    return _mm512_mask_sub_ps(_mm512_add_ps(s, q), 0xF0F0, s, q);
 }
 
 static void fwht_group(float *v, int64_t g)
