@@ -170,41 +170,43 @@ static void check_scales(inspect_state *s, const ql_checkpoint *c, const ql_laye
              l->prefix, (long long)bad, (long long)t.numel);
 }
 
-static int inspect_run(const char *path, int as_json)
-{
-    ql_checkpoint *c;
-    if (ql_checkpoint_open(path, &c) != QL_OK) return fail_lib("inspect");
+/* What inspect_run gathers before printing: totals by format, warnings,
+ * the bytes of each layer's tensors, the file's bytes and its bf16 size. */
+typedef struct inspect_sums {
     inspect_state s;
-    memset(&s, 0, sizeof s);
-    const int64_t nt = ql_checkpoint_tensor_count(c), nl = ql_checkpoint_layer_count(c);
-    uint64_t total = 0, bf16 = 0;
-    int64_t *layer_bytes = calloc((size_t)(nl + 1), sizeof *layer_bytes);
-    char key[96], b1[32], b2[32], sh[96];
+    int64_t *layer_bytes; /* [n_layers]; NULL when out of memory */
+    uint64_t total, bf16;
+} inspect_sums;
 
-    /* Ownership, totals and warnings. */
-    for (int64_t i = 0; i < nt; i++) {
+/* Tensors that belong to no layer: totals by dtype and their warnings;
+ * the others count toward their layer's bytes. */
+static void tally_tensors(inspect_sums *u, const ql_checkpoint *c)
+{
+    inspect_state *s = &u->s;
+    char key[96];
+    for (int64_t i = 0; i < ql_checkpoint_tensor_count(c); i++) {
         ql_tensor_info t;
         ql_checkpoint_tensor(c, i, &t);
-        total += t.bytes;
+        u->total += t.bytes;
         int64_t li = owner_layer(c, t.name);
         if (li >= 0) {
-            if (layer_bytes) layer_bytes[li] += (int64_t)t.bytes;
+            if (u->layer_bytes) u->layer_bytes[li] += (int64_t)t.bytes;
             continue;
         }
         if (is_float_st(t.dtype)) {
             snprintf(key, sizeof key, "float %s", ql_st_dtype_name(t.dtype));
-            bf16 += (uint64_t)t.numel * 2;
+            u->bf16 += (uint64_t)t.numel * 2;
         } else {
             snprintf(key, sizeof key, "other %s", ql_st_dtype_name(t.dtype));
-            bf16 += t.bytes;
+            u->bf16 += t.bytes;
         }
-        add_total(&s, key, 0, 1, t.bytes);
+        add_total(s, key, 0, 1, t.bytes);
         size_t len = strlen(t.name);
         if (t.dtype == QL_ST_I8 && len > 7 && !strcmp(t.name + len - 7, ".weight"))
-            warn(&s, "tensor '%s' is I8 but its layer has no comfy_quant: ComfyUI would load it as a plain weight",
+            warn(s, "tensor '%s' is I8 but its layer has no comfy_quant: ComfyUI would load it as a plain weight",
                  t.name);
         if (len > 13 && !strcmp(t.name + len - 13, ".weight_scale"))
-            warn(&s, "tensor '%s' belongs to no quantized layer: ComfyUI would leave it unused", t.name);
+            warn(s, "tensor '%s' belongs to no quantized layer: ComfyUI would leave it unused", t.name);
         switch (t.dtype) {
         case QL_ST_F4:
         case QL_ST_F6_E2M3:
@@ -213,214 +215,278 @@ static int inspect_run(const char *path, int as_json)
         case QL_ST_F8_E4M3FNUZ:
         case QL_ST_F8_E5M2FNUZ:
         case QL_ST_C64:
-            warn(&s, "tensor '%s' has dtype %s, which many PyTorch builds cannot load", t.name,
+            warn(s, "tensor '%s' has dtype %s, which many PyTorch builds cannot load", t.name,
                  ql_st_dtype_name(t.dtype));
             break;
         default: break;
         }
     }
-    for (int64_t i = 0; i < nl; i++) {
+}
+
+/* Quantized layers: totals by format, their bf16 size and their warnings. */
+static void tally_layers(inspect_sums *u, const ql_checkpoint *c)
+{
+    inspect_state *s = &u->s;
+    char key[96];
+    for (int64_t i = 0; i < ql_checkpoint_layer_count(c); i++) {
         ql_layer_info l;
         ql_checkpoint_layer(c, i, &l);
-        add_total(&s, layer_key(key, sizeof key, &l), 1, 0, layer_bytes ? (uint64_t)layer_bytes[i] : 0);
+        add_total(s, layer_key(key, sizeof key, &l), 1, 0, u->layer_bytes ? (uint64_t)u->layer_bytes[i] : 0);
         if (l.k > 0) {
-            bf16 += (uint64_t)l.n * (uint64_t)l.k * 2;
-            if (l.bias >= 0) bf16 += (uint64_t)l.n * 2;
-        } else if (layer_bytes) bf16 += (uint64_t)layer_bytes[i];
-        if (l.weight < 0) warn(&s, "layer '%s': format %s but no tensor '%s.weight'", l.prefix, l.format, l.prefix);
+            u->bf16 += (uint64_t)l.n * (uint64_t)l.k * 2;
+            if (l.bias >= 0) u->bf16 += (uint64_t)l.n * 2;
+        } else if (u->layer_bytes) u->bf16 += (uint64_t)u->layer_bytes[i];
+        if (l.weight < 0) warn(s, "layer '%s': format %s but no tensor '%s.weight'", l.prefix, l.format, l.prefix);
         if (!strcmp(l.format, "int8_tensorwise")) {
-            check_scales(&s, c, &l);
+            check_scales(s, c, &l);
             if (l.convrot && l.convrot_group != 256)
-                warn(&s, "layer '%s': ConvRot group %lld; ComfyUI's fused CUDA kernels need 256 (slower fallback)",
+                warn(s, "layer '%s': ConvRot group %lld; ComfyUI's fused CUDA kernels need 256 (slower fallback)",
                      l.prefix, (long long)l.convrot_group);
         }
         if (!strcmp(l.format, "w6a8_int8"))
-            warn(&s, "layer '%s': w6a8_int8 needs a recent ComfyUI (comfy-kitchen >= 0.2.37)", l.prefix);
+            warn(s, "layer '%s': w6a8_int8 needs a recent ComfyUI (comfy-kitchen >= 0.2.37)", l.prefix);
     }
+}
 
-    if (as_json) {
-        json_t *root = json_object();
-        json_object_set_new(root, "file", json_string(path));
-        json_object_set_new(root, "file_bytes", json_integer((json_int_t)ql_checkpoint_file_bytes(c)));
-        json_object_set_new(root, "header_bytes", json_integer((json_int_t)ql_checkpoint_header_bytes(c)));
-        json_t *meta = json_object();
+/* ------------------------------------------------------- inspect --json */
+
+static json_t *tensors_json(const ql_checkpoint *c)
+{
+    json_t *ta = json_array();
+    for (int64_t i = 0; i < ql_checkpoint_tensor_count(c); i++) {
+        ql_tensor_info t;
+        ql_checkpoint_tensor(c, i, &t);
+        json_t *shape = json_array();
+        for (int d = 0; d < t.ndim; d++) json_array_append_new(shape, json_integer(t.shape[d]));
+        json_t *o = json_object();
+        json_object_set_new(o, "name", json_string(t.name));
+        json_object_set_new(o, "dtype", json_string(ql_st_dtype_name(t.dtype)));
+        json_object_set_new(o, "shape", shape);
+        json_object_set_new(o, "bytes", json_integer((json_int_t)t.bytes));
+        json_object_set_new(o, "offset", json_integer((json_int_t)t.offset));
+        json_array_append_new(ta, o);
+    }
+    return ta;
+}
+
+static json_t *layer_json(const ql_checkpoint *c, const ql_layer_info *l, int64_t bytes)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "prefix", json_string(l->prefix));
+    json_object_set_new(o, "format", json_string(l->format));
+    json_object_set_new(o, "convrot", json_boolean(l->convrot));
+    json_object_set_new(o, "convrot_groupsize", json_integer(l->convrot_group));
+    json_object_set_new(o, "n", json_integer(l->n));
+    json_object_set_new(o, "k", json_integer(l->k));
+    json_object_set_new(o, "n_scale", json_integer(l->n_scale));
+    if (l->bits) {
+        json_object_set_new(o, "bits", json_integer(l->bits));
+        json_object_set_new(o, "group_size", json_integer(l->group_size));
+        json_object_set_new(o, "levels", json_string(l->asymmetric ? "asymmetric" : l->has_codebook ? "codebook" : "uniform"));
+        json_object_set_new(o, "s_rel_dtype", json_string(ql_st_dtype_name(l->s_rel_dtype)));
+    }
+    json_object_set_new(o, "bytes", json_integer(bytes));
+    ql_tensor_info b;
+    if (l->bias >= 0 && ql_checkpoint_tensor(c, l->bias, &b) == QL_OK)
+        json_object_set_new(o, "bias_dtype", json_string(ql_st_dtype_name(b.dtype)));
+    json_object_set_new(o, "source", json_string(l->source == QL_LAYER_FROM_TENSOR     ? "comfy_quant"
+                                                 : l->source == QL_LAYER_FROM_METADATA ? "_quantization_metadata"
+                                                                                       : "both"));
+    json_object_set_new(o, "supported", json_boolean(l->supported));
+    if (!l->supported) json_object_set_new(o, "unsupported_reason", json_string(l->unsupported_reason));
+    json_object_set_new(o, "config", json_string(l->config_json));
+    return o;
+}
+
+static json_t *totals_json(const inspect_sums *u)
+{
+    json_t *tot = json_object();
+    json_object_set_new(tot, "bytes", json_integer((json_int_t)u->total));
+    json_object_set_new(tot, "bf16_bytes", json_integer((json_int_t)u->bf16));
+    json_t *bf = json_object();
+    for (int i = 0; i < u->s.n_totals; i++) {
+        json_t *o = json_object();
+        json_object_set_new(o, "layers", json_integer(u->s.totals[i].layers));
+        json_object_set_new(o, "tensors", json_integer(u->s.totals[i].tensors));
+        json_object_set_new(o, "bytes", json_integer((json_int_t)u->s.totals[i].bytes));
+        json_object_set_new(bf, u->s.totals[i].key, o);
+    }
+    json_object_set_new(tot, "by_format", bf);
+    return tot;
+}
+
+static void inspect_json(const char *path, const ql_checkpoint *c, const inspect_sums *u)
+{
+    json_t *root = json_object();
+    json_object_set_new(root, "file", json_string(path));
+    json_object_set_new(root, "file_bytes", json_integer((json_int_t)ql_checkpoint_file_bytes(c)));
+    json_object_set_new(root, "header_bytes", json_integer((json_int_t)ql_checkpoint_header_bytes(c)));
+    json_t *meta = json_object();
+    for (int64_t i = 0; i < ql_checkpoint_metadata_count(c); i++) {
+        const char *k, *v;
+        ql_checkpoint_metadata(c, i, &k, &v);
+        json_object_set_new(meta, k, json_string(v));
+    }
+    json_object_set_new(root, "metadata", meta);
+    json_object_set_new(root, "tensors", tensors_json(c));
+    json_t *la = json_array();
+    for (int64_t i = 0; i < ql_checkpoint_layer_count(c); i++) {
+        ql_layer_info l;
+        ql_checkpoint_layer(c, i, &l);
+        json_array_append_new(la, layer_json(c, &l, u->layer_bytes ? u->layer_bytes[i] : 0));
+    }
+    json_object_set_new(root, "layers", la);
+    json_object_set_new(root, "totals", totals_json(u));
+    json_t *wa = json_array();
+    for (int i = 0; i < u->s.n_warnings; i++) json_array_append_new(wa, json_string(u->s.warnings[i]));
+    json_object_set_new(root, "warnings", wa);
+    /* Strings that are not valid UTF-8 cannot occur: the reader checked. */
+    json_dumpf(root, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    fputc('\n', stdout);
+    json_decref(root);
+}
+
+/* -------------------------------------------------------- inspect (text) */
+
+static void print_layer(const ql_checkpoint *c, const ql_layer_info *l, int64_t bytes)
+{
+    char b1[32], sh[96];
+    ql_tensor_info w, sc, b;
+    printf("  ");
+    put_safe(stdout, l->prefix, 200);
+    printf("  %s", l->format);
+    if (l->convrot && !l->bits) printf(" convrot %lld", (long long)l->convrot_group);
+    if (l->bits)
+        printf(" %d-bit %s group %lld convrot %lld s_rel %s", l->bits,
+               l->asymmetric ? "asymmetric" : l->has_codebook ? "codebook" : "uniform", (long long)l->group_size,
+               (long long)l->convrot_group, ql_st_dtype_name(l->s_rel_dtype));
+    if (l->k > 0) printf("  N=%lld K=%lld", (long long)l->n, (long long)l->k);
+    if (l->weight >= 0 && ql_checkpoint_tensor(c, l->weight, &w) == QL_OK) {
+        shape_text(sh, sizeof sh, w.shape, w.ndim);
+        printf("  weight %s %s", ql_st_dtype_name(w.dtype), sh);
+    }
+    if (l->weight_scale >= 0 && ql_checkpoint_tensor(c, l->weight_scale, &sc) == QL_OK) {
+        shape_text(sh, sizeof sh, sc.shape, sc.ndim);
+        printf("  scale %s %s", ql_st_dtype_name(sc.dtype), sh);
+    }
+    if (l->bias >= 0 && ql_checkpoint_tensor(c, l->bias, &b) == QL_OK) {
+        shape_text(sh, sizeof sh, b.shape, b.ndim);
+        printf("  bias %s %s", ql_st_dtype_name(b.dtype), sh);
+    }
+    printf("  %s", human(b1, sizeof b1, (double)bytes));
+    if (l->source == QL_LAYER_FROM_METADATA) printf("  (declared in _quantization_metadata)");
+    if (!l->supported) printf("  [qlinear cannot run it: %s]", l->unsupported_reason);
+    printf("\n");
+}
+
+/* Tensors of no layer, grouped by prefix (header order, consecutive). */
+static void print_other_tensors(const ql_checkpoint *c)
+{
+    const int64_t nt = ql_checkpoint_tensor_count(c);
+    char b1[32], sh[96];
+    int header = 0;
+    for (int64_t i = 0; i < nt;) {
+        ql_tensor_info t;
+        ql_checkpoint_tensor(c, i, &t);
+        if (owner_layer(c, t.name) >= 0) {
+            i++;
+            continue;
+        }
+        if (!header) {
+            printf("tensors:\n");
+            header = 1;
+        }
+        size_t g = group_len(t.name);
+        printf("  ");
+        char gname[256];
+        snprintf(gname, sizeof gname, "%.*s", (int)(g < 255 ? g : 255), t.name);
+        put_safe(stdout, g ? gname : "(top level)", 200);
+        uint64_t gb = 0;
+        int64_t j = i;
+        for (; j < nt; j++) {
+            ql_tensor_info u;
+            ql_checkpoint_tensor(c, j, &u);
+            if (group_len(u.name) != g || strncmp(u.name, t.name, g) != 0 || owner_layer(c, u.name) >= 0) break;
+            shape_text(sh, sizeof sh, u.shape, u.ndim);
+            printf("%s ", j == i ? " " : ";");
+            put_safe(stdout, u.name + (g ? g + 1 : 0), 80);
+            printf(" %s %s", ql_st_dtype_name(u.dtype), sh);
+            gb += u.bytes;
+        }
+        printf("  %s\n", human(b1, sizeof b1, (double)gb));
+        i = j;
+    }
+}
+
+static void print_totals(const inspect_sums *u)
+{
+    char b1[32], b2[32];
+    printf("totals:\n");
+    for (int i = 0; i < u->s.n_totals; i++) {
+        printf("  %-34s", u->s.totals[i].key);
+        if (u->s.totals[i].layers) printf(" %6lld layers ", (long long)u->s.totals[i].layers);
+        else printf(" %6lld tensors", (long long)u->s.totals[i].tensors);
+        printf(" %10s\n", human(b1, sizeof b1, (double)u->s.totals[i].bytes));
+    }
+    printf("  all tensors: %s; the same model in bf16: %s", human(b1, sizeof b1, (double)u->total),
+           human(b2, sizeof b2, (double)u->bf16));
+    if (u->bf16 > 0) printf(" (%.2fx)", (double)u->total / (double)u->bf16);
+    printf("\n");
+}
+
+static void inspect_text(const char *path, const ql_checkpoint *c, const inspect_sums *u)
+{
+    const int64_t nl = ql_checkpoint_layer_count(c);
+    char b1[32];
+    printf("%s: %s, header %llu bytes, %lld tensors, %lld quantized layers\n", path,
+           human(b1, sizeof b1, (double)ql_checkpoint_file_bytes(c)), (unsigned long long)ql_checkpoint_header_bytes(c),
+           (long long)ql_checkpoint_tensor_count(c), (long long)nl);
+    if (ql_checkpoint_metadata_count(c) > 0) {
+        printf("metadata:\n");
         for (int64_t i = 0; i < ql_checkpoint_metadata_count(c); i++) {
             const char *k, *v;
             ql_checkpoint_metadata(c, i, &k, &v);
-            json_object_set_new(meta, k, json_string(v));
+            printf("  ");
+            put_safe(stdout, k, 60);
+            printf(" = ");
+            put_safe(stdout, v, 100);
+            printf("\n");
         }
-        json_object_set_new(root, "metadata", meta);
-        json_t *ta = json_array();
-        for (int64_t i = 0; i < nt; i++) {
-            ql_tensor_info t;
-            ql_checkpoint_tensor(c, i, &t);
-            json_t *shape = json_array();
-            for (int d = 0; d < t.ndim; d++) json_array_append_new(shape, json_integer(t.shape[d]));
-            json_t *o = json_object();
-            json_object_set_new(o, "name", json_string(t.name));
-            json_object_set_new(o, "dtype", json_string(ql_st_dtype_name(t.dtype)));
-            json_object_set_new(o, "shape", shape);
-            json_object_set_new(o, "bytes", json_integer((json_int_t)t.bytes));
-            json_object_set_new(o, "offset", json_integer((json_int_t)t.offset));
-            json_array_append_new(ta, o);
-        }
-        json_object_set_new(root, "tensors", ta);
-        json_t *la = json_array();
+    }
+    if (nl > 0) {
+        printf("quantized layers:\n");
         for (int64_t i = 0; i < nl; i++) {
             ql_layer_info l;
             ql_checkpoint_layer(c, i, &l);
-            json_t *o = json_object();
-            json_object_set_new(o, "prefix", json_string(l.prefix));
-            json_object_set_new(o, "format", json_string(l.format));
-            json_object_set_new(o, "convrot", json_boolean(l.convrot));
-            json_object_set_new(o, "convrot_groupsize", json_integer(l.convrot_group));
-            json_object_set_new(o, "n", json_integer(l.n));
-            json_object_set_new(o, "k", json_integer(l.k));
-            json_object_set_new(o, "n_scale", json_integer(l.n_scale));
-            if (l.bits) {
-                json_object_set_new(o, "bits", json_integer(l.bits));
-                json_object_set_new(o, "group_size", json_integer(l.group_size));
-                json_object_set_new(o, "levels", json_string(l.asymmetric ? "asymmetric" : l.has_codebook ? "codebook" : "uniform"));
-                json_object_set_new(o, "s_rel_dtype", json_string(ql_st_dtype_name(l.s_rel_dtype)));
-            }
-            json_object_set_new(o, "bytes", json_integer(layer_bytes ? layer_bytes[i] : 0));
-            ql_tensor_info b;
-            if (l.bias >= 0 && ql_checkpoint_tensor(c, l.bias, &b) == QL_OK)
-                json_object_set_new(o, "bias_dtype", json_string(ql_st_dtype_name(b.dtype)));
-            json_object_set_new(o, "source", json_string(l.source == QL_LAYER_FROM_TENSOR     ? "comfy_quant"
-                                                         : l.source == QL_LAYER_FROM_METADATA ? "_quantization_metadata"
-                                                                                              : "both"));
-            json_object_set_new(o, "supported", json_boolean(l.supported));
-            if (!l.supported) json_object_set_new(o, "unsupported_reason", json_string(l.unsupported_reason));
-            json_object_set_new(o, "config", json_string(l.config_json));
-            json_array_append_new(la, o);
-        }
-        json_object_set_new(root, "layers", la);
-        json_t *tot = json_object();
-        json_object_set_new(tot, "bytes", json_integer((json_int_t)total));
-        json_object_set_new(tot, "bf16_bytes", json_integer((json_int_t)bf16));
-        json_t *bf = json_object();
-        for (int i = 0; i < s.n_totals; i++) {
-            json_t *o = json_object();
-            json_object_set_new(o, "layers", json_integer(s.totals[i].layers));
-            json_object_set_new(o, "tensors", json_integer(s.totals[i].tensors));
-            json_object_set_new(o, "bytes", json_integer((json_int_t)s.totals[i].bytes));
-            json_object_set_new(bf, s.totals[i].key, o);
-        }
-        json_object_set_new(tot, "by_format", bf);
-        json_object_set_new(root, "totals", tot);
-        json_t *wa = json_array();
-        for (int i = 0; i < s.n_warnings; i++) json_array_append_new(wa, json_string(s.warnings[i]));
-        json_object_set_new(root, "warnings", wa);
-        /* Strings that are not valid UTF-8 cannot occur: the reader checked. */
-        json_dumpf(root, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
-        fputc('\n', stdout);
-        json_decref(root);
-    } else {
-        printf("%s: %s, header %llu bytes, %lld tensors, %lld quantized layers\n", path,
-               human(b1, sizeof b1, (double)ql_checkpoint_file_bytes(c)),
-               (unsigned long long)ql_checkpoint_header_bytes(c), (long long)nt, (long long)nl);
-        if (ql_checkpoint_metadata_count(c) > 0) {
-            printf("metadata:\n");
-            for (int64_t i = 0; i < ql_checkpoint_metadata_count(c); i++) {
-                const char *k, *v;
-                ql_checkpoint_metadata(c, i, &k, &v);
-                printf("  ");
-                put_safe(stdout, k, 60);
-                printf(" = ");
-                put_safe(stdout, v, 100);
-                printf("\n");
-            }
-        }
-        if (nl > 0) {
-            printf("quantized layers:\n");
-            for (int64_t i = 0; i < nl; i++) {
-                ql_layer_info l;
-                ql_checkpoint_layer(c, i, &l);
-                ql_tensor_info w, sc, b;
-                printf("  ");
-                put_safe(stdout, l.prefix, 200);
-                printf("  %s", l.format);
-                if (l.convrot && !l.bits) printf(" convrot %lld", (long long)l.convrot_group);
-                if (l.bits)
-                    printf(" %d-bit %s group %lld convrot %lld s_rel %s", l.bits,
-                           l.asymmetric ? "asymmetric" : l.has_codebook ? "codebook" : "uniform", (long long)l.group_size,
-                           (long long)l.convrot_group, ql_st_dtype_name(l.s_rel_dtype));
-                if (l.k > 0) printf("  N=%lld K=%lld", (long long)l.n, (long long)l.k);
-                if (l.weight >= 0 && ql_checkpoint_tensor(c, l.weight, &w) == QL_OK) {
-                    shape_text(sh, sizeof sh, w.shape, w.ndim);
-                    printf("  weight %s %s", ql_st_dtype_name(w.dtype), sh);
-                }
-                if (l.weight_scale >= 0 && ql_checkpoint_tensor(c, l.weight_scale, &sc) == QL_OK) {
-                    shape_text(sh, sizeof sh, sc.shape, sc.ndim);
-                    printf("  scale %s %s", ql_st_dtype_name(sc.dtype), sh);
-                }
-                if (l.bias >= 0 && ql_checkpoint_tensor(c, l.bias, &b) == QL_OK) {
-                    shape_text(sh, sizeof sh, b.shape, b.ndim);
-                    printf("  bias %s %s", ql_st_dtype_name(b.dtype), sh);
-                }
-                printf("  %s", human(b1, sizeof b1, layer_bytes ? (double)layer_bytes[i] : 0));
-                if (l.source == QL_LAYER_FROM_METADATA) printf("  (declared in _quantization_metadata)");
-                if (!l.supported) printf("  [qlinear cannot run it: %s]", l.unsupported_reason);
-                printf("\n");
-            }
-        }
-        /* Other tensors, grouped by prefix (header order, consecutive). */
-        int header = 0;
-        for (int64_t i = 0; i < nt;) {
-            ql_tensor_info t;
-            ql_checkpoint_tensor(c, i, &t);
-            if (owner_layer(c, t.name) >= 0) {
-                i++;
-                continue;
-            }
-            if (!header) {
-                printf("tensors:\n");
-                header = 1;
-            }
-            size_t g = group_len(t.name);
-            printf("  ");
-            char gname[256];
-            snprintf(gname, sizeof gname, "%.*s", (int)(g < 255 ? g : 255), t.name);
-            put_safe(stdout, g ? gname : "(top level)", 200);
-            uint64_t gb = 0;
-            int64_t j = i;
-            for (; j < nt; j++) {
-                ql_tensor_info u;
-                ql_checkpoint_tensor(c, j, &u);
-                if (group_len(u.name) != g || strncmp(u.name, t.name, g) != 0 || owner_layer(c, u.name) >= 0) break;
-                shape_text(sh, sizeof sh, u.shape, u.ndim);
-                printf("%s ", j == i ? " " : ";");
-                put_safe(stdout, u.name + (g ? g + 1 : 0), 80);
-                printf(" %s %s", ql_st_dtype_name(u.dtype), sh);
-                gb += u.bytes;
-            }
-            printf("  %s\n", human(b1, sizeof b1, (double)gb));
-            i = j;
-        }
-        printf("totals:\n");
-        for (int i = 0; i < s.n_totals; i++) {
-            printf("  %-34s", s.totals[i].key);
-            if (s.totals[i].layers) printf(" %6lld layers ", (long long)s.totals[i].layers);
-            else printf(" %6lld tensors", (long long)s.totals[i].tensors);
-            printf(" %10s\n", human(b1, sizeof b1, (double)s.totals[i].bytes));
-        }
-        printf("  all tensors: %s; the same model in bf16: %s", human(b1, sizeof b1, (double)total),
-               human(b2, sizeof b2, (double)bf16));
-        if (bf16 > 0) printf(" (%.2fx)", (double)total / (double)bf16);
-        printf("\n");
-        if (s.n_warnings) {
-            printf("warnings:\n");
-            for (int i = 0; i < s.n_warnings; i++) {
-                printf("  ");
-                put_safe(stdout, s.warnings[i], 400);
-                printf("\n");
-            }
+            print_layer(c, &l, u->layer_bytes ? u->layer_bytes[i] : 0);
         }
     }
-    for (int i = 0; i < s.n_warnings; i++) free(s.warnings[i]);
-    free(s.warnings);
-    free(layer_bytes);
+    print_other_tensors(c);
+    print_totals(u);
+    if (u->s.n_warnings) {
+        printf("warnings:\n");
+        for (int i = 0; i < u->s.n_warnings; i++) {
+            printf("  ");
+            put_safe(stdout, u->s.warnings[i], 400);
+            printf("\n");
+        }
+    }
+}
+
+static int inspect_run(const char *path, int as_json)
+{
+    ql_checkpoint *c;
+    if (ql_checkpoint_open(path, &c) != QL_OK) return fail_lib("inspect");
+    inspect_sums u;
+    memset(&u, 0, sizeof u);
+    u.layer_bytes = calloc((size_t)(ql_checkpoint_layer_count(c) + 1), sizeof *u.layer_bytes);
+    tally_tensors(&u, c);
+    tally_layers(&u, c);
+    if (as_json) inspect_json(path, c, &u);
+    else inspect_text(path, c, &u);
+    for (int i = 0; i < u.s.n_warnings; i++) free(u.s.warnings[i]);
+    free(u.s.warnings);
+    free(u.layer_bytes);
     ql_checkpoint_close(c);
     return 0;
 }
