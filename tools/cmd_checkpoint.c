@@ -634,162 +634,211 @@ static int same_file(const char *a, const char *b)
     return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
 }
 
-int ql_cmd_forward(int argc, char **argv)
-{
-    const char *usage = "CKPT LAYER IN.safetensors OUT.safetensors [--input NAME] [--out-dtype fp32|bf16|fp16] "
-                        "[--bias|--no-bias] [--device cpu|cuda[:N]] [--lora FILE[:STRENGTH]]... [--packed]";
-    const char *pos[4] = {0};
-    int cuda_dev = -1; /* --device cuda[:N] */
+typedef struct forward_args {
+    const char *ckpt, *layer, *in, *out; /* CKPT LAYER IN OUT */
+    const char *input;                   /* --input NAME */
+    int cuda_dev;                        /* --device cuda[:N]; -1: the CPU */
     char *lora_args[64];
-    int nlora = 0;
-    ql_cli_lora *loras = NULL;
-    float *wmerged = NULL;
+    int nlora;
+    int bias_mode; /* 0 default, 1 --bias, -1 --no-bias */
+    int packed;    /* W4A8/W6A8: decode inside the GEMM instead of once */
+    ql_dtype ydt;  /* --out-dtype, when ydt_given */
+    int ydt_given;
+} forward_args;
+
+/* -1: the arguments are good; otherwise the exit code. */
+static int forward_parse(int argc, char **argv, const char *usage, forward_args *a)
+{
+    const char *pos[4] = {0};
     int npos = 0;
-    const char *input = NULL, *out_dtype = NULL;
-    int bias_mode = 0; /* 0 default, 1 --bias, -1 --no-bias */
-    int packed = 0;    /* W4A8/W6A8: decode inside the GEMM instead of once */
+    const char *out_dtype = NULL;
+    memset(a, 0, sizeof *a);
+    a->cuda_dev = -1;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        const char *s = argv[i];
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
             printf("usage: qlinear forward %s\n", usage);
             return 0;
-        } else if (!strcmp(a, "--input") || !strcmp(a, "--out-dtype")) {
+        } else if (!strcmp(s, "--input") || !strcmp(s, "--out-dtype")) {
             if (i + 1 >= argc) return usage_err("forward", "option needs a value", usage);
-            if (!strcmp(a, "--input")) input = argv[++i];
+            if (!strcmp(s, "--input")) a->input = argv[++i];
             else out_dtype = argv[++i];
-        } else if (!strcmp(a, "--packed")) packed = 1;
-        else if (!strcmp(a, "--lora")) {
+        } else if (!strcmp(s, "--packed")) a->packed = 1;
+        else if (!strcmp(s, "--lora")) {
             if (i + 1 >= argc) return usage_err("forward", "option needs a value", usage);
-            if (nlora == 64) return usage_err("forward", "more than 64 --lora", usage);
-            lora_args[nlora++] = argv[++i];
-        } else if (!strcmp(a, "--device")) {
+            if (a->nlora == 64) return usage_err("forward", "more than 64 --lora", usage);
+            a->lora_args[a->nlora++] = argv[++i];
+        } else if (!strcmp(s, "--device")) {
             if (i + 1 >= argc) return usage_err("forward", "option needs a value", usage);
             const char *v = argv[++i];
-            if (!strncmp(v, "cuda", 4) && (!v[4] || v[4] == ':')) cuda_dev = v[4] ? atoi(v + 5) : 0;
+            if (!strncmp(v, "cuda", 4) && (!v[4] || v[4] == ':')) a->cuda_dev = v[4] ? atoi(v + 5) : 0;
             else if (strcmp(v, "cpu")) return usage_err("forward", "--device must be cpu, cuda or cuda:N", usage);
-        } else if (!strcmp(a, "--bias")) bias_mode = 1;
-        else if (!strcmp(a, "--no-bias")) bias_mode = -1;
-        else if (a[0] == '-' && a[1]) return usage_err("forward", "unknown option", usage);
-        else if (npos < 4) pos[npos++] = a;
+        } else if (!strcmp(s, "--bias")) a->bias_mode = 1;
+        else if (!strcmp(s, "--no-bias")) a->bias_mode = -1;
+        else if (s[0] == '-' && s[1]) return usage_err("forward", "unknown option", usage);
+        else if (npos < 4) pos[npos++] = s;
         else return usage_err("forward", "too many arguments", usage);
     }
     if (npos != 4) return usage_err("forward", "needs CKPT LAYER IN OUT", usage);
-    ql_dtype ydt = QL_F32;
-    int ydt_given = 0;
+    a->ydt = QL_F32;
     if (out_dtype) {
-        ydt_given = 1;
-        if (!strcmp(out_dtype, "fp32")) ydt = QL_F32;
-        else if (!strcmp(out_dtype, "bf16")) ydt = QL_BF16;
-        else if (!strcmp(out_dtype, "fp16")) ydt = QL_F16;
+        a->ydt_given = 1;
+        if (!strcmp(out_dtype, "fp32")) a->ydt = QL_F32;
+        else if (!strcmp(out_dtype, "bf16")) a->ydt = QL_BF16;
+        else if (!strcmp(out_dtype, "fp16")) a->ydt = QL_F16;
         else return usage_err("forward", "--out-dtype must be fp32, bf16 or fp16", usage);
     }
-    const char *ckpt_path = pos[0], *layer = pos[1], *in_path = pos[2], *out_path = pos[3];
-    if (same_file(out_path, ckpt_path)) {
-        fprintf(stderr, "qlinear forward: %s: refusing to overwrite the checkpoint\n", out_path);
-        return 1;
-    }
+    a->ckpt = pos[0], a->layer = pos[1], a->in = pos[2], a->out = pos[3];
+    return -1;
+}
 
-    int rc = 1;
-    ql_checkpoint *ck = NULL, *xin = NULL;
-    ql_context *ctx = NULL;
-    ql_linear *lin = NULL;
-    void *x = NULL, *y = NULL;
-    ql_st_writer *w = NULL;
-    if (ql_checkpoint_open(ckpt_path, &ck) != QL_OK || ql_checkpoint_open(in_path, &xin) != QL_OK) {
-        rc = fail_lib("forward");
-        goto done;
-    }
-    /* The input tensor. */
+/* The input tensor: --input, else the only one, else 'x'. 1: printed why not. */
+static int forward_input(const ql_checkpoint *xin, const forward_args *a, ql_tensor_info *xt, ql_dtype *xdt)
+{
     int64_t ti = -1;
-    if (input) {
-        ti = ql_checkpoint_find(xin, input);
+    if (a->input) {
+        ti = ql_checkpoint_find(xin, a->input);
         if (ti < 0) {
-            fprintf(stderr, "qlinear forward: %s: no tensor '", in_path);
-            put_safe(stderr, input, 100);
+            fprintf(stderr, "qlinear forward: %s: no tensor '", a->in);
+            put_safe(stderr, a->input, 100);
             fprintf(stderr, "'\n");
-            goto done;
+            return 1;
         }
     } else if (ql_checkpoint_tensor_count(xin) == 1) ti = 0;
     else if ((ti = ql_checkpoint_find(xin, "x")) < 0) {
         fprintf(stderr, "qlinear forward: %s: has %lld tensors and none is called 'x'; choose one with --input\n",
-                in_path, (long long)ql_checkpoint_tensor_count(xin));
+                a->in, (long long)ql_checkpoint_tensor_count(xin));
+        return 1;
+    }
+    ql_checkpoint_tensor(xin, ti, xt);
+    if (ql_st_dtype_to_ql(xt->dtype, xdt) != QL_OK || (*xdt != QL_F32 && *xdt != QL_F16 && *xdt != QL_BF16) ||
+        (xt->ndim != 1 && xt->ndim != 2)) {
+        fprintf(stderr, "qlinear forward: %s: tensor '", a->in);
+        put_safe(stderr, xt->name, 100);
+        fprintf(stderr, "' must be F32, F16 or BF16 [M, K] (it is %s, %d-D)\n", ql_st_dtype_name(xt->dtype), xt->ndim);
+        return 1;
+    }
+    return 0;
+}
+
+/* The layer's descriptor (the bias as --bias/--no-bias ask), for an input
+ * of K = k. 1: printed why not. */
+static int forward_layer(const ql_checkpoint *ck, const forward_args *a, int64_t k, ql_linear_desc *d, int *quantized)
+{
+    const char *layer = a->layer;
+    size_t ll = strlen(layer);
+    char *prefix = strndup(layer, ll >= 7 && !strcmp(layer + ll - 7, ".weight") ? ll - 7 : ll);
+    if (!prefix) return 1;
+    *quantized = ql_checkpoint_find_layer(ck, prefix) >= 0;
+    free(prefix);
+    if (ql_checkpoint_linear_desc(ck, layer,
+                                  *quantized ? (a->packed ? QL_LINEAR_WXA8_PACKED : QL_LINEAR_W8A8) : QL_LINEAR_DENSE,
+                                  d) != QL_OK)
+        return fail_lib("forward");
+    const int wxa8 = d->wxa8.bits != 0;
+    const void **bias = wxa8 ? &d->wxa8.bias : *quantized ? &d->int8.bias : &d->bias;
+    if (a->bias_mode == 1 && !*bias) {
+        fprintf(stderr, "qlinear forward: %s: layer '", a->ckpt);
+        put_safe(stderr, layer, 100);
+        fprintf(stderr, "' has no bias (--bias)\n");
+        return 1;
+    }
+    if (a->bias_mode == -1) *bias = NULL;
+    const int64_t lk = *quantized && !wxa8 ? d->int8.k : d->k;
+    if (k != lk) {
+        fprintf(stderr, "qlinear forward: %s: input has K = %lld but layer '", a->in, (long long)k);
+        put_safe(stderr, layer, 100);
+        fprintf(stderr, "' has K = %lld\n", (long long)lk);
+        return 1;
+    }
+    return 0;
+}
+
+/* LoRAs on a float layer: merged into an fp32 copy of its weight [n, lk]
+ * (*merged; the caller frees it), which d then points to. */
+static int merge_dense_loras(ql_linear_desc *d, int64_t n, int64_t lk, const ql_cli_lora *loras, int nlora,
+                             float **merged)
+{
+    float *wm = *merged = malloc((size_t)(n * lk) * 4 + 4);
+    if (!wm || ql_convert(d->weight, d->weight_dtype, wm, QL_F32, n * lk) != QL_OK) return fail_lib("forward");
+    for (int l = 0; l < nlora; l++)
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t c = 0; c < lk; c++) {
+                double s = 0;
+                for (int64_t q = 0; q < loras[l].m->rank; q++)
+                    s += (double)loras[l].up[r * loras[l].m->rank + q] * loras[l].down[q * lk + c];
+                wm[r * lk + c] = (float)(wm[r * lk + c] + loras[l].scale * s);
+            }
+    d->weight = wm;
+    d->weight_dtype = QL_F32;
+    d->ld_weight = lk;
+    return 0;
+}
+
+/* The context (on --device) and the linear; on a quantized layer, the
+ * LoRAs stay unmerged beside it. */
+static int forward_linear(const forward_args *a, const ql_linear_desc *d, int quantized, int64_t lk,
+                          const ql_cli_lora *loras, ql_context **ctx, ql_linear **lin)
+{
+    if (ql_context_create(ctx) != QL_OK ||
+        (a->cuda_dev >= 0 && ql_context_set_device(*ctx, QL_DEVICE_CUDA, a->cuda_dev) != QL_OK) ||
+        ql_linear_create(*ctx, d, lin) != QL_OK)
+        return fail_lib("forward");
+    for (int l = 0; quantized && l < a->nlora; l++) {
+        const ql_lora_desc ld = {loras[l].m->rank, loras[l].down, QL_F32, lk, loras[l].up, QL_F32, loras[l].m->rank,
+                                 loras[l].scale};
+        if (ql_linear_add_lora(*lin, &ld, NULL) != QL_OK) return fail_lib("forward");
+    }
+    return 0;
+}
+
+/* OUT: y [m, n] (or [n] for a 1-D input), with the layer and its kind in
+ * the metadata. */
+static int forward_write(const forward_args *a, const void *y, size_t ybytes, ql_dtype ydt, int ndim, int64_t m,
+                         int64_t n, const char *kind)
+{
+    ql_st_writer *w = NULL;
+    int64_t yshape[2] = {m, n};
+    ql_tensor_spec spec = {"y", ql_st_dtype_from_ql(ydt), ndim, ndim == 2 ? yshape : yshape + 1};
+    const char *mk[] = {"qlinear_layer", "qlinear_kind"};
+    const char *mv[] = {a->layer, kind};
+    if (ql_st_writer_open(a->out, &spec, 1, mk, mv, 2, a->in, &w) != QL_OK ||
+        ql_st_writer_write(w, 0, 0, y, ybytes) != QL_OK) {
+        int rc = fail_lib("forward");
+        ql_st_writer_abort(w);
+        return rc;
+    }
+    if (ql_st_writer_finish(w) != QL_OK) return fail_lib("forward");
+    return 0;
+}
+
+static int forward_run(const forward_args *a)
+{
+    int rc = 1;
+    ql_checkpoint *ck = NULL, *xin = NULL;
+    ql_cli_lora *loras = NULL;
+    float *wmerged = NULL;
+    ql_context *ctx = NULL;
+    ql_linear *lin = NULL;
+    void *x = NULL, *y = NULL;
+    if (ql_checkpoint_open(a->ckpt, &ck) != QL_OK || ql_checkpoint_open(a->in, &xin) != QL_OK) {
+        rc = fail_lib("forward");
         goto done;
     }
     ql_tensor_info xt;
-    ql_checkpoint_tensor(xin, ti, &xt);
     ql_dtype xdt;
-    if (ql_st_dtype_to_ql(xt.dtype, &xdt) != QL_OK || (xdt != QL_F32 && xdt != QL_F16 && xdt != QL_BF16) ||
-        (xt.ndim != 1 && xt.ndim != 2)) {
-        fprintf(stderr, "qlinear forward: %s: tensor '", in_path);
-        put_safe(stderr, xt.name, 100);
-        fprintf(stderr, "' must be F32, F16 or BF16 [M, K] (it is %s, %d-D)\n", ql_st_dtype_name(xt.dtype), xt.ndim);
-        goto done;
-    }
-    if (!ydt_given) ydt = xdt;
-    int64_t m = xt.ndim == 2 ? xt.shape[0] : 1, k = xt.shape[xt.ndim - 1];
-
-    /* The layer. */
-    size_t ll = strlen(layer);
-    char *prefix = strndup(layer, ll >= 7 && !strcmp(layer + ll - 7, ".weight") ? ll - 7 : ll);
-    if (!prefix) goto done;
-    int quantized = ql_checkpoint_find_layer(ck, prefix) >= 0;
-    free(prefix);
+    if (forward_input(xin, a, &xt, &xdt)) goto done;
+    const ql_dtype ydt = a->ydt_given ? a->ydt : xdt;
+    const int64_t m = xt.ndim == 2 ? xt.shape[0] : 1, k = xt.shape[xt.ndim - 1];
     ql_linear_desc d;
-    if (ql_checkpoint_linear_desc(ck, layer, quantized ? (packed ? QL_LINEAR_WXA8_PACKED : QL_LINEAR_W8A8) : QL_LINEAR_DENSE,
-                                  &d) != QL_OK) {
-        rc = fail_lib("forward");
-        goto done;
-    }
+    int quantized;
+    if (forward_layer(ck, a, k, &d, &quantized)) goto done;
     const int wxa8 = d.wxa8.bits != 0;
-    const void **bias = wxa8 ? &d.wxa8.bias : quantized ? &d.int8.bias : &d.bias;
-    if (bias_mode == 1 && !*bias) {
-        fprintf(stderr, "qlinear forward: %s: layer '", ckpt_path);
-        put_safe(stderr, layer, 100);
-        fprintf(stderr, "' has no bias (--bias)\n");
-        goto done;
-    }
-    if (bias_mode == -1) *bias = NULL;
-    int64_t n = quantized && !wxa8 ? d.int8.n : d.n, lk = quantized && !wxa8 ? d.int8.k : d.k;
-    if (k != lk) {
-        fprintf(stderr, "qlinear forward: %s: input has K = %lld but layer '", in_path, (long long)k);
-        put_safe(stderr, layer, 100);
-        fprintf(stderr, "' has K = %lld\n", (long long)lk);
-        goto done;
-    }
+    const int64_t n = quantized && !wxa8 ? d.int8.n : d.n, lk = quantized && !wxa8 ? d.int8.k : d.k;
     /* LoRAs: unmerged on an int8 layer; merged into an fp32 copy of a float weight */
-    if (nlora && ql_cli_loras_load("forward", ck, layer, lora_args, nlora, &loras)) goto done;
-    if (nlora && !quantized) {
-        wmerged = malloc((size_t)(n * lk) * 4 + 4);
-        if (!wmerged || ql_convert(d.weight, d.weight_dtype, wmerged, QL_F32, n * lk) != QL_OK) {
-            rc = fail_lib("forward");
-            goto done;
-        }
-        for (int l = 0; l < nlora; l++)
-            for (int64_t r = 0; r < n; r++)
-                for (int64_t c = 0; c < lk; c++) {
-                    double s = 0;
-                    for (int64_t q = 0; q < loras[l].m->rank; q++)
-                        s += (double)loras[l].up[r * loras[l].m->rank + q] * loras[l].down[q * lk + c];
-                    wmerged[r * lk + c] = (float)(wmerged[r * lk + c] + loras[l].scale * s);
-                }
-        d.weight = wmerged;
-        d.weight_dtype = QL_F32;
-        d.ld_weight = lk;
-    }
-    if (ql_context_create(&ctx) != QL_OK ||
-        (cuda_dev >= 0 && ql_context_set_device(ctx, QL_DEVICE_CUDA, cuda_dev) != QL_OK) ||
-        ql_linear_create(ctx, &d, &lin) != QL_OK) {
-        rc = fail_lib("forward");
-        goto done;
-    }
-    for (int l = 0; quantized && l < nlora; l++) {
-        const ql_lora_desc ld = {loras[l].m->rank, loras[l].down, QL_F32, lk, loras[l].up, QL_F32, loras[l].m->rank,
-                                 loras[l].scale};
-        if (ql_linear_add_lora(lin, &ld, NULL) != QL_OK) {
-            rc = fail_lib("forward");
-            goto done;
-        }
-    }
+    if (a->nlora && ql_cli_loras_load("forward", ck, a->layer, a->lora_args, a->nlora, &loras)) goto done;
+    if (a->nlora && !quantized && merge_dense_loras(&d, n, lk, loras, a->nlora, &wmerged)) goto done;
+    if (forward_linear(a, &d, quantized, lk, loras, &ctx, &lin)) goto done;
     x = malloc(xt.bytes ? (size_t)xt.bytes : 1);
     size_t ybytes = (size_t)m * (size_t)n * ql_dtype_size(ydt);
     y = malloc(ybytes ? ybytes : 1);
@@ -798,39 +847,40 @@ int ql_cmd_forward(int argc, char **argv)
         goto done;
     }
     memcpy(x, xt.data, (size_t)xt.bytes);
-    if ((cuda_dev >= 0 ? ql_tool_device_forward(lin, x, xdt, m, k, y, ydt, n)
-                       : ql_linear_forward(lin, x, xdt, m, k, y, ydt, n, NULL)) != QL_OK) {
+    if ((a->cuda_dev >= 0 ? ql_tool_device_forward(lin, x, xdt, m, k, y, ydt, n)
+                          : ql_linear_forward(lin, x, xdt, m, k, y, ydt, n, NULL)) != QL_OK) {
         rc = fail_lib("forward");
         goto done;
     }
-    int64_t yshape[2] = {m, n};
-    ql_tensor_spec spec = {"y", ql_st_dtype_from_ql(ydt), xt.ndim, xt.ndim == 2 ? yshape : yshape + 1};
-    const char *mk[] = {"qlinear_layer", "qlinear_kind"};
-    const char *mv[] = {layer, wxa8 ? (packed ? (d.wxa8.bits == 6 ? "w6a8-packed" : "w4a8-packed") : (d.wxa8.bits == 6 ? "w6a8" : "w4a8"))
-                               : quantized ? "w8a8" : "dense"};
-    if (ql_st_writer_open(out_path, &spec, 1, mk, mv, 2, in_path, &w) != QL_OK ||
-        ql_st_writer_write(w, 0, 0, y, ybytes) != QL_OK) {
-        rc = fail_lib("forward");
-        goto done;
-    }
-    ql_st_writer *wf = w;
-    w = NULL;
-    if (ql_st_writer_finish(wf) != QL_OK) {
-        rc = fail_lib("forward");
-        goto done;
-    }
-    rc = 0;
+    const char *kind = wxa8 ? (a->packed ? (d.wxa8.bits == 6 ? "w6a8-packed" : "w4a8-packed")
+                                         : (d.wxa8.bits == 6 ? "w6a8" : "w4a8"))
+                       : quantized ? "w8a8"
+                                   : "dense";
+    rc = forward_write(a, y, ybytes, ydt, xt.ndim, m, n, kind);
 done:
-    ql_st_writer_abort(w);
     free(x);
     free(y);
     ql_linear_destroy(lin);
     ql_context_destroy(ctx);
     ql_checkpoint_close(ck);
     ql_checkpoint_close(xin);
-    ql_cli_loras_free(loras, nlora);
+    ql_cli_loras_free(loras, a->nlora);
     free(wmerged);
     return rc;
+}
+
+int ql_cmd_forward(int argc, char **argv)
+{
+    const char *usage = "CKPT LAYER IN.safetensors OUT.safetensors [--input NAME] [--out-dtype fp32|bf16|fp16] "
+                        "[--bias|--no-bias] [--device cpu|cuda[:N]] [--lora FILE[:STRENGTH]]... [--packed]";
+    forward_args a;
+    int rc = forward_parse(argc, argv, usage, &a);
+    if (rc >= 0) return rc;
+    if (same_file(a.out, a.ckpt)) {
+        fprintf(stderr, "qlinear forward: %s: refusing to overwrite the checkpoint\n", a.out);
+        return 1;
+    }
+    return forward_run(&a);
 }
 
 #ifndef QL_HAVE_CUDA_BENCH
