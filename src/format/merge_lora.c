@@ -255,6 +255,43 @@ static ql_status merge_layer_wxa8(mjob *j, touched *t, int64_t rows, int64_t ld,
     return st;
 }
 
+/* Pass 1 of a tensorwise int8 layer: the merged weight's absmax. */
+static ql_status merged_absmax(mjob *j, const touched *t, const float *scales, int64_t rows, int64_t ld,
+                               int64_t nblocks, size_t fbytes, float *absmax)
+{
+    const ql_checkpoint *c = j->c;
+    const int64_t n = t->n, k = t->k;
+    float gmax = 0.0f;
+#pragma omp parallel num_threads(j->threads)
+    {
+        float *w = ql_aligned_alloc(fbytes), *tmp = ql_aligned_alloc(fbytes);
+        float lmax = 0.0f;
+        if (!w || !tmp) record(j, ql_fail(QL_ERR_OUT_OF_MEMORY, "merge: out of memory"));
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t b = 0; b < nblocks; b++) {
+            if (atomic_load(&j->failed)) continue;
+            const int64_t r0 = b * rows, nr = n - r0 < rows ? n - r0 : rows;
+            merged_rows(c, t, r0, nr, ld, w, tmp, scales);
+            for (int64_t i = 0; i < nr; i++)
+                for (int64_t x = 0; x < k; x++) {
+                    const float v = fabsf(w[i * ld + x]);
+                    if (!(v <= 3.40282347e38f)) {
+                        record(j, nonfinite_row(j, t, r0 + i));
+                        i = nr;
+                        break;
+                    }
+                    lmax = v > lmax ? v : lmax;
+                }
+        }
+#pragma omp critical(ql_merge_max)
+        gmax = lmax > gmax ? lmax : gmax;
+        ql_aligned_free(w);
+        ql_aligned_free(tmp);
+    }
+    *absmax = gmax;
+    return j->err != QL_OK ? ql_fail(j->err, "%s", j->errmsg) : QL_OK;
+}
+
 static ql_status merge_layer(mjob *j, touched *t)
 {
     const ql_checkpoint *c = j->c;
@@ -278,35 +315,10 @@ static ql_status merge_layer(mjob *j, touched *t)
     const int tensorwise = t->quantized && t->n_scale == 1;
     float gmax = 0.0f, gscale = 0.0f;
     if (tensorwise) { /* pass 1: the merged tensor's absmax */
-#pragma omp parallel num_threads(j->threads)
-        {
-            float *w = ql_aligned_alloc(fbytes), *tmp = ql_aligned_alloc(fbytes);
-            float lmax = 0.0f;
-            if (!w || !tmp) record(j, ql_fail(QL_ERR_OUT_OF_MEMORY, "merge: out of memory"));
-#pragma omp for schedule(dynamic, 1)
-            for (int64_t b = 0; b < nblocks; b++) {
-                if (atomic_load(&j->failed)) continue;
-                const int64_t r0 = b * rows, nr = n - r0 < rows ? n - r0 : rows;
-                merged_rows(c, t, r0, nr, ld, w, tmp, scales);
-                for (int64_t i = 0; i < nr; i++)
-                    for (int64_t x = 0; x < k; x++) {
-                        const float v = fabsf(w[i * ld + x]);
-                        if (!(v <= 3.40282347e38f)) {
-                            record(j, nonfinite_row(j, t, r0 + i));
-                            i = nr;
-                            break;
-                        }
-                        lmax = v > lmax ? v : lmax;
-                    }
-            }
-#pragma omp critical(ql_merge_max)
-            gmax = lmax > gmax ? lmax : gmax;
-            ql_aligned_free(w);
-            ql_aligned_free(tmp);
-        }
-        if (j->err != QL_OK) {
+        ql_status st = merged_absmax(j, t, scales, rows, ld, nblocks, fbytes, &gmax);
+        if (st != QL_OK) {
             free(scales);
-            return ql_fail(j->err, "%s", j->errmsg);
+            return st;
         }
         gscale = sr ? ql_sr_scale(gmax) : ql_scale_from_absmax(gmax);
     }
