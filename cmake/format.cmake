@@ -6,7 +6,9 @@ find_path(QL_JANSSON_INCLUDE jansson.h)
 find_library(QL_JANSSON_LIB jansson REQUIRED)
 
 set(QL_FORMAT_SOURCES
+  src/format/text.c
   src/format/safetensors.c
+  src/format/checkpoint.c
   src/format/writer.c
   src/format/comfy_quant.c
   src/format/layers.c

@@ -170,41 +170,43 @@ static void check_scales(inspect_state *s, const ql_checkpoint *c, const ql_laye
              l->prefix, (long long)bad, (long long)t.numel);
 }
 
-static int inspect_run(const char *path, int as_json)
-{
-    ql_checkpoint *c;
-    if (ql_checkpoint_open(path, &c) != QL_OK) return fail_lib("inspect");
+/* What inspect_run gathers before printing: totals by format, warnings,
+ * the bytes of each layer's tensors, the file's bytes and its bf16 size. */
+typedef struct inspect_sums {
     inspect_state s;
-    memset(&s, 0, sizeof s);
-    const int64_t nt = ql_checkpoint_tensor_count(c), nl = ql_checkpoint_layer_count(c);
-    uint64_t total = 0, bf16 = 0;
-    int64_t *layer_bytes = calloc((size_t)(nl + 1), sizeof *layer_bytes);
-    char key[96], b1[32], b2[32], sh[96];
+    int64_t *layer_bytes; /* [n_layers]; NULL when out of memory */
+    uint64_t total, bf16;
+} inspect_sums;
 
-    /* Ownership, totals and warnings. */
-    for (int64_t i = 0; i < nt; i++) {
+/* Tensors that belong to no layer: totals by dtype and their warnings;
+ * the others count toward their layer's bytes. */
+static void tally_tensors(inspect_sums *u, const ql_checkpoint *c)
+{
+    inspect_state *s = &u->s;
+    char key[96];
+    for (int64_t i = 0; i < ql_checkpoint_tensor_count(c); i++) {
         ql_tensor_info t;
         ql_checkpoint_tensor(c, i, &t);
-        total += t.bytes;
+        u->total += t.bytes;
         int64_t li = owner_layer(c, t.name);
         if (li >= 0) {
-            if (layer_bytes) layer_bytes[li] += (int64_t)t.bytes;
+            if (u->layer_bytes) u->layer_bytes[li] += (int64_t)t.bytes;
             continue;
         }
         if (is_float_st(t.dtype)) {
             snprintf(key, sizeof key, "float %s", ql_st_dtype_name(t.dtype));
-            bf16 += (uint64_t)t.numel * 2;
+            u->bf16 += (uint64_t)t.numel * 2;
         } else {
             snprintf(key, sizeof key, "other %s", ql_st_dtype_name(t.dtype));
-            bf16 += t.bytes;
+            u->bf16 += t.bytes;
         }
-        add_total(&s, key, 0, 1, t.bytes);
+        add_total(s, key, 0, 1, t.bytes);
         size_t len = strlen(t.name);
         if (t.dtype == QL_ST_I8 && len > 7 && !strcmp(t.name + len - 7, ".weight"))
-            warn(&s, "tensor '%s' is I8 but its layer has no comfy_quant: ComfyUI would load it as a plain weight",
+            warn(s, "tensor '%s' is I8 but its layer has no comfy_quant: ComfyUI would load it as a plain weight",
                  t.name);
         if (len > 13 && !strcmp(t.name + len - 13, ".weight_scale"))
-            warn(&s, "tensor '%s' belongs to no quantized layer: ComfyUI would leave it unused", t.name);
+            warn(s, "tensor '%s' belongs to no quantized layer: ComfyUI would leave it unused", t.name);
         switch (t.dtype) {
         case QL_ST_F4:
         case QL_ST_F6_E2M3:
@@ -213,214 +215,278 @@ static int inspect_run(const char *path, int as_json)
         case QL_ST_F8_E4M3FNUZ:
         case QL_ST_F8_E5M2FNUZ:
         case QL_ST_C64:
-            warn(&s, "tensor '%s' has dtype %s, which many PyTorch builds cannot load", t.name,
+            warn(s, "tensor '%s' has dtype %s, which many PyTorch builds cannot load", t.name,
                  ql_st_dtype_name(t.dtype));
             break;
         default: break;
         }
     }
-    for (int64_t i = 0; i < nl; i++) {
+}
+
+/* Quantized layers: totals by format, their bf16 size and their warnings. */
+static void tally_layers(inspect_sums *u, const ql_checkpoint *c)
+{
+    inspect_state *s = &u->s;
+    char key[96];
+    for (int64_t i = 0; i < ql_checkpoint_layer_count(c); i++) {
         ql_layer_info l;
         ql_checkpoint_layer(c, i, &l);
-        add_total(&s, layer_key(key, sizeof key, &l), 1, 0, layer_bytes ? (uint64_t)layer_bytes[i] : 0);
+        add_total(s, layer_key(key, sizeof key, &l), 1, 0, u->layer_bytes ? (uint64_t)u->layer_bytes[i] : 0);
         if (l.k > 0) {
-            bf16 += (uint64_t)l.n * (uint64_t)l.k * 2;
-            if (l.bias >= 0) bf16 += (uint64_t)l.n * 2;
-        } else if (layer_bytes) bf16 += (uint64_t)layer_bytes[i];
-        if (l.weight < 0) warn(&s, "layer '%s': format %s but no tensor '%s.weight'", l.prefix, l.format, l.prefix);
+            u->bf16 += (uint64_t)l.n * (uint64_t)l.k * 2;
+            if (l.bias >= 0) u->bf16 += (uint64_t)l.n * 2;
+        } else if (u->layer_bytes) u->bf16 += (uint64_t)u->layer_bytes[i];
+        if (l.weight < 0) warn(s, "layer '%s': format %s but no tensor '%s.weight'", l.prefix, l.format, l.prefix);
         if (!strcmp(l.format, "int8_tensorwise")) {
-            check_scales(&s, c, &l);
+            check_scales(s, c, &l);
             if (l.convrot && l.convrot_group != 256)
-                warn(&s, "layer '%s': ConvRot group %lld; ComfyUI's fused CUDA kernels need 256 (slower fallback)",
+                warn(s, "layer '%s': ConvRot group %lld; ComfyUI's fused CUDA kernels need 256 (slower fallback)",
                      l.prefix, (long long)l.convrot_group);
         }
         if (!strcmp(l.format, "w6a8_int8"))
-            warn(&s, "layer '%s': w6a8_int8 needs a recent ComfyUI (comfy-kitchen >= 0.2.37)", l.prefix);
+            warn(s, "layer '%s': w6a8_int8 needs a recent ComfyUI (comfy-kitchen >= 0.2.37)", l.prefix);
     }
+}
 
-    if (as_json) {
-        json_t *root = json_object();
-        json_object_set_new(root, "file", json_string(path));
-        json_object_set_new(root, "file_bytes", json_integer((json_int_t)ql_checkpoint_file_bytes(c)));
-        json_object_set_new(root, "header_bytes", json_integer((json_int_t)ql_checkpoint_header_bytes(c)));
-        json_t *meta = json_object();
+/* ------------------------------------------------------- inspect --json */
+
+static json_t *tensors_json(const ql_checkpoint *c)
+{
+    json_t *ta = json_array();
+    for (int64_t i = 0; i < ql_checkpoint_tensor_count(c); i++) {
+        ql_tensor_info t;
+        ql_checkpoint_tensor(c, i, &t);
+        json_t *shape = json_array();
+        for (int d = 0; d < t.ndim; d++) json_array_append_new(shape, json_integer(t.shape[d]));
+        json_t *o = json_object();
+        json_object_set_new(o, "name", json_string(t.name));
+        json_object_set_new(o, "dtype", json_string(ql_st_dtype_name(t.dtype)));
+        json_object_set_new(o, "shape", shape);
+        json_object_set_new(o, "bytes", json_integer((json_int_t)t.bytes));
+        json_object_set_new(o, "offset", json_integer((json_int_t)t.offset));
+        json_array_append_new(ta, o);
+    }
+    return ta;
+}
+
+static json_t *layer_json(const ql_checkpoint *c, const ql_layer_info *l, int64_t bytes)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "prefix", json_string(l->prefix));
+    json_object_set_new(o, "format", json_string(l->format));
+    json_object_set_new(o, "convrot", json_boolean(l->convrot));
+    json_object_set_new(o, "convrot_groupsize", json_integer(l->convrot_group));
+    json_object_set_new(o, "n", json_integer(l->n));
+    json_object_set_new(o, "k", json_integer(l->k));
+    json_object_set_new(o, "n_scale", json_integer(l->n_scale));
+    if (l->bits) {
+        json_object_set_new(o, "bits", json_integer(l->bits));
+        json_object_set_new(o, "group_size", json_integer(l->group_size));
+        json_object_set_new(o, "levels", json_string(l->asymmetric ? "asymmetric" : l->has_codebook ? "codebook" : "uniform"));
+        json_object_set_new(o, "s_rel_dtype", json_string(ql_st_dtype_name(l->s_rel_dtype)));
+    }
+    json_object_set_new(o, "bytes", json_integer(bytes));
+    ql_tensor_info b;
+    if (l->bias >= 0 && ql_checkpoint_tensor(c, l->bias, &b) == QL_OK)
+        json_object_set_new(o, "bias_dtype", json_string(ql_st_dtype_name(b.dtype)));
+    json_object_set_new(o, "source", json_string(l->source == QL_LAYER_FROM_TENSOR     ? "comfy_quant"
+                                                 : l->source == QL_LAYER_FROM_METADATA ? "_quantization_metadata"
+                                                                                       : "both"));
+    json_object_set_new(o, "supported", json_boolean(l->supported));
+    if (!l->supported) json_object_set_new(o, "unsupported_reason", json_string(l->unsupported_reason));
+    json_object_set_new(o, "config", json_string(l->config_json));
+    return o;
+}
+
+static json_t *totals_json(const inspect_sums *u)
+{
+    json_t *tot = json_object();
+    json_object_set_new(tot, "bytes", json_integer((json_int_t)u->total));
+    json_object_set_new(tot, "bf16_bytes", json_integer((json_int_t)u->bf16));
+    json_t *bf = json_object();
+    for (int i = 0; i < u->s.n_totals; i++) {
+        json_t *o = json_object();
+        json_object_set_new(o, "layers", json_integer(u->s.totals[i].layers));
+        json_object_set_new(o, "tensors", json_integer(u->s.totals[i].tensors));
+        json_object_set_new(o, "bytes", json_integer((json_int_t)u->s.totals[i].bytes));
+        json_object_set_new(bf, u->s.totals[i].key, o);
+    }
+    json_object_set_new(tot, "by_format", bf);
+    return tot;
+}
+
+static void inspect_json(const char *path, const ql_checkpoint *c, const inspect_sums *u)
+{
+    json_t *root = json_object();
+    json_object_set_new(root, "file", json_string(path));
+    json_object_set_new(root, "file_bytes", json_integer((json_int_t)ql_checkpoint_file_bytes(c)));
+    json_object_set_new(root, "header_bytes", json_integer((json_int_t)ql_checkpoint_header_bytes(c)));
+    json_t *meta = json_object();
+    for (int64_t i = 0; i < ql_checkpoint_metadata_count(c); i++) {
+        const char *k, *v;
+        ql_checkpoint_metadata(c, i, &k, &v);
+        json_object_set_new(meta, k, json_string(v));
+    }
+    json_object_set_new(root, "metadata", meta);
+    json_object_set_new(root, "tensors", tensors_json(c));
+    json_t *la = json_array();
+    for (int64_t i = 0; i < ql_checkpoint_layer_count(c); i++) {
+        ql_layer_info l;
+        ql_checkpoint_layer(c, i, &l);
+        json_array_append_new(la, layer_json(c, &l, u->layer_bytes ? u->layer_bytes[i] : 0));
+    }
+    json_object_set_new(root, "layers", la);
+    json_object_set_new(root, "totals", totals_json(u));
+    json_t *wa = json_array();
+    for (int i = 0; i < u->s.n_warnings; i++) json_array_append_new(wa, json_string(u->s.warnings[i]));
+    json_object_set_new(root, "warnings", wa);
+    /* Strings that are not valid UTF-8 cannot occur: the reader checked. */
+    json_dumpf(root, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    fputc('\n', stdout);
+    json_decref(root);
+}
+
+/* -------------------------------------------------------- inspect (text) */
+
+static void print_layer(const ql_checkpoint *c, const ql_layer_info *l, int64_t bytes)
+{
+    char b1[32], sh[96];
+    ql_tensor_info w, sc, b;
+    printf("  ");
+    put_safe(stdout, l->prefix, 200);
+    printf("  %s", l->format);
+    if (l->convrot && !l->bits) printf(" convrot %lld", (long long)l->convrot_group);
+    if (l->bits)
+        printf(" %d-bit %s group %lld convrot %lld s_rel %s", l->bits,
+               l->asymmetric ? "asymmetric" : l->has_codebook ? "codebook" : "uniform", (long long)l->group_size,
+               (long long)l->convrot_group, ql_st_dtype_name(l->s_rel_dtype));
+    if (l->k > 0) printf("  N=%lld K=%lld", (long long)l->n, (long long)l->k);
+    if (l->weight >= 0 && ql_checkpoint_tensor(c, l->weight, &w) == QL_OK) {
+        shape_text(sh, sizeof sh, w.shape, w.ndim);
+        printf("  weight %s %s", ql_st_dtype_name(w.dtype), sh);
+    }
+    if (l->weight_scale >= 0 && ql_checkpoint_tensor(c, l->weight_scale, &sc) == QL_OK) {
+        shape_text(sh, sizeof sh, sc.shape, sc.ndim);
+        printf("  scale %s %s", ql_st_dtype_name(sc.dtype), sh);
+    }
+    if (l->bias >= 0 && ql_checkpoint_tensor(c, l->bias, &b) == QL_OK) {
+        shape_text(sh, sizeof sh, b.shape, b.ndim);
+        printf("  bias %s %s", ql_st_dtype_name(b.dtype), sh);
+    }
+    printf("  %s", human(b1, sizeof b1, (double)bytes));
+    if (l->source == QL_LAYER_FROM_METADATA) printf("  (declared in _quantization_metadata)");
+    if (!l->supported) printf("  [qlinear cannot run it: %s]", l->unsupported_reason);
+    printf("\n");
+}
+
+/* Tensors of no layer, grouped by prefix (header order, consecutive). */
+static void print_other_tensors(const ql_checkpoint *c)
+{
+    const int64_t nt = ql_checkpoint_tensor_count(c);
+    char b1[32], sh[96];
+    int header = 0;
+    for (int64_t i = 0; i < nt;) {
+        ql_tensor_info t;
+        ql_checkpoint_tensor(c, i, &t);
+        if (owner_layer(c, t.name) >= 0) {
+            i++;
+            continue;
+        }
+        if (!header) {
+            printf("tensors:\n");
+            header = 1;
+        }
+        size_t g = group_len(t.name);
+        printf("  ");
+        char gname[256];
+        snprintf(gname, sizeof gname, "%.*s", (int)(g < 255 ? g : 255), t.name);
+        put_safe(stdout, g ? gname : "(top level)", 200);
+        uint64_t gb = 0;
+        int64_t j = i;
+        for (; j < nt; j++) {
+            ql_tensor_info u;
+            ql_checkpoint_tensor(c, j, &u);
+            if (group_len(u.name) != g || strncmp(u.name, t.name, g) != 0 || owner_layer(c, u.name) >= 0) break;
+            shape_text(sh, sizeof sh, u.shape, u.ndim);
+            printf("%s ", j == i ? " " : ";");
+            put_safe(stdout, u.name + (g ? g + 1 : 0), 80);
+            printf(" %s %s", ql_st_dtype_name(u.dtype), sh);
+            gb += u.bytes;
+        }
+        printf("  %s\n", human(b1, sizeof b1, (double)gb));
+        i = j;
+    }
+}
+
+static void print_totals(const inspect_sums *u)
+{
+    char b1[32], b2[32];
+    printf("totals:\n");
+    for (int i = 0; i < u->s.n_totals; i++) {
+        printf("  %-34s", u->s.totals[i].key);
+        if (u->s.totals[i].layers) printf(" %6lld layers ", (long long)u->s.totals[i].layers);
+        else printf(" %6lld tensors", (long long)u->s.totals[i].tensors);
+        printf(" %10s\n", human(b1, sizeof b1, (double)u->s.totals[i].bytes));
+    }
+    printf("  all tensors: %s; the same model in bf16: %s", human(b1, sizeof b1, (double)u->total),
+           human(b2, sizeof b2, (double)u->bf16));
+    if (u->bf16 > 0) printf(" (%.2fx)", (double)u->total / (double)u->bf16);
+    printf("\n");
+}
+
+static void inspect_text(const char *path, const ql_checkpoint *c, const inspect_sums *u)
+{
+    const int64_t nl = ql_checkpoint_layer_count(c);
+    char b1[32];
+    printf("%s: %s, header %llu bytes, %lld tensors, %lld quantized layers\n", path,
+           human(b1, sizeof b1, (double)ql_checkpoint_file_bytes(c)), (unsigned long long)ql_checkpoint_header_bytes(c),
+           (long long)ql_checkpoint_tensor_count(c), (long long)nl);
+    if (ql_checkpoint_metadata_count(c) > 0) {
+        printf("metadata:\n");
         for (int64_t i = 0; i < ql_checkpoint_metadata_count(c); i++) {
             const char *k, *v;
             ql_checkpoint_metadata(c, i, &k, &v);
-            json_object_set_new(meta, k, json_string(v));
+            printf("  ");
+            put_safe(stdout, k, 60);
+            printf(" = ");
+            put_safe(stdout, v, 100);
+            printf("\n");
         }
-        json_object_set_new(root, "metadata", meta);
-        json_t *ta = json_array();
-        for (int64_t i = 0; i < nt; i++) {
-            ql_tensor_info t;
-            ql_checkpoint_tensor(c, i, &t);
-            json_t *shape = json_array();
-            for (int d = 0; d < t.ndim; d++) json_array_append_new(shape, json_integer(t.shape[d]));
-            json_t *o = json_object();
-            json_object_set_new(o, "name", json_string(t.name));
-            json_object_set_new(o, "dtype", json_string(ql_st_dtype_name(t.dtype)));
-            json_object_set_new(o, "shape", shape);
-            json_object_set_new(o, "bytes", json_integer((json_int_t)t.bytes));
-            json_object_set_new(o, "offset", json_integer((json_int_t)t.offset));
-            json_array_append_new(ta, o);
-        }
-        json_object_set_new(root, "tensors", ta);
-        json_t *la = json_array();
+    }
+    if (nl > 0) {
+        printf("quantized layers:\n");
         for (int64_t i = 0; i < nl; i++) {
             ql_layer_info l;
             ql_checkpoint_layer(c, i, &l);
-            json_t *o = json_object();
-            json_object_set_new(o, "prefix", json_string(l.prefix));
-            json_object_set_new(o, "format", json_string(l.format));
-            json_object_set_new(o, "convrot", json_boolean(l.convrot));
-            json_object_set_new(o, "convrot_groupsize", json_integer(l.convrot_group));
-            json_object_set_new(o, "n", json_integer(l.n));
-            json_object_set_new(o, "k", json_integer(l.k));
-            json_object_set_new(o, "n_scale", json_integer(l.n_scale));
-            if (l.bits) {
-                json_object_set_new(o, "bits", json_integer(l.bits));
-                json_object_set_new(o, "group_size", json_integer(l.group_size));
-                json_object_set_new(o, "levels", json_string(l.asymmetric ? "asymmetric" : l.has_codebook ? "codebook" : "uniform"));
-                json_object_set_new(o, "s_rel_dtype", json_string(ql_st_dtype_name(l.s_rel_dtype)));
-            }
-            json_object_set_new(o, "bytes", json_integer(layer_bytes ? layer_bytes[i] : 0));
-            ql_tensor_info b;
-            if (l.bias >= 0 && ql_checkpoint_tensor(c, l.bias, &b) == QL_OK)
-                json_object_set_new(o, "bias_dtype", json_string(ql_st_dtype_name(b.dtype)));
-            json_object_set_new(o, "source", json_string(l.source == QL_LAYER_FROM_TENSOR     ? "comfy_quant"
-                                                         : l.source == QL_LAYER_FROM_METADATA ? "_quantization_metadata"
-                                                                                              : "both"));
-            json_object_set_new(o, "supported", json_boolean(l.supported));
-            if (!l.supported) json_object_set_new(o, "unsupported_reason", json_string(l.unsupported_reason));
-            json_object_set_new(o, "config", json_string(l.config_json));
-            json_array_append_new(la, o);
-        }
-        json_object_set_new(root, "layers", la);
-        json_t *tot = json_object();
-        json_object_set_new(tot, "bytes", json_integer((json_int_t)total));
-        json_object_set_new(tot, "bf16_bytes", json_integer((json_int_t)bf16));
-        json_t *bf = json_object();
-        for (int i = 0; i < s.n_totals; i++) {
-            json_t *o = json_object();
-            json_object_set_new(o, "layers", json_integer(s.totals[i].layers));
-            json_object_set_new(o, "tensors", json_integer(s.totals[i].tensors));
-            json_object_set_new(o, "bytes", json_integer((json_int_t)s.totals[i].bytes));
-            json_object_set_new(bf, s.totals[i].key, o);
-        }
-        json_object_set_new(tot, "by_format", bf);
-        json_object_set_new(root, "totals", tot);
-        json_t *wa = json_array();
-        for (int i = 0; i < s.n_warnings; i++) json_array_append_new(wa, json_string(s.warnings[i]));
-        json_object_set_new(root, "warnings", wa);
-        /* Strings that are not valid UTF-8 cannot occur: the reader checked. */
-        json_dumpf(root, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
-        fputc('\n', stdout);
-        json_decref(root);
-    } else {
-        printf("%s: %s, header %llu bytes, %lld tensors, %lld quantized layers\n", path,
-               human(b1, sizeof b1, (double)ql_checkpoint_file_bytes(c)),
-               (unsigned long long)ql_checkpoint_header_bytes(c), (long long)nt, (long long)nl);
-        if (ql_checkpoint_metadata_count(c) > 0) {
-            printf("metadata:\n");
-            for (int64_t i = 0; i < ql_checkpoint_metadata_count(c); i++) {
-                const char *k, *v;
-                ql_checkpoint_metadata(c, i, &k, &v);
-                printf("  ");
-                put_safe(stdout, k, 60);
-                printf(" = ");
-                put_safe(stdout, v, 100);
-                printf("\n");
-            }
-        }
-        if (nl > 0) {
-            printf("quantized layers:\n");
-            for (int64_t i = 0; i < nl; i++) {
-                ql_layer_info l;
-                ql_checkpoint_layer(c, i, &l);
-                ql_tensor_info w, sc, b;
-                printf("  ");
-                put_safe(stdout, l.prefix, 200);
-                printf("  %s", l.format);
-                if (l.convrot && !l.bits) printf(" convrot %lld", (long long)l.convrot_group);
-                if (l.bits)
-                    printf(" %d-bit %s group %lld convrot %lld s_rel %s", l.bits,
-                           l.asymmetric ? "asymmetric" : l.has_codebook ? "codebook" : "uniform", (long long)l.group_size,
-                           (long long)l.convrot_group, ql_st_dtype_name(l.s_rel_dtype));
-                if (l.k > 0) printf("  N=%lld K=%lld", (long long)l.n, (long long)l.k);
-                if (l.weight >= 0 && ql_checkpoint_tensor(c, l.weight, &w) == QL_OK) {
-                    shape_text(sh, sizeof sh, w.shape, w.ndim);
-                    printf("  weight %s %s", ql_st_dtype_name(w.dtype), sh);
-                }
-                if (l.weight_scale >= 0 && ql_checkpoint_tensor(c, l.weight_scale, &sc) == QL_OK) {
-                    shape_text(sh, sizeof sh, sc.shape, sc.ndim);
-                    printf("  scale %s %s", ql_st_dtype_name(sc.dtype), sh);
-                }
-                if (l.bias >= 0 && ql_checkpoint_tensor(c, l.bias, &b) == QL_OK) {
-                    shape_text(sh, sizeof sh, b.shape, b.ndim);
-                    printf("  bias %s %s", ql_st_dtype_name(b.dtype), sh);
-                }
-                printf("  %s", human(b1, sizeof b1, layer_bytes ? (double)layer_bytes[i] : 0));
-                if (l.source == QL_LAYER_FROM_METADATA) printf("  (declared in _quantization_metadata)");
-                if (!l.supported) printf("  [qlinear cannot run it: %s]", l.unsupported_reason);
-                printf("\n");
-            }
-        }
-        /* Other tensors, grouped by prefix (header order, consecutive). */
-        int header = 0;
-        for (int64_t i = 0; i < nt;) {
-            ql_tensor_info t;
-            ql_checkpoint_tensor(c, i, &t);
-            if (owner_layer(c, t.name) >= 0) {
-                i++;
-                continue;
-            }
-            if (!header) {
-                printf("tensors:\n");
-                header = 1;
-            }
-            size_t g = group_len(t.name);
-            printf("  ");
-            char gname[256];
-            snprintf(gname, sizeof gname, "%.*s", (int)(g < 255 ? g : 255), t.name);
-            put_safe(stdout, g ? gname : "(top level)", 200);
-            uint64_t gb = 0;
-            int64_t j = i;
-            for (; j < nt; j++) {
-                ql_tensor_info u;
-                ql_checkpoint_tensor(c, j, &u);
-                if (group_len(u.name) != g || strncmp(u.name, t.name, g) != 0 || owner_layer(c, u.name) >= 0) break;
-                shape_text(sh, sizeof sh, u.shape, u.ndim);
-                printf("%s ", j == i ? " " : ";");
-                put_safe(stdout, u.name + (g ? g + 1 : 0), 80);
-                printf(" %s %s", ql_st_dtype_name(u.dtype), sh);
-                gb += u.bytes;
-            }
-            printf("  %s\n", human(b1, sizeof b1, (double)gb));
-            i = j;
-        }
-        printf("totals:\n");
-        for (int i = 0; i < s.n_totals; i++) {
-            printf("  %-34s", s.totals[i].key);
-            if (s.totals[i].layers) printf(" %6lld layers ", (long long)s.totals[i].layers);
-            else printf(" %6lld tensors", (long long)s.totals[i].tensors);
-            printf(" %10s\n", human(b1, sizeof b1, (double)s.totals[i].bytes));
-        }
-        printf("  all tensors: %s; the same model in bf16: %s", human(b1, sizeof b1, (double)total),
-               human(b2, sizeof b2, (double)bf16));
-        if (bf16 > 0) printf(" (%.2fx)", (double)total / (double)bf16);
-        printf("\n");
-        if (s.n_warnings) {
-            printf("warnings:\n");
-            for (int i = 0; i < s.n_warnings; i++) {
-                printf("  ");
-                put_safe(stdout, s.warnings[i], 400);
-                printf("\n");
-            }
+            print_layer(c, &l, u->layer_bytes ? u->layer_bytes[i] : 0);
         }
     }
-    for (int i = 0; i < s.n_warnings; i++) free(s.warnings[i]);
-    free(s.warnings);
-    free(layer_bytes);
+    print_other_tensors(c);
+    print_totals(u);
+    if (u->s.n_warnings) {
+        printf("warnings:\n");
+        for (int i = 0; i < u->s.n_warnings; i++) {
+            printf("  ");
+            put_safe(stdout, u->s.warnings[i], 400);
+            printf("\n");
+        }
+    }
+}
+
+static int inspect_run(const char *path, int as_json)
+{
+    ql_checkpoint *c;
+    if (ql_checkpoint_open(path, &c) != QL_OK) return fail_lib("inspect");
+    inspect_sums u;
+    memset(&u, 0, sizeof u);
+    u.layer_bytes = calloc((size_t)(ql_checkpoint_layer_count(c) + 1), sizeof *u.layer_bytes);
+    tally_tensors(&u, c);
+    tally_layers(&u, c);
+    if (as_json) inspect_json(path, c, &u);
+    else inspect_text(path, c, &u);
+    for (int i = 0; i < u.s.n_warnings; i++) free(u.s.warnings[i]);
+    free(u.s.warnings);
+    free(u.layer_bytes);
     ql_checkpoint_close(c);
     return 0;
 }
@@ -568,162 +634,211 @@ static int same_file(const char *a, const char *b)
     return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
 }
 
-int ql_cmd_forward(int argc, char **argv)
-{
-    const char *usage = "CKPT LAYER IN.safetensors OUT.safetensors [--input NAME] [--out-dtype fp32|bf16|fp16] "
-                        "[--bias|--no-bias] [--device cpu|cuda[:N]] [--lora FILE[:STRENGTH]]... [--packed]";
-    const char *pos[4] = {0};
-    int cuda_dev = -1; /* --device cuda[:N] */
+typedef struct forward_args {
+    const char *ckpt, *layer, *in, *out; /* CKPT LAYER IN OUT */
+    const char *input;                   /* --input NAME */
+    int cuda_dev;                        /* --device cuda[:N]; -1: the CPU */
     char *lora_args[64];
-    int nlora = 0;
-    ql_cli_lora *loras = NULL;
-    float *wmerged = NULL;
+    int nlora;
+    int bias_mode; /* 0 default, 1 --bias, -1 --no-bias */
+    int packed;    /* W4A8/W6A8: decode inside the GEMM instead of once */
+    ql_dtype ydt;  /* --out-dtype, when ydt_given */
+    int ydt_given;
+} forward_args;
+
+/* -1: the arguments are good; otherwise the exit code. */
+static int forward_parse(int argc, char **argv, const char *usage, forward_args *a)
+{
+    const char *pos[4] = {0};
     int npos = 0;
-    const char *input = NULL, *out_dtype = NULL;
-    int bias_mode = 0; /* 0 default, 1 --bias, -1 --no-bias */
-    int packed = 0;    /* W4A8/W6A8: decode inside the GEMM instead of once */
+    const char *out_dtype = NULL;
+    memset(a, 0, sizeof *a);
+    a->cuda_dev = -1;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        const char *s = argv[i];
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
             printf("usage: qlinear forward %s\n", usage);
             return 0;
-        } else if (!strcmp(a, "--input") || !strcmp(a, "--out-dtype")) {
+        } else if (!strcmp(s, "--input") || !strcmp(s, "--out-dtype")) {
             if (i + 1 >= argc) return usage_err("forward", "option needs a value", usage);
-            if (!strcmp(a, "--input")) input = argv[++i];
+            if (!strcmp(s, "--input")) a->input = argv[++i];
             else out_dtype = argv[++i];
-        } else if (!strcmp(a, "--packed")) packed = 1;
-        else if (!strcmp(a, "--lora")) {
+        } else if (!strcmp(s, "--packed")) a->packed = 1;
+        else if (!strcmp(s, "--lora")) {
             if (i + 1 >= argc) return usage_err("forward", "option needs a value", usage);
-            if (nlora == 64) return usage_err("forward", "more than 64 --lora", usage);
-            lora_args[nlora++] = argv[++i];
-        } else if (!strcmp(a, "--device")) {
+            if (a->nlora == 64) return usage_err("forward", "more than 64 --lora", usage);
+            a->lora_args[a->nlora++] = argv[++i];
+        } else if (!strcmp(s, "--device")) {
             if (i + 1 >= argc) return usage_err("forward", "option needs a value", usage);
             const char *v = argv[++i];
-            if (!strncmp(v, "cuda", 4) && (!v[4] || v[4] == ':')) cuda_dev = v[4] ? atoi(v + 5) : 0;
+            if (!strncmp(v, "cuda", 4) && (!v[4] || v[4] == ':')) a->cuda_dev = v[4] ? atoi(v + 5) : 0;
             else if (strcmp(v, "cpu")) return usage_err("forward", "--device must be cpu, cuda or cuda:N", usage);
-        } else if (!strcmp(a, "--bias")) bias_mode = 1;
-        else if (!strcmp(a, "--no-bias")) bias_mode = -1;
-        else if (a[0] == '-' && a[1]) return usage_err("forward", "unknown option", usage);
-        else if (npos < 4) pos[npos++] = a;
+        } else if (!strcmp(s, "--bias")) a->bias_mode = 1;
+        else if (!strcmp(s, "--no-bias")) a->bias_mode = -1;
+        else if (s[0] == '-' && s[1]) return usage_err("forward", "unknown option", usage);
+        else if (npos < 4) pos[npos++] = s;
         else return usage_err("forward", "too many arguments", usage);
     }
     if (npos != 4) return usage_err("forward", "needs CKPT LAYER IN OUT", usage);
-    ql_dtype ydt = QL_F32;
-    int ydt_given = 0;
+    a->ydt = QL_F32;
     if (out_dtype) {
-        ydt_given = 1;
-        if (!strcmp(out_dtype, "fp32")) ydt = QL_F32;
-        else if (!strcmp(out_dtype, "bf16")) ydt = QL_BF16;
-        else if (!strcmp(out_dtype, "fp16")) ydt = QL_F16;
+        a->ydt_given = 1;
+        if (!strcmp(out_dtype, "fp32")) a->ydt = QL_F32;
+        else if (!strcmp(out_dtype, "bf16")) a->ydt = QL_BF16;
+        else if (!strcmp(out_dtype, "fp16")) a->ydt = QL_F16;
         else return usage_err("forward", "--out-dtype must be fp32, bf16 or fp16", usage);
     }
-    const char *ckpt_path = pos[0], *layer = pos[1], *in_path = pos[2], *out_path = pos[3];
-    if (same_file(out_path, ckpt_path)) {
-        fprintf(stderr, "qlinear forward: %s: refusing to overwrite the checkpoint\n", out_path);
-        return 1;
-    }
+    a->ckpt = pos[0], a->layer = pos[1], a->in = pos[2], a->out = pos[3];
+    return -1;
+}
 
-    int rc = 1;
-    ql_checkpoint *ck = NULL, *xin = NULL;
-    ql_context *ctx = NULL;
-    ql_linear *lin = NULL;
-    void *x = NULL, *y = NULL;
-    ql_st_writer *w = NULL;
-    if (ql_checkpoint_open(ckpt_path, &ck) != QL_OK || ql_checkpoint_open(in_path, &xin) != QL_OK) {
-        rc = fail_lib("forward");
-        goto done;
-    }
-    /* The input tensor. */
+/* The input tensor: --input, else the only one, else 'x'. 1: printed why not. */
+static int forward_input(const ql_checkpoint *xin, const forward_args *a, ql_tensor_info *xt, ql_dtype *xdt)
+{
     int64_t ti = -1;
-    if (input) {
-        ti = ql_checkpoint_find(xin, input);
+    if (a->input) {
+        ti = ql_checkpoint_find(xin, a->input);
         if (ti < 0) {
-            fprintf(stderr, "qlinear forward: %s: no tensor '", in_path);
-            put_safe(stderr, input, 100);
+            fprintf(stderr, "qlinear forward: %s: no tensor '", a->in);
+            put_safe(stderr, a->input, 100);
             fprintf(stderr, "'\n");
-            goto done;
+            return 1;
         }
     } else if (ql_checkpoint_tensor_count(xin) == 1) ti = 0;
     else if ((ti = ql_checkpoint_find(xin, "x")) < 0) {
         fprintf(stderr, "qlinear forward: %s: has %lld tensors and none is called 'x'; choose one with --input\n",
-                in_path, (long long)ql_checkpoint_tensor_count(xin));
+                a->in, (long long)ql_checkpoint_tensor_count(xin));
+        return 1;
+    }
+    ql_checkpoint_tensor(xin, ti, xt);
+    if (ql_st_dtype_to_ql(xt->dtype, xdt) != QL_OK || (*xdt != QL_F32 && *xdt != QL_F16 && *xdt != QL_BF16) ||
+        (xt->ndim != 1 && xt->ndim != 2)) {
+        fprintf(stderr, "qlinear forward: %s: tensor '", a->in);
+        put_safe(stderr, xt->name, 100);
+        fprintf(stderr, "' must be F32, F16 or BF16 [M, K] (it is %s, %d-D)\n", ql_st_dtype_name(xt->dtype), xt->ndim);
+        return 1;
+    }
+    return 0;
+}
+
+/* The layer's descriptor (the bias as --bias/--no-bias ask), for an input
+ * of K = k. 1: printed why not. */
+static int forward_layer(const ql_checkpoint *ck, const forward_args *a, int64_t k, ql_linear_desc *d, int *quantized)
+{
+    const char *layer = a->layer;
+    size_t ll = strlen(layer);
+    char *prefix = strndup(layer, ll >= 7 && !strcmp(layer + ll - 7, ".weight") ? ll - 7 : ll);
+    if (!prefix) return 1;
+    *quantized = ql_checkpoint_find_layer(ck, prefix) >= 0;
+    free(prefix);
+    if (ql_checkpoint_linear_desc(ck, layer,
+                                  *quantized ? (a->packed ? QL_LINEAR_WXA8_PACKED : QL_LINEAR_W8A8) : QL_LINEAR_DENSE,
+                                  d) != QL_OK)
+        return fail_lib("forward");
+    const int wxa8 = d->wxa8.bits != 0;
+    const void **bias = wxa8 ? &d->wxa8.bias : *quantized ? &d->int8.bias : &d->bias;
+    if (a->bias_mode == 1 && !*bias) {
+        fprintf(stderr, "qlinear forward: %s: layer '", a->ckpt);
+        put_safe(stderr, layer, 100);
+        fprintf(stderr, "' has no bias (--bias)\n");
+        return 1;
+    }
+    if (a->bias_mode == -1) *bias = NULL;
+    const int64_t lk = *quantized && !wxa8 ? d->int8.k : d->k;
+    if (k != lk) {
+        fprintf(stderr, "qlinear forward: %s: input has K = %lld but layer '", a->in, (long long)k);
+        put_safe(stderr, layer, 100);
+        fprintf(stderr, "' has K = %lld\n", (long long)lk);
+        return 1;
+    }
+    return 0;
+}
+
+/* LoRAs on a float layer: merged into an fp32 copy of its weight [n, lk]
+ * (*merged; the caller frees it), which d then points to. */
+static int merge_dense_loras(ql_linear_desc *d, int64_t n, int64_t lk, const ql_cli_lora *loras, int nlora,
+                             float **merged)
+{
+    float *wm = *merged = malloc((size_t)(n * lk) * 4 + 4);
+    if (!wm || ql_convert(d->weight, d->weight_dtype, wm, QL_F32, n * lk) != QL_OK) return fail_lib("forward");
+    for (int l = 0; l < nlora; l++)
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t c = 0; c < lk; c++) {
+                double s = 0;
+                for (int64_t q = 0; q < loras[l].m->rank; q++)
+                    s += (double)loras[l].up[r * loras[l].m->rank + q] * loras[l].down[q * lk + c];
+                wm[r * lk + c] = (float)(wm[r * lk + c] + loras[l].scale * s);
+            }
+    d->weight = wm;
+    d->weight_dtype = QL_F32;
+    d->ld_weight = lk;
+    return 0;
+}
+
+/* The context (on --device) and the linear; on a quantized layer, the
+ * LoRAs stay unmerged beside it. */
+static int forward_linear(const forward_args *a, const ql_linear_desc *d, int quantized, int64_t lk,
+                          const ql_cli_lora *loras, ql_context **ctx, ql_linear **lin)
+{
+    if (ql_context_create(ctx) != QL_OK ||
+        (a->cuda_dev >= 0 && ql_context_set_device(*ctx, QL_DEVICE_CUDA, a->cuda_dev) != QL_OK) ||
+        ql_linear_create(*ctx, d, lin) != QL_OK)
+        return fail_lib("forward");
+    for (int l = 0; quantized && l < a->nlora; l++) {
+        const ql_lora_desc ld = {loras[l].m->rank, loras[l].down, QL_F32, lk, loras[l].up, QL_F32, loras[l].m->rank,
+                                 loras[l].scale};
+        if (ql_linear_add_lora(*lin, &ld, NULL) != QL_OK) return fail_lib("forward");
+    }
+    return 0;
+}
+
+/* OUT: y [m, n] (or [n] for a 1-D input), with the layer and its kind in
+ * the metadata. */
+static int forward_write(const forward_args *a, const void *y, size_t ybytes, ql_dtype ydt, int ndim, int64_t m,
+                         int64_t n, const char *kind)
+{
+    ql_st_writer *w = NULL;
+    int64_t yshape[2] = {m, n};
+    ql_tensor_spec spec = {"y", ql_st_dtype_from_ql(ydt), ndim, ndim == 2 ? yshape : yshape + 1};
+    const char *mk[] = {"qlinear_layer", "qlinear_kind"};
+    const char *mv[] = {a->layer, kind};
+    if (ql_st_writer_open(a->out, &spec, 1, mk, mv, 2, a->in, &w) != QL_OK ||
+        ql_st_writer_write(w, 0, 0, y, ybytes) != QL_OK) {
+        int rc = fail_lib("forward");
+        ql_st_writer_abort(w);
+        return rc;
+    }
+    if (ql_st_writer_finish(w) != QL_OK) return fail_lib("forward");
+    return 0;
+}
+
+static int forward_run(const forward_args *a)
+{
+    int rc = 1;
+    ql_checkpoint *ck = NULL, *xin = NULL;
+    ql_cli_lora *loras = NULL;
+    float *wmerged = NULL;
+    ql_context *ctx = NULL;
+    ql_linear *lin = NULL;
+    void *x = NULL, *y = NULL;
+    if (ql_checkpoint_open(a->ckpt, &ck) != QL_OK || ql_checkpoint_open(a->in, &xin) != QL_OK) {
+        rc = fail_lib("forward");
         goto done;
     }
     ql_tensor_info xt;
-    ql_checkpoint_tensor(xin, ti, &xt);
     ql_dtype xdt;
-    if (ql_st_dtype_to_ql(xt.dtype, &xdt) != QL_OK || (xdt != QL_F32 && xdt != QL_F16 && xdt != QL_BF16) ||
-        (xt.ndim != 1 && xt.ndim != 2)) {
-        fprintf(stderr, "qlinear forward: %s: tensor '", in_path);
-        put_safe(stderr, xt.name, 100);
-        fprintf(stderr, "' must be F32, F16 or BF16 [M, K] (it is %s, %d-D)\n", ql_st_dtype_name(xt.dtype), xt.ndim);
-        goto done;
-    }
-    if (!ydt_given) ydt = xdt;
-    int64_t m = xt.ndim == 2 ? xt.shape[0] : 1, k = xt.shape[xt.ndim - 1];
-
-    /* The layer. */
-    size_t ll = strlen(layer);
-    char *prefix = strndup(layer, ll >= 7 && !strcmp(layer + ll - 7, ".weight") ? ll - 7 : ll);
-    if (!prefix) goto done;
-    int quantized = ql_checkpoint_find_layer(ck, prefix) >= 0;
-    free(prefix);
+    if (forward_input(xin, a, &xt, &xdt)) goto done;
+    const ql_dtype ydt = a->ydt_given ? a->ydt : xdt;
+    const int64_t m = xt.ndim == 2 ? xt.shape[0] : 1, k = xt.shape[xt.ndim - 1];
     ql_linear_desc d;
-    if (ql_checkpoint_linear_desc(ck, layer, quantized ? (packed ? QL_LINEAR_WXA8_PACKED : QL_LINEAR_W8A8) : QL_LINEAR_DENSE,
-                                  &d) != QL_OK) {
-        rc = fail_lib("forward");
-        goto done;
-    }
+    int quantized;
+    if (forward_layer(ck, a, k, &d, &quantized)) goto done;
     const int wxa8 = d.wxa8.bits != 0;
-    const void **bias = wxa8 ? &d.wxa8.bias : quantized ? &d.int8.bias : &d.bias;
-    if (bias_mode == 1 && !*bias) {
-        fprintf(stderr, "qlinear forward: %s: layer '", ckpt_path);
-        put_safe(stderr, layer, 100);
-        fprintf(stderr, "' has no bias (--bias)\n");
-        goto done;
-    }
-    if (bias_mode == -1) *bias = NULL;
-    int64_t n = quantized && !wxa8 ? d.int8.n : d.n, lk = quantized && !wxa8 ? d.int8.k : d.k;
-    if (k != lk) {
-        fprintf(stderr, "qlinear forward: %s: input has K = %lld but layer '", in_path, (long long)k);
-        put_safe(stderr, layer, 100);
-        fprintf(stderr, "' has K = %lld\n", (long long)lk);
-        goto done;
-    }
+    const int64_t n = quantized && !wxa8 ? d.int8.n : d.n, lk = quantized && !wxa8 ? d.int8.k : d.k;
     /* LoRAs: unmerged on an int8 layer; merged into an fp32 copy of a float weight */
-    if (nlora && ql_cli_loras_load("forward", ck, layer, lora_args, nlora, &loras)) goto done;
-    if (nlora && !quantized) {
-        wmerged = malloc((size_t)(n * lk) * 4 + 4);
-        if (!wmerged || ql_convert(d.weight, d.weight_dtype, wmerged, QL_F32, n * lk) != QL_OK) {
-            rc = fail_lib("forward");
-            goto done;
-        }
-        for (int l = 0; l < nlora; l++)
-            for (int64_t r = 0; r < n; r++)
-                for (int64_t c = 0; c < lk; c++) {
-                    double s = 0;
-                    for (int64_t q = 0; q < loras[l].m->rank; q++)
-                        s += (double)loras[l].up[r * loras[l].m->rank + q] * loras[l].down[q * lk + c];
-                    wmerged[r * lk + c] = (float)(wmerged[r * lk + c] + loras[l].scale * s);
-                }
-        d.weight = wmerged;
-        d.weight_dtype = QL_F32;
-        d.ld_weight = lk;
-    }
-    if (ql_context_create(&ctx) != QL_OK ||
-        (cuda_dev >= 0 && ql_context_set_device(ctx, QL_DEVICE_CUDA, cuda_dev) != QL_OK) ||
-        ql_linear_create(ctx, &d, &lin) != QL_OK) {
-        rc = fail_lib("forward");
-        goto done;
-    }
-    for (int l = 0; quantized && l < nlora; l++) {
-        const ql_lora_desc ld = {loras[l].m->rank, loras[l].down, QL_F32, lk, loras[l].up, QL_F32, loras[l].m->rank,
-                                 loras[l].scale};
-        if (ql_linear_add_lora(lin, &ld, NULL) != QL_OK) {
-            rc = fail_lib("forward");
-            goto done;
-        }
-    }
+    if (a->nlora && ql_cli_loras_load("forward", ck, a->layer, a->lora_args, a->nlora, &loras)) goto done;
+    if (a->nlora && !quantized && merge_dense_loras(&d, n, lk, loras, a->nlora, &wmerged)) goto done;
+    if (forward_linear(a, &d, quantized, lk, loras, &ctx, &lin)) goto done;
     x = malloc(xt.bytes ? (size_t)xt.bytes : 1);
     size_t ybytes = (size_t)m * (size_t)n * ql_dtype_size(ydt);
     y = malloc(ybytes ? ybytes : 1);
@@ -732,39 +847,40 @@ int ql_cmd_forward(int argc, char **argv)
         goto done;
     }
     memcpy(x, xt.data, (size_t)xt.bytes);
-    if ((cuda_dev >= 0 ? ql_tool_device_forward(lin, x, xdt, m, k, y, ydt, n)
-                       : ql_linear_forward(lin, x, xdt, m, k, y, ydt, n, NULL)) != QL_OK) {
+    if ((a->cuda_dev >= 0 ? ql_tool_device_forward(lin, x, xdt, m, k, y, ydt, n)
+                          : ql_linear_forward(lin, x, xdt, m, k, y, ydt, n, NULL)) != QL_OK) {
         rc = fail_lib("forward");
         goto done;
     }
-    int64_t yshape[2] = {m, n};
-    ql_tensor_spec spec = {"y", ql_st_dtype_from_ql(ydt), xt.ndim, xt.ndim == 2 ? yshape : yshape + 1};
-    const char *mk[] = {"qlinear_layer", "qlinear_kind"};
-    const char *mv[] = {layer, wxa8 ? (packed ? (d.wxa8.bits == 6 ? "w6a8-packed" : "w4a8-packed") : (d.wxa8.bits == 6 ? "w6a8" : "w4a8"))
-                               : quantized ? "w8a8" : "dense"};
-    if (ql_st_writer_open(out_path, &spec, 1, mk, mv, 2, in_path, &w) != QL_OK ||
-        ql_st_writer_write(w, 0, 0, y, ybytes) != QL_OK) {
-        rc = fail_lib("forward");
-        goto done;
-    }
-    ql_st_writer *wf = w;
-    w = NULL;
-    if (ql_st_writer_finish(wf) != QL_OK) {
-        rc = fail_lib("forward");
-        goto done;
-    }
-    rc = 0;
+    const char *kind = wxa8 ? (a->packed ? (d.wxa8.bits == 6 ? "w6a8-packed" : "w4a8-packed")
+                                         : (d.wxa8.bits == 6 ? "w6a8" : "w4a8"))
+                       : quantized ? "w8a8"
+                                   : "dense";
+    rc = forward_write(a, y, ybytes, ydt, xt.ndim, m, n, kind);
 done:
-    ql_st_writer_abort(w);
     free(x);
     free(y);
     ql_linear_destroy(lin);
     ql_context_destroy(ctx);
     ql_checkpoint_close(ck);
     ql_checkpoint_close(xin);
-    ql_cli_loras_free(loras, nlora);
+    ql_cli_loras_free(loras, a->nlora);
     free(wmerged);
     return rc;
+}
+
+int ql_cmd_forward(int argc, char **argv)
+{
+    const char *usage = "CKPT LAYER IN.safetensors OUT.safetensors [--input NAME] [--out-dtype fp32|bf16|fp16] "
+                        "[--bias|--no-bias] [--device cpu|cuda[:N]] [--lora FILE[:STRENGTH]]... [--packed]";
+    forward_args a;
+    int rc = forward_parse(argc, argv, usage, &a);
+    if (rc >= 0) return rc;
+    if (same_file(a.out, a.ckpt)) {
+        fprintf(stderr, "qlinear forward: %s: refusing to overwrite the checkpoint\n", a.out);
+        return 1;
+    }
+    return forward_run(&a);
 }
 
 #ifndef QL_HAVE_CUDA_BENCH

@@ -10,12 +10,15 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: qlinear <command> [options]\n"
-            "  bench    [--profile anima|qwen3-te|large] [--m N] [--threads N] [--paths LIST] [--reps N] [--json FILE]\n"
-            "  bench    --device cuda[:N] [--m LIST] [--shape NxK] [--reps N] [--graphs] [--no-peak] [--json FILE]\n"
+            "  bench    [--device cpu] [--profile anima|qwen3-te|large | --shape NxK] [--m N[,N...]] [--threads N]\n"
+            "           [--paths LIST] [--reps N] [--json FILE]\n"
+            "  bench    --device cuda[:N] [--profile anima | --shape NxK] [--m N[,N...]] [--reps N] [--graphs] [--no-peak]\n"
+            "           [--json FILE]\n"
             "  inspect  FILE [--json]\n"
-            "  quantize IN OUT --format int8|int8-convrot [--group 256] [--include REGEX] [--exclude REGEX] [--threads N]\n"
+            "  quantize IN OUT --format int8|int8-convrot|w4a8|w4a8-uniform|w6a8 [--group 256] [--group-size 16]\n"
+            "           [--include REGEX] [--exclude REGEX] [--threads N]\n"
             "  forward  CKPT LAYER IN.safetensors OUT.safetensors [--input NAME] [--out-dtype fp32|bf16|fp16] [--bias|--no-bias]\n"
-            "           [--lora FILE[:STRENGTH]]...\n"
+            "           [--device cpu|cuda[:N]] [--lora FILE[:STRENGTH]]... [--packed]\n"
             "  merge-lora BASE LORA... OUT [--strength S] [--stochastic|--nearest] [--threads N] [--seed-prefix P]\n"
             "  merge-lora BASE OUT --lora FILE[:S] [--lora FILE[:S]]... [options]\n"
             "  version\n");

@@ -1,4 +1,4 @@
-/* comfy_quant configurations (FORMATS.md §2.2): parse what ComfyUI reads,
+/* comfy_quant configurations (docs/FORMATS.md §2.2): parse what ComfyUI reads,
  * write exactly what ComfyUI writes. */
 #include "format.h"
 

@@ -1,4 +1,4 @@
-/* Quantized-layer discovery (FORMATS.md §2): `P.comfy_quant` tensors and
+/* Quantized-layer discovery (docs/FORMATS.md §2): `P.comfy_quant` tensors and
  * __metadata__["_quantization_metadata"], per-format tensor checks, and
  * ql_linear descriptors built from a layer. */
 #include "format.h"
@@ -157,7 +157,7 @@ static ql_status check_int8(ql_checkpoint *c, ql_layer *l)
     return QL_OK;
 }
 
-/* The tensor rules of asym_w4a8_int8 / w6a8_int8 (FORMATS.md §5.1, §5.6). */
+/* The tensor rules of asym_w4a8_int8 / w6a8_int8 (docs/FORMATS.md §5.1, §5.6). */
 static ql_status check_wxa8(ql_checkpoint *c, ql_layer *l)
 {
     ql_layer_info *i = &l->info;
@@ -434,6 +434,22 @@ done:
     return st;
 }
 
+void ql_layers_free(ql_checkpoint *c)
+{
+    for (int64_t i = 0; i < c->n_layers; i++) {
+        ql_layer *l = &c->layers[i];
+        free(l->prefix);
+        free(l->format);
+        free(l->json);
+        free(l->linear_dtype);
+        free(l->reason);
+    }
+    free(c->layers);
+    free(c->layer_sorted);
+    for (int64_t i = 0; i < c->n_copies; i++) ql_aligned_free(c->copies[i]);
+    free(c->copies);
+}
+
 int64_t ql_checkpoint_layer_count(const ql_checkpoint *c) { return c ? c->n_layers : 0; }
 
 ql_status ql_checkpoint_layer(const ql_checkpoint *c, int64_t index, ql_layer_info *out)
@@ -464,6 +480,31 @@ int64_t ql_checkpoint_find_layer(const ql_checkpoint *c, const char *prefix)
 
 /* ------------------------------------------------------------ linears */
 
+/* Keep an aligned copy of `bytes` bytes alive as long as the checkpoint
+ * (guarded: linear_desc may be called from several threads at once). */
+static ql_status keep_copy(ql_checkpoint *c, const void *src, size_t bytes, const void **out)
+{
+    void *d = ql_aligned_alloc(bytes ? bytes : 1);
+    if (!d) return ql_fail(QL_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes", bytes);
+    if (bytes) memcpy(d, src, bytes);
+    pthread_mutex_lock(&c->lock);
+    if (c->n_copies == c->cap_copies) {
+        int64_t cap = c->cap_copies ? 2 * c->cap_copies : 8;
+        void **p = realloc(c->copies, (size_t)cap * sizeof *p);
+        if (!p) {
+            pthread_mutex_unlock(&c->lock);
+            ql_aligned_free(d);
+            return ql_fail(QL_ERR_OUT_OF_MEMORY, "out of memory");
+        }
+        c->copies = p;
+        c->cap_copies = cap;
+    }
+    c->copies[c->n_copies++] = d;
+    pthread_mutex_unlock(&c->lock);
+    *out = d;
+    return QL_OK;
+}
+
 /* The tensor's data, copied to aligned memory owned by the checkpoint when
  * the file leaves it unaligned for its element size. */
 static ql_status aligned_data(ql_checkpoint *c, const ql_st_tensor *t, const void **out)
@@ -474,7 +515,7 @@ static ql_status aligned_data(ql_checkpoint *c, const ql_st_tensor *t, const voi
         *out = p;
         return QL_OK;
     }
-    return ql_checkpoint_keep_copy(c, p, (size_t)(t->end - t->begin), out);
+    return keep_copy(c, p, (size_t)(t->end - t->begin), out);
 }
 
 static ql_status wxa8_desc(ql_checkpoint *c, const ql_layer_info *i, ql_linear_kind kind, ql_linear_desc *desc)

@@ -158,7 +158,7 @@ static uint64_t layer_seed(const mjob *j, const touched *t)
     return ql_crc32_key(key);
 }
 
-/* W4A8 / W6A8: requantize into the stored layout (FORMATS.md §5.2, §5.6):
+/* W4A8 / W6A8: requantize into the stored layout (docs/FORMATS.md §5.2, §5.6):
  * the stored codebook, group sizes and s_rel dtype, the 6-bit scale search
  * off, stochastic (the final assignment, ql_wxa8_quantize_ex) or nearest. */
 static ql_status merge_layer_wxa8(mjob *j, touched *t, int64_t rows, int64_t ld, int64_t nblocks, size_t fbytes)
@@ -213,6 +213,43 @@ static ql_status merge_layer_wxa8(mjob *j, touched *t, int64_t rows, int64_t ld,
     return st;
 }
 
+/* Pass 1 of a tensorwise int8 layer: the merged weight's absmax. */
+static ql_status merged_absmax(mjob *j, const touched *t, const float *scales, int64_t rows, int64_t ld,
+                               int64_t nblocks, size_t fbytes, float *absmax)
+{
+    const ql_checkpoint *c = j->c;
+    const int64_t n = t->n, k = t->k;
+    float gmax = 0.0f;
+#pragma omp parallel num_threads(j->threads)
+    {
+        float *w = ql_aligned_alloc(fbytes), *tmp = ql_aligned_alloc(fbytes);
+        float lmax = 0.0f;
+        if (!w || !tmp) record(j, ql_fail(QL_ERR_OUT_OF_MEMORY, "merge: out of memory"));
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t b = 0; b < nblocks; b++) {
+            if (atomic_load(&j->failed)) continue;
+            const int64_t r0 = b * rows, nr = n - r0 < rows ? n - r0 : rows;
+            merged_rows(c, t, r0, nr, ld, w, tmp, scales);
+            for (int64_t i = 0; i < nr; i++)
+                for (int64_t x = 0; x < k; x++) {
+                    const float v = fabsf(w[i * ld + x]);
+                    if (!(v <= 3.40282347e38f)) {
+                        record(j, nonfinite_row(j, t, r0 + i));
+                        i = nr;
+                        break;
+                    }
+                    lmax = v > lmax ? v : lmax;
+                }
+        }
+#pragma omp critical(ql_merge_max)
+        gmax = lmax > gmax ? lmax : gmax;
+        ql_aligned_free(w);
+        ql_aligned_free(tmp);
+    }
+    *absmax = gmax;
+    return j->err != QL_OK ? ql_fail(j->err, "%s", j->errmsg) : QL_OK;
+}
+
 static ql_status merge_layer(mjob *j, touched *t)
 {
     const ql_checkpoint *c = j->c;
@@ -236,35 +273,10 @@ static ql_status merge_layer(mjob *j, touched *t)
     const int tensorwise = t->quantized && t->n_scale == 1;
     float gmax = 0.0f, gscale = 0.0f;
     if (tensorwise) { /* pass 1: the merged tensor's absmax */
-#pragma omp parallel num_threads(j->threads)
-        {
-            float *w = ql_aligned_alloc(fbytes), *tmp = ql_aligned_alloc(fbytes);
-            float lmax = 0.0f;
-            if (!w || !tmp) record(j, ql_fail(QL_ERR_OUT_OF_MEMORY, "merge: out of memory"));
-#pragma omp for schedule(dynamic, 1)
-            for (int64_t b = 0; b < nblocks; b++) {
-                if (atomic_load(&j->failed)) continue;
-                const int64_t r0 = b * rows, nr = n - r0 < rows ? n - r0 : rows;
-                merged_rows(c, t, r0, nr, ld, w, tmp, scales);
-                for (int64_t i = 0; i < nr; i++)
-                    for (int64_t x = 0; x < k; x++) {
-                        const float v = fabsf(w[i * ld + x]);
-                        if (!(v <= 3.40282347e38f)) {
-                            record(j, nonfinite_row(j, t, r0 + i));
-                            i = nr;
-                            break;
-                        }
-                        lmax = v > lmax ? v : lmax;
-                    }
-            }
-#pragma omp critical(ql_merge_max)
-            gmax = lmax > gmax ? lmax : gmax;
-            ql_aligned_free(w);
-            ql_aligned_free(tmp);
-        }
-        if (j->err != QL_OK) {
+        ql_status st = merged_absmax(j, t, scales, rows, ld, nblocks, fbytes, &gmax);
+        if (st != QL_OK) {
             free(scales);
-            return ql_fail(j->err, "%s", j->errmsg);
+            return st;
         }
         gscale = sr ? ql_sr_scale(gmax) : ql_scale_from_absmax(gmax);
     }
@@ -369,6 +381,146 @@ static int cmp_begin(const void *a, const void *b, void *ctx)
     return x < y ? -1 : x > y;
 }
 
+/* Strengths finite, and OUT none of the inputs. */
+static ql_status check_inputs(const char *fn, const char *base_path, const ql_lora_input *loras, int64_t n_loras,
+                              const char *out_path)
+{
+    for (int64_t i = 0; i < n_loras; i++) {
+        QL_CHECK_PTR(fn, loras[i].path);
+        if (!isfinite(loras[i].strength))
+            return ql_fail_path(loras[i].path, QL_ERR_INVALID_ARGUMENT, "strength %g is not finite", loras[i].strength);
+        if (same_file(out_path, loras[i].path) || same_file(out_path, base_path))
+            return ql_fail_path(out_path, QL_ERR_INVALID_ARGUMENT, "refusing to write over an input");
+    }
+    return QL_OK;
+}
+
+/* The layers the LoRAs touch, and which of them each base tensor belongs to
+ * (-1: none). */
+typedef struct touched_set {
+    touched *tl;
+    int64_t ntl;
+    int64_t *by_tensor;
+} touched_set;
+
+/* The touched layer of weight `widx` of the base: a new one, set up from the
+ * base's layer, where none is yet. */
+static ql_status touch_layer(const char *fn, touched_set *ts, const ql_checkpoint *base, const ql_lora_module *md,
+                             int64_t widx, int64_t n_loras, touched **out)
+{
+    int64_t ti = ts->by_tensor[widx];
+    if (ti < 0) {
+        ti = ts->ntl++;
+        touched *t = &ts->tl[ti];
+        t->s_rel = t->s_channel = t->correction = -1;
+        t->prefix = md->layer;
+        t->quantized = md->quantized;
+        t->weight = widx;
+        t->scale = -1;
+        t->n = md->n;
+        t->k = md->k;
+        if (md->quantized) {
+            ql_layer_info li;
+            ql_checkpoint_layer(base, ql_checkpoint_find_layer(base, md->layer), &li);
+            t->scale = li.weight_scale;
+            t->n_scale = li.n_scale;
+            t->group = li.convrot ? li.convrot_group : 0;
+            if (li.bits) { /* W4A8 / W6A8: always rotated; writes s_rel, s_channel (and a correction) */
+                t->bits = li.bits;
+                t->group = li.convrot_group;
+                t->wgroup = li.group_size;
+                t->s_rel = li.s_rel;
+                t->s_channel = li.s_channel;
+                t->correction = li.correction;
+                t->s_rel_f32 = li.s_rel_dtype == QL_ST_F32;
+                t->mode = li.bits == 6 ? QL_WXA8_6BIT
+                          : li.asymmetric ? QL_WXA8_ASYM
+                          : li.has_codebook ? QL_WXA8_CODEBOOK
+                                            : QL_WXA8_UNIFORM;
+                if (li.has_codebook) memcpy(t->codebook, ql_st_tensor_data(base, &base->tensors[li.codebook]), 64);
+                if (li.correction >= 0) ql_st_dtype_to_ql(base->tensors[li.correction].dtype, &t->corr_dt);
+                ts->by_tensor[li.s_rel] = ts->by_tensor[li.s_channel] = ti;
+                if (li.correction >= 0) ts->by_tensor[li.correction] = ti;
+            } else ts->by_tensor[li.weight_scale] = ti;
+        }
+        ts->by_tensor[widx] = ti;
+        t->uses = calloc((size_t)n_loras, sizeof *t->uses);
+        t->down = calloc((size_t)n_loras, sizeof *t->down);
+        t->up = calloc((size_t)n_loras, sizeof *t->up);
+        t->coef = calloc((size_t)n_loras, sizeof *t->coef);
+        if (!t->uses || !t->down || !t->up || !t->coef) return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    *out = &ts->tl[ti];
+    return QL_OK;
+}
+
+/* Every module of every plan, on its touched layer. */
+static ql_status collect_touched(const char *fn, const ql_checkpoint *base, ql_lora_plan *const *plans,
+                                 ql_checkpoint *const *lc, const ql_lora_input *loras, int64_t n_loras, touched_set *ts)
+{
+    int64_t maxl = 0;
+    for (int64_t i = 0; i < n_loras; i++) maxl += ql_lora_plan_module_count(plans[i]);
+    ts->tl = calloc((size_t)(maxl + 1), sizeof *ts->tl);
+    ts->by_tensor = malloc((size_t)(base->n_tensors + 1) * sizeof *ts->by_tensor);
+    if (!ts->tl || !ts->by_tensor) return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    for (int64_t i = 0; i < base->n_tensors; i++) ts->by_tensor[i] = -1;
+    for (int64_t i = 0; i < n_loras; i++)
+        for (int64_t m = 0; m < ql_lora_plan_module_count(plans[i]); m++) {
+            const ql_lora_module *md = ql_lora_plan_module(plans[i], m);
+            int64_t widx;
+            if (md->quantized) {
+                ql_layer_info li;
+                ql_checkpoint_layer(base, ql_checkpoint_find_layer(base, md->layer), &li);
+                widx = li.weight;
+                if (li.bits) QL_TRY(wxa8_mergeable(base, &li));
+            } else {
+                char *nm = malloc(strlen(md->layer) + 8);
+                if (!nm) return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+                sprintf(nm, "%s.weight", md->layer);
+                widx = ql_checkpoint_find(base, nm);
+                free(nm);
+            }
+            touched *t = NULL;
+            QL_TRY(touch_layer(fn, ts, base, md, widx, n_loras, &t));
+            t->uses[t->n_uses++] = (lora_use){lc[i], md, loras[i].strength};
+        }
+    return QL_OK;
+}
+
+/* A touched layer's tensors, written when its weight (base tensor i) comes
+ * up: the modules loaded, then merged, or at strength 0 copied bit for bit. */
+static ql_status write_touched(const char *fn, mjob *j, touched *t, int64_t i)
+{
+    const ql_checkpoint *base = j->c;
+    const ql_st_tensor *bt = &base->tensors[i];
+    ql_status st = QL_OK;
+    for (int u = 0; u < t->n_uses && st == QL_OK; u++) {
+        const ql_lora_module *md = t->uses[u].m;
+        t->down[u] = malloc((size_t)(md->rank * md->k) * 4 + 4);
+        t->up[u] = malloc((size_t)(md->n * md->rank) * 4 + 4);
+        t->coef[u] = (float)ql_lora_scale(t->uses[u].strength, md->alpha_value, md->has_alpha, md->rank);
+        st = t->down[u] && t->up[u] ? ql_lora_module_load(t->uses[u].lc, md, t->down[u], t->up[u])
+                                    : ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    }
+    int any = 0;
+    for (int u = 0; u < t->n_uses; u++) any |= t->coef[u] != 0.0f;
+    if (st == QL_OK && !any) { /* strength 0: the layer is left as it is, bit for bit */
+        st = ql_st_writer_write(j->w, i, 0, ql_st_tensor_data(base, bt), (size_t)(bt->end - bt->begin));
+        const int64_t owned[4] = {t->bits ? -1 : t->scale, t->s_rel, t->s_channel, t->correction};
+        for (int o = 0; o < 4 && st == QL_OK; o++)
+            if (owned[o] >= 0) {
+                const ql_st_tensor *sct = &base->tensors[owned[o]];
+                st = ql_st_writer_write(j->w, owned[o], 0, ql_st_tensor_data(base, sct), (size_t)(sct->end - sct->begin));
+            }
+    } else if (st == QL_OK) st = merge_layer(j, t);
+    for (int u = 0; u < t->n_uses; u++) {
+        free(t->down[u]);
+        free(t->up[u]);
+        t->down[u] = t->up[u] = NULL;
+    }
+    return st;
+}
+
 ql_status ql_checkpoint_merge_lora(const char *base_path, const ql_lora_input *loras, int64_t n_loras,
                                    const char *out_path, const ql_merge_options *opt, ql_merge_result *result)
 {
@@ -378,19 +530,13 @@ ql_status ql_checkpoint_merge_lora(const char *base_path, const ql_lora_input *l
     QL_CHECK_PTR(fn, opt);
     if (n_loras < 1 || !loras) return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: no LoRA given", fn);
     if (result) memset(result, 0, sizeof *result);
-    for (int64_t i = 0; i < n_loras; i++) {
-        QL_CHECK_PTR(fn, loras[i].path);
-        if (!isfinite(loras[i].strength))
-            return ql_fail_path(loras[i].path, QL_ERR_INVALID_ARGUMENT, "strength %g is not finite", loras[i].strength);
-        if (same_file(out_path, loras[i].path) || same_file(out_path, base_path))
-            return ql_fail_path(out_path, QL_ERR_INVALID_ARGUMENT, "refusing to write over an input");
-    }
+    QL_TRY(check_inputs(fn, base_path, loras, n_loras, out_path));
     const double t0 = now_s();
     ql_checkpoint *base = NULL;
     ql_checkpoint **lc = calloc((size_t)n_loras, sizeof *lc);
     ql_lora_plan **plans = calloc((size_t)n_loras, sizeof *plans);
-    touched *tl = NULL;
-    int64_t ntl = 0, *by_tensor = NULL, *order = NULL;
+    touched_set ts = {NULL, 0, NULL};
+    int64_t *order = NULL;
     ql_tensor_spec *specs = NULL;
     ql_st_writer *w = NULL;
     mjob j;
@@ -402,80 +548,7 @@ ql_status ql_checkpoint_merge_lora(const char *base_path, const ql_lora_input *l
         if (st == QL_OK) st = ql_lora_plan_create(base, lc[i], &plans[i]);
     }
     if (st != QL_OK) goto done;
-    /* the touched layers, and which base tensor belongs to which */
-    int64_t maxl = 0;
-    for (int64_t i = 0; i < n_loras; i++) maxl += ql_lora_plan_module_count(plans[i]);
-    tl = calloc((size_t)(maxl + 1), sizeof *tl);
-    by_tensor = malloc((size_t)(base->n_tensors + 1) * sizeof *by_tensor);
-    if (!tl || !by_tensor) {
-        st = ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-        goto done;
-    }
-    for (int64_t i = 0; i < base->n_tensors; i++) by_tensor[i] = -1;
-    for (int64_t i = 0; i < n_loras; i++)
-        for (int64_t m = 0; m < ql_lora_plan_module_count(plans[i]); m++) {
-            const ql_lora_module *md = ql_lora_plan_module(plans[i], m);
-            int64_t widx;
-            if (md->quantized) {
-                ql_layer_info li;
-                ql_checkpoint_layer(base, ql_checkpoint_find_layer(base, md->layer), &li);
-                widx = li.weight;
-                if (li.bits && (st = wxa8_mergeable(base, &li)) != QL_OK) goto done;
-            } else {
-                char *nm = malloc(strlen(md->layer) + 8);
-                if (!nm) { st = ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn); goto done; }
-                sprintf(nm, "%s.weight", md->layer);
-                widx = ql_checkpoint_find(base, nm);
-                free(nm);
-            }
-            int64_t ti = by_tensor[widx];
-            if (ti < 0) {
-                ti = ntl++;
-                touched *t = &tl[ti];
-                t->s_rel = t->s_channel = t->correction = -1;
-                t->prefix = md->layer;
-                t->quantized = md->quantized;
-                t->weight = widx;
-                t->scale = -1;
-                t->n = md->n;
-                t->k = md->k;
-                if (md->quantized) {
-                    ql_layer_info li;
-                    ql_checkpoint_layer(base, ql_checkpoint_find_layer(base, md->layer), &li);
-                    t->scale = li.weight_scale;
-                    t->n_scale = li.n_scale;
-                    t->group = li.convrot ? li.convrot_group : 0;
-                    if (li.bits) { /* W4A8 / W6A8: always rotated; writes s_rel, s_channel (and a correction) */
-                        t->bits = li.bits;
-                        t->group = li.convrot_group;
-                        t->wgroup = li.group_size;
-                        t->s_rel = li.s_rel;
-                        t->s_channel = li.s_channel;
-                        t->correction = li.correction;
-                        t->s_rel_f32 = li.s_rel_dtype == QL_ST_F32;
-                        t->mode = li.bits == 6 ? QL_WXA8_6BIT
-                                  : li.asymmetric ? QL_WXA8_ASYM
-                                  : li.has_codebook ? QL_WXA8_CODEBOOK
-                                                    : QL_WXA8_UNIFORM;
-                        if (li.has_codebook) memcpy(t->codebook, ql_st_tensor_data(base, &base->tensors[li.codebook]), 64);
-                        if (li.correction >= 0) ql_st_dtype_to_ql(base->tensors[li.correction].dtype, &t->corr_dt);
-                        by_tensor[li.s_rel] = by_tensor[li.s_channel] = ti;
-                        if (li.correction >= 0) by_tensor[li.correction] = ti;
-                    } else by_tensor[li.weight_scale] = ti;
-                }
-                by_tensor[widx] = ti;
-                t->uses = calloc((size_t)n_loras, sizeof *t->uses);
-                t->down = calloc((size_t)n_loras, sizeof *t->down);
-                t->up = calloc((size_t)n_loras, sizeof *t->up);
-                t->coef = calloc((size_t)n_loras, sizeof *t->coef);
-                if (!t->uses || !t->down || !t->up || !t->coef) {
-                    st = ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-                    goto done;
-                }
-            }
-            touched *t = &tl[ti];
-            t->uses[t->n_uses++] = (lora_use){lc[i], md, loras[i].strength};
-        }
+    if ((st = collect_touched(fn, base, plans, lc, loras, n_loras, &ts)) != QL_OK) goto done;
     /* the output: the base's tensors, same names, dtypes and shapes */
     specs = calloc((size_t)(base->n_tensors + 1), sizeof *specs);
     order = calloc((size_t)(base->n_tensors + 1), sizeof *order);
@@ -499,41 +572,17 @@ ql_status ql_checkpoint_merge_lora(const char *base_path, const ql_lora_input *l
     j.threads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
     if (j.threads < 1) j.threads = 1;
     qsort_r(order, (size_t)base->n_tensors, sizeof *order, cmp_begin, base->tensors);
-    ql_quantize_progress prog = {0, ntl, 0, bytes_total, 0.0, NULL};
+    ql_quantize_progress prog = {0, ts.ntl, 0, bytes_total, 0.0, NULL};
     for (int64_t ii = 0; ii < base->n_tensors && st == QL_OK; ii++) {
         const int64_t i = order[ii];
         const ql_st_tensor *bt = &base->tensors[i];
         const uint64_t bytes = bt->end - bt->begin;
         prog.current = bt->name;
-        if (by_tensor[i] < 0) {
+        if (ts.by_tensor[i] < 0) {
             st = ql_st_writer_write(w, i, 0, ql_st_tensor_data(base, bt), (size_t)bytes);
             if (result) result->tensors_copied++;
-        } else if (i == tl[by_tensor[i]].weight) {
-            touched *t = &tl[by_tensor[i]];
-            for (int u = 0; u < t->n_uses && st == QL_OK; u++) {
-                const ql_lora_module *md = t->uses[u].m;
-                t->down[u] = malloc((size_t)(md->rank * md->k) * 4 + 4);
-                t->up[u] = malloc((size_t)(md->n * md->rank) * 4 + 4);
-                t->coef[u] = (float)ql_lora_scale(t->uses[u].strength, md->alpha_value, md->has_alpha, md->rank);
-                st = t->down[u] && t->up[u] ? ql_lora_module_load(t->uses[u].lc, md, t->down[u], t->up[u])
-                                            : ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-            }
-            int any = 0;
-            for (int u = 0; u < t->n_uses; u++) any |= t->coef[u] != 0.0f;
-            if (st == QL_OK && !any) { /* strength 0: the layer is left as it is, bit for bit */
-                st = ql_st_writer_write(w, i, 0, ql_st_tensor_data(base, bt), (size_t)bytes);
-                const int64_t owned[4] = {t->bits ? -1 : t->scale, t->s_rel, t->s_channel, t->correction};
-                for (int o = 0; o < 4 && st == QL_OK; o++)
-                    if (owned[o] >= 0) {
-                        const ql_st_tensor *sct = &base->tensors[owned[o]];
-                        st = ql_st_writer_write(w, owned[o], 0, ql_st_tensor_data(base, sct), (size_t)(sct->end - sct->begin));
-                    }
-            } else if (st == QL_OK) st = merge_layer(&j, t);
-            for (int u = 0; u < t->n_uses; u++) {
-                free(t->down[u]);
-                free(t->up[u]);
-                t->down[u] = t->up[u] = NULL;
-            }
+        } else if (i == ts.tl[ts.by_tensor[i]].weight) {
+            st = write_touched(fn, &j, &ts.tl[ts.by_tensor[i]], i);
             prog.layers_done++;
         } /* else: a touched layer's scale, written with its weight */
         prog.bytes_done += bytes;
@@ -544,7 +593,7 @@ ql_status ql_checkpoint_merge_lora(const char *base_path, const ql_lora_input *l
     st = ql_st_writer_finish(w);
     w = NULL;
     if (st == QL_OK && result) {
-        result->layers_merged = ntl;
+        result->layers_merged = ts.ntl;
         result->bytes_in = bytes_total;
         result->seconds = now_s() - t0;
         struct stat sb;
@@ -552,14 +601,14 @@ ql_status ql_checkpoint_merge_lora(const char *base_path, const ql_lora_input *l
     }
 done:
     if (w) ql_st_writer_abort(w);
-    for (int64_t i = 0; tl && i < ntl; i++) {
-        free(tl[i].uses);
-        free(tl[i].down);
-        free(tl[i].up);
-        free(tl[i].coef);
+    for (int64_t i = 0; ts.tl && i < ts.ntl; i++) {
+        free(ts.tl[i].uses);
+        free(ts.tl[i].down);
+        free(ts.tl[i].up);
+        free(ts.tl[i].coef);
     }
-    free(tl);
-    free(by_tensor);
+    free(ts.tl);
+    free(ts.by_tensor);
     free(order);
     free(specs);
     for (int64_t i = 0; i < n_loras; i++) {

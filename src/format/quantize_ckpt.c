@@ -1,5 +1,6 @@
 /* Quantize a float checkpoint into ComfyUI's int8_tensorwise format
- * (optionally ConvRot), one block of rows at a time from the mapping. */
+ * (optionally ConvRot), asym_w4a8_int8 or w6a8_int8, one block of rows at a
+ * time from the mapping. */
 #include "format.h"
 #include "cpu/ops.h"
 
@@ -266,16 +267,18 @@ static int cmp_begin(const void *a, const void *b, void *ctx)
     return x < y ? -1 : x > y;
 }
 
-ql_status ql_checkpoint_quantize(const char *in_path, const char *out_path, const ql_quantize_options *opt,
-                                 ql_quantize_result *result)
+/* What the target makes: bits 4 or 6 (0: int8), the ConvRot group (0:
+ * none), the K a selected weight must be a multiple of, and the W4A8/W6A8
+ * quantizer's parameters. */
+typedef struct target_plan {
+    int bits;
+    int64_t group, sel_group;
+    ql_wxa8_qparams wp;
+} target_plan;
+
+static ql_status plan_target(const char *fn, const ql_quantize_options *opt, target_plan *p)
 {
-    const char *fn = "ql_checkpoint_quantize";
-    QL_CHECK_PTR(fn, in_path);
-    QL_CHECK_PTR(fn, out_path);
-    QL_CHECK_PTR(fn, opt);
-    if (result) memset(result, 0, sizeof *result);
-    if (opt->target < QL_QUANT_INT8 || opt->target > QL_QUANT_W6A8)
-        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: unknown target %d", fn, (int)opt->target);
+    memset(p, 0, sizeof *p);
     const int bits = opt->target == QL_QUANT_W6A8 ? 6 : opt->target >= QL_QUANT_W4A8 ? 4 : 0;
     int64_t group = 0, sel_group = 1;
     ql_wxa8_qparams wp = {opt->target == QL_QUANT_W6A8 ? QL_WXA8_6BIT
@@ -308,157 +311,243 @@ ql_status ql_checkpoint_quantize(const char *in_path, const char *out_path, cons
                            (long long)group);
         sel_group = group;
     }
+    p->bits = bits;
+    p->group = group;
+    p->sel_group = sel_group;
+    p->wp = wp;
+    return QL_OK;
+}
+
+/* --include / --exclude, compiled where given. */
+typedef struct name_filters {
     regex_t rin, rex;
-    int have_in = 0, have_ex = 0;
+    int have_in, have_ex;
+} name_filters;
+
+static ql_status compile_filters(const char *fn, const ql_quantize_options *opt, name_filters *f)
+{
     const char *res[2] = {opt->include, opt->exclude};
-    regex_t *rs[2] = {&rin, &rex};
+    regex_t *rs[2] = {&f->rin, &f->rex};
+    f->have_in = f->have_ex = 0;
     for (int r = 0; r < 2; r++) {
         if (!res[r]) continue;
         int e = regcomp(rs[r], res[r], REG_EXTENDED | REG_NOSUB);
         if (e != 0) {
             char eb[160];
             regerror(e, rs[r], eb, sizeof eb);
-            if (have_in) regfree(&rin);
+            if (f->have_in) regfree(&f->rin);
+            f->have_in = 0;
             ql_name_buf nb;
             return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: %s regex '%s': %s", fn, r ? "exclude" : "include",
                            ql_show(&nb, res[r]), eb);
         }
-        if (r) have_ex = 1;
-        else have_in = 1;
+        if (r) f->have_ex = 1;
+        else f->have_in = 1;
     }
+    return QL_OK;
+}
 
-    ql_checkpoint *c = NULL;
-    ql_st_writer *w = NULL;
-    out_tensor *outs = NULL;
-    ql_tensor_spec *specs = NULL;
-    int64_t *order = NULL, n_out = 0;
-    job j;
-    memset(&j, 0, sizeof j);
-    char cq_json[160];
-    size_t cq_len = bits ? ql_comfy_quant_json_wxa8(opt->target, wp.group, wp.convrot_group, cq_json, sizeof cq_json)
-                         : ql_comfy_quant_json(opt->target, group, cq_json, sizeof cq_json);
-    ql_status st = ql_checkpoint_open(in_path, &c);
-    if (st != QL_OK) goto done;
+static void free_filters(name_filters *f)
+{
+    if (f->have_in) regfree(&f->rin);
+    if (f->have_ex) regfree(&f->rex);
+}
 
-    /* Plan the output: each input tensor maps to one or three outputs. */
-    outs = calloc((size_t)(5 * c->n_tensors + 1), sizeof *outs);
-    specs = calloc((size_t)(5 * c->n_tensors + 1), sizeof *specs);
-    order = calloc((size_t)(c->n_tensors + 1), sizeof *order);
-    if (!outs || !specs || !order) {
-        st = ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-        goto done;
+/* The output: each input tensor maps to a copy, or to the three to five
+ * tensors of a quantized layer. outs and specs hold 5 per input tensor. */
+typedef struct out_plan {
+    out_tensor *outs;
+    ql_tensor_spec *specs;
+    int64_t n_out, layers_total;
+    uint64_t bytes_total;
+} out_plan;
+
+/* Whether input tensor `ti` is quantized: the default selection (or the
+ * filters), and none of the layer's tensor names taken already. *names
+ * gets the layer's scale, comfy_quant, s_rel and codebook names (those
+ * the target writes; the others NULL). */
+static ql_status select_tensor(const char *fn, const ql_checkpoint *c, const ql_tensor_info *ti, const target_plan *p,
+                               const name_filters *f, int *selected, char *names[4])
+{
+    const int bits = p->bits;
+    int sel = ql_quantize_selects(ti, p->sel_group, !f->have_in);
+    if (sel && f->have_in) sel = regexec(&f->rin, ti->name, 0, NULL, 0) == 0;
+    if (sel && f->have_ex) sel = regexec(&f->rex, ti->name, 0, NULL, 0) != 0;
+    size_t plen = strlen(ti->name) - 7;
+    char *sname = NULL, *cname = NULL, *rname = NULL, *bname = NULL;
+    if (sel) {
+        sname = malloc(plen + 32);
+        cname = malloc(plen + 32);
+        rname = malloc(plen + 32);
+        bname = malloc(plen + 32);
+        if (!sname || !cname || !rname || !bname) {
+            free(sname), free(cname), free(rname), free(bname);
+            return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+        }
+        snprintf(sname, plen + 32, "%.*s.%s", (int)plen, ti->name, bits ? "weight_s_channel" : "weight_scale");
+        snprintf(cname, plen + 32, "%.*s.comfy_quant", (int)plen, ti->name);
+        snprintf(rname, plen + 32, "%.*s.weight_s_rel", (int)plen, ti->name);
+        snprintf(bname, plen + 32, "%.*s.weight_codebook", (int)plen, ti->name);
+        /* A layer that already has any of the names is left alone. */
+        if (ql_checkpoint_find(c, sname) >= 0 || ql_checkpoint_find(c, cname) >= 0 ||
+            (bits && (ql_checkpoint_find(c, rname) >= 0 || ql_checkpoint_find(c, bname) >= 0))) {
+            free(sname), free(cname), free(rname), free(bname);
+            sel = 0;
+        }
+        if (sel && !bits) {
+            free(rname), free(bname);
+            rname = bname = NULL;
+        }
+        if (sel && bits && p->wp.mode != QL_WXA8_CODEBOOK) {
+            free(bname);
+            bname = NULL;
+        }
     }
-    int64_t layers_total = 0;
-    uint64_t bytes_total = 0;
+    *selected = sel;
+    names[0] = sel ? sname : NULL, names[1] = sel ? cname : NULL, names[2] = sel ? rname : NULL;
+    names[3] = sel ? bname : NULL;
+    return QL_OK;
+}
+
+static ql_status plan_outputs(const char *fn, const ql_checkpoint *c, const target_plan *p, const name_filters *f,
+                              size_t cq_len, out_plan *op)
+{
+    const int bits = p->bits;
     for (int64_t i = 0; i < c->n_tensors; i++) {
         ql_tensor_info ti;
         ql_checkpoint_tensor(c, i, &ti);
-        bytes_total += ti.bytes;
-        int sel = ql_quantize_selects(&ti, sel_group, !have_in);
-        if (sel && have_in) sel = regexec(&rin, ti.name, 0, NULL, 0) == 0;
-        if (sel && have_ex) sel = regexec(&rex, ti.name, 0, NULL, 0) != 0;
-        size_t plen = strlen(ti.name) - 7;
-        char *sname = NULL, *cname = NULL, *rname = NULL, *bname = NULL;
-        if (sel) {
-            sname = malloc(plen + 32);
-            cname = malloc(plen + 32);
-            rname = malloc(plen + 32);
-            bname = malloc(plen + 32);
-            if (!sname || !cname || !rname || !bname) {
-                free(sname), free(cname), free(rname), free(bname);
-                st = ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-                goto done;
-            }
-            snprintf(sname, plen + 32, "%.*s.%s", (int)plen, ti.name, bits ? "weight_s_channel" : "weight_scale");
-            snprintf(cname, plen + 32, "%.*s.comfy_quant", (int)plen, ti.name);
-            snprintf(rname, plen + 32, "%.*s.weight_s_rel", (int)plen, ti.name);
-            snprintf(bname, plen + 32, "%.*s.weight_codebook", (int)plen, ti.name);
-            /* A layer that already has any of the names is left alone. */
-            if (ql_checkpoint_find(c, sname) >= 0 || ql_checkpoint_find(c, cname) >= 0 ||
-                (bits && (ql_checkpoint_find(c, rname) >= 0 || ql_checkpoint_find(c, bname) >= 0))) {
-                free(sname), free(cname), free(rname), free(bname);
-                sel = 0;
-            }
-            if (sel && !bits) {
-                free(rname), free(bname);
-                rname = bname = NULL;
-            }
-        }
+        op->bytes_total += ti.bytes;
+        int sel = 0;
+        char *names[4] = {NULL, NULL, NULL, NULL};
+        QL_TRY(select_tensor(fn, c, &ti, p, f, &sel, names));
+        out_tensor *o = &op->outs[op->n_out];
+        ql_tensor_spec *sp = &op->specs[op->n_out];
         if (!sel) {
-            outs[n_out] = (out_tensor){OUT_COPY, i, NULL, {0, 0}};
-            specs[n_out] = (ql_tensor_spec){ti.name, ti.dtype, ti.ndim, ti.shape};
-            n_out++;
+            o[0] = (out_tensor){OUT_COPY, i, NULL, {0, 0}};
+            sp[0] = (ql_tensor_spec){ti.name, ti.dtype, ti.ndim, ti.shape};
+            op->n_out++;
             continue;
         }
-        layers_total++;
-        out_tensor *o = &outs[n_out];
+        op->layers_total++;
+        char *sname = names[0], *cname = names[1], *rname = names[2], *bname = names[3];
         const int64_t rb = bits ? ql_wxa8_row_bytes(bits, ti.shape[1]) : ti.shape[1];
         o[0] = (out_tensor){OUT_CODES, i, NULL, {ti.shape[0], rb}};
         o[1] = (out_tensor){OUT_SCALE, i, sname, {ti.shape[0], 1}};
         o[2] = (out_tensor){OUT_CONFIG, i, cname, {(int64_t)cq_len, 0}};
-        specs[n_out] = (ql_tensor_spec){ti.name, QL_ST_I8, 2, o[0].shape};
-        specs[n_out + 1] = (ql_tensor_spec){sname, QL_ST_F32, bits ? 1 : 2, o[1].shape};
-        specs[n_out + 2] = (ql_tensor_spec){cname, QL_ST_U8, 1, o[2].shape};
-        n_out += 3;
+        sp[0] = (ql_tensor_spec){ti.name, QL_ST_I8, 2, o[0].shape};
+        sp[1] = (ql_tensor_spec){sname, QL_ST_F32, bits ? 1 : 2, o[1].shape};
+        sp[2] = (ql_tensor_spec){cname, QL_ST_U8, 1, o[2].shape};
+        op->n_out += 3;
         if (bits) {
-            o[3] = (out_tensor){OUT_SREL, i, rname, {ti.shape[0], ti.shape[1] / wp.group}};
-            specs[n_out++] = (ql_tensor_spec){rname, QL_ST_F8_E4M3, 2, o[3].shape};
-            if (wp.mode == QL_WXA8_CODEBOOK) {
+            o[3] = (out_tensor){OUT_SREL, i, rname, {ti.shape[0], ti.shape[1] / p->wp.group}};
+            sp[3] = (ql_tensor_spec){rname, QL_ST_F8_E4M3, 2, o[3].shape};
+            op->n_out++;
+            if (bname) {
                 o[4] = (out_tensor){OUT_CODEBOOK, i, bname, {16, 0}};
-                specs[n_out++] = (ql_tensor_spec){bname, QL_ST_F32, 1, o[4].shape};
-            } else free(bname);
+                sp[4] = (ql_tensor_spec){bname, QL_ST_F32, 1, o[4].shape};
+                op->n_out++;
+            }
         }
     }
-    st = ql_st_writer_open(out_path, specs, n_out, (const char *const *)c->meta_keys,
-                           (const char *const *)c->meta_values, c->n_meta, in_path, &w);
-    if (st != QL_OK) goto done;
+    return QL_OK;
+}
 
-    /* Work in input order (sequential reads of the mapping). */
-    j.c = c;
-    j.w = w;
-    j.opt = opt;
-    j.group = group;
-    j.bits = bits;
-    j.wp = wp;
-    j.threads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
-    if (j.threads < 1) j.threads = 1;
-    j.qbuf = calloc((size_t)j.threads, sizeof *j.qbuf);
-    j.sbuf = calloc((size_t)j.threads, sizeof *j.sbuf);
-    j.xbuf = calloc((size_t)j.threads, sizeof *j.xbuf);
-    j.rbuf = calloc((size_t)j.threads, sizeof *j.rbuf);
-    if (!j.qbuf || !j.sbuf || !j.xbuf || !j.rbuf) {
-        st = ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-        goto done;
-    }
-    j.prog.layers_total = layers_total;
-    j.prog.bytes_total = bytes_total;
-    j.t0 = now_s();
-    j.last_report = j.t0 - 1.0; /* the first piece of work is reported */
+/* The job's settings and per-thread buffer slots. */
+static ql_status job_init(const char *fn, job *j, ql_checkpoint *c, ql_st_writer *w, const ql_quantize_options *opt,
+                          const target_plan *p, const out_plan *op)
+{
+    j->c = c;
+    j->w = w;
+    j->opt = opt;
+    j->group = p->group;
+    j->bits = p->bits;
+    j->wp = p->wp;
+    j->threads = opt->threads > 0 ? opt->threads : omp_get_max_threads();
+    if (j->threads < 1) j->threads = 1;
+    j->qbuf = calloc((size_t)j->threads, sizeof *j->qbuf);
+    j->sbuf = calloc((size_t)j->threads, sizeof *j->sbuf);
+    j->xbuf = calloc((size_t)j->threads, sizeof *j->xbuf);
+    j->rbuf = calloc((size_t)j->threads, sizeof *j->rbuf);
+    if (!j->qbuf || !j->sbuf || !j->xbuf || !j->rbuf) return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    j->prog.layers_total = op->layers_total;
+    j->prog.bytes_total = op->bytes_total;
+    j->t0 = now_s();
+    j->last_report = j->t0 - 1.0; /* the first piece of work is reported */
+    return QL_OK;
+}
+
+/* Every input tensor copied or quantized, in input order (sequential reads
+ * of the mapping); `order` has room for every input tensor. */
+static ql_status write_outputs(const char *fn, job *j, const out_plan *op, int64_t *order, const char *cq_json,
+                               size_t cq_len, ql_quantize_result *result)
+{
+    ql_checkpoint *c = j->c;
     int64_t *where = calloc((size_t)(c->n_tensors + 1), sizeof *where); /* first output of each input */
-    if (!where) {
-        st = ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-        goto done;
-    }
-    for (int64_t o = n_out - 1; o >= 0; o--) where[outs[o].src] = o;
+    if (!where) return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    for (int64_t o = op->n_out - 1; o >= 0; o--) where[op->outs[o].src] = o;
     for (int64_t i = 0; i < c->n_tensors; i++) order[i] = i;
     qsort_r(order, (size_t)c->n_tensors, sizeof *order, cmp_begin, c->tensors);
+    ql_status st = QL_OK;
     for (int64_t ii = 0; ii < c->n_tensors && st == QL_OK; ii++) {
         int64_t i = order[ii], o = where[i];
         const ql_st_tensor *t = &c->tensors[i];
-        if (outs[o].kind == OUT_COPY) {
-            st = copy_tensor(&j, o, t);
+        if (op->outs[o].kind == OUT_COPY) {
+            st = copy_tensor(j, o, t);
             if (result) result->tensors_copied++;
             continue;
         }
-        st = quantize_tensor(&j, t, o, o + 1);
-        if (st == QL_OK) st = ql_st_writer_write(w, o + 2, 0, cq_json, cq_len);
+        st = quantize_tensor(j, t, o, o + 1);
+        if (st == QL_OK) st = ql_st_writer_write(j->w, o + 2, 0, cq_json, cq_len);
         if (st == QL_OK) {
-            j.prog.layers_done++;
-            if (report(&j, t->name, 0)) st = cancelled(&j);
+            j->prog.layers_done++;
+            if (report(j, t->name, 0)) st = cancelled(j);
         }
     }
     free(where);
+    return st;
+}
+
+ql_status ql_checkpoint_quantize(const char *in_path, const char *out_path, const ql_quantize_options *opt,
+                                 ql_quantize_result *result)
+{
+    const char *fn = "ql_checkpoint_quantize";
+    QL_CHECK_PTR(fn, in_path);
+    QL_CHECK_PTR(fn, out_path);
+    QL_CHECK_PTR(fn, opt);
+    if (result) memset(result, 0, sizeof *result);
+    if (opt->target < QL_QUANT_INT8 || opt->target > QL_QUANT_W6A8)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: unknown target %d", fn, (int)opt->target);
+    target_plan p;
+    QL_TRY(plan_target(fn, opt, &p));
+    name_filters f;
+    QL_TRY(compile_filters(fn, opt, &f));
+
+    ql_checkpoint *c = NULL;
+    ql_st_writer *w = NULL;
+    out_plan op;
+    memset(&op, 0, sizeof op);
+    int64_t *order = NULL;
+    job j;
+    memset(&j, 0, sizeof j);
+    char cq_json[160];
+    size_t cq_len = p.bits ? ql_comfy_quant_json_wxa8(opt->target, p.wp.group, p.wp.convrot_group, cq_json, sizeof cq_json)
+                           : ql_comfy_quant_json(opt->target, p.group, cq_json, sizeof cq_json);
+    ql_status st = ql_checkpoint_open(in_path, &c);
     if (st != QL_OK) goto done;
+
+    op.outs = calloc((size_t)(5 * c->n_tensors + 1), sizeof *op.outs);
+    op.specs = calloc((size_t)(5 * c->n_tensors + 1), sizeof *op.specs);
+    order = calloc((size_t)(c->n_tensors + 1), sizeof *order);
+    if (!op.outs || !op.specs || !order) {
+        st = ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+        goto done;
+    }
+    if ((st = plan_outputs(fn, c, &p, &f, cq_len, &op)) != QL_OK) goto done;
+    st = ql_st_writer_open(out_path, op.specs, op.n_out, (const char *const *)c->meta_keys,
+                           (const char *const *)c->meta_values, c->n_meta, in_path, &w);
+    if (st != QL_OK) goto done;
+    if ((st = job_init(fn, &j, c, w, opt, &p, &op)) != QL_OK) goto done;
+    if ((st = write_outputs(fn, &j, &op, order, cq_json, cq_len, result)) != QL_OK) goto done;
     if (report(&j, NULL, 1)) {
         st = cancelled(&j);
         goto done;
@@ -467,7 +556,7 @@ ql_status ql_checkpoint_quantize(const char *in_path, const char *out_path, cons
     w = NULL;
     if (st == QL_OK && result) {
         result->layers_quantized = j.prog.layers_done;
-        result->bytes_in = bytes_total;
+        result->bytes_in = op.bytes_total;
         result->seconds = now_s() - j.t0;
         struct stat sb;
         if (stat(out_path, &sb) == 0) result->bytes_out = (uint64_t)sb.st_size;
@@ -478,13 +567,12 @@ done:
     free(j.sbuf);
     free(j.xbuf);
     free(j.rbuf);
-    if (outs)
-        for (int64_t o = 0; o < n_out; o++) free(outs[o].name);
-    free(outs);
-    free(specs);
+    if (op.outs)
+        for (int64_t o = 0; o < op.n_out; o++) free(op.outs[o].name);
+    free(op.outs);
+    free(op.specs);
     free(order);
     ql_checkpoint_close(c);
-    if (have_in) regfree(&rin);
-    if (have_ex) regfree(&rex);
+    free_filters(&f);
     return st;
 }

@@ -1,11 +1,12 @@
-/* The strict safetensors reader (FORMATS.md §1): mmap the file, check every
- * rule of the container, index the tensors. JSON is parsed by jansson. */
+/* The strict safetensors reader (docs/FORMATS.md §1): mmap the file, check
+ * every rule of the container, index the tensors. JSON is parsed by jansson.
+ * The container only: quantized layers are found on top of it (layers.c),
+ * and checkpoint.c puts the two together. */
 #include "format.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -74,118 +75,9 @@ ql_st_dtype ql_st_dtype_from_ql(ql_dtype dt)
     return QL_ST_DTYPE_COUNT;
 }
 
-/* ----------------------------------------------------------------- strings */
-
-size_t ql_utf8_check(const unsigned char *s, size_t len)
-{
-    size_t i = 0;
-    while (i < len) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t n;
-        unsigned min;
-        if (c >= 0xc2 && c <= 0xdf) n = 1, min = 0x80;
-        else if (c >= 0xe0 && c <= 0xef) n = 2, min = 0x800;
-        else if (c >= 0xf0 && c <= 0xf4) n = 3, min = 0x10000;
-        else return i;
-        if (len - i <= n) return i;
-        unsigned cp = c & (0x3fu >> n);
-        for (size_t j = 1; j <= n; j++) {
-            unsigned d = s[i + j];
-            if ((d & 0xc0) != 0x80) return i;
-            cp = (cp << 6) | (d & 0x3f);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return i;
-        i += n + 1;
-    }
-    return len;
-}
-
-const char *ql_show(ql_name_buf *b, const char *s)
-{
-    const size_t cap = sizeof b->s;
-    const size_t keep = cap - 8; /* room for an escape and "..." */
-    size_t o = 0;
-    if (!s) s = "(null)";
-    const unsigned char *p = (const unsigned char *)s;
-    size_t len = strlen(s);
-    size_t valid = ql_utf8_check(p, len);
-    size_t i = 0;
-    while (i < len) {
-        if (o >= keep) {
-            memcpy(b->s + o, "...", 4);
-            return b->s;
-        }
-        unsigned c = p[i];
-        if (c < 0x20 || c == 0x7f || (c >= 0x80 && i >= valid)) {
-            snprintf(b->s + o, cap - o, "\\x%02x", c);
-            o += 4;
-            i++;
-        } else if (c >= 0x80) {
-            size_t n = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
-            if (o + n >= keep) {
-                memcpy(b->s + o, "...", 4);
-                return b->s;
-            }
-            memcpy(b->s + o, p + i, n);
-            o += n;
-            i += n;
-        } else {
-            b->s[o++] = (char)c;
-            i++;
-        }
-    }
-    b->s[o] = 0;
-    return b->s;
-}
-
 /* ------------------------------------------------------------------ parse */
 
 #define FAIL(c, st, ...) ql_fail_file(c, st, __VA_ARGS__)
-
-static ql_status vfail_path(const char *path, ql_status st, const char *fmt, va_list ap)
-{
-    char msg[400];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    ql_name_buf nb;
-    return ql_fail(st, "%s: %s", ql_show(&nb, path), msg);
-}
-
-ql_status ql_fail_path(const char *path, ql_status st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    ql_status r = vfail_path(path, st, fmt, ap);
-    va_end(ap);
-    return r;
-}
-
-ql_status ql_fail_file(const ql_checkpoint *c, ql_status st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    ql_status r = vfail_path(c->path, st, fmt, ap);
-    va_end(ap);
-    return r;
-}
-
-const char *ql_json_kind(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a fractional number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "a value";
-}
 
 /* Render a shape for messages: "[2, 3]". */
 static void shape_str(char *buf, size_t cap, const int64_t *shape, int ndim)
@@ -432,45 +324,18 @@ done:
     return st;
 }
 
-/* --------------------------------------------------------------- open/close */
+/* ------------------------------------------------------------ map/release */
 
-static ql_status finish_open(ql_checkpoint *c, ql_checkpoint **out)
+ql_status ql_st_map_file(ql_checkpoint *c)
 {
-    ql_status st = ql_st_parse(c);
-    if (st == QL_OK) st = ql_layers_discover(c);
-    if (st != QL_OK) {
-        ql_checkpoint_close(c);
-        return st;
-    }
-    *out = c;
-    return QL_OK;
-}
-
-ql_status ql_checkpoint_open(const char *path, ql_checkpoint **out)
-{
-    const char *fn = "ql_checkpoint_open";
-    QL_CHECK_PTR(fn, out);
-    *out = NULL;
-    QL_CHECK_PTR(fn, path);
-    ql_checkpoint *c = calloc(1, sizeof *c);
-    if (!c || !(c->path = strdup(path))) {
-        free(c);
-        return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    }
-    pthread_mutex_init(&c->lock, NULL);
     /* O_NONBLOCK: a FIFO must not hang the open; it is refused below. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        ql_status st = FAIL(c, QL_ERR_IO, "cannot open: %s", strerror(errno));
-        ql_checkpoint_close(c);
-        return st;
-    }
+    int fd = open(c->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return FAIL(c, QL_ERR_IO, "cannot open: %s", strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         ql_status st = S_ISDIR(sb.st_mode) ? FAIL(c, QL_ERR_IO, "is a directory, not a file")
                                            : FAIL(c, QL_ERR_IO, "is not a regular file");
         close(fd);
-        ql_checkpoint_close(c);
         return st;
     }
     c->size = (uint64_t)sb.st_size;
@@ -479,36 +344,17 @@ ql_status ql_checkpoint_open(const char *path, ql_checkpoint **out)
         if (p == MAP_FAILED) {
             ql_status st = FAIL(c, QL_ERR_IO, "cannot map %llu bytes: %s", (unsigned long long)c->size, strerror(errno));
             close(fd);
-            ql_checkpoint_close(c);
             return st;
         }
         c->base = p;
         c->mapped = 1;
     }
     close(fd);
-    return finish_open(c, out);
+    return QL_OK;
 }
 
-ql_status ql_checkpoint_open_memory(const void *data, size_t size, const char *label, ql_checkpoint **out)
+void ql_st_release(ql_checkpoint *c)
 {
-    const char *fn = "ql_checkpoint_open_memory";
-    QL_CHECK_PTR(fn, out);
-    *out = NULL;
-    if (size > 0) QL_CHECK_PTR(fn, data);
-    ql_checkpoint *c = calloc(1, sizeof *c);
-    if (!c || !(c->path = strdup(label ? label : "(memory)"))) {
-        free(c);
-        return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    }
-    pthread_mutex_init(&c->lock, NULL);
-    c->base = data;
-    c->size = size;
-    return finish_open(c, out);
-}
-
-void ql_checkpoint_close(ql_checkpoint *c)
-{
-    if (!c) return;
     if (c->mapped) munmap((void *)c->base, (size_t)c->size);
     for (int64_t i = 0; i < c->n_tensors; i++) free(c->tensors[i].name);
     free(c->tensors);
@@ -520,44 +366,6 @@ void ql_checkpoint_close(ql_checkpoint *c)
     }
     free(c->meta_keys);
     free(c->meta_values);
-    for (int64_t i = 0; i < c->n_layers; i++) {
-        ql_layer *l = &c->layers[i];
-        free(l->prefix);
-        free(l->format);
-        free(l->json);
-        free(l->linear_dtype);
-        free(l->reason);
-    }
-    free(c->layers);
-    free(c->layer_sorted);
-    for (int64_t i = 0; i < c->n_copies; i++) ql_aligned_free(c->copies[i]);
-    free(c->copies);
-    free(c->path);
-    pthread_mutex_destroy(&c->lock);
-    free(c);
-}
-
-ql_status ql_checkpoint_keep_copy(ql_checkpoint *c, const void *src, size_t bytes, const void **out)
-{
-    void *d = ql_aligned_alloc(bytes ? bytes : 1);
-    if (!d) return ql_fail(QL_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes", bytes);
-    if (bytes) memcpy(d, src, bytes);
-    pthread_mutex_lock(&c->lock);
-    if (c->n_copies == c->cap_copies) {
-        int64_t cap = c->cap_copies ? 2 * c->cap_copies : 8;
-        void **p = realloc(c->copies, (size_t)cap * sizeof *p);
-        if (!p) {
-            pthread_mutex_unlock(&c->lock);
-            ql_aligned_free(d);
-            return ql_fail(QL_ERR_OUT_OF_MEMORY, "out of memory");
-        }
-        c->copies = p;
-        c->cap_copies = cap;
-    }
-    c->copies[c->n_copies++] = d;
-    pthread_mutex_unlock(&c->lock);
-    *out = d;
-    return QL_OK;
 }
 
 /* --------------------------------------------------------------- accessors */

@@ -206,6 +206,131 @@ static ql_status open_temp(ql_st_writer *w)
     return st;
 }
 
+/* Each spec: a valid UTF-8 name (not __metadata__, not twice), a known
+ * dtype, a shape whose size fits; w->t[i].bytes and w->own_names filled,
+ * order[] left sorted by name. */
+static ql_status check_specs(ql_st_writer *w, const char *path, const ql_tensor_spec *specs, int64_t n, int64_t *order)
+{
+    ql_status st;
+    ql_name_buf nb;
+    for (int64_t i = 0; i < n; i++) {
+        const ql_tensor_spec *s = &specs[i];
+        if ((st = check_text(path, "tensor name", s->name)) != QL_OK) return st;
+        if (!strcmp(s->name, "__metadata__"))
+            return ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "a tensor cannot be called '__metadata__'");
+        if ((unsigned)s->dtype >= QL_ST_DTYPE_COUNT || s->ndim < 0 || (s->ndim > 0 && !s->shape))
+            return ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "tensor '%s': bad dtype or shape", ql_show(&nb, s->name));
+        uint64_t numel = 1;
+        for (int d = 0; d < s->ndim; d++) {
+            if (s->shape[d] < 0 || __builtin_mul_overflow(numel, (uint64_t)s->shape[d], &numel))
+                return ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "tensor '%s': shape[%d] = %lld is negative or overflows",
+                                    ql_show(&nb, s->name), d, (long long)s->shape[d]);
+        }
+        uint64_t bits;
+        if (__builtin_mul_overflow(numel, (uint64_t)ql_st_dtype_bits(s->dtype), &bits) || bits % 8)
+            return ql_fail_path(path, QL_ERR_INVALID_ARGUMENT,
+                                "tensor '%s': size is not a whole number of bytes or overflows", ql_show(&nb, s->name));
+        w->t[i].bytes = bits / 8;
+        if (!(w->own_names[i] = strdup(s->name))) return ql_fail_path(path, QL_ERR_OUT_OF_MEMORY, "out of memory");
+        order[i] = i;
+    }
+    sort_ctx sc = {specs};
+    qsort_r(order, (size_t)n, sizeof *order, cmp_names, &sc);
+    for (int64_t i = 1; i < n; i++)
+        if (!strcmp(specs[order[i]].name, specs[order[i - 1]].name))
+            return ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "tensor '%s' is listed twice",
+                                ql_show(&nb, specs[order[i]].name));
+    return QL_OK;
+}
+
+/* Keys and values valid UTF-8, no key twice; mk[] gets the sorted keys. */
+static ql_status check_metadata(const char *path, const char *const *meta_keys, const char *const *meta_values,
+                                int64_t n_meta, const char **mk)
+{
+    ql_status st;
+    for (int64_t i = 0; i < n_meta; i++) {
+        if ((st = check_text(path, "metadata key", meta_keys[i])) != QL_OK) return st;
+        if ((st = check_text(path, "metadata value", meta_values[i])) != QL_OK) return st;
+        mk[i] = meta_keys[i];
+    }
+    qsort(mk, (size_t)n_meta, sizeof *mk, cmp_str_ptr);
+    ql_name_buf nb;
+    for (int64_t i = 1; i < n_meta; i++)
+        if (!strcmp(mk[i], mk[i - 1]))
+            return ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "metadata key '%s' is listed twice", ql_show(&nb, mk[i]));
+    return QL_OK;
+}
+
+/* Layout and header, as the reference writer makes them: tensors in the
+ * reference order (order[] is re-sorted), the header padded with spaces
+ * to a multiple of 8. Sets w->t[].begin, w->data_start and w->total. */
+static ql_status build_header(ql_st_writer *w, const char *path, const ql_tensor_spec *specs, int64_t n,
+                              int64_t *order, const char *const *meta_keys, const char *const *meta_values,
+                              int64_t n_meta, ql_sbuf *h)
+{
+    sort_ctx sc = {specs};
+    qsort_r(order, (size_t)n, sizeof *order, cmp_ref_order, &sc);
+    ql_sbuf_put(h, "{", 1);
+    int first = 1;
+    if (n_meta > 0) {
+        ql_sbuf_puts(h, "\"__metadata__\":{");
+        for (int64_t i = 0; i < n_meta; i++) {
+            if (i) ql_sbuf_put(h, ",", 1);
+            ql_sbuf_json_string(h, meta_keys[i]);
+            ql_sbuf_put(h, ":", 1);
+            ql_sbuf_json_string(h, meta_values[i]);
+        }
+        ql_sbuf_put(h, "}", 1);
+        first = 0;
+    }
+    uint64_t off = 0;
+    for (int64_t j = 0; j < n; j++) {
+        const ql_tensor_spec *s = &specs[order[j]];
+        wtensor *t = &w->t[order[j]];
+        t->begin = off;
+        if (__builtin_add_overflow(off, t->bytes, &off))
+            return ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "total size overflows 64 bits");
+        if (!first) ql_sbuf_put(h, ",", 1);
+        first = 0;
+        ql_sbuf_json_string(h, s->name);
+        ql_sbuf_printf(h, ":{\"dtype\":\"%s\",\"shape\":[", ql_st_dtype_name(s->dtype));
+        for (int d = 0; d < s->ndim; d++) ql_sbuf_printf(h, "%s%lld", d ? "," : "", (long long)s->shape[d]);
+        ql_sbuf_printf(h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)t->begin, (unsigned long long)off);
+    }
+    ql_sbuf_put(h, "}", 1);
+    while (!h->oom && h->len % 8) ql_sbuf_put(h, " ", 1);
+    if (h->oom) return ql_fail_path(path, QL_ERR_OUT_OF_MEMORY, "out of memory building the header");
+    if (h->len > QL_ST_MAX_HEADER)
+        return ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "header would be %zu bytes, over the %llu-byte limit", h->len,
+                            QL_ST_MAX_HEADER);
+    w->data_start = 8 + (uint64_t)h->len;
+    w->total = w->data_start + off;
+    return QL_OK;
+}
+
+/* The temporary file, sized to w->total, with the length and the header
+ * written; never over a directory or over `protect`. */
+static ql_status create_output(ql_st_writer *w, const char *path, const char *protect, const ql_sbuf *h)
+{
+    ql_status st;
+    struct stat ds;
+    if (stat(path, &ds) == 0 && S_ISDIR(ds.st_mode)) return ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "is a directory");
+    /* Never replace the input. */
+    if (protect) {
+        struct stat a, b;
+        if (stat(protect, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+            return ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "refusing to overwrite the input file");
+    }
+    if ((st = open_temp(w)) != QL_OK) return st;
+    if (ftruncate(w->fd, (off_t)w->total) != 0)
+        return ql_fail_path(path, QL_ERR_IO, "cannot size the temporary file to %llu bytes: %s",
+                            (unsigned long long)w->total, strerror(errno));
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h->len >> (8 * i));
+    if ((st = pwrite_all(path, w->fd, len8, 8, 0)) != QL_OK) return st;
+    return pwrite_all(path, w->fd, h->p, h->len, 8);
+}
+
 ql_status ql_st_writer_open(const char *path, const ql_tensor_spec *specs, int64_t n, const char *const *meta_keys,
                             const char *const *meta_values, int64_t n_meta, const char *protect, ql_st_writer **out)
 {
@@ -233,142 +358,20 @@ ql_status ql_st_writer_open(const char *path, const ql_tensor_spec *specs, int64
     w->n = n;
     w->t = calloc((size_t)(n ? n : 1), sizeof *w->t);
     w->own_names = calloc((size_t)(n ? n : 1), sizeof *w->own_names);
-    if (!w->t || !w->own_names) {
-        st = ql_fail_path(path, QL_ERR_OUT_OF_MEMORY, "out of memory");
-        goto fail;
-    }
-    /* Validate the specs. */
-    ql_name_buf nb;
-    for (int64_t i = 0; i < n; i++) {
-        const ql_tensor_spec *s = &specs[i];
-        if ((st = check_text(path, "tensor name", s->name)) != QL_OK) goto fail;
-        if (!strcmp(s->name, "__metadata__")) {
-            st = ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "a tensor cannot be called '__metadata__'");
-            goto fail;
-        }
-        if ((unsigned)s->dtype >= QL_ST_DTYPE_COUNT || s->ndim < 0 || (s->ndim > 0 && !s->shape)) {
-            st = ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "tensor '%s': bad dtype or shape", ql_show(&nb, s->name));
-            goto fail;
-        }
-        uint64_t numel = 1;
-        for (int d = 0; d < s->ndim; d++) {
-            if (s->shape[d] < 0 || __builtin_mul_overflow(numel, (uint64_t)s->shape[d], &numel)) {
-                st = ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "tensor '%s': shape[%d] = %lld is negative or overflows",
-                           ql_show(&nb, s->name), d, (long long)s->shape[d]);
-                goto fail;
-            }
-        }
-        uint64_t bits;
-        if (__builtin_mul_overflow(numel, (uint64_t)ql_st_dtype_bits(s->dtype), &bits) || bits % 8) {
-            st = ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "tensor '%s': size is not a whole number of bytes or overflows",
-                       ql_show(&nb, s->name));
-            goto fail;
-        }
-        w->t[i].bytes = bits / 8;
-        if (!(w->own_names[i] = strdup(s->name))) {
-            st = ql_fail_path(path, QL_ERR_OUT_OF_MEMORY, "out of memory");
-            goto fail;
-        }
-        order[i] = i;
-    }
-    sort_ctx sc = {specs};
-    qsort_r(order, (size_t)n, sizeof *order, cmp_names, &sc);
-    for (int64_t i = 1; i < n; i++)
-        if (!strcmp(specs[order[i]].name, specs[order[i - 1]].name)) {
-            st = ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "tensor '%s' is listed twice", ql_show(&nb, specs[order[i]].name));
-            goto fail;
-        }
-    for (int64_t i = 0; i < n_meta; i++) {
-        if ((st = check_text(path, "metadata key", meta_keys[i])) != QL_OK) goto fail;
-        if ((st = check_text(path, "metadata value", meta_values[i])) != QL_OK) goto fail;
-        mk[i] = meta_keys[i];
-    }
-    qsort(mk, (size_t)n_meta, sizeof *mk, cmp_str_ptr);
-    for (int64_t i = 1; i < n_meta; i++)
-        if (!strcmp(mk[i], mk[i - 1])) {
-            st = ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "metadata key '%s' is listed twice", ql_show(&nb, mk[i]));
-            goto fail;
-        }
-
-    /* Layout and header, as the reference writer makes them. */
-    qsort_r(order, (size_t)n, sizeof *order, cmp_ref_order, &sc);
-    ql_sbuf_put(&h, "{", 1);
-    int first = 1;
-    if (n_meta > 0) {
-        ql_sbuf_puts(&h, "\"__metadata__\":{");
-        for (int64_t i = 0; i < n_meta; i++) {
-            if (i) ql_sbuf_put(&h, ",", 1);
-            ql_sbuf_json_string(&h, meta_keys[i]);
-            ql_sbuf_put(&h, ":", 1);
-            ql_sbuf_json_string(&h, meta_values[i]);
-        }
-        ql_sbuf_put(&h, "}", 1);
-        first = 0;
-    }
-    uint64_t off = 0;
-    for (int64_t j = 0; j < n; j++) {
-        const ql_tensor_spec *s = &specs[order[j]];
-        wtensor *t = &w->t[order[j]];
-        t->begin = off;
-        if (__builtin_add_overflow(off, t->bytes, &off)) {
-            st = ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "total size overflows 64 bits");
-            goto fail;
-        }
-        if (!first) ql_sbuf_put(&h, ",", 1);
-        first = 0;
-        ql_sbuf_json_string(&h, s->name);
-        ql_sbuf_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", ql_st_dtype_name(s->dtype));
-        for (int d = 0; d < s->ndim; d++) ql_sbuf_printf(&h, "%s%lld", d ? "," : "", (long long)s->shape[d]);
-        ql_sbuf_printf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)t->begin, (unsigned long long)off);
-    }
-    ql_sbuf_put(&h, "}", 1);
-    while (!h.oom && h.len % 8) ql_sbuf_put(&h, " ", 1);
-    if (h.oom) {
-        st = ql_fail_path(path, QL_ERR_OUT_OF_MEMORY, "out of memory building the header");
-        goto fail;
-    }
-    if (h.len > QL_ST_MAX_HEADER) {
-        st = ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "header would be %zu bytes, over the %llu-byte limit", h.len,
-                   QL_ST_MAX_HEADER);
-        goto fail;
-    }
-    w->data_start = 8 + (uint64_t)h.len;
-    w->total = w->data_start + off;
-
-    struct stat ds;
-    if (stat(path, &ds) == 0 && S_ISDIR(ds.st_mode)) {
-        st = ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "is a directory");
-        goto fail;
-    }
-    /* Never replace the input. */
-    if (protect) {
-        struct stat a, b;
-        if (stat(protect, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
-            st = ql_fail_path(path, QL_ERR_INVALID_ARGUMENT, "refusing to overwrite the input file");
-            goto fail;
-        }
-    }
-    if ((st = open_temp(w)) != QL_OK) goto fail;
-    if (ftruncate(w->fd, (off_t)w->total) != 0) {
-        st = ql_fail_path(path, QL_ERR_IO, "cannot size the temporary file to %llu bytes: %s", (unsigned long long)w->total,
-                   strerror(errno));
-        goto fail;
-    }
-    unsigned char len8[8];
-    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
-    if ((st = pwrite_all(path, w->fd, len8, 8, 0)) != QL_OK) goto fail;
-    if ((st = pwrite_all(path, w->fd, h.p, h.len, 8)) != QL_OK) goto fail;
+    if (!w->t || !w->own_names) st = ql_fail_path(path, QL_ERR_OUT_OF_MEMORY, "out of memory");
+    if (st == QL_OK) st = check_specs(w, path, specs, n, order);
+    if (st == QL_OK) st = check_metadata(path, meta_keys, meta_values, n_meta, mk);
+    if (st == QL_OK) st = build_header(w, path, specs, n, order, meta_keys, meta_values, n_meta, &h);
+    if (st == QL_OK) st = create_output(w, path, protect, &h);
     free(h.p);
     free(order);
     free(mk);
+    if (st != QL_OK) {
+        ql_st_writer_abort(w);
+        return st;
+    }
     *out = w;
     return QL_OK;
-fail:
-    free(h.p);
-    free(order);
-    free(mk);
-    ql_st_writer_abort(w);
-    return st;
 }
 
 uint64_t ql_st_writer_tensor_bytes(const ql_st_writer *w, int64_t index)
