@@ -12,7 +12,7 @@ from ._lib import C, QlinearError, check, fast_fn, load
 # kind= and activation= names of ql_linear_kind and ql_activation values
 KINDS = {"w8a8": C.QL_LINEAR_W8A8, "weight-only": C.QL_LINEAR_WEIGHT_ONLY, "dense": C.QL_LINEAR_DENSE,
          "dequant": C.QL_LINEAR_DEQUANT}
-KIND_NAMES = {v: k for k, v in KINDS.items()}
+KIND_NAMES = {v: k for k, v in KINDS.items()} | {C.QL_LINEAR_WXA8_PACKED: "wxa8-packed"}
 ACTIVATIONS = {"none": C.QL_ACTIVATION_NONE, "gelu": C.QL_ACTIVATION_GELU}
 
 # Linear.forward's fast path for torch tensors: (torch.Tensor, fn(linear, x) -> y or
@@ -168,6 +168,64 @@ class Linear:
         wq.n, wq.k, wq.q, wq.ldq, wq.scale, wq.n_scale, wq.convrot_group = n, k, qp, k, sp, n, g
         wq.bias, wq.bias_dtype = bptr, bcode
         return cls._create(desc, _context, threads, format, g, bias is not None, device)
+
+    @classmethod
+    def from_int8(cls, codes, scale, convrot_group=0, bias=None, kind="w8a8", threads=None, _context=None,
+                  device=None):
+        """A layer from int8 codes [N, K] (rows contiguous) and their fp32
+        scales (1 or N), as a checkpoint stores them: ConvRot codes when
+        convrot_group > 0. numpy arrays or CPU torch tensors, read in place
+        (not kept)."""
+        ffi, lib = load()
+        cp, n, k, ldq = _int8_matrix(codes, "codes")
+        sp, n_scale = _f32_vector(scale, "scale", (1, n))
+        desc = ffi.new("ql_linear_desc *")
+        desc.kind, desc.n, desc.k = kind_code(kind), n, k
+        wq = desc.int8
+        wq.n, wq.k, wq.q, wq.ldq = n, k, ffi.cast("int8_t *", cp), ldq
+        wq.scale, wq.n_scale, wq.convrot_group = ffi.cast("float *", sp), n_scale, int(convrot_group)
+        wq.bias, wq.bias_dtype = _bias_view(ffi, bias, n)
+        fmt = "int8-convrot" if convrot_group else "int8"
+        return cls._create(desc, _context, threads, fmt, int(convrot_group), bias is not None, device)
+
+    @classmethod
+    def from_wxa8(cls, qdata, s_rel, s_channel, codebook=None, correction=None, group=16, convrot_group=256,
+                  bias=None, packed=True, threads=None, _context=None):
+        """A W4A8 / W6A8 layer from ComfyUI's tensors (CPU torch tensors or numpy
+        arrays, read in place): qdata [N, K/2] (4 bits) or [N, 3K/4] (6 bits)
+        bytes, s_rel [N, K/group] (float8_e4m3fn bytes or fp32), s_channel [N]
+        fp32, codebook [16] fp32 or None, correction [K/group, N] or None.
+        packed: keep the codes packed (decoded inside the GEMM) or decode them
+        once to int8 (twice the bytes, the W8A8 kernels)."""
+        ffi, lib = load()
+        qp, n, cols, ldq = _int8_matrix(qdata, "qdata", any_byte=True)
+        srp, srshape, sr_f32 = _scale_matrix(s_rel, "s_rel")
+        if len(srshape) != 2 or srshape[0] != n:
+            raise QlinearError(f"qlinear: s_rel has shape {list(srshape)}; expected [{n}, K/group]", "invalid argument")
+        k = srshape[1] * int(group)
+        bits = cols * 8 // k if k else 0
+        if bits not in (4, 6) or bits * k != cols * 8:
+            raise QlinearError(f"qlinear: qdata rows of {cols} bytes do not hold K = {k} codes of 4 or 6 bits",
+                               "invalid argument")
+        scp, _ = _f32_vector(s_channel, "s_channel", (n,))
+        desc = ffi.new("ql_linear_desc *")
+        desc.kind = C.QL_LINEAR_WXA8_PACKED if packed else C.QL_LINEAR_W8A8
+        desc.n, desc.k = n, k
+        w = desc.wxa8
+        w.n, w.k, w.bits, w.q, w.ldq = n, k, bits, ffi.cast("uint8_t *", qp), ldq
+        w.s_rel, w.s_rel_f32, w.s_channel = ffi.cast("void *", srp), int(sr_f32), ffi.cast("float *", scp)
+        if codebook is not None:
+            cbp, _ = _f32_vector(codebook, "codebook", (16,))
+            w.codebook = ffi.cast("float *", cbp)
+        if correction is not None:
+            crp, ccode, cshape, cstr = array_view(correction, "correction")
+            if tuple(cshape) != (k // int(group), n) or (n > 1 and cstr[-1] != 1) or cstr[0] != n:
+                raise QlinearError(f"qlinear: correction has shape {list(cshape)}; expected a contiguous "
+                                   f"[{k // int(group)}, {n}]", "invalid argument")
+            w.correction, w.correction_dtype = ffi.cast("void *", crp), ccode
+        w.group, w.convrot_group = int(group), int(convrot_group)
+        w.bias, w.bias_dtype = _bias_view(ffi, bias, n)
+        return cls._create(desc, _context, threads, f"w{bits}a8", int(convrot_group), bias is not None, None)
 
     # -- properties
     @property
@@ -340,3 +398,67 @@ class Linear:
             ctx.use_stream(cur.cuda_stream)
 
     __call__ = forward
+
+
+def _int8_matrix(a, what, any_byte=False):
+    """(pointer, rows, cols, row stride) of a 2-D int8 (any_byte: or uint8)
+    numpy array or CPU torch tensor whose rows are contiguous."""
+    if is_torch(a):
+        import torch
+        ok = a.dtype == torch.int8 or (any_byte and a.dtype == torch.uint8)
+        if not ok or a.device.type != "cpu":
+            raise QlinearError(f"qlinear: {what} must be an int8 CPU tensor, not {a.dtype} on {a.device}",
+                               "invalid argument")
+        ptr, shape, strides = a.data_ptr(), tuple(a.shape), tuple(a.stride())
+    elif isinstance(a, np.ndarray) and (a.dtype == np.int8 or (any_byte and a.dtype == np.uint8)):
+        ptr, shape, strides = a.__array_interface__["data"][0], a.shape, a.strides
+    else:
+        raise QlinearError(f"qlinear: {what} must be an int8 array or tensor, not {type(a).__name__}",
+                           "invalid argument")
+    if len(shape) != 2:
+        raise QlinearError(f"qlinear: {what} has shape {list(shape)}; expected 2 dimensions", "invalid argument")
+    n, k = shape
+    if k > 1 and strides[1] != 1:
+        raise QlinearError(f"qlinear: {what} has strides {list(strides)}: rows must be contiguous", "invalid argument")
+    return ptr, n, k, (strides[0] if n > 1 else k)
+
+
+def _f32_vector(a, what, sizes):
+    """(pointer, numel) of a contiguous fp32 vector whose numel is one of sizes."""
+    if is_torch(a):
+        import torch
+        if a.dtype != torch.float32 or a.device.type != "cpu" or not a.is_contiguous():
+            raise QlinearError(f"qlinear: {what} must be a contiguous fp32 CPU tensor", "invalid argument")
+        ptr, numel = a.data_ptr(), a.numel()
+    elif isinstance(a, np.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous:
+        ptr, numel = a.__array_interface__["data"][0], a.size
+    else:
+        raise QlinearError(f"qlinear: {what} must be a contiguous fp32 array or tensor", "invalid argument")
+    if numel not in sizes:
+        raise QlinearError(f"qlinear: {what} has {numel} elements; expected {' or '.join(map(str, sizes))}",
+                           "invalid argument")
+    return ptr, numel
+
+
+def _scale_matrix(a, what):
+    """(pointer, shape, is_fp32) of contiguous e4m3 bytes (uint8 / float8_e4m3fn) or fp32."""
+    if is_torch(a):
+        import torch
+        f8 = getattr(torch, "float8_e4m3fn", None)
+        if a.device.type != "cpu" or not a.is_contiguous() or a.dtype not in (torch.float32, torch.uint8, f8):
+            raise QlinearError(f"qlinear: {what} must be a contiguous float8_e4m3fn or fp32 CPU tensor",
+                               "invalid argument")
+        return a.data_ptr(), tuple(a.shape), a.dtype == torch.float32
+    if isinstance(a, np.ndarray) and a.flags.c_contiguous and a.dtype in (np.float32, np.uint8):
+        return a.__array_interface__["data"][0], a.shape, a.dtype == np.float32
+    raise QlinearError(f"qlinear: {what} must be contiguous e4m3 bytes or fp32", "invalid argument")
+
+
+def _bias_view(ffi, bias, n):
+    """(pointer, ql_dtype) of an optional contiguous [n] float bias."""
+    if bias is None:
+        return ffi.NULL, F32
+    bp, bcode, bshape, bstr = array_view(bias, "bias")
+    if tuple(bshape) != (n,) or (n > 1 and bstr[0] != 1):
+        raise QlinearError(f"qlinear: bias has shape {list(bshape)}; expected a contiguous [{n}]", "invalid argument")
+    return ffi.cast("void *", bp), bcode

@@ -1,0 +1,366 @@
+"""The ops the `qlinear` comfy-kitchen backend serves, with comfy-kitchen's
+names and signatures (the registry calls getattr(module, op)(**kwargs)).
+
+Every op here has already passed the backend's constraints and call rules
+(_caps.py), which decline what qlinear cannot do exactly; what is left and
+still cannot run (a weight the library refuses, non-finite values where the
+library reports them) is handed to comfy-kitchen's eager implementation from
+inside the op, so the caller gets eager's answer (or eager's error).
+"""
+import torch
+
+import qlinear
+from .._lib import C, QlinearError, check, load
+from ._cache import WeightCache
+
+CODE = {torch.float32: C.QL_F32, torch.float16: C.QL_F16, torch.bfloat16: C.QL_BF16}
+DTYPE_OF_CODE = {0: torch.float32, 1: torch.float16, 2: torch.bfloat16}  # comfy-kitchen's output_dtype_code
+FUSED_ACTS = {}  # input_act name -> ql_input_act code, where the library fuses it (see _fused_acts)
+
+weights = WeightCache()
+_ctx = None
+_ffi = _lib = None
+
+
+def _eager():
+    from comfy_kitchen.backends import eager
+    return eager
+
+
+def _context():
+    global _ctx, _ffi, _lib
+    if _ctx is None:
+        from .._context import Context
+        _ffi, _lib = load()
+        _ctx = Context(torch.get_num_threads())
+    t = torch.get_num_threads()
+    if t != _ctx.threads:
+        _ctx.set_threads(t)
+    return _ctx
+
+
+def _fused_acts():
+    """The input activations the library's prologue applies (none on a build
+    without them: they are applied with comfy-kitchen's own function first)."""
+    names = {"gelu_tanh": "QL_INPUT_ACT_GELU_TANH", "swiglu": "QL_INPUT_ACT_SWIGLU", "rms_norm": "QL_INPUT_ACT_RMS_NORM"}
+    return {k: getattr(C, v) for k, v in names.items() if hasattr(C, v)}
+
+
+FUSED_ACTS.update(_fused_acts())
+
+
+def _ptr(t):
+    return _ffi.cast("void *", t.data_ptr())
+
+
+def _has_field(struct, field):
+    ffi, _ = load()
+    try:
+        setattr(ffi.new(struct + " *"), field, 0)
+        return True
+    except (AttributeError, TypeError, KeyError):
+        return False
+
+
+HAS_EPI_BIAS = _has_field("ql_epilogue", "bias")  # a per-call bias in the epilogue
+HAS_TORCH_SR = hasattr(C, "QL_SR_TORCH_CPU")  # stochastic rounding on torch's CPU generator stream
+
+
+# ---------------------------------------------------------------- int8_linear
+
+def _int8_layer(weight, weight_scale, group):
+    def make():
+        _context()
+        w = weight.detach()
+        if not w.is_contiguous():
+            w = w.contiguous()
+        s = weight_scale.detach().reshape(-1).to(torch.float32).contiguous()
+        return qlinear.Linear.from_int8(w, s, convrot_group=group, _context=_ctx)
+    return weights.get(weight, ("int8", group), (weight_scale,), make)
+
+
+def int8_linear(x, weight, weight_scale, bias=None, out_dtype=torch.bfloat16, convrot=False, convrot_groupsize=256,
+                input_act=None, input_act_weight=None, input_act_eps=0.0, residual=None, residual_scale=None):
+    group = convrot_groupsize if convrot else 0
+    e = _int8_layer(weight, weight_scale, group)
+    if e.failed is not None:
+        return _eager().int8_linear(x, weight, weight_scale, bias, out_dtype, convrot, convrot_groupsize, input_act,
+                                    input_act_weight, input_act_eps, residual, residual_scale)
+    return _run(e.layer, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual, residual_scale)
+
+
+def _run(layer, x, bias, out_dtype, input_act, act_weight, act_eps, residual, residual_scale):
+    """y = layer(act(x)) + bias, then residual + residual_scale ⊙ y, in eager's
+    rounding order, on the CPU."""
+    ctx = _context()
+    if input_act not in (None, "none") and input_act not in FUSED_ACTS:
+        from comfy_kitchen.backends._activations import apply_input_act
+        x = apply_input_act(x, input_act, act_weight, act_eps)
+        input_act = None
+    k_in = x.shape[-1]
+    n = layer.n
+    if x.stride(-1) != 1 and k_in > 1:
+        x = x.contiguous()
+    x2 = x.reshape(-1, k_in)
+    if x2.shape[0] > 1 and x2.stride(0) < k_in:
+        x2 = x2.contiguous()
+    m = x2.shape[0]
+    oshape = x.shape[:-1] + (n,)
+    y = torch.empty(oshape, dtype=out_dtype)
+    if m == 0:
+        return _finish(y, bias, residual, residual_scale, out_dtype, False)
+    epi = _ffi.NULL
+    fused_res = False
+    if input_act not in (None, "none"):
+        epi = _ffi.new("ql_epilogue *")
+        epi.input_act = FUSED_ACTS[input_act]
+        if input_act == "rms_norm":
+            w = act_weight.detach()
+            if w.dtype not in CODE:
+                w = w.float()
+            w = w.contiguous()
+            epi.input_act_weight, epi.input_act_weight_dtype = _ptr(w), CODE[w.dtype]
+            epi.input_act_eps = float(act_eps if act_eps is not None else torch.finfo(x.dtype).eps)
+            keep_w = w  # noqa: F841 (alive through the call)
+    # bias, then the residual, fused when the library can take them as eager rounds them
+    bias_f32 = None
+    if bias is not None and HAS_EPI_BIAS:
+        bias_f32 = bias.detach().to(out_dtype).to(torch.float32).contiguous()
+        if epi is _ffi.NULL:
+            epi = _ffi.new("ql_epilogue *")
+        epi.bias = _ffi.cast("const float *", bias_f32.data_ptr())
+    if residual is not None and (bias is None or bias_f32 is not None):
+        r = residual.to(out_dtype)
+        rs = residual_scale.to(out_dtype)
+        if tuple(r.shape) == tuple(oshape) and (rs.numel() == n or rs.numel() == 1) and \
+                (rs.dim() == 0 or rs.shape[-1] == rs.numel() or rs.numel() == 1):
+            r2 = r.reshape(m, n)
+            if r2.stride(-1) != 1 or (m > 1 and r2.stride(0) < n):
+                r2 = r2.contiguous()
+            rs1 = rs.reshape(-1).expand(n).contiguous() if rs.numel() == 1 else rs.reshape(n).contiguous()
+            if epi is _ffi.NULL:
+                epi = _ffi.new("ql_epilogue *")
+            epi.residual, epi.ld_residual, epi.residual_scale = _ptr(r2), r2.stride(0), _ptr(rs1)
+            fused_res = True
+    st = layer._fwd_int(layer._ptr, x2.data_ptr(), CODE[x2.dtype], m, x2.stride(0) if m > 1 else k_in,
+                        y.data_ptr(), CODE[out_dtype], n, epi)
+    if st:
+        check(st, "ql_linear_forward")
+    return _finish(y, None if bias_f32 is not None else bias, None if fused_res else residual, residual_scale,
+                   out_dtype, fused_res)
+
+
+def _finish(y, bias, residual, residual_scale, out_dtype, fused_res):
+    if bias is not None:
+        y = y + bias.to(dtype=out_dtype)
+    if residual is not None and not fused_res:
+        y = torch.addcmul(residual.to(out_dtype), y, residual_scale.to(out_dtype))
+    return y
+
+
+# ----------------------------------------------------------- W4A8 / W6A8 linear
+
+def _wxa8_layer(qdata, s_rel, s_channel, codebook, correction, group_size, convrot_groupsize):
+    def make():
+        _context()
+        q = qdata.detach().contiguous().view(torch.uint8)
+        sr = s_rel.detach().contiguous()
+        if sr.dtype != torch.float32:
+            sr = sr.view(torch.uint8)
+        sc = s_channel.detach().to(torch.float32).contiguous()
+        cb = codebook.detach().to(torch.float32).contiguous() if codebook is not None else None
+        cr = correction.detach().contiguous() if correction is not None else None
+        if cr is not None and cr.dtype not in CODE:
+            cr = cr.float()
+        return qlinear.Linear.from_wxa8(q, sr, sc, cb, cr, group_size, convrot_groupsize, packed=PACKED[0],
+                                        _context=_ctx)
+    return weights.get(qdata, ("wxa8", group_size, convrot_groupsize, PACKED[0]),
+                       (s_rel, s_channel, codebook, correction), make)
+
+
+PACKED = [True]  # W4A8/W6A8 codes stay packed (decoded inside the GEMM); False: decoded once to int8
+
+
+def w4a8_int8_linear(x, qdata, s_rel, s_channel, codebook=None, correction=None, bias=None, group_size=16,
+                     convrot_groupsize=256, out_dtype=torch.bfloat16, input_act=None, input_act_weight=None,
+                     input_act_eps=0.0, residual=None, residual_scale=None):
+    e = _wxa8_layer(qdata, s_rel, s_channel, codebook, correction, group_size, convrot_groupsize)
+    if e.failed is not None or correction is not None:
+        return _eager().w4a8_int8_linear(x, qdata, s_rel, s_channel, codebook, correction, bias, group_size,
+                                         convrot_groupsize, out_dtype, input_act, input_act_weight, input_act_eps,
+                                         residual, residual_scale)
+    return _run(e.layer, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual, residual_scale)
+
+
+# ------------------------------------------------------------ INT8 quantizers
+
+def _rows2d(x):
+    """x as contiguous [rows, k] (k = the last dimension; a 0-d tensor is [1, 1])."""
+    x = x.detach()
+    k = x.shape[-1] if x.dim() else 1
+    x = x.contiguous()
+    return x.reshape(-1, k), k
+
+
+def quantize_int8_rowwise(x, stochastic_rounding=0):
+    _context()
+    x2, k = _rows2d(x)
+    rows = x2.shape[0]
+    q = torch.empty(x2.shape, dtype=torch.int8)
+    s = torch.empty(rows, dtype=torch.float32)
+    if rows and k:
+        st = _lib.ql_quantize_rowwise(CODE[x2.dtype], _ptr(x2), rows, k, k, _ffi.cast("int8_t *", q.data_ptr()), k,
+                                      _ffi.cast("float *", s.data_ptr()))
+        if st == C.QL_ERR_NONFINITE:
+            return _eager().quantize_int8_rowwise(x, stochastic_rounding)
+        check(st, "ql_quantize_rowwise")
+    return q.reshape(x.shape), s.reshape(x.shape[:-1] + (1,))
+
+
+def quantize_int8_tensorwise(x, scale=None, stochastic_rounding=0):
+    if scale is not None and not (isinstance(scale, str) and scale == "recalculate"):
+        return _eager().quantize_int8_tensorwise(x, scale, stochastic_rounding)  # a given scale: one division
+    _context()
+    x2, k = _rows2d(x)
+    rows = x2.shape[0]
+    q = torch.empty(x2.shape, dtype=torch.int8)
+    s = torch.empty((), dtype=torch.float32)
+    st = _lib.ql_quantize_tensorwise(CODE[x2.dtype], _ptr(x2), rows, k, k, _ffi.cast("int8_t *", q.data_ptr()), k,
+                                     _ffi.cast("float *", s.data_ptr()))
+    if st == C.QL_ERR_NONFINITE:
+        return _eager().quantize_int8_tensorwise(x, scale, stochastic_rounding)
+    check(st, "ql_quantize_tensorwise")
+    return q.reshape(x.shape), s
+
+
+def quantize_int8_convrot_weight(weight, group_size, stochastic_rounding=0):
+    _context()
+    w = weight.detach().contiguous()
+    n, k = w.shape
+    q = torch.empty((n, k), dtype=torch.int8)
+    s = torch.empty(n, dtype=torch.float32)
+    st = _lib.ql_quantize_convrot_weight(CODE[w.dtype], _ptr(w), n, k, k, group_size,
+                                         _ffi.cast("int8_t *", q.data_ptr()), k, _ffi.cast("float *", s.data_ptr()))
+    if st == C.QL_ERR_NONFINITE:
+        return _eager().quantize_int8_convrot_weight(weight, group_size, stochastic_rounding)
+    check(st, "ql_quantize_convrot_weight")
+    return q, s.reshape(n, 1)
+
+
+# ---------------------------------------------------------- INT8 dequantizers
+
+def _dequantize(q, scale, group, out_dtype):
+    """fp32(q)·scale (1 scale, or one per row of the 2-D view), un-rotated when
+    group > 0, rounded to out_dtype."""
+    _context()
+    q2 = q.detach().contiguous()
+    shape = q2.shape
+    k = shape[-1] if q2.dim() else 1
+    q2 = q2.reshape(-1, k)
+    n = q2.shape[0]
+    s = scale.detach().to(torch.float32).contiguous().reshape(-1)
+    y = torch.empty(shape, dtype=out_dtype)
+    if n and k:
+        check(_lib.ql_dequantize(_ffi.cast("int8_t *", q2.data_ptr()), n, k, k, _ffi.cast("float *", s.data_ptr()),
+                                 s.numel(), group, CODE[out_dtype], _ptr(y), k), "ql_dequantize")
+    return y
+
+
+def dequantize_int8_simple(q, scale):
+    return _dequantize(q, scale, 0, torch.float32)
+
+
+def dequantize_int8_simple_dtype(q, scale, output_dtype_code):
+    return _dequantize(q, scale, 0, DTYPE_OF_CODE[output_dtype_code])
+
+
+def dequantize_int8_convrot_weight(q, scale, group_size):
+    return _dequantize(q, scale, group_size, torch.float32)
+
+
+def dequantize_int8_convrot_weight_dtype(q, scale, group_size, output_dtype_code):
+    return _dequantize(q, scale, group_size, DTYPE_OF_CODE[output_dtype_code])
+
+
+def dequantize_int8_embedding(q, scale, indices, group_size, output_dtype_code):
+    idx = indices.reshape(-1)
+    rows = q.index_select(0, idx)
+    s = scale.index_select(0, idx) if scale.dim() >= 2 else scale
+    y = _dequantize(rows, s, group_size if group_size > 0 else 0, DTYPE_OF_CODE[output_dtype_code])
+    return y.reshape(tuple(indices.shape) + (q.shape[-1],))
+
+
+# ------------------------------------------------------- W4A8 / W6A8 weights
+
+_E4M3 = getattr(torch, "float8_e4m3fn", None)
+
+
+def quantize_w4a8_int8_weight(weight, group_size=16, convrot_groupsize=256, symmetric=True,
+                              scale_dtype=_E4M3, codebook=True, codebook_tensor=None, stochastic_rounding=0,
+                              bits=4, scale_search=True):
+    _context()
+    w = weight.detach().contiguous()
+    n, k = w.shape
+    p = _ffi.new("ql_wxa8_qparams *")
+    use_cb = bits == 4 and symmetric and codebook
+    if bits == 6:
+        p.mode = C.QL_WXA8_6BIT
+    elif use_cb:
+        p.mode = C.QL_WXA8_CODEBOOK
+    else:
+        p.mode = C.QL_WXA8_UNIFORM if symmetric else C.QL_WXA8_ASYM
+    p.group, p.convrot_group, p.scale_search = group_size, convrot_groupsize, int(bool(scale_search) and bits == 6)
+    cb = None
+    if use_cb:
+        cb = codebook_tensor.detach().to(torch.float32).contiguous()
+        p.codebook = _ffi.cast("float *", cb.data_ptr())
+    o = _ffi.new("ql_wxa8_qoptions *")
+    o.s_rel_f32 = int(scale_dtype == torch.float32)
+    cols = k * bits // 8
+    q = torch.empty((n, cols), dtype=torch.int8)
+    s_rel = torch.empty((n, k // group_size), dtype=torch.float32 if o.s_rel_f32 else torch.uint8)
+    s_ch = torch.empty(n, dtype=torch.float32)
+    corr = torch.empty((n, k // group_size), dtype=torch.float32) if p.mode == C.QL_WXA8_ASYM else None
+    st = _lib.ql_wxa8_quantize_ex(CODE[w.dtype], _ptr(w), n, k, k, p, o, _ffi.cast("uint8_t *", q.data_ptr()), cols,
+                                  _ptr(s_rel), _ffi.cast("float *", s_ch.data_ptr()),
+                                  _ffi.cast("float *", corr.data_ptr()) if corr is not None else _ffi.NULL)
+    if st == C.QL_ERR_NONFINITE:
+        return _eager().quantize_w4a8_int8_weight(weight, group_size, convrot_groupsize, symmetric, scale_dtype,
+                                                  codebook, codebook_tensor, stochastic_rounding, bits, scale_search)
+    check(st, "ql_wxa8_quantize_ex")
+    if not o.s_rel_f32:
+        s_rel = s_rel.view(_E4M3)
+    if corr is not None:
+        corr = corr.t().contiguous().to(weight.dtype)
+    return q, s_rel, s_ch, corr, (cb if use_cb else None)
+
+
+def dequantize_w4a8_int8_weight(qdata, s_rel, s_channel, codebook=None, correction=None, group_size=16,
+                                convrot_groupsize=256, output_dtype=torch.bfloat16):
+    _context()
+    q = qdata.detach().contiguous().view(torch.uint8)
+    n, cols = q.shape
+    sr = s_rel.detach().contiguous()
+    k = sr.shape[1] * group_size
+    bits = cols * 8 // k
+    w = _ffi.new("ql_wxa8_weight *")
+    w.n, w.k, w.bits, w.q, w.ldq = n, k, bits, _ffi.cast("uint8_t *", q.data_ptr()), cols
+    w.s_rel_f32 = int(sr.dtype == torch.float32)
+    if not w.s_rel_f32:
+        sr = sr.view(torch.uint8)
+    w.s_rel = _ptr(sr)
+    sc = s_channel.detach().to(torch.float32).contiguous()
+    w.s_channel = _ffi.cast("float *", sc.data_ptr())
+    cb = cr = None
+    if codebook is not None:
+        cb = codebook.detach().to(torch.float32).contiguous()
+        w.codebook = _ffi.cast("float *", cb.data_ptr())
+    if correction is not None:
+        cr = correction.detach().contiguous()
+        if cr.dtype not in CODE:
+            cr = cr.float()
+        w.correction, w.correction_dtype = _ptr(cr), CODE[cr.dtype]
+    w.group, w.convrot_group = group_size, convrot_groupsize
+    y = torch.empty((n, k), dtype=output_dtype)
+    check(_lib.ql_wxa8_dequantize(w, CODE[output_dtype], _ptr(y), k), "ql_wxa8_dequantize")
+    return y
