@@ -37,6 +37,8 @@ def _act_rule(kw, x, k):
     if act not in KNOWN_ACTS:
         return _fail("input_act", f"{act!r} is not an activation comfy-kitchen defines")
     width = 2 if act in _WIDTH2 else 1
+    if x.numel() == 0:
+        return _fail("x", "empty: left to the next backend, whose answer (or error) it is")
     if x.dim() == 0 or x.shape[-1] != width * k:
         return _fail("x", f"last dimension {x.shape[-1] if x.dim() else None} is not {width}·K = {width * k}")
     if act == "rms_norm":

@@ -158,6 +158,13 @@ def _finish(y, bias, residual, residual_scale, out_dtype, fused_res):
     return y
 
 
+def input_act_values(x, act, weight=None, eps=0.0):
+    """The activation values qlinear quantizes for input_act `act`: the
+    library's own (fused) where it has the activation, else comfy-kitchen's."""
+    from comfy_kitchen.backends._activations import apply_input_act
+    return apply_input_act(x, act, weight, eps)
+
+
 # ----------------------------------------------------------- W4A8 / W6A8 linear
 
 def _wxa8_layer(qdata, s_rel, s_channel, codebook, correction, group_size, convrot_groupsize):
@@ -184,12 +191,44 @@ PACKED = [True]  # W4A8/W6A8 codes stay packed (decoded inside the GEMM); False:
 def w4a8_int8_linear(x, qdata, s_rel, s_channel, codebook=None, correction=None, bias=None, group_size=16,
                      convrot_groupsize=256, out_dtype=torch.bfloat16, input_act=None, input_act_weight=None,
                      input_act_eps=0.0, residual=None, residual_scale=None):
+    if correction is not None:
+        return _w4a8_asym_linear(x, qdata, s_rel, s_channel, codebook, correction, bias, group_size,
+                                 convrot_groupsize, out_dtype, input_act, input_act_weight, input_act_eps, residual,
+                                 residual_scale)
     e = _wxa8_layer(qdata, s_rel, s_channel, codebook, correction, group_size, convrot_groupsize)
-    if e.failed is not None or correction is not None:
+    if e.failed is not None:
         return _eager().w4a8_int8_linear(x, qdata, s_rel, s_channel, codebook, correction, bias, group_size,
                                          convrot_groupsize, out_dtype, input_act, input_act_weight, input_act_eps,
                                          residual, residual_scale)
     return _run(e.layer, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual, residual_scale)
+
+
+class _Dense:
+    """A dequantized weight kept in the cache (asymmetric W4A8)."""
+
+    def __init__(self, w):
+        self.w, self.weight_bytes = w, w.numel() * w.element_size()
+
+
+def _w4a8_asym_linear(x, qdata, s_rel, s_channel, codebook, correction, bias, group_size, convrot_groupsize,
+                      out_dtype, input_act, act_weight, act_eps, residual, residual_scale):
+    """Eager's asymmetric W4A8 is a float linear of the dequantized weight (in
+    x's dtype): the same here, with the weight dequantized once (cached) by
+    the library instead of on every call, and PyTorch's F.linear."""
+    from comfy_kitchen.backends._activations import apply_input_act, apply_residual
+
+    def make():
+        return _Dense(dequantize_w4a8_int8_weight(qdata, s_rel, s_channel, codebook, correction, group_size,
+                                                  convrot_groupsize, x.dtype))
+    e = weights.get(qdata, ("w4a8-asym", group_size, convrot_groupsize, x.dtype),
+                    (s_rel, s_channel, codebook, correction), make)
+    if e.failed is not None:
+        return _eager().w4a8_int8_linear(x, qdata, s_rel, s_channel, codebook, correction, bias, group_size,
+                                         convrot_groupsize, out_dtype, input_act, act_weight, act_eps, residual,
+                                         residual_scale)
+    x = apply_input_act(x, input_act, act_weight, act_eps)
+    y = torch.nn.functional.linear(x, e.layer.w, bias).to(out_dtype)
+    return apply_residual(y, residual, residual_scale)
 
 
 # ------------------------------------------------------------ INT8 quantizers

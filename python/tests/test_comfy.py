@@ -1,0 +1,516 @@
+"""qlinear.comfy, the comfy-kitchen backend, against comfy-kitchen's eager
+backend itself (PyPI's comfy-kitchen and torch), on random data from the
+printed seed.
+
+The rule for outputs: bit-identical to eager wherever no rotation is
+involved, and wherever the rotation is rounded to a 16-bit dtype; where an
+fp32 rotation's last bits differ (qlinear's butterflies against eager's
+matmul) at most 0.1 % of the activation codes move, by one, and every
+output is within what those moves and two output roundings allow."""
+import gc
+import os
+import subprocess
+import sys
+import threading
+import weakref
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+if tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 7):
+    pytest.skip(f"comfy-kitchen needs torch >= 2.7 (this is {torch.__version__})", allow_module_level=True)
+ck = pytest.importorskip("comfy_kitchen")
+
+import qlinear.comfy as qc  # noqa: E402 (registers the backend)
+from comfy_kitchen.backends import eager  # noqa: E402
+from comfy_kitchen.backends.eager import w4a8_int8 as eager_w4a8  # noqa: E402
+from comfy_kitchen.registry import registry  # noqa: E402
+from comfy_kitchen.tensor.int8_utils import _build_hadamard, _rotate_activation  # noqa: E402
+
+from qlinear.comfy import _ops  # noqa: E402
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@pytest.fixture(autouse=True)
+def _qlinear_first():
+    """Other tests (comfy-kitchen's own, run in the same process) may reset the
+    priority: every test here starts with qlinear registered and first."""
+    qc.enable()
+    qc.register()
+    yield
+
+
+@pytest.fixture
+def gen(rng):
+    return torch.Generator().manual_seed(int(rng.integers(2**31)))
+
+
+def call(backend, op, **kw):
+    """op through one named backend, strictly (a decline raises)."""
+    return registry.get_implementation(op, backend=backend, kwargs=kw)(**kw)
+
+
+def selected(op, **kw):
+    return registry.get_capable_backend(op, kw)
+
+
+def codes_and_scales(x, group):
+    """Eager's activation codes (rotated in x's dtype when group > 0) and scales."""
+    x2 = x.reshape(-1, x.shape[-1])
+    if group:
+        x2 = _rotate_activation(x2, _build_hadamard(group, dtype=x.dtype), group)
+    return eager.quantize_int8_rowwise(x2)
+
+
+def ql_codes(x, group):
+    """qlinear's activation codes: its rotation, then its row quantizer."""
+    ffi, lib = _ops.load()
+    x2 = x.reshape(-1, x.shape[-1]).contiguous().clone()
+    m, k = x2.shape
+    code = _ops.CODE[x2.dtype]
+    if group:
+        assert lib.ql_rotate(code, ffi.cast("void *", x2.data_ptr()), m, k, k, group) == 0
+    q = torch.empty(m, k, dtype=torch.int8)
+    s = torch.empty(m, dtype=torch.float32)
+    lib.ql_quantize_rowwise(code, ffi.cast("void *", x2.data_ptr()), m, k, k, ffi.cast("int8_t *", q.data_ptr()), k,
+                            ffi.cast("float *", s.data_ptr()))
+    return q
+
+
+def assert_matches_eager(y, ref, x_act, weight, weight_scale, group, out_dtype, bias=None, acts_differ=False):
+    """Bit-identical, or (rotations, or a fused input activation's last ulp) the
+    rule: at most 0.1 % of the activation codes move, by one, and the outputs
+    within what those moves and the roundings allow. x_act: the activation
+    qlinear quantized (its own input activation's values)."""
+    assert y.shape == ref.shape and y.dtype == ref.dtype
+    if torch.equal(y, ref) or (torch.isnan(ref).any() and torch.equal(torch.nan_to_num(y), torch.nan_to_num(ref))):
+        return
+    assert group or acts_differ, "differs from eager where no rotation is involved"
+    q_ref, s_x = codes_and_scales(x_act, group)
+    q = ql_codes(x_act, group)
+    moved = (q.int() - q_ref.int()).abs()
+    assert moved.max() <= 1 and moved.float().mean() <= 1e-3, f"{int((moved > 0).sum())} of {moved.numel()} codes moved"
+    flips = (moved > 0).sum(dim=1, keepdim=True).float()  # per row
+    sw = weight_scale.float().reshape(1, -1)
+    bound = flips * 127 * s_x.reshape(-1, 1) * sw
+    eps = torch.finfo(out_dtype).eps
+    diff = (y.float() - ref.float()).reshape(bound.shape[0], -1).abs()
+    # the roundings: of |acc·s_x·s_w| (s_x itself may differ in its last bit), then of y
+    acc = (q_ref.double() @ weight.double().T).abs().float() * s_x.reshape(-1, 1) * sw
+    mag = ref.float().reshape(bound.shape[0], -1).abs() + acc
+    if bias is not None:  # the rounding before the bias is of |x·Wᵀ|, which a bias may cancel
+        mag = mag + bias.float().abs().reshape(1, -1)
+    lim = bound + 4 * eps * mag + torch.finfo(out_dtype).tiny
+    assert bool((diff <= lim).all()), f"max excess {(diff - lim).max().item()}"
+
+
+def assert_rows_close(y, ref, ulps=16):
+    """Float sums of one row in another order: within a few ulps of the row's
+    largest value (fp32), or one rounding of it (16-bit outputs)."""
+    y, r = y.float().reshape(-1, y.shape[-1]), ref.float().reshape(-1, ref.shape[-1])
+    top = r.abs().amax(dim=1, keepdim=True)
+    eps = torch.finfo(ref.dtype).eps
+    lim = (ulps * 1.2e-7 * top) + (eps * r.abs() if ref.dtype != torch.float32 else 0)
+    assert bool(((y - r).abs() <= lim).all()), f"max excess {((y - r).abs() - lim).max().item()}"
+
+
+def int8_weight(n, k, gen, per_row=True):
+    q = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=gen)
+    s = (torch.rand(n, 1, generator=gen) * 0.02 + 1e-3) if per_row else torch.tensor(0.01)
+    return q, s
+
+
+SHAPES = [((1, 256), 64), ((3, 5, 512), 96), ((77, 1024), 130), ((2, 1, 256), 1)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("convrot", [False, True])
+@pytest.mark.parametrize("per_row", [True, False])
+def test_int8_linear_matches_eager(dtype, convrot, per_row, gen):
+    for xshape, n in SHAPES:
+        k = xshape[-1]
+        x = (torch.randn(xshape, generator=gen) * 3).to(dtype)
+        q, s = int8_weight(n, k, gen, per_row)
+        for bias in (None, torch.randn(n, generator=gen).to(dtype)):
+            for out_dtype in (dtype, torch.float32):
+                kw = dict(x=x, weight=q, weight_scale=s, bias=bias, out_dtype=out_dtype, convrot=convrot,
+                          convrot_groupsize=256)
+                assert selected("int8_linear", **kw) == "qlinear"
+                y, ref = call("qlinear", "int8_linear", **kw), call("eager", "int8_linear", **kw)
+                assert_matches_eager(y, ref, x, q, s, 256 if convrot else 0, out_dtype, bias)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_int8_linear_odd_k_without_convrot(dtype, gen):
+    """K = 12, N = 1 (comfy-kitchen's own edge case) and other tails: bit-identical."""
+    for k, n, m in ((12, 1, 1), (13, 7, 5), (1, 3, 4), (100, 33, 2)):
+        x = torch.randn(m, k, generator=gen).to(dtype)
+        q, s = int8_weight(n, k, gen)
+        kw = dict(x=x, weight=q, weight_scale=s, out_dtype=dtype)
+        assert torch.equal(call("qlinear", "int8_linear", **kw), call("eager", "int8_linear", **kw))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("act", ["gelu_tanh", "swiglu", "rms_norm", "situ"])
+@pytest.mark.parametrize("convrot", [False, True])
+def test_int8_linear_input_act(dtype, act, convrot, gen):
+    """input_act: qlinear's (fused where the library has it) against eager's
+    act-then-linear: the act's values may round differently in the last ulp
+    (torch's vectorized tanh/exp against the library's), so the check is the
+    activation codes (at most 0.1 % moved by one) and the outputs they give."""
+    k, n = 512, 80
+    for m in (1, 37):
+        width = 2 if act in ("swiglu", "situ") else 1
+        x = (torch.randn(m, width * k, generator=gen) * 2).to(dtype)
+        q, s = int8_weight(n, k, gen)
+        w = (torch.rand(k, generator=gen) + 0.5).to(dtype) if act == "rms_norm" else None
+        kw = dict(x=x, weight=q, weight_scale=s, out_dtype=dtype, convrot=convrot, convrot_groupsize=256,
+                  input_act=act, input_act_weight=w, input_act_eps=1e-6)
+        assert selected("int8_linear", **kw) == "qlinear"
+        y, ref = call("qlinear", "int8_linear", **kw), call("eager", "int8_linear", **kw)
+        assert_matches_eager(y, ref, _ops.input_act_values(x, act, w, 1e-6), q, s, 256 if convrot else 0, dtype,
+                             acts_differ=act in _ops.FUSED_ACTS)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_int8_linear_residual(dtype, gen):
+    """residual + residual_scale ⊙ linear(x), fused in the epilogue (or, for a
+    broadcast residual, after it): eager's addcmul bit for bit."""
+    k, n = 256, 48
+    x = torch.randn(2, 9, k, generator=gen).to(dtype)
+    q, s = int8_weight(n, k, gen)
+    b = torch.randn(n, generator=gen).to(dtype)
+    for res_shape, rs_shape in (((2, 9, n), (n,)), ((2, 9, n), ()), ((2, 1, n), (n,)), ((2, 9, n), (1, 1, n))):
+        res = torch.randn(res_shape, generator=gen).to(dtype)
+        rs = torch.randn(rs_shape, generator=gen).to(dtype)
+        for convrot in (False, True):
+            kw = dict(x=x, weight=q, weight_scale=s, bias=b, out_dtype=dtype, convrot=convrot, residual=res,
+                      residual_scale=rs)
+            assert selected("int8_linear", **kw) == "qlinear"
+            y, ref = call("qlinear", "int8_linear", **kw), call("eager", "int8_linear", **kw)
+            if not (convrot and dtype == torch.float32):
+                assert torch.equal(y, ref), (res_shape, rs_shape, convrot)
+            else:
+                torch.testing.assert_close(y, ref, rtol=1e-3, atol=1e-3)
+
+
+def test_int8_linear_nonfinite_rows(gen):
+    """NaN / Inf rows: NaN output rows, as eager's."""
+    k, n = 256, 16
+    for dtype in DTYPES:
+        x = torch.randn(4, k, generator=gen).to(dtype)
+        x[1, 3] = float("nan")
+        x[2, 0] = float("inf")
+        q, s = int8_weight(n, k, gen)
+        for convrot in (False, True):
+            kw = dict(x=x, weight=q, weight_scale=s, out_dtype=dtype, convrot=convrot)
+            y, ref = call("qlinear", "int8_linear", **kw), call("eager", "int8_linear", **kw)
+            assert torch.isnan(y[1]).all() and torch.isnan(y[2]).all()
+            assert torch.isnan(ref[1]).all() and torch.isnan(ref[2]).all()
+            assert_matches_eager(y[[0, 3]], ref[[0, 3]], x[[0, 3]], q, s, 256 if convrot else 0, dtype)
+
+
+@pytest.mark.parametrize("kw_change, why", [
+    (dict(convrot=True, convrot_groupsize=256, x_k=320), "K not a multiple of the group"),
+    (dict(convrot=True, convrot_groupsize=8), "group not a power of 4"),
+    (dict(input_act="nonsense"), "unknown activation"),
+    (dict(input_act="rms_norm"), "rms_norm without a weight"),
+    (dict(residual=True), "residual without residual_scale"),
+    (dict(x_k=100), "K mismatch"),
+    (dict(weight_scale_n=5), "scale neither 1 nor N"),
+    (dict(out_dtype=torch.int32), "integer output"),
+    (dict(x_m=0), "an empty input (eager's error, not an empty answer)"),
+])
+def test_int8_linear_declines_to_eager(kw_change, why, gen):
+    """What qlinear cannot answer exactly is declined: the registry picks
+    eager, which gives its answer (or its error)."""
+    k, n = 256, 16
+    kc = dict(kw_change)
+    xk = kc.pop("x_k", k)
+    x = torch.randn(kc.pop("x_m", 3), xk, generator=gen)
+    q, s = int8_weight(n, 320 if xk == 320 else k, gen)
+    if kc.pop("weight_scale_n", None):
+        s = torch.rand(5)
+    if kc.pop("residual", None):
+        kc["residual"] = torch.randn(3, n)
+    kw = dict(x=x, weight=q, weight_scale=s, out_dtype=kc.pop("out_dtype", torch.float32)) | kc
+    r = registry.validate_backend_for_call("qlinear", "int8_linear", kw)
+    assert not r.success, why
+    assert selected("int8_linear", **kw) == "eager"
+    try:
+        ref = call("eager", "int8_linear", **kw)
+    except Exception as e:  # eager's own error reaches the caller
+        with pytest.raises(type(e)):
+            ck.int8_linear(**kw)
+    else:
+        assert torch.equal(ck.int8_linear(**kw), ref)
+
+
+def test_other_devices_decline(gen):
+    """A meta tensor (any non-CPU device) is not qlinear's: eager takes it."""
+    q, s = int8_weight(8, 256, gen)
+    kw = dict(x=torch.empty(2, 256, device="meta"), weight=q.to("meta"), weight_scale=s.to("meta"))
+    assert selected("int8_linear", **kw) != "qlinear"
+
+
+def test_public_api_reaches_qlinear(gen):
+    """ck.int8_linear and torch.ops.comfy_kitchen.int8_linear (what ComfyUI's
+    INT8 layout calls) land in qlinear: the cache records the hit."""
+    q, s = int8_weight(32, 256, gen)
+    x = torch.randn(4, 256, generator=gen).to(torch.bfloat16)
+    before = _ops.weights.stats()
+    y1 = ck.int8_linear(x, q, s, None, torch.bfloat16, True, 256)
+    y2 = torch.ops.comfy_kitchen.int8_linear(x, q, s, None, 2, True, 256)
+    after = _ops.weights.stats()
+    assert after["misses"] + after["hits"] >= before["misses"] + before["hits"] + 2
+    with registry.use_backend("eager"):
+        ref = ck.int8_linear(x, q, s, None, torch.bfloat16, True, 256)
+    assert torch.equal(y1, ref) and torch.equal(y2, ref)
+
+
+# ------------------------------------------------------------------ the cache
+
+def test_cache_sees_in_place_updates(gen):
+    """ComfyUI's LoRA patching writes qdata.copy_(...) in place: the next call
+    packs again (the tensor's _version moved)."""
+    q, s = int8_weight(24, 256, gen)
+    x = torch.randn(3, 256, generator=gen)
+    y0 = ck.int8_linear(x, q, s, out_dtype=torch.float32)
+    q2, _ = int8_weight(24, 256, gen)
+    q.copy_(q2)
+    s.mul_(2)
+    y1 = ck.int8_linear(x, q, s, out_dtype=torch.float32)
+    with registry.use_backend("eager"):
+        ref = ck.int8_linear(x, q, s, out_dtype=torch.float32)
+    assert not torch.equal(y0, y1) and torch.equal(y1, ref)
+    # a fresh scale tensor of the same values (ComfyUI clones scales on dtype relabels) still hits
+    hits = _ops.weights.hits
+    ck.int8_linear(x, q, s.clone(), out_dtype=torch.float32)
+    assert _ops.weights.hits == hits + 1
+
+
+def test_cache_forgets_freed_weights(gen):
+    q, s = int8_weight(16, 256, gen)
+    x = torch.randn(2, 256, generator=gen)
+    ck.int8_linear(x, q, s, out_dtype=torch.float32)
+    key = id(q)
+    assert key in _ops.weights._d
+    ref = weakref.ref(q)
+    del q
+    gc.collect()
+    assert ref() is None and key not in _ops.weights._d
+
+
+def test_cache_two_threads_one_layer(gen):
+    q, s = int8_weight(64, 512, gen)
+    xs = [torch.randn(17, 512, generator=gen).to(torch.bfloat16) for _ in range(8)]
+    with registry.use_backend("eager"):
+        refs = [ck.int8_linear(x, q, s, None, torch.bfloat16, True, 256) for x in xs]
+    out, errs = [None] * len(xs), []
+
+    def work(i):
+        try:
+            for _ in range(5):
+                out[i] = ck.int8_linear(xs[i], q, s, None, torch.bfloat16, True, 256)
+        except Exception as e:  # pragma: no cover (reported below)
+            errs.append(e)
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errs
+    assert all(torch.equal(a, b) for a, b in zip(out, refs))
+
+
+def test_cache_limit_evicts(gen):
+    cache = _ops.weights
+    old = cache.limit_bytes
+    try:
+        ws = [int8_weight(64, 256, gen) for _ in range(4)]
+        x = torch.randn(2, 256, generator=gen)
+        cache.clear()
+        cache.limit_bytes = 2 * 64 * 256 + 1024
+        for q, s in ws:
+            ck.int8_linear(x, q, s, out_dtype=torch.float32)
+        assert len(cache) <= 2 and cache.bytes <= cache.limit_bytes
+    finally:
+        cache.limit_bytes = old
+
+
+# ----------------------------------------------------------- quantize / dequantize
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_int8_quantizers_match_eager(dtype, gen):
+    for shape in ((1, 7), (33, 256), (3, 4, 512)):
+        x = (torch.randn(shape, generator=gen) * 5).to(dtype)
+        for op, kw in (("quantize_int8_rowwise", dict(x=x)), ("quantize_int8_tensorwise", dict(x=x)),
+                       ("quantize_int8_tensorwise", dict(x=x, scale="recalculate"))):
+            assert selected(op, **kw) == "qlinear"
+            (q1, s1), (q0, s0) = call("qlinear", op, **kw), call("eager", op, **kw)
+            assert torch.equal(q1, q0) and torch.equal(s1, s0) and s1.shape == s0.shape, op
+    w = torch.randn(40, 512, generator=gen).to(dtype)
+    kw = dict(weight=w, group_size=256)
+    (q1, s1), (q0, s0) = call("qlinear", "quantize_int8_convrot_weight", **kw), call(
+        "eager", "quantize_int8_convrot_weight", **kw)
+    moved = (q1.int() - q0.int()).abs()  # the rotation rounded to the weight's dtype: rarely at another boundary
+    assert s1.shape == s0.shape and moved.max() <= 1 and moved.float().mean() <= 1e-3
+    torch.testing.assert_close(s1, s0, rtol=torch.finfo(dtype).eps, atol=0)
+
+
+@pytest.mark.parametrize("code", [0, 1, 2])
+def test_int8_dequantizers_match_eager(code, gen):
+    q, s = int8_weight(48, 512, gen)
+    for op, kw in (("dequantize_int8_simple_dtype", dict(q=q, scale=s, output_dtype_code=code)),
+                   ("dequantize_int8_simple_dtype", dict(q=q, scale=torch.tensor(0.02), output_dtype_code=code)),
+                   ("dequantize_int8_convrot_weight_dtype", dict(q=q, scale=s, group_size=256,
+                                                                 output_dtype_code=code))):
+        assert selected(op, **kw) == "qlinear"
+        y, ref = call("qlinear", op, **kw), call("eager", op, **kw)
+        assert y.dtype == ref.dtype and y.shape == ref.shape
+        if "convrot" in op:  # the fp32 un-rotation's summation order: a few ulps of the row's largest term
+            assert_rows_close(y, ref)
+        else:
+            assert torch.equal(y, ref), op
+    kw = dict(q=q, scale=torch.rand(48), output_dtype_code=code)  # [N] against [N, K]: not one per row
+    assert selected("dequantize_int8_simple_dtype", **kw) == "eager"
+
+
+@pytest.mark.parametrize("group", [0, 256])
+def test_int8_embedding_matches_eager(group, gen):
+    q, s = int8_weight(100, 512, gen)
+    idx = torch.randint(0, 100, (3, 7), generator=gen)
+    for scale in (s, torch.tensor(0.05)):
+        kw = dict(q=q, scale=scale, indices=idx, group_size=group, output_dtype_code=2)
+        assert selected("dequantize_int8_embedding", **kw) == "qlinear"
+        y, ref = call("qlinear", "dequantize_int8_embedding", **kw), call("eager", "dequantize_int8_embedding", **kw)
+        assert y.shape == ref.shape == (3, 7, 512)
+        if group:
+            assert_rows_close(y, ref)
+        else:
+            assert torch.equal(y, ref)
+
+
+def test_lora_merge_path_bytes(gen):
+    """ComfyUI's merge: dequantize, add the LoRA product in fp32, requantize
+    (stochastic_rounding 0): the same bytes through qlinear as through eager
+    for row-wise and tensor-wise weights; ConvRot within the rotation rule."""
+    n, k = 64, 512
+    delta = torch.randn(n, 8, generator=gen) @ torch.randn(8, k, generator=gen) * 1e-3
+    q, s = int8_weight(n, k, gen)
+    for be in ("qlinear", "eager"):
+        with registry.use_backend(be):
+            w = ck.dequantize_int8_simple(q, s) if hasattr(ck, "dequantize_int8_simple") else None
+    outs = {}
+    for be in ("qlinear", "eager"):
+        w = call(be, "dequantize_int8_simple_dtype", q=q, scale=s, output_dtype_code=0) + delta
+        outs[be, "row"] = call(be, "quantize_int8_rowwise", x=w, stochastic_rounding=0)
+        outs[be, "tensor"] = call(be, "quantize_int8_tensorwise", x=w, scale="recalculate", stochastic_rounding=0)
+        wc = call(be, "dequantize_int8_convrot_weight_dtype", q=q, scale=s, group_size=256, output_dtype_code=0) + delta
+        outs[be, "convrot"] = call(be, "quantize_int8_convrot_weight", weight=wc, group_size=256, stochastic_rounding=0)
+    for kind in ("row", "tensor"):
+        (q1, s1), (q0, s0) = outs["qlinear", kind], outs["eager", kind]
+        assert torch.equal(q1, q0) and torch.equal(s1, s0), kind
+    (q1, s1), (q0, s0) = outs["qlinear", "convrot"], outs["eager", "convrot"]
+    moved = (q1.int() - q0.int()).abs()
+    assert moved.max() <= 1 and moved.float().mean() <= 1e-3
+
+
+# ------------------------------------------------------------------ W4A8 / W6A8
+
+LUT = torch.tensor(eager_w4a8._FIXED_LUT, dtype=torch.float32)
+MODES = {"codebook": dict(codebook=True, symmetric=True, bits=4), "uniform": dict(codebook=False, symmetric=True, bits=4),
+         "asym": dict(codebook=False, symmetric=False, bits=4), "6bit": dict(codebook=False, symmetric=True, bits=6)}
+
+
+def _eq_bytes(a, b):
+    if a is None or b is None:
+        return a is None and b is None
+    if a.dtype == getattr(torch, "float8_e4m3fn", None):
+        a, b = a.view(torch.uint8), b.view(torch.uint8)
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_w4a8_matches_eager(mode, dtype, gen):
+    n, k = 96, 512
+    g = 32 if mode == "6bit" else 16
+    w = torch.randn(n, k, generator=gen).to(dtype)
+    kwq = dict(weight=w, group_size=g, convrot_groupsize=256, codebook_tensor=LUT if mode == "codebook" else None,
+               scale_search=mode == "6bit") | MODES[mode]
+    assert selected("quantize_w4a8_int8_weight", **kwq) == "qlinear"
+    a, b = call("qlinear", "quantize_w4a8_int8_weight", **kwq), call("eager", "quantize_w4a8_int8_weight", **kwq)
+    if dtype == torch.bfloat16:
+        assert all(_eq_bytes(u, v) for u, v in zip(a, b)), mode
+    else:  # the fp32 rotation's last bits: a code (or a group's scale choice) moves rarely
+        def frac(u, v):
+            u, v = (u.view(torch.uint8), v.view(torch.uint8)) if u.dtype != v.dtype or u.element_size() == 1 else (u, v)
+            return (u != v).float().mean().item()
+        assert frac(a[0], b[0]) <= 2e-3 and frac(a[1].view(torch.uint8) if a[1].element_size() == 1 else a[1],
+                                                 b[1].view(torch.uint8) if b[1].element_size() == 1 else b[1]) <= 2e-3
+        torch.testing.assert_close(a[2], b[2], rtol=1e-6, atol=0)
+    qd, sr, sc, cr, cb = b
+    kwd = dict(qdata=qd, s_rel=sr, s_channel=sc, codebook=cb, correction=cr, group_size=g, convrot_groupsize=256,
+               output_dtype=dtype)
+    assert selected("dequantize_w4a8_int8_weight", **kwd) == "qlinear"
+    d1, d0 = call("qlinear", "dequantize_w4a8_int8_weight", **kwd), call("eager", "dequantize_w4a8_int8_weight", **kwd)
+    if dtype == torch.bfloat16:
+        assert torch.equal(d1, d0)
+    else:
+        assert_rows_close(d1, d0)
+    for xshape in ((1, k), (2, 19, k)):
+        x = torch.randn(xshape, generator=gen).to(dtype)
+        bias = torch.randn(n, generator=gen).to(dtype)
+        kwl = dict(x=x, qdata=qd, s_rel=sr, s_channel=sc, codebook=cb, correction=cr, bias=bias, group_size=g,
+                   convrot_groupsize=256, out_dtype=dtype)
+        assert selected("w4a8_int8_linear", **kwl) == "qlinear"
+        y, ref = call("qlinear", "w4a8_int8_linear", **kwl), call("eager", "w4a8_int8_linear", **kwl)
+        if mode == "asym":  # eager's float linear of the dequantized weight; ours dequantizes once
+            torch.testing.assert_close(y, ref, rtol=1e-2 if dtype != torch.float32 else 1e-5, atol=1e-3)
+        elif dtype == torch.bfloat16:
+            assert torch.equal(y, ref), mode
+        else:
+            grid = eager_w4a8._dequant_int4_grouped_to_int8(qd, sr, cb, g)
+            assert_matches_eager(y, ref, x, grid, sc, 256, dtype, bias)
+
+
+def test_w4a8_declines(gen):
+    w = torch.randn(32, 512, generator=gen)
+    kw = dict(weight=w, group_size=16, convrot_groupsize=256, codebook=True, symmetric=True)  # a codebook to fit
+    assert selected("quantize_w4a8_int8_weight", **kw) == "eager"
+    kw = dict(weight=w[:, :500], group_size=16)
+    assert selected("quantize_w4a8_int8_weight", **kw) == "eager"
+
+
+# ---------------------------------------------------------- availability
+
+def test_unavailable_library_leaves_eager_working(tmp_path):
+    """No libqlinear: comfy-kitchen runs on eager, and says why in list_backends()."""
+    code = ("import torch, comfy_kitchen as ck, qlinear.comfy as qc, json\n"
+            "b = ck.list_backends()['qlinear']\n"
+            "x = torch.randn(2, 256); q = torch.randint(-127, 127, (8, 256), dtype=torch.int8)\n"
+            "y = ck.int8_linear(x, q, torch.tensor(0.01), out_dtype=torch.float32)\n"
+            "print(json.dumps([b['available'], b['unavailable_reason'], list(y.shape)]))\n")
+    env = dict(os.environ, QLINEAR_LIBRARY=str(tmp_path / "libqlinear_missing.so"),
+               PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    import json
+    avail, reason, shape = json.loads(r.stdout.strip().splitlines()[-1])
+    assert avail is False and "libqlinear_missing" in reason and shape == [2, 8]
+
+
+def test_state_lists_ops_and_priority():
+    st = qc.state()
+    assert st["available"] and st["priority"][0] == "qlinear" and "cpu" in st["devices"]
+    for op in ("int8_linear", "w4a8_int8_linear", "quantize_int8_convrot_weight", "dequantize_int8_embedding"):
+        assert op in st["ops"]
+    qc.disable()
+    try:
+        assert selected("quantize_int8_rowwise", x=torch.randn(2, 8)) == "eager"
+    finally:
+        qc.enable()
