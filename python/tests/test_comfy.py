@@ -91,7 +91,9 @@ def assert_matches_eager(y, ref, x_act, weight, weight_scale, group, out_dtype, 
     q_ref, s_x = codes_and_scales(x_act, group)
     q = ql_codes(x_act, group)
     moved = (q.int() - q_ref.int()).abs()
-    assert moved.max() <= 1 and moved.float().mean() <= 1e-3, f"{int((moved > 0).sum())} of {moved.numel()} codes moved"
+    # 0.1 % of the codes (and one code, so that a 1-row call can move one)
+    assert moved.max() <= 1 and moved.sum() <= 1e-3 * moved.numel() + 1, \
+        f"{int((moved > 0).sum())} of {moved.numel()} codes moved"
     flips = (moved > 0).sum(dim=1, keepdim=True).float()  # per row
     sw = weight_scale.float().reshape(1, -1)
     bound = flips * 127 * s_x.reshape(-1, 1) * sw
@@ -102,7 +104,7 @@ def assert_matches_eager(y, ref, x_act, weight, weight_scale, group, out_dtype, 
     mag = ref.float().reshape(bound.shape[0], -1).abs() + acc
     if bias is not None:  # the rounding before the bias is of |x·Wᵀ|, which a bias may cancel
         mag = mag + bias.float().abs().reshape(1, -1)
-    lim = bound + 4 * eps * mag + torch.finfo(out_dtype).tiny
+    lim = bound + 8 * eps * mag + torch.finfo(out_dtype).tiny
     assert bool((diff <= lim).all()), f"max excess {(diff - lim).max().item()}"
 
 
@@ -356,8 +358,9 @@ def test_int8_quantizers_match_eager(dtype, gen):
     (q1, s1), (q0, s0) = call("qlinear", "quantize_int8_convrot_weight", **kw), call(
         "eager", "quantize_int8_convrot_weight", **kw)
     moved = (q1.int() - q0.int()).abs()  # the rotation rounded to the weight's dtype: rarely at another boundary
-    assert s1.shape == s0.shape and moved.max() <= 1 and moved.float().mean() <= 1e-3
-    torch.testing.assert_close(s1, s0, rtol=torch.finfo(dtype).eps, atol=0)
+    assert s1.shape == s0.shape and moved.max() <= 1 and moved.sum() <= 1e-3 * moved.numel() + 1
+    # the row's absmax: a 256-term fp32 sum in another order, or one ulp of a 16-bit dtype
+    torch.testing.assert_close(s1, s0, rtol=32 * 1.2e-7 if dtype == torch.float32 else torch.finfo(dtype).eps, atol=0)
 
 
 @pytest.mark.parametrize("code", [0, 1, 2])
@@ -415,7 +418,7 @@ def test_lora_merge_path_bytes(gen):
         assert torch.equal(q1, q0) and torch.equal(s1, s0), kind
     (q1, s1), (q0, s0) = outs["qlinear", "convrot"], outs["eager", "convrot"]
     moved = (q1.int() - q0.int()).abs()
-    assert moved.max() <= 1 and moved.float().mean() <= 1e-3
+    assert moved.max() <= 1 and moved.sum() <= 1e-3 * moved.numel() + 1
 
 
 # ------------------------------------------------------------------ W4A8 / W6A8
