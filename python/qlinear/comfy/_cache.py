@@ -23,7 +23,8 @@ from collections import OrderedDict
 
 
 class _Entry:
-    __slots__ = ("key", "ref", "ptr", "shape", "stride", "version", "extra", "parts", "layer", "bytes", "failed")
+    __slots__ = ("key", "ref", "ptr", "shape", "stride", "version", "extra", "parts", "layer", "bytes", "failed",
+                 "bias_memo")
 
 
 def _part_sig(t):
@@ -83,7 +84,7 @@ class WeightCache:
             e.ptr, e.shape, e.stride, e.version = weight.data_ptr(), weight.shape, weight.stride(), weight._version
             e.extra = extra
             e.parts = [(_part_sig(t), None if t is None else t.detach().clone()) for t in parts]
-            e.layer, e.failed = None, None
+            e.layer, e.failed, e.bias_memo = None, None, None
             try:
                 e.layer = make()
                 e.bytes = e.layer.weight_bytes

@@ -59,7 +59,41 @@ def _epilogue_rule(kw, n):
     return None
 
 
+_CPU = torch.device("cpu")
+_T = torch.Tensor
+
+
+def _tensors_rule(kw, spec):
+    """The per-parameter checks of the hot ops, by hand (comfy-kitchen's
+    ParamConstraint loop costs ~1 µs a parameter): spec (name, dtypes,
+    required) in order; every tensor on the CPU."""
+    for name, dtypes, required in spec:
+        t = kw.get(name)
+        if t is None:
+            if required:
+                return _fail(name, "missing")
+            continue
+        if not isinstance(t, _T):
+            return _fail(name, f"not a tensor ({type(t).__name__})")
+        if t.dtype not in dtypes:
+            return _fail(name, f"dtype {t.dtype} not in {sorted(map(str, dtypes))}")
+        if not t.is_cpu:
+            return _fail(name, f"device {t.device.type} not in ['cpu']")
+    return None
+
+
+_INT8_LINEAR = (("x", FLOATS, True), ("weight", INT8, True), ("weight_scale", FLOATS, True), ("bias", FLOATS, False),
+                ("input_act_weight", FLOATS, False), ("residual", FLOATS, False), ("residual_scale", FLOATS, False))
+
+
 def int8_linear_rule(kw):
+    r = _tensors_rule(kw, _INT8_LINEAR)
+    if r is not None:
+        return r
+    if type(kw.get("convrot", False)) is not bool or type(kw.get("convrot_groupsize", 256)) is not int:
+        return _fail("convrot", "convrot a bool, convrot_groupsize an int")
+    if type(kw.get("input_act_eps", 0.0)) not in (float, int):
+        return _fail("input_act_eps", "not a float")
     w = kw["weight"]
     x = kw["x"]
     if w.dim() != 2:
@@ -111,7 +145,20 @@ def _w4a8_weight_rule(kw):
     return None, (n, k, bits)
 
 
+_W4A8_LINEAR = (("x", FLOATS, True), ("qdata", INT8, True), ("s_rel", frozenset({E4M3, torch.float32}), True),
+                ("s_channel", frozenset({torch.float32}), True), ("codebook", frozenset({torch.float32}), False),
+                ("correction", FLOATS, False), ("bias", FLOATS, False), ("input_act_weight", FLOATS, False),
+                ("residual", FLOATS, False), ("residual_scale", FLOATS, False))
+
+
 def w4a8_int8_linear_rule(kw):
+    r = _tensors_rule(kw, _W4A8_LINEAR)
+    if r is not None:
+        return r
+    if type(kw.get("input_act_eps", 0.0)) not in (float, int):
+        return _fail("input_act_eps", "not a float")
+    if kw["s_channel"].dim() != 1 or (kw.get("codebook") is not None and kw["codebook"].dim() != 1):
+        return _fail("s_channel", "s_channel and codebook are 1-D")
     r, g = _w4a8_weight_rule(kw)
     if r is not None:
         return r
@@ -214,9 +261,6 @@ def capabilities(devices):
     def fc(params, *rules):
         return FunctionConstraints(params=params, default_devices=devs, call_rules=rules)
 
-    linear_tail = {"bias": f, "out_dtype": f, "input_act": ParamConstraint(dtypes=frozenset({str})),
-                   "input_act_weight": f, "input_act_eps": ParamConstraint(dtypes=frozenset({float, int})),
-                   "residual": f, "residual_scale": f}
     w4a8_w = {"qdata": w2, "s_rel": ParamConstraint(dtypes=frozenset({E4M3, torch.float32}), shape_rules=(ExactDims(2),)),
               "s_channel": ParamConstraint(dtypes=frozenset({torch.float32}), shape_rules=(ExactDims(1),)),
               "codebook": ParamConstraint(dtypes=frozenset({torch.float32}), shape_rules=(ExactDims(1),)),
@@ -224,10 +268,10 @@ def capabilities(devices):
               "group_size": i, "convrot_groupsize": i}
     sr = ParamConstraint(dtypes=frozenset({int}))
     code = ParamConstraint(dtypes=frozenset({int}))
+    # the two linears check every argument in their call rules (fast: they run on every call)
     return {
-        "int8_linear": fc({"x": f, "weight": w2, "weight_scale": f, "convrot": b, "convrot_groupsize": i}
-                          | linear_tail, int8_linear_rule),
-        "w4a8_int8_linear": fc({"x": f} | w4a8_w | linear_tail, w4a8_int8_linear_rule),
+        "int8_linear": fc({}, int8_linear_rule),
+        "w4a8_int8_linear": fc({}, w4a8_int8_linear_rule),
         "quantize_int8_tensorwise": fc({"x": f, "stochastic_rounding": sr}, quantize_rule),
         "quantize_int8_rowwise": fc({"x": f, "stochastic_rounding": sr}, quantize_rule),
         "quantize_int8_convrot_weight": fc({"weight": ParamConstraint(dtypes=FLOATS, shape_rules=(ExactDims(2),)),

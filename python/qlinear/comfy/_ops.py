@@ -83,10 +83,39 @@ def int8_linear(x, weight, weight_scale, bias=None, out_dtype=torch.bfloat16, co
                 input_act=None, input_act_weight=None, input_act_eps=0.0, residual=None, residual_scale=None):
     group = convrot_groupsize if convrot else 0
     e = _int8_layer(weight, weight_scale, group)
+    if e.failed is None and input_act is None and residual is None and x.is_contiguous() and \
+            (bias is None or HAS_EPI_BIAS):
+        # the common call (ComfyUI's F.linear path): no per-call tables, one C call
+        layer = e.layer
+        k, n = layer.k, layer.n
+        y = torch.empty(x.shape[:-1] + (n,), dtype=out_dtype)
+        m = x.numel() // k
+        epi = _ffi.NULL
+        if bias is not None:
+            b32 = _bias_f32(e, bias, out_dtype)
+            epi = _ffi.new("ql_epilogue *")
+            epi.bias = _ffi.cast("const float *", b32.data_ptr())
+        if _ctx.threads != torch.get_num_threads():
+            _context()
+        st = layer._fwd_int(layer._ptr, x.data_ptr(), CODE[x.dtype], m, k, y.data_ptr(), CODE[out_dtype], n, epi)
+        if st:
+            check(st, "ql_linear_forward")
+        return y
     if e.failed is not None:
         return _eager().int8_linear(x, weight, weight_scale, bias, out_dtype, convrot, convrot_groupsize, input_act,
                                     input_act_weight, input_act_eps, residual, residual_scale)
     return _run(e.layer, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual, residual_scale)
+
+
+def _bias_f32(e, bias, out_dtype):
+    """bias.to(out_dtype) as fp32 values (what the epilogue adds), kept on the
+    cache entry while the caller passes the same bias tensor unchanged."""
+    b = getattr(e, "bias_memo", None)
+    if b is not None and b[0] is bias and b[1] == bias._version and b[2] is out_dtype:
+        return b[3]
+    b32 = bias.detach().reshape(-1).to(out_dtype).to(torch.float32).contiguous()
+    e.bias_memo = (bias, bias._version, out_dtype, b32)
+    return b32
 
 
 def _run(layer, x, bias, out_dtype, input_act, act_weight, act_eps, residual, residual_scale):

@@ -1,0 +1,199 @@
+"""What a ComfyUI user gets per linear, on the CPU: comfy-kitchen's
+int8_linear through the qlinear backend against the same call through
+comfy-kitchen's eager backend (what ComfyUI runs for INT8 layers on a CPU
+without qlinear) and PyTorch's own F.linear in bf16 and fp32, layer by layer
+over a profile's shapes, in one process, the paths alternating round by
+round; then the dispatch overhead per call at M = 1.
+
+    python3 -m qlinear_bench.comfy [--profile anima|qwen3-te] [--m 1024] [--reps 5] [--threads N]
+                                   [--dtype bf16|fp32] [--paths LIST] [--calls N] [--json FILE]
+
+Weights: random int8 ConvRot codes (group 256) with per-row scales; the
+float peers get the dequantized weights. Totals weight each shape by its
+count in the profile (the model's whole set of linears, once each).
+"""
+import argparse
+import os
+import sys
+import time
+
+from .report import median, write_json
+
+PROFILES = {  # (N, K, count): the shapes of tools/bench.c's profiles
+    "anima": (1024, [(2048, 2048, 168), (256, 2048, 84), (6144, 256, 84), (2048, 1024, 56), (8192, 2048, 28),
+                     (2048, 8192, 28)]),
+    "qwen3-te": (256, [(2048, 1024, 28), (1024, 1024, 56), (1024, 2048, 28), (3072, 1024, 56), (1024, 3072, 28)]),
+}
+PATHS = ["ck-qlinear", "ck-eager", "torch-bf16", "torch-fp32"]
+NOTES = {
+    "ck-qlinear": "comfy_kitchen.int8_linear (ConvRot G=256) through the qlinear backend (registry, weight cache, C)",
+    "ck-eager": "comfy_kitchen.int8_linear (ConvRot G=256) through comfy-kitchen's eager backend (torch._int_mm)",
+    "torch-bf16": "torch.nn.functional.linear, bf16 weights and activations",
+    "torch-fp32": "torch.nn.functional.linear, fp32 weights and activations",
+}
+
+
+def _parse(argv):
+    p = argparse.ArgumentParser(prog="python3 -m qlinear_bench.comfy", description=__doc__.split("\n\n")[0])
+    p.add_argument("--profile", default="anima", choices=sorted(PROFILES))
+    p.add_argument("--m", type=int, default=None, help="rows (tokens); default: the profile's (anima 1024)")
+    p.add_argument("--reps", type=int, default=5, help="timed rounds (median)")
+    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"), help="activations in and out")
+    p.add_argument("--paths", default=",".join(PATHS))
+    p.add_argument("--calls", type=int, default=3000, help="calls per entry point in the M = 1 overhead test")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--json", metavar="FILE")
+    a = p.parse_args(argv)
+    a.paths = [x for x in a.paths.split(",") if x]
+    bad = [x for x in a.paths if x not in PATHS]
+    if bad:
+        p.error(f"unknown path(s) {', '.join(bad)}; choose from {', '.join(PATHS)}")
+    if a.m is None:
+        a.m = PROFILES[a.profile][0]
+    return a
+
+
+def _version(dist):
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "?"
+
+
+def _layer(torch, n, k, g):
+    q = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g)
+    s = torch.rand(n, 1, generator=g) * 2e-4 + 1e-4
+    b = torch.randn(n, generator=g) * 0.02
+    return q, s, b
+
+
+def run(a):
+    import torch
+    torch.set_num_threads(a.threads)
+    import comfy_kitchen as ck
+    from comfy_kitchen.registry import registry
+
+    import qlinear
+    import qlinear.comfy as qc
+    st = qc.state()
+    if not st["available"]:
+        print(f"qlinear.comfy: the backend is unavailable: {st['reason']}", file=sys.stderr)
+        return 2
+    dt = torch.bfloat16 if a.dtype == "bf16" else torch.float32
+    print(f"qlinear comfy bench: profile {a.profile}, M = {a.m}, {a.dtype} activations in and out, {a.threads} threads "
+          f"(torch.get_num_threads() = {torch.get_num_threads()}), {a.reps} rounds (median), seed {a.seed}")
+    print(f"torch {torch.__version__}, comfy-kitchen {_version('comfy-kitchen')}, qlinear {qlinear.version()} "
+          f"({st['library']}, ISA {st['isa']}); priority {st['priority']}")
+    for p in a.paths:
+        print(f"  {p:<11} {NOTES[p]}")
+    g = torch.Generator().manual_seed(a.seed)
+    rows = []
+    shapes = PROFILES[a.profile][1]
+    for n, k, count in shapes:
+        q, s, b = _layer(torch, n, k, g)
+        x = torch.randn(a.m, k, generator=g).to(dt)
+        bb = b.to(dt)
+        fns = {}
+        if "ck-qlinear" in a.paths:
+            fns["ck-qlinear"] = lambda q=q, s=s, x=x, bb=bb: ck.int8_linear(x, q, s, bb, dt, True, 256)
+        if "ck-eager" in a.paths:
+            def eager(q=q, s=s, x=x, bb=bb):
+                with registry.use_backend("eager"):
+                    return ck.int8_linear(x, q, s, bb, dt, True, 256)
+            fns["ck-eager"] = eager
+        if "torch-bf16" in a.paths or "torch-fp32" in a.paths:
+            w = torch.ops.comfy_kitchen.dequantize_int8_convrot_weight(q, s, 256)  # the float model the codes stand for
+        if "torch-bf16" in a.paths:
+            wb, xb, b16 = w.to(torch.bfloat16), x.to(torch.bfloat16), b.to(torch.bfloat16)
+            fns["torch-bf16"] = lambda wb=wb, xb=xb, b16=b16: torch.nn.functional.linear(xb, wb, b16)
+        if "torch-fp32" in a.paths:
+            xf = x.float()
+            fns["torch-fp32"] = lambda w=w, xf=xf, b=b: torch.nn.functional.linear(xf, w, b)
+        if "ck-qlinear" in fns and "ck-eager" in fns:  # the same call, two backends: the same numbers
+            y1, y0 = fns["ck-qlinear"](), fns["ck-eager"]()
+            rel = float((y1.double() - y0.double()).norm() / y0.double().norm())
+        else:
+            rel = float("nan")
+        times = {p: [] for p in fns}
+        with torch.no_grad():
+            for f in fns.values():
+                f()
+            for _ in range(a.reps):
+                for p, f in fns.items():
+                    t0 = time.perf_counter()
+                    f()
+                    times[p].append((time.perf_counter() - t0) * 1e3)
+        med = {p: median(v) for p, v in times.items()}
+        rows.append({"n": n, "k": k, "count": count, "ms": med, "rel_l2_qlinear_vs_eager": rel})
+        line = "  ".join(f"{p} {med[p]:9.3f}" for p in fns)
+        print(f"  {n:>5}x{k:<5} x{count:<3} ms: {line}   rel-L2 qlinear/eager {rel:.2e}")
+    tot = {p: sum(r["ms"][p] * r["count"] for r in rows) for p in rows[0]["ms"]}
+    print(f"\nweighted totals over the profile's {sum(c for _, _, c in shapes)} linears at M = {a.m}:")
+    for p, t in tot.items():
+        rel = "  ".join(f"{t / tot[o]:.2f}x {o}" for o in tot if o != p)
+        print(f"  {p:<11} {t:10.1f} ms   ({rel})")
+    if "ck-qlinear" in tot and "ck-eager" in tot:
+        print(f"ck.int8_linear through qlinear: {tot['ck-eager'] / tot['ck-qlinear']:.2f}x faster than through eager"
+              + (f", {tot['torch-bf16'] / tot['ck-qlinear']:.2f}x PyTorch bf16 F.linear's speed" if "torch-bf16" in tot
+                 else ""))
+    ov = overhead(torch, ck, a, dt)
+    if a.json:
+        write_json(a.json, {"profile": a.profile, "m": a.m, "dtype": a.dtype, "threads": a.threads, "reps": a.reps,
+                            "torch": torch.__version__, "shapes": rows, "totals_ms": tot, "overhead": ov})
+    return 0
+
+
+def overhead(torch, ck, a, dt):
+    """Per call at M = 1: ck.int8_linear through the registry to qlinear
+    (dispatch, constraints, weight cache, binding, C) against the C call with
+    prepared arguments on the same packed layer; each call timed on its own,
+    the two interleaved in chunks of 100, medians."""
+    from qlinear.comfy import _ops
+    clock = time.perf_counter_ns
+    out = []
+    print(f"\ndispatch overhead at M = 1 ({a.dtype}), median of {a.calls} calls each:")
+    g = torch.Generator().manual_seed(a.seed + 1)
+    for n, k in ((256, 256), (2048, 2048)):
+        q, s, b = _layer(torch, n, k, g)
+        x = torch.randn(1, k, generator=g).to(dt)
+        bb = b.to(dt)
+        ck.int8_linear(x, q, s, bb, dt, True, 256)
+        e = _ops.weights.get(q, ("int8", 256), (s,), None)
+        lin = e.layer
+        y = torch.empty(1, n, dtype=dt)
+        code = _ops.CODE[dt]
+        ffi = lin._ffi
+        epi = ffi.new("ql_epilogue *")
+        bias_f32 = bb.float()
+        if _ops.HAS_EPI_BIAS:
+            epi.bias = ffi.cast("const float *", bias_f32.data_ptr())
+        fwd, args = lin._fwd_int, (lin._ptr, x.data_ptr(), code, 1, k, y.data_ptr(), code, n, epi)
+        fns = {"ck.int8_linear -> qlinear": lambda: ck.int8_linear(x, q, s, bb, dt, True, 256),
+               "ql_linear_forward, prepared args": lambda: fwd(*args)}
+        times = {nm: [] for nm in fns}
+        for f in fns.values():
+            for _ in range(100):
+                f()
+        for _ in range(max(1, a.calls // 100)):
+            for nm, f in fns.items():
+                rec = times[nm].append
+                for _ in range(100):
+                    t0 = clock()
+                    f()
+                    rec(clock() - t0)
+        med = {nm: median(v) / 1e3 for nm, v in times.items()}
+        over = med["ck.int8_linear -> qlinear"] - med["ql_linear_forward, prepared args"]
+        print(f"  {n}x{k}: " + ", ".join(f"{nm} {v:.1f} us" for nm, v in med.items()) + f"; overhead {over:.1f} us")
+        out.append({"n": n, "k": k, "median_us": med, "overhead_us": over})
+    return out
+
+
+def main(argv=None):
+    a = _parse(sys.argv[1:] if argv is None else argv)
+    return run(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
