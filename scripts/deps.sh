@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Install what building, testing and benchmarking qlinear needs, if missing
-# (Debian 12; apt-get as root). Everything else is built from this tree.
+# (Debian 12; apt-get as root). Everything else is built from this tree, but
+# the Python stack (PyTorch, comfy-kitchen, pytest...), which scripts/venv.sh
+# installs from PyPI into .venv; Debian's python3-numpy and python3-cffi serve
+# the install test (the package installed for /usr/bin/python3).
 set -euo pipefail
 pkgs=(gcc g++ make cmake ninja-build clang libclang-rt-14-dev libomp-14-dev libjansson-dev libopenblas-dev libdnnl-dev pkgconf
-  python3-numpy python3-torch python3-pytest python3-cffi python3-matplotlib)
+  python3-venv python3-numpy python3-cffi)
 # `deps.sh arm`: the AArch64 cross build and its emulator (scripts/test.sh) on
 # an x86-64 host: Debian's cross gcc and its C library (libc6-dev-arm64-cross:
 # only recommended by the compiler, so --no-install-recommends leaves it out),

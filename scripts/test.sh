@@ -8,17 +8,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
+py=$(bash scripts/venv.sh)
 jobs=$(nproc)
 echo "== release build + tests"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
-echo "== Python tests (pytest, Debian's /usr/bin/python3)"
+echo "== Python tests (pytest; PyPI's torch and comfy-kitchen in .venv: $("$py" -c 'import torch; print("torch", torch.__version__)'))"
 QLINEAR_LIBRARY="$PWD/build/libqlinear.so" QLINEAR_CLI="$PWD/build/qlinear" PYTHONDONTWRITEBYTECODE=1 \
-  /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests
+  "$py" -m pytest -q -p no:cacheprovider python/tests
 echo "== Python tests again through ctypes (the binding where cffi is not installed)"
 QLINEAR_FFI=ctypes QLINEAR_LIBRARY="$PWD/build/libqlinear.so" QLINEAR_CLI="$PWD/build/qlinear" PYTHONDONTWRITEBYTECODE=1 \
-  /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests
+  "$py" -m pytest -q -p no:cacheprovider python/tests
 if [ "$(uname -m)" = x86_64 ]; then
   # The ARM backend (src/arm) on this x86 machine: the cross-built suite under
   # qemu-user, once per CPU model: max (every ISA: generic, neon, neondot,

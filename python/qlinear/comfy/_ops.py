@@ -56,9 +56,9 @@ def _ptr(t):
 def _has_field(struct, field):
     ffi, _ = load()
     try:
-        setattr(ffi.new(struct + " *"), field, 0)
+        getattr(ffi.new(struct + " *"), field)
         return True
-    except (AttributeError, TypeError, KeyError):
+    except AttributeError:
         return False
 
 
