@@ -191,6 +191,36 @@ uint32_t ql_crc32_key(const char *key);
 ql_status ql_quantize_rowwise_sr(const float *x, int64_t rows, int64_t k, int64_t ldx, int64_t idx0, uint64_t seed,
                                  int8_t *q, int64_t ldq, float *scale);
 
+/* torch's CPU random stream (docs/NUMERICS.md §8.1), measured against
+ * torch 2.15: torch.Generator("cpu").manual_seed(seed) is the standard
+ * 32-bit MT19937 (std::mt19937) initialized with the low 32 bits of the
+ * seed; every draw below is one 32-bit output r, taken in element order
+ * (row-major, however large the tensor).
+ *   torch.rand fp32: (r & 0xFFFFFF)·2^-24;
+ *   torch.rand fp16 / bf16: that fp32 value rounded to the dtype (nearest
+ *     even), where a result of 1.0 becomes 0.0;
+ *   torch.randint(low, high) (int64): low + r % (high - low) while
+ *     high - low < 2^28, else low + ((r1 << 32) | r2) % (high - low) with
+ *     two draws per element. */
+typedef struct ql_mt19937 {
+    uint32_t state[624];
+    int32_t index; /* next word of state to return; 624: the block is used up */
+} ql_mt19937;
+void ql_mt19937_seed(ql_mt19937 *g, uint64_t seed);
+uint32_t ql_mt19937_next(ql_mt19937 *g);
+/* n draws into out (the same words as n calls of ql_mt19937_next). */
+void ql_mt19937_fill(ql_mt19937 *g, uint32_t *out, int64_t n);
+/* Discard n draws. */
+void ql_mt19937_skip(ql_mt19937 *g, int64_t n);
+/* The torch.rand value of one draw r in dtype (fp32, fp16 or bf16), as fp32. */
+float ql_torch_rand_value(ql_dtype dtype, uint32_t r);
+/* The values of torch.rand(shape, dtype=dtype, generator=g.manual_seed(seed))
+ * at flat positions skip .. skip + n - 1, as fp32. */
+ql_status ql_torch_rand(uint64_t seed, ql_dtype dtype, int64_t skip, int64_t n, float *out);
+/* The values of torch.randint(low, high, shape, generator=g.manual_seed(seed))
+ * (int64) at flat positions skip .. skip + n - 1; low < high. */
+ql_status ql_torch_randint(uint64_t seed, int64_t low, int64_t high, int64_t skip, int64_t n, int64_t *out);
+
 /* Exact int8×int8→int32: C[M,N] = A[M,K]·B[N,K]ᵀ, plain loops. */
 ql_status ql_gemm_s8s8s32_ref(int64_t m, int64_t n, int64_t k, const int8_t *a, int64_t lda,
                               const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc);
