@@ -221,6 +221,33 @@ ql_status ql_torch_rand(uint64_t seed, ql_dtype dtype, int64_t skip, int64_t n, 
  * (int64) at flat positions skip .. skip + n - 1; low < high. */
 ql_status ql_torch_randint(uint64_t seed, int64_t low, int64_t high, int64_t skip, int64_t n, int64_t *out);
 
+/* Int8 quantization with every option in one call. Stochastic rounding is on
+ * when sr_seed != 0 (comfy-kitchen: stochastic_rounding = seed > 0); the
+ * stream picks whose noise and arithmetic are reproduced:
+ *   QL_SR_CUDA_PCG: comfy-kitchen's CUDA quantizers (ql_quantize_rowwise_sr:
+ *     the pcg noise of flat index sr_idx0 + r·k + j, the CUDA scale, fp32
+ *     input only; ConvRot rotates in fp32 first);
+ *   QL_SR_TORCH_CPU: comfy-kitchen's eager quantizers on the CPU: the eager
+ *     scale (as ql_quantize_rowwise), y = dtype(x / s_T), then
+ *     code = clamp(floor(dtype(y + U)), -128, 127) with U = torch.rand in x's
+ *     dtype at flat position sr_idx0 + r·k + j of the stream seeded with
+ *     sr_seed (sr_idx0: the elements of the tensor before x[0, 0], when x is
+ *     a block of rows of it; drawing them costs about 1 ns each).
+ * sr_seed 0: round to nearest, exactly ql_quantize_rowwise / _tensorwise /
+ * ql_quantize_convrot_weight. Non-finite rows and tensors are handled as
+ * there (their draws are still consumed). */
+typedef enum ql_sr_stream { QL_SR_CUDA_PCG = 0, QL_SR_TORCH_CPU = 1 } ql_sr_stream;
+typedef struct ql_int8_qoptions {
+    int tensorwise;        /* 1: one scale for x (scale[0]); 0: one per row */
+    int64_t convrot_group; /* 0: none; else rotate group-wise in x's dtype first (row-wise only) */
+    int sr_stream;         /* ql_sr_stream */
+    uint64_t sr_seed;      /* 0: round to nearest */
+    int64_t sr_idx0;
+} ql_int8_qoptions;
+/* o NULL: all zero (row-wise, nearest). */
+ql_status ql_quantize_int8(ql_dtype dtype, const void *x, int64_t rows, int64_t k, int64_t ldx,
+                           const ql_int8_qoptions *o, int8_t *q, int64_t ldq, float *scale);
+
 /* Exact int8×int8→int32: C[M,N] = A[M,K]·B[N,K]ᵀ, plain loops. */
 ql_status ql_gemm_s8s8s32_ref(int64_t m, int64_t n, int64_t k, const int8_t *a, int64_t lda,
                               const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc);
