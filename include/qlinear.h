@@ -375,13 +375,20 @@ typedef struct ql_wxa8_qoptions {
     int s_rel_f32;    /* 1: s_rel is fp32 (the reference's scale_dtype=float32; the 6-bit search
                        * then tries s, fp32(0.97)·s, fp32(1.03)·s); 0: e4m3 bytes */
     uint64_t sr_seed; /* 0: round to nearest; else stochastic rounding of the final assignment
-                       * (LoRA requantize, docs/FORMATS.md §5.2/§5.6) with U = ql_sr_noise(idx, sr_seed)
-                       * for the rotated element idx = sr_idx0 + row·k + col in place of torch.rand.
+                       * (LoRA requantize, docs/FORMATS.md §5.2/§5.6) with noise U in [0, 1) for
+                       * each rotated element (row, col), from sr_stream.
                        * Codebook / 6-bit: between the bracketing grid levels lo, lo+1 of
                        * t = w/s_channel (lo = clamp(searchsorted-left(t) - 1, 0, levels - 2)),
                        * hi iff t > fp32(U·width) + level_lo; uniform / asymmetric:
                        * floor(x + U). The scales are those of the nearest mode. */
-    int64_t sr_idx0;
+    int64_t sr_idx0;  /* the elements of the whole weight before row 0 of w */
+    int sr_stream;    /* QL_SR_CUDA_PCG (0): U = ql_sr_noise(sr_idx0 + row·k + col, sr_seed);
+                       * QL_SR_TORCH_CPU: U = the fp32 torch.rand of comfy-kitchen's eager
+                       * quantize_w4a8_int8_weight on the CPU: absolute row R = sr_idx0/k + row
+                       * (sr_idx0 a multiple of k) lies in the chunk of B = max(1, 2^22 / k) rows
+                       * starting at R0 = R - R % B, whose stream is seeded with sr_seed + R0 and
+                       * drawn at (R - R0)·k + col. Bytes equal eager's for the same rotated
+                       * weight (docs/NUMERICS.md §8.1). */
 } ql_wxa8_qoptions;
 ql_status ql_wxa8_quantize_ex(ql_dtype dtype, const void *w, int64_t rows, int64_t k, int64_t ldw,
                               const ql_wxa8_qparams *p, const ql_wxa8_qoptions *o, uint8_t *q, int64_t ldq,

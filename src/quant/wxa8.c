@@ -260,12 +260,12 @@ typedef struct qbatch {
     float (*v)[L];      /* [g][L] current levels (shifted values) */
     int (*c)[L];        /* [g][L] codes */
     float gs[L];
-    uint64_t seed;      /* stochastic rounding: 0 = nearest */
-    int64_t idx0;       /* flat index of element (j = 0, lane 0); (j, l) is idx0 + l·g + j */
+    int sr;             /* stochastic rounding (else nearest) */
+    const float *noise; /* its noise: element (j, l) has noise[l·g + j] (the row's, from this batch's first group) */
 } qbatch;
 
 /* The stochastic-rounding noise of element (j, l) of the batch. */
-static inline float batch_noise(const qbatch *b, int64_t j, int l) { return ql_sr_noise(b->idx0 + l * b->g + j, b->seed); }
+static inline float batch_noise(const qbatch *b, int64_t j, int l) { return b->noise[l * b->g + j]; }
 
 /* Codebook mode, steps 2 (ALS) and the shifted values of step 3. */
 static void batch_codebook(qbatch *b, const float *cb)
@@ -311,7 +311,7 @@ static void batch_uniform(qbatch *b)
     for (int64_t j = 0; j < g; j++)
         for (int l = 0; l < L; l++) {
             const float x = clampf(b->w[j][l] / b->gs[l], -64.0f, 64.0f);
-            float s = clampf(b->seed ? floorf(x + batch_noise(b, j, l)) : rne(x), -8.0f, 7.0f);
+            float s = clampf(b->sr ? floorf(x + batch_noise(b, j, l)) : rne(x), -8.0f, 7.0f);
             b->c[j][l] = (int)s + 8;
             b->v[j][l] = s * b->gs[l];
         }
@@ -335,7 +335,7 @@ static void batch_asym(qbatch *b, float *mn)
     for (int64_t j = 0; j < g; j++)
         for (int l = 0; l < L; l++) {
             const float x = clampf((b->w[j][l] - mn[l]) / b->gs[l], -64.0f, 64.0f);
-            float c = clampf(b->seed ? floorf(x + batch_noise(b, j, l)) : rne(x), 0.0f, 15.0f);
+            float c = clampf(b->sr ? floorf(x + batch_noise(b, j, l)) : rne(x), 0.0f, 15.0f);
             b->c[j][l] = (int)c;
             b->v[j][l] = (c - 8.0f) * b->gs[l];
         }
@@ -381,7 +381,7 @@ static inline float grid_level(float v, float s)
 
 /* Step 5 (codebook) / the 6-bit grid-aware search: codes against the decoded
  * int8 grid of each lane's s_rel (e4m3 bytes srb, or fp32 srf when srb is
- * NULL). t = w / s_channel. With b->seed, the final assignment rounds
+ * NULL). t = w / s_channel. With b->sr, the final assignment rounds
  * stochastically between the bracketing levels (scales as in the nearest
  * mode: the search, if any, is decided by nearest assignments). */
 static void batch_regrid(qbatch *b, const float *cb, int bits, int search, float sch, uint8_t *srb, float *srf)
@@ -438,7 +438,7 @@ static void batch_regrid(qbatch *b, const float *cb, int bits, int search, float
         if (srb) srb[l] = cand[chosen[l]][l];
         else srf[l] = cs[chosen[l]][l];
     }
-    if (b->seed) { /* stochastic: lo = clamp(searchsorted-left - 1, 0, nl - 2); hi iff t > U·width + level_lo */
+    if (b->sr) { /* stochastic: lo = clamp(searchsorted-left - 1, 0, nl - 2); hi iff t > U·width + level_lo */
         for (int l = 0; l < L; l++)
             for (int i = 0; i < nl; i++) lv[i * L + l] = grid_level(bits == 6 ? (float)(i - 31) : cb[i], cs[chosen[l]][l]);
         for (int64_t j = 0; j < g; j++)
@@ -469,7 +469,7 @@ ql_status ql_wxa8_quantize_ex(ql_dtype dtype, const void *w, int64_t rows, int64
                               void *s_rel, float *s_channel, float *correction)
 {
     const char *fn = "ql_wxa8_quantize";
-    const ql_wxa8_qoptions none = {0, 0, 0};
+    const ql_wxa8_qoptions none = {0, 0, 0, 0};
     if (!o) o = &none;
     QL_CHECK_PTR(fn, p);
     QL_TRY(ql_check_float_dtype(fn, "dtype", dtype));
@@ -486,6 +486,12 @@ ql_status ql_wxa8_quantize_ex(ql_dtype dtype, const void *w, int64_t rows, int64
     if (p->mode < QL_WXA8_CODEBOOK || p->mode > QL_WXA8_6BIT)
         return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: unknown mode %d", fn, (int)p->mode);
     if (p->mode == QL_WXA8_CODEBOOK) QL_CHECK_PTR(fn, p->codebook);
+    const int torch_sr = o->sr_seed && o->sr_stream == QL_SR_TORCH_CPU;
+    if (o->sr_stream != QL_SR_CUDA_PCG && o->sr_stream != QL_SR_TORCH_CPU)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: unknown sr_stream %d", fn, o->sr_stream);
+    if (o->sr_idx0 < 0 || (torch_sr && k > 0 && o->sr_idx0 % k != 0))
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: sr_idx0 = %lld must be >= 0%s", fn, (long long)o->sr_idx0,
+                       torch_sr ? " and a multiple of K (the torch stream starts at a row)" : "");
     if (rows == 0 || k == 0) return QL_OK;
     QL_CHECK_PTR(fn, q);
     QL_CHECK_PTR(fn, s_rel);
@@ -503,17 +509,33 @@ ql_status ql_wxa8_quantize_ex(ql_dtype dtype, const void *w, int64_t rows, int64
     float *vrow = ql_aligned_alloc((size_t)k * sizeof(float));
     uint8_t *codes = ql_aligned_alloc((size_t)k);
     char *ws = ql_aligned_alloc(4 * plane);
-    if (!row || !gsrow || !mnrow || !vrow || !codes || !ws) {
+    /* the row's noise, padded for the unused lanes of the last batch */
+    const int64_t nnoise = o->sr_seed ? (ng + L) * g : 1;
+    float *noise = ql_aligned_alloc((size_t)nnoise * sizeof(float));
+    if (!row || !gsrow || !mnrow || !vrow || !codes || !ws || !noise) {
         ql_aligned_free(row), ql_aligned_free(gsrow), ql_aligned_free(mnrow), ql_aligned_free(vrow);
-        ql_aligned_free(codes), ql_aligned_free(ws);
+        ql_aligned_free(codes), ql_aligned_free(ws), ql_aligned_free(noise);
         return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
+    for (int64_t i = 0; i < nnoise; i++) noise[i] = 0.0f;
     qbatch b = {g, (float (*)[L])ws, (float (*)[L])(ws + plane), (float (*)[L])(ws + 2 * plane),
-                (int (*)[L])(ws + 3 * plane), {0}, o->sr_seed, 0};
+                (int (*)[L])(ws + 3 * plane), {0}, o->sr_seed != 0, noise};
+    /* the torch stream: eager's chunks of B rows, chunk R0 seeded with seed + R0 */
+    const int64_t chunk = k < ((int64_t)1 << 22) ? ((int64_t)1 << 22) / k : 1, row0 = o->sr_idx0 / k;
+    ql_mt19937 mt;
     const int f32 = o->s_rel_f32 != 0;
     int64_t bad = -1;
     for (int64_t r = 0; r < rows; r++) {
         ql_load_row_rotated(dtype, ql_row_cptr(dtype, w, r, ldw), k, cg, row);
+        if (torch_sr) { /* drawn for every row, finite or not */
+            const int64_t ra = row0 + r, c0 = ra - ra % chunk;
+            if (r == 0 || ra == c0) {
+                ql_mt19937_seed(&mt, o->sr_seed + (uint64_t)c0);
+                ql_mt19937_skip(&mt, (ra - c0) * k);
+            }
+            ql_torch_rand_fill(&mt, QL_F32, k, noise);
+        } else if (o->sr_seed)
+            for (int64_t j = 0; j < k; j++) noise[j] = ql_sr_noise(o->sr_idx0 + r * k + j, o->sr_seed);
         int finite = 1;
         for (int64_t j = 0; j < k; j++) finite &= isfinite(row[j]) != 0;
         if (!finite) {
@@ -531,7 +553,7 @@ ql_status ql_wxa8_quantize_ex(ql_dtype dtype, const void *w, int64_t rows, int64
             const int64_t nlanes = lane_count(ng, g0);
             for (int64_t j = 0; j < g; j++)
                 for (int l = 0; l < L; l++) b.w[j][l] = l < nlanes ? row[(g0 + l) * g + j] : 0.0f;
-            b.idx0 = o->sr_idx0 + r * k + g0 * g;
+            b.noise = noise + g0 * g;
             float mn[L] = {0};
             switch (p->mode) {
             case QL_WXA8_CODEBOOK: batch_codebook(&b, p->codebook); break;
@@ -572,7 +594,7 @@ ql_status ql_wxa8_quantize_ex(ql_dtype dtype, const void *w, int64_t rows, int64
                 }
                 for (int64_t j = 0; j < g; j++)
                     for (int l = 0; l < L; l++) b.w[j][l] = l < nlanes ? row[(g0 + l) * g + j] : 0.0f;
-                b.idx0 = o->sr_idx0 + r * k + g0 * g;
+                b.noise = noise + g0 * g;
                 batch_regrid(&b, p->codebook, bits, p->scale_search, sch, f32 ? NULL : srl, srlf);
                 for (int l = 0; l < nlanes; l++) {
                     if (f32) srf[g0 + l] = srlf[l];
@@ -583,7 +605,7 @@ ql_status ql_wxa8_quantize_ex(ql_dtype dtype, const void *w, int64_t rows, int64
         ql_wxa8_pack_row(bits, codes, k, q + r * ldq);
     }
     ql_aligned_free(row), ql_aligned_free(gsrow), ql_aligned_free(mnrow), ql_aligned_free(vrow);
-    ql_aligned_free(codes), ql_aligned_free(ws);
+    ql_aligned_free(codes), ql_aligned_free(ws), ql_aligned_free(noise);
     if (bad >= 0)
         return ql_fail(QL_ERR_NONFINITE, "%s: row %lld holds (or rotates to) NaN or Inf; refusing to quantize it", fn,
                        (long long)bad);
