@@ -353,8 +353,11 @@ typedef struct ql_wxa8_qparams {
 
 /* The tensor's codebook (docs/FORMATS.md §5.2 step 1): a row sample, rotated and
  * group-normalized; excess kurtosis <= -0.1 selects the fixed 16-entry LUT
- * (*fitted = 0), else Lloyd-Max (*fitted = 1; the reference samples with
- * torch's RNG there, so that branch is not bit-exact). */
+ * (*fitted = 0), else Lloyd-Max (*fitted = 1). Both samples are the
+ * reference's (torch.randint from the stream seeded with 0, ql_torch_randint),
+ * and the fit follows torch's fp32 arithmetic (quantile, cluster sums in its
+ * CPU reduction order with one torch thread): given the same rotated rows it
+ * equals eager's fitted codebook, sorted, bit for bit (docs/NUMERICS.md §8.1). */
 ql_status ql_wxa8_fit_codebook(ql_dtype dtype, const void *w, int64_t n, int64_t k, int64_t ldw,
                                const ql_wxa8_qparams *p, float codebook[16], int *fitted);
 
