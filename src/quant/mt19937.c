@@ -90,18 +90,33 @@ void ql_mt19937_skip(ql_mt19937 *g, int64_t n)
  * elements read 0). */
 static inline float rand_f32(uint32_t r) { return (float)(r & 0xFFFFFFu) * 0x1p-24f; }
 
+/* The same rounded to `keep` significant bits (bf16 8, fp16 11), nearest
+ * even, on the float bits of the 24-bit integer (exact: the scaling by
+ * 2^-24 commutes, and fp16's subnormals, below 2^-14, need at most 10 bits). */
+static inline float rand_reduced(uint32_t r, int keep)
+{
+    const int drop = 24 - keep;
+    float f = (float)(r & 0xFFFFFFu);
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    b = (b + ((1u << (drop - 1)) - 1u) + ((b >> drop) & 1u)) & ~((1u << drop) - 1u);
+    memcpy(&f, &b, 4);
+    f *= 0x1p-24f;
+    return f == 1.0f ? 0.0f : f;
+}
+
 float ql_torch_rand_value(ql_dtype dtype, uint32_t r)
 {
-    const float v = rand_f32(r);
-    if (dtype == QL_F32) return v;
-    const float h = ql_round_to(dtype, v);
-    return h == 1.0f ? 0.0f : h;
+    return dtype == QL_F32 ? rand_f32(r) : rand_reduced(r, dtype == QL_BF16 ? 8 : 11);
 }
 
 void ql_torch_rand_fill(ql_mt19937 *g, ql_dtype dtype, int64_t n, float *out)
 {
     if (dtype == QL_F32) MT_RUNS(g, n, for (int64_t t = 0; t < cnt_; t++) out[i0_ + t] = rand_f32(mt_temper(w_[t])));
-    else MT_RUNS(g, n, for (int64_t t = 0; t < cnt_; t++) out[i0_ + t] = ql_torch_rand_value(dtype, mt_temper(w_[t])));
+    else {
+        const int keep = dtype == QL_BF16 ? 8 : 11;
+        MT_RUNS(g, n, for (int64_t t = 0; t < cnt_; t++) out[i0_ + t] = rand_reduced(mt_temper(w_[t]), keep));
+    }
 }
 
 ql_status ql_torch_rand(uint64_t seed, ql_dtype dtype, int64_t skip, int64_t n, float *out)
