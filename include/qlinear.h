@@ -232,7 +232,7 @@ ql_status ql_torch_randint(uint64_t seed, int64_t low, int64_t high, int64_t ski
  *     code = clamp(floor(dtype(y + U)), -128, 127) with U = torch.rand in x's
  *     dtype at flat position sr_idx0 + r·k + j of the stream seeded with
  *     sr_seed (sr_idx0: the elements of the tensor before x[0, 0], when x is
- *     a block of rows of it; drawing them costs about 1 ns each).
+ *     a block of rows of it; skipping them costs about 0.25 ns each).
  * sr_seed 0: round to nearest, exactly ql_quantize_rowwise / _tensorwise /
  * ql_quantize_convrot_weight. Non-finite rows and tensors are handled as
  * there (their draws are still consumed). */
