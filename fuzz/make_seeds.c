@@ -223,7 +223,7 @@ static int wxa8_file(const char *dir, const char *name, ql_wxa8_mode mode, int64
         if (ql_wxa8_fit_codebook(QL_F32, w, LN, LK, LK, &p, cb, NULL) != QL_OK) goto fail;
         p.codebook = cb;
     }
-    ql_wxa8_qoptions o = {s_rel_f32, 0, 0};
+    ql_wxa8_qoptions o = {s_rel_f32, 0, 0, 0};
     if (ql_wxa8_quantize_ex(QL_F32, w, LN, LK, LK, &p, &o, q, width, srel, sch, mode == QL_WXA8_ASYM ? corr : NULL) !=
         QL_OK)
         goto fail;

@@ -191,6 +191,63 @@ uint32_t ql_crc32_key(const char *key);
 ql_status ql_quantize_rowwise_sr(const float *x, int64_t rows, int64_t k, int64_t ldx, int64_t idx0, uint64_t seed,
                                  int8_t *q, int64_t ldq, float *scale);
 
+/* torch's CPU random stream (docs/NUMERICS.md §8.1), measured against
+ * torch 2.15: torch.Generator("cpu").manual_seed(seed) is the standard
+ * 32-bit MT19937 (std::mt19937) initialized with the low 32 bits of the
+ * seed; every draw below is one 32-bit output r, taken in element order
+ * (row-major, however large the tensor).
+ *   torch.rand fp32: (r & 0xFFFFFF)·2^-24;
+ *   torch.rand fp16 / bf16: that fp32 value rounded to the dtype (nearest
+ *     even), where a result of 1.0 becomes 0.0;
+ *   torch.randint(low, high) (int64): low + r % (high - low) while
+ *     high - low < 2^28, else low + ((r1 << 32) | r2) % (high - low) with
+ *     two draws per element. */
+typedef struct ql_mt19937 {
+    uint32_t state[624];
+    int32_t index; /* next word of state to return; 624: the block is used up */
+} ql_mt19937;
+void ql_mt19937_seed(ql_mt19937 *g, uint64_t seed);
+uint32_t ql_mt19937_next(ql_mt19937 *g);
+/* n draws into out (the same words as n calls of ql_mt19937_next). */
+void ql_mt19937_fill(ql_mt19937 *g, uint32_t *out, int64_t n);
+/* Discard n draws. */
+void ql_mt19937_skip(ql_mt19937 *g, int64_t n);
+/* The torch.rand value of one draw r in dtype (fp32, fp16 or bf16), as fp32. */
+float ql_torch_rand_value(ql_dtype dtype, uint32_t r);
+/* The values of torch.rand(shape, dtype=dtype, generator=g.manual_seed(seed))
+ * at flat positions skip .. skip + n - 1, as fp32. */
+ql_status ql_torch_rand(uint64_t seed, ql_dtype dtype, int64_t skip, int64_t n, float *out);
+/* The values of torch.randint(low, high, shape, generator=g.manual_seed(seed))
+ * (int64) at flat positions skip .. skip + n - 1; low < high. */
+ql_status ql_torch_randint(uint64_t seed, int64_t low, int64_t high, int64_t skip, int64_t n, int64_t *out);
+
+/* Int8 quantization with every option in one call. Stochastic rounding is on
+ * when sr_seed != 0 (comfy-kitchen: stochastic_rounding = seed > 0); the
+ * stream picks whose noise and arithmetic are reproduced:
+ *   QL_SR_CUDA_PCG: comfy-kitchen's CUDA quantizers (ql_quantize_rowwise_sr:
+ *     the pcg noise of flat index sr_idx0 + r·k + j, the CUDA scale, fp32
+ *     input only; ConvRot rotates in fp32 first);
+ *   QL_SR_TORCH_CPU: comfy-kitchen's eager quantizers on the CPU: the eager
+ *     scale (as ql_quantize_rowwise), y = dtype(x / s_T), then
+ *     code = clamp(floor(dtype(y + U)), -128, 127) with U = torch.rand in x's
+ *     dtype at flat position sr_idx0 + r·k + j of the stream seeded with
+ *     sr_seed (sr_idx0: the elements of the tensor before x[0, 0], when x is
+ *     a block of rows of it; skipping them costs about 0.25 ns each).
+ * sr_seed 0: round to nearest, exactly ql_quantize_rowwise / _tensorwise /
+ * ql_quantize_convrot_weight. Non-finite rows and tensors are handled as
+ * there (their draws are still consumed). */
+typedef enum ql_sr_stream { QL_SR_CUDA_PCG = 0, QL_SR_TORCH_CPU = 1 } ql_sr_stream;
+typedef struct ql_int8_qoptions {
+    int tensorwise;        /* 1: one scale for x (scale[0]); 0: one per row */
+    int64_t convrot_group; /* 0: none; else rotate group-wise in x's dtype first (row-wise only) */
+    int sr_stream;         /* ql_sr_stream */
+    uint64_t sr_seed;      /* 0: round to nearest */
+    int64_t sr_idx0;
+} ql_int8_qoptions;
+/* o NULL: all zero (row-wise, nearest). */
+ql_status ql_quantize_int8(ql_dtype dtype, const void *x, int64_t rows, int64_t k, int64_t ldx,
+                           const ql_int8_qoptions *o, int8_t *q, int64_t ldq, float *scale);
+
 /* Exact int8×int8→int32: C[M,N] = A[M,K]·B[N,K]ᵀ, plain loops. */
 ql_status ql_gemm_s8s8s32_ref(int64_t m, int64_t n, int64_t k, const int8_t *a, int64_t lda,
                               const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc);
@@ -296,8 +353,11 @@ typedef struct ql_wxa8_qparams {
 
 /* The tensor's codebook (docs/FORMATS.md §5.2 step 1): a row sample, rotated and
  * group-normalized; excess kurtosis <= -0.1 selects the fixed 16-entry LUT
- * (*fitted = 0), else Lloyd-Max (*fitted = 1; the reference samples with
- * torch's RNG there, so that branch is not bit-exact). */
+ * (*fitted = 0), else Lloyd-Max (*fitted = 1). Both samples are the
+ * reference's (torch.randint from the stream seeded with 0, ql_torch_randint),
+ * and the fit follows torch's fp32 arithmetic (quantile, cluster sums in its
+ * CPU reduction order with one torch thread): given the same rotated rows it
+ * equals eager's fitted codebook, sorted, bit for bit (docs/NUMERICS.md §8.1). */
 ql_status ql_wxa8_fit_codebook(ql_dtype dtype, const void *w, int64_t n, int64_t k, int64_t ldw,
                                const ql_wxa8_qparams *p, float codebook[16], int *fitted);
 
@@ -318,13 +378,20 @@ typedef struct ql_wxa8_qoptions {
     int s_rel_f32;    /* 1: s_rel is fp32 (the reference's scale_dtype=float32; the 6-bit search
                        * then tries s, fp32(0.97)·s, fp32(1.03)·s); 0: e4m3 bytes */
     uint64_t sr_seed; /* 0: round to nearest; else stochastic rounding of the final assignment
-                       * (LoRA requantize, docs/FORMATS.md §5.2/§5.6) with U = ql_sr_noise(idx, sr_seed)
-                       * for the rotated element idx = sr_idx0 + row·k + col in place of torch.rand.
+                       * (LoRA requantize, docs/FORMATS.md §5.2/§5.6) with noise U in [0, 1) for
+                       * each rotated element (row, col), from sr_stream.
                        * Codebook / 6-bit: between the bracketing grid levels lo, lo+1 of
                        * t = w/s_channel (lo = clamp(searchsorted-left(t) - 1, 0, levels - 2)),
                        * hi iff t > fp32(U·width) + level_lo; uniform / asymmetric:
                        * floor(x + U). The scales are those of the nearest mode. */
-    int64_t sr_idx0;
+    int64_t sr_idx0;  /* the elements of the whole weight before row 0 of w */
+    int sr_stream;    /* QL_SR_CUDA_PCG (0): U = ql_sr_noise(sr_idx0 + row·k + col, sr_seed);
+                       * QL_SR_TORCH_CPU: U = the fp32 torch.rand of comfy-kitchen's eager
+                       * quantize_w4a8_int8_weight on the CPU: absolute row R = sr_idx0/k + row
+                       * (sr_idx0 a multiple of k) lies in the chunk of B = max(1, 2^22 / k) rows
+                       * starting at R0 = R - R % B, whose stream is seeded with sr_seed + R0 and
+                       * drawn at (R - R0)·k + col. Bytes equal eager's for the same rotated
+                       * weight (docs/NUMERICS.md §8.1). */
 } ql_wxa8_qoptions;
 ql_status ql_wxa8_quantize_ex(ql_dtype dtype, const void *w, int64_t rows, int64_t k, int64_t ldw,
                               const ql_wxa8_qparams *p, const ql_wxa8_qoptions *o, uint8_t *q, int64_t ldq,

@@ -805,7 +805,7 @@ static void make_wxa8_base(const char *path, int bad_codebook, int asym_codebook
         d->sch = malloc((size_t)N * 4);
         float *corr = malloc((size_t)(N * ng) * 4);
         const ql_wxa8_qparams p = {c->mode, c->group, c->cgroup, d->cb, 1};
-        const ql_wxa8_qoptions o = {c->srel_f32, 0, 0};
+        const ql_wxa8_qoptions o = {c->srel_f32, 0, 0, 0};
         CHECK_OK(ql_wxa8_quantize_ex(QL_F32, w, N, K, K, &p, &o, d->q, rb, d->srel, d->sch, corr));
         d->corr = NULL;
         if (c->mode == QL_WXA8_ASYM) {
@@ -1059,7 +1059,7 @@ static void check_wxa8_merged(const char *out, int stochastic, double strength, 
         void *sr = malloc((size_t)(N * ng) * 4);
         float *sc = malloc((size_t)N * 4), *corr = malloc((size_t)(N * ng) * 4);
         const ql_wxa8_qparams p = {c->mode, c->group, c->cgroup, d->cb, 0};
-        const ql_wxa8_qoptions o = {c->srel_f32, seed, 0};
+        const ql_wxa8_qoptions o = {c->srel_f32, seed, 0, QL_SR_CUDA_PCG};
         CHECK_OK(ql_wxa8_quantize_ex(QL_F32, w, N, K, K, &p, &o, q, rb, sr, sc, corr));
         int same = !memcmp(oq, q, (size_t)(N * rb)) && !memcmp(osr, sr, (size_t)(N * ng) * (c->srel_f32 ? 4 : 1)) &&
                    !memcmp(osc, sc, (size_t)N * 4);
@@ -1106,7 +1106,7 @@ static void check_wxa8_merged(const char *out, int stochastic, double strength, 
             }
         float *w32 = malloc((size_t)(N * K) * 4);
         for (int64_t e = 0; e < N * K; e++) w32[e] = (float)base64[e];
-        const ql_wxa8_qoptions o2 = {c->srel_f32, 0, 0};
+        const ql_wxa8_qoptions o2 = {c->srel_f32, 0, 0, 0};
         CHECK_OK(ql_wxa8_quantize_ex(QL_F32, w32, N, K, K, &p, &o2, q, rb, sr, sc, corr));
         uint16_t *fc = ocorr ? malloc((size_t)(N * ng) * 2) : NULL;
         for (int64_t r = 0; fc && r < N; r++)

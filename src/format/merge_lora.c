@@ -181,7 +181,7 @@ static ql_status merge_layer_wxa8(mjob *j, touched *t, int64_t rows, int64_t ld,
             if (atomic_load(&j->failed)) continue;
             const int64_t r0 = b * rows, nr = n - r0 < rows ? n - r0 : rows;
             merged_rows(c, t, r0, nr, ld, w, tmp, NULL);
-            const ql_wxa8_qoptions o = {t->s_rel_f32, seed, r0 * k};
+            const ql_wxa8_qoptions o = {t->s_rel_f32, seed, r0 * k, QL_SR_CUDA_PCG};
             ql_status st = ql_wxa8_quantize_ex(QL_F32, w, nr, k, ld, &p, &o, q, rb, srel, sch, corr ? corr + r0 * ng : NULL);
             if (st == QL_ERR_NONFINITE) {
                 int64_t bad = 0;

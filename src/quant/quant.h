@@ -52,4 +52,7 @@ float ql_sr_scale(float absmax);
  * seed)) (the sum rounded to fp32), seed 0: rne(y); clamp to [-128, 127]. */
 int8_t ql_sr_code(float v, float s, int64_t idx, uint64_t seed);
 
+/* n torch.rand values of dtype from g's next n draws (ql_torch_rand_value). */
+void ql_torch_rand_fill(ql_mt19937 *g, ql_dtype dtype, int64_t n, float *out);
+
 #endif

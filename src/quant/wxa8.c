@@ -200,6 +200,8 @@ void ql_wxa8_fixed_lut(float cb[16])
 }
 
 #define L 16 /* groups per batch: one per lane */
+#define KURT_SAMPLE ((int64_t)1 << 19) /* the reference's kurtosis sample */
+#define LLOYD_SAMPLE ((int64_t)300000) /* and its Lloyd-Max sample */
 
 /* Sum of the group's p[j] (stored [j][L]) in the order PyTorch's vectorized
  * CPU reduction uses for a group of 16 (measured, docs/FORMATS.md §5.2): eight
@@ -260,12 +262,12 @@ typedef struct qbatch {
     float (*v)[L];      /* [g][L] current levels (shifted values) */
     int (*c)[L];        /* [g][L] codes */
     float gs[L];
-    uint64_t seed;      /* stochastic rounding: 0 = nearest */
-    int64_t idx0;       /* flat index of element (j = 0, lane 0); (j, l) is idx0 + l·g + j */
+    int sr;             /* stochastic rounding (else nearest) */
+    const float *noise; /* its noise: element (j, l) has noise[l·g + j] (the row's, from this batch's first group) */
 } qbatch;
 
 /* The stochastic-rounding noise of element (j, l) of the batch. */
-static inline float batch_noise(const qbatch *b, int64_t j, int l) { return ql_sr_noise(b->idx0 + l * b->g + j, b->seed); }
+static inline float batch_noise(const qbatch *b, int64_t j, int l) { return b->noise[l * b->g + j]; }
 
 /* Codebook mode, steps 2 (ALS) and the shifted values of step 3. */
 static void batch_codebook(qbatch *b, const float *cb)
@@ -311,7 +313,7 @@ static void batch_uniform(qbatch *b)
     for (int64_t j = 0; j < g; j++)
         for (int l = 0; l < L; l++) {
             const float x = clampf(b->w[j][l] / b->gs[l], -64.0f, 64.0f);
-            float s = clampf(b->seed ? floorf(x + batch_noise(b, j, l)) : rne(x), -8.0f, 7.0f);
+            float s = clampf(b->sr ? floorf(x + batch_noise(b, j, l)) : rne(x), -8.0f, 7.0f);
             b->c[j][l] = (int)s + 8;
             b->v[j][l] = s * b->gs[l];
         }
@@ -335,7 +337,7 @@ static void batch_asym(qbatch *b, float *mn)
     for (int64_t j = 0; j < g; j++)
         for (int l = 0; l < L; l++) {
             const float x = clampf((b->w[j][l] - mn[l]) / b->gs[l], -64.0f, 64.0f);
-            float c = clampf(b->seed ? floorf(x + batch_noise(b, j, l)) : rne(x), 0.0f, 15.0f);
+            float c = clampf(b->sr ? floorf(x + batch_noise(b, j, l)) : rne(x), 0.0f, 15.0f);
             b->c[j][l] = (int)c;
             b->v[j][l] = (c - 8.0f) * b->gs[l];
         }
@@ -381,7 +383,7 @@ static inline float grid_level(float v, float s)
 
 /* Step 5 (codebook) / the 6-bit grid-aware search: codes against the decoded
  * int8 grid of each lane's s_rel (e4m3 bytes srb, or fp32 srf when srb is
- * NULL). t = w / s_channel. With b->seed, the final assignment rounds
+ * NULL). t = w / s_channel. With b->sr, the final assignment rounds
  * stochastically between the bracketing levels (scales as in the nearest
  * mode: the search, if any, is decided by nearest assignments). */
 static void batch_regrid(qbatch *b, const float *cb, int bits, int search, float sch, uint8_t *srb, float *srf)
@@ -438,7 +440,7 @@ static void batch_regrid(qbatch *b, const float *cb, int bits, int search, float
         if (srb) srb[l] = cand[chosen[l]][l];
         else srf[l] = cs[chosen[l]][l];
     }
-    if (b->seed) { /* stochastic: lo = clamp(searchsorted-left - 1, 0, nl - 2); hi iff t > U·width + level_lo */
+    if (b->sr) { /* stochastic: lo = clamp(searchsorted-left - 1, 0, nl - 2); hi iff t > U·width + level_lo */
         for (int l = 0; l < L; l++)
             for (int i = 0; i < nl; i++) lv[i * L + l] = grid_level(bits == 6 ? (float)(i - 31) : cb[i], cs[chosen[l]][l]);
         for (int64_t j = 0; j < g; j++)
@@ -469,7 +471,7 @@ ql_status ql_wxa8_quantize_ex(ql_dtype dtype, const void *w, int64_t rows, int64
                               void *s_rel, float *s_channel, float *correction)
 {
     const char *fn = "ql_wxa8_quantize";
-    const ql_wxa8_qoptions none = {0, 0, 0};
+    const ql_wxa8_qoptions none = {0, 0, 0, 0};
     if (!o) o = &none;
     QL_CHECK_PTR(fn, p);
     QL_TRY(ql_check_float_dtype(fn, "dtype", dtype));
@@ -486,6 +488,12 @@ ql_status ql_wxa8_quantize_ex(ql_dtype dtype, const void *w, int64_t rows, int64
     if (p->mode < QL_WXA8_CODEBOOK || p->mode > QL_WXA8_6BIT)
         return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: unknown mode %d", fn, (int)p->mode);
     if (p->mode == QL_WXA8_CODEBOOK) QL_CHECK_PTR(fn, p->codebook);
+    const int torch_sr = o->sr_seed && o->sr_stream == QL_SR_TORCH_CPU;
+    if (o->sr_stream != QL_SR_CUDA_PCG && o->sr_stream != QL_SR_TORCH_CPU)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: unknown sr_stream %d", fn, o->sr_stream);
+    if (o->sr_idx0 < 0 || (torch_sr && k > 0 && o->sr_idx0 % k != 0))
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: sr_idx0 = %lld must be >= 0%s", fn, (long long)o->sr_idx0,
+                       torch_sr ? " and a multiple of K (the torch stream starts at a row)" : "");
     if (rows == 0 || k == 0) return QL_OK;
     QL_CHECK_PTR(fn, q);
     QL_CHECK_PTR(fn, s_rel);
@@ -503,17 +511,33 @@ ql_status ql_wxa8_quantize_ex(ql_dtype dtype, const void *w, int64_t rows, int64
     float *vrow = ql_aligned_alloc((size_t)k * sizeof(float));
     uint8_t *codes = ql_aligned_alloc((size_t)k);
     char *ws = ql_aligned_alloc(4 * plane);
-    if (!row || !gsrow || !mnrow || !vrow || !codes || !ws) {
+    /* the row's noise, padded for the unused lanes of the last batch */
+    const int64_t nnoise = o->sr_seed ? (ng + L) * g : 1;
+    float *noise = ql_aligned_alloc((size_t)nnoise * sizeof(float));
+    if (!row || !gsrow || !mnrow || !vrow || !codes || !ws || !noise) {
         ql_aligned_free(row), ql_aligned_free(gsrow), ql_aligned_free(mnrow), ql_aligned_free(vrow);
-        ql_aligned_free(codes), ql_aligned_free(ws);
+        ql_aligned_free(codes), ql_aligned_free(ws), ql_aligned_free(noise);
         return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     }
+    for (int64_t i = 0; i < nnoise; i++) noise[i] = 0.0f;
     qbatch b = {g, (float (*)[L])ws, (float (*)[L])(ws + plane), (float (*)[L])(ws + 2 * plane),
-                (int (*)[L])(ws + 3 * plane), {0}, o->sr_seed, 0};
+                (int (*)[L])(ws + 3 * plane), {0}, o->sr_seed != 0, noise};
+    /* the torch stream: eager's chunks of B rows, chunk R0 seeded with seed + R0 */
+    const int64_t chunk = k < ((int64_t)1 << 22) ? ((int64_t)1 << 22) / k : 1, row0 = o->sr_idx0 / k;
+    ql_mt19937 mt;
     const int f32 = o->s_rel_f32 != 0;
     int64_t bad = -1;
     for (int64_t r = 0; r < rows; r++) {
         ql_load_row_rotated(dtype, ql_row_cptr(dtype, w, r, ldw), k, cg, row);
+        if (torch_sr) { /* drawn for every row, finite or not */
+            const int64_t ra = row0 + r, c0 = ra - ra % chunk;
+            if (r == 0 || ra == c0) {
+                ql_mt19937_seed(&mt, o->sr_seed + (uint64_t)c0);
+                ql_mt19937_skip(&mt, (ra - c0) * k);
+            }
+            ql_torch_rand_fill(&mt, QL_F32, k, noise);
+        } else if (o->sr_seed)
+            for (int64_t j = 0; j < k; j++) noise[j] = ql_sr_noise(o->sr_idx0 + r * k + j, o->sr_seed);
         int finite = 1;
         for (int64_t j = 0; j < k; j++) finite &= isfinite(row[j]) != 0;
         if (!finite) {
@@ -531,7 +555,7 @@ ql_status ql_wxa8_quantize_ex(ql_dtype dtype, const void *w, int64_t rows, int64
             const int64_t nlanes = lane_count(ng, g0);
             for (int64_t j = 0; j < g; j++)
                 for (int l = 0; l < L; l++) b.w[j][l] = l < nlanes ? row[(g0 + l) * g + j] : 0.0f;
-            b.idx0 = o->sr_idx0 + r * k + g0 * g;
+            b.noise = noise + g0 * g;
             float mn[L] = {0};
             switch (p->mode) {
             case QL_WXA8_CODEBOOK: batch_codebook(&b, p->codebook); break;
@@ -572,7 +596,7 @@ ql_status ql_wxa8_quantize_ex(ql_dtype dtype, const void *w, int64_t rows, int64
                 }
                 for (int64_t j = 0; j < g; j++)
                     for (int l = 0; l < L; l++) b.w[j][l] = l < nlanes ? row[(g0 + l) * g + j] : 0.0f;
-                b.idx0 = o->sr_idx0 + r * k + g0 * g;
+                b.noise = noise + g0 * g;
                 batch_regrid(&b, p->codebook, bits, p->scale_search, sch, f32 ? NULL : srl, srlf);
                 for (int l = 0; l < nlanes; l++) {
                     if (f32) srf[g0 + l] = srlf[l];
@@ -583,7 +607,7 @@ ql_status ql_wxa8_quantize_ex(ql_dtype dtype, const void *w, int64_t rows, int64
         ql_wxa8_pack_row(bits, codes, k, q + r * ldq);
     }
     ql_aligned_free(row), ql_aligned_free(gsrow), ql_aligned_free(mnrow), ql_aligned_free(vrow);
-    ql_aligned_free(codes), ql_aligned_free(ws);
+    ql_aligned_free(codes), ql_aligned_free(ws), ql_aligned_free(noise);
     if (bad >= 0)
         return ql_fail(QL_ERR_NONFINITE, "%s: row %lld holds (or rotates to) NaN or Inf; refusing to quantize it", fn,
                        (long long)bad);
@@ -596,6 +620,102 @@ static int cmp_float(const void *a, const void *b)
 {
     float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);
+}
+
+/* torch.linspace(start, end, steps)[i] in fp32 on the CPU (measured, torch
+ * 2.15): the first half fma(step, i, start), the second fma(-step,
+ * steps - 1 - i, end), step = (end - start) / (steps - 1) in fp32. */
+static float torch_linspace(float start, float end, int64_t steps, int64_t i)
+{
+    const float step = steps > 1 ? (end - start) / (float)(steps - 1) : 0.0f;
+    return i < steps / 2 ? fmaf(step, (float)i, start) : fmaf(-step, (float)(steps - 1 - i), end);
+}
+
+/* c10::CeilLog2 */
+static int64_t ceil_log2(int64_t x)
+{
+    int64_t r = 0;
+    if (x <= 2) return 1;
+    for (uint64_t v = (uint64_t)(x - 1); v; v >>= 1) r++;
+    return r;
+}
+
+/* The sum torch's CPU cascade_sum gives for n contiguous fp32 values on one
+ * thread (SumKernel.cpp, measured to agree bit for bit with torch 2.15 on an
+ * AVX-512 machine): lanes of W = 8, four vector accumulators (ilp) summed
+ * with a 4-level cascade of 2^max(4, ceil_log2(rows)/4)-row steps, the
+ * leftover vectors into accumulator 0, then 0 + 1 + 2 + 3; finally the
+ * scalar tail from 0 and the 8 lanes added to it in order. Below 8 values:
+ * the same ilp-4 row sum on scalars. */
+enum { TS_W = 8, TS_ILP = 4, TS_LEVELS = 4 };
+
+static void ts_multi_row(const float *x, int64_t stride_row, int w, int64_t size, float out[TS_ILP][TS_W])
+{
+    float acc[TS_LEVELS][TS_ILP][TS_W];
+    memset(acc, 0, sizeof acc);
+    const int64_t pw = ceil_log2(size) / TS_LEVELS > 4 ? ceil_log2(size) / TS_LEVELS : 4;
+    const int64_t step = (int64_t)1 << pw, mask = step - 1;
+    int64_t i = 0;
+    for (; i + step <= size;) {
+        for (int64_t j = 0; j < step; j++, i++)
+            for (int r = 0; r < TS_ILP; r++)
+                for (int l = 0; l < w; l++) acc[0][r][l] = acc[0][r][l] + x[i * stride_row + r * w + l];
+        for (int j = 1; j < TS_LEVELS; j++) {
+            for (int r = 0; r < TS_ILP; r++)
+                for (int l = 0; l < w; l++) {
+                    acc[j][r][l] = acc[j][r][l] + acc[j - 1][r][l];
+                    acc[j - 1][r][l] = 0.0f;
+                }
+            if ((i & (mask << (j * pw))) != 0) break;
+        }
+    }
+    for (; i < size; i++)
+        for (int r = 0; r < TS_ILP; r++)
+            for (int l = 0; l < w; l++) acc[0][r][l] = acc[0][r][l] + x[i * stride_row + r * w + l];
+    for (int j = 1; j < TS_LEVELS; j++)
+        for (int r = 0; r < TS_ILP; r++)
+            for (int l = 0; l < w; l++) acc[0][r][l] = acc[0][r][l] + acc[j][r][l];
+    for (int r = 0; r < TS_ILP; r++)
+        for (int l = 0; l < w; l++) out[r][l] = acc[0][r][l];
+}
+
+/* row_sum over `size` items of w lanes (w = 1: scalars; w = 8: vectors). */
+static void ts_row_sum(const float *x, int w, int64_t size, float out[TS_W])
+{
+    float ps[TS_ILP][TS_W];
+    const int64_t rows = size / TS_ILP;
+    ts_multi_row(x, TS_ILP * w, w, rows, ps);
+    for (int64_t i = rows * TS_ILP; i < size; i++)
+        for (int l = 0; l < w; l++) ps[0][l] = ps[0][l] + x[i * w + l];
+    for (int r = 1; r < TS_ILP; r++)
+        for (int l = 0; l < w; l++) ps[0][l] = ps[0][l] + ps[r][l];
+    for (int l = 0; l < w; l++) out[l] = ps[0][l];
+}
+
+static float torch_sum(const float *x, int64_t n)
+{
+    float lanes[TS_W];
+    if (n < TS_W) {
+        ts_row_sum(x, 1, n, lanes);
+        return 0.0f + lanes[0];
+    }
+    const int64_t nv = n / TS_W;
+    ts_row_sum(x, TS_W, nv, lanes);
+    float acc = 0.0f;
+    for (int64_t i = nv * TS_W; i < n; i++) acc = acc + x[i];
+    for (int l = 0; l < TS_W; l++) acc = acc + lanes[l];
+    return acc;
+}
+
+/* torch.quantile's linear interpolation (measured, torch 2.15): the rank
+ * q·(n - 1) in double from the fp32 q, and the lerp in double from the
+ * nearer end, rounded once to fp32. */
+static float torch_quantile(const float *sorted, int64_t n, float q)
+{
+    const double rank = (double)q * (double)(n - 1);
+    const int64_t lo = (int64_t)rank, hi = (int64_t)ceil(rank) < n ? (int64_t)ceil(rank) : n - 1;
+    const double a = sorted[lo], b = sorted[hi], w = rank - (double)lo;
+    return (float)(w < 0.5 ? a + w * (b - a) : b - (b - a) * (1.0 - w));
 }
 
 ql_status ql_wxa8_fit_codebook(ql_dtype dtype, const void *w, int64_t n, int64_t k, int64_t ldw,
@@ -612,68 +732,81 @@ ql_status ql_wxa8_fit_codebook(ql_dtype dtype, const void *w, int64_t n, int64_t
     if (fitted) *fitted = 0;
     ql_wxa8_fixed_lut(cb);
     if (n == 0 || k == 0) return QL_OK;
-    /* The row sample: R = max(1, 2^22 // K) rows, linspace(0, N-1, R) truncated. */
+    /* The row sample: R = max(1, 2^22 // K) rows at torch.linspace(0, N-1, R).long(). */
     int64_t R = ((int64_t)1 << 22) / k;
     if (R < 1) R = 1;
     if (R > n) R = n;
     const int64_t nv = R * k;
+    /* the samples draw from one stream seeded with 0: the first 2^19 (kurtosis)
+     * and, from a fresh generator, the first 300000 (Lloyd-Max) indices */
+    const int64_t nk = nv > KURT_SAMPLE ? KURT_SAMPLE : nv, ns = nv > LLOYD_SAMPLE ? LLOYD_SAMPLE : nv;
     float *v = malloc((size_t)nv * sizeof(float));
-    if (!v) return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: cannot allocate %lld floats", fn, (long long)nv);
+    float *x = malloc((size_t)(nk > ns ? nk : ns) * sizeof(float) * 2);
+    int64_t *idx = malloc((size_t)(nk > ns ? nk : ns) * sizeof(int64_t));
+    if (!v || !x || !idx) {
+        free(v), free(x), free(idx);
+        return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: cannot allocate %lld floats", fn, (long long)nv);
+    }
     for (int64_t i = 0; i < R; i++) {
-        int64_t r = R == n ? i : (R == 1 ? 0 : (int64_t)((double)i * (double)(n - 1) / (double)(R - 1)));
-        float *x = v + i * k;
-        ql_load_row_rotated(dtype, ql_row_cptr(dtype, w, r, ldw), k, cg, x);
+        const int64_t r = R == n ? i : (int64_t)torch_linspace(0.0f, (float)(n - 1), R, i);
+        float *xr = v + i * k;
+        ql_load_row_rotated(dtype, ql_row_cptr(dtype, w, r, ldw), k, cg, xr);
         for (int64_t g0 = 0; g0 < k; g0 += g) {
             float a = 0.0f;
-            for (int64_t j = 0; j < g; j++) a = fmaxf(a, fabsf(x[g0 + j]));
+            for (int64_t j = 0; j < g; j++) a = fmaxf(a, fabsf(xr[g0 + j]));
             a = a > 1e-8f ? a : 1e-8f;
-            for (int64_t j = 0; j < g; j++) x[g0 + j] = x[g0 + j] / a;
+            for (int64_t j = 0; j < g; j++) xr[g0 + j] = xr[g0 + j] / a;
         }
     }
-    /* Excess kurtosis with the unbiased sigma (over every sampled value; the
-     * reference draws 2^19 of them with torch's RNG). */
-    double mu = 0, m2 = 0, m4 = 0;
     int finite = 1;
-    for (int64_t i = 0; i < nv; i++) {
-        finite &= isfinite(v[i]) != 0;
-        mu += v[i];
-    }
+    for (int64_t i = 0; i < nv; i++) finite &= isfinite(v[i]) != 0;
     if (!finite) {
-        free(v);
+        free(v), free(x), free(idx);
         return ql_fail(QL_ERR_NONFINITE, "%s: the weight holds (or rotates to) NaN or Inf", fn);
     }
-    mu /= (double)nv;
-    for (int64_t i = 0; i < nv; i++) m2 += (v[i] - mu) * (v[i] - mu);
-    double sigma = nv > 1 ? sqrt(m2 / (double)(nv - 1)) : 0.0;
-    for (int64_t i = 0; i < nv; i++) {
-        double z = (v[i] - mu) / (sigma + 1e-9);
+    if (nv > nk) {
+        ql_torch_randint(0, 0, nv, 0, nk, idx);
+        for (int64_t i = 0; i < nk; i++) x[i] = v[idx[i]];
+    } else memcpy(x, v, (size_t)nv * sizeof(float));
+    /* Excess kurtosis with the unbiased sigma, in double: only its side of
+     * -0.1 matters (the reference's fp32 value can differ within rounding). */
+    double mu = 0, m2 = 0, m4 = 0;
+    for (int64_t i = 0; i < nk; i++) mu += x[i];
+    mu /= (double)nk;
+    for (int64_t i = 0; i < nk; i++) m2 += (x[i] - mu) * (x[i] - mu);
+    double sigma = nk > 1 ? sqrt(m2 / (double)(nk - 1)) : 0.0;
+    for (int64_t i = 0; i < nk; i++) {
+        double z = (x[i] - mu) / (sigma + 1e-9);
         m4 += z * z * z * z;
     }
-    double kurt = m4 / (double)nv - 3.0;
+    double kurt = m4 / (double)nk - 3.0;
     if (kurt <= -0.1) {
-        free(v);
+        free(v), free(x), free(idx);
         return QL_OK;
     }
-    /* Lloyd-Max: init at the quantiles linspace(0, 1, 16) of (at most
-     * 300000, evenly strided) values, 25 iterations of nearest-assign + mean
-     * update; an empty cluster keeps its value. */
-    int64_t ns = nv < 300000 ? nv : 300000;
-    float *s = malloc((size_t)ns * sizeof(float));
-    if (!s) {
-        free(v);
-        return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
-    }
-    for (int64_t i = 0; i < ns; i++) s[i] = v[(int64_t)((double)i * (double)nv / (double)ns)];
-    qsort(s, (size_t)ns, sizeof(float), cmp_float);
-    for (int i = 0; i < 16; i++) {
-        double pos = (double)i / 15.0 * (double)(ns - 1);
-        int64_t lo = (int64_t)pos;
-        int64_t hi = lo + 1 < ns ? lo + 1 : lo;
-        cb[i] = (float)(s[lo] + (pos - (double)lo) * (s[hi] - s[lo]));
-    }
+    /* Lloyd-Max (eager _fit_codebook), in fp32 as torch computes it: the
+     * samples (the first 300000 indices of the stream above, or every value
+     * in order); init at torch.quantile(samples, linspace(0, 1, 16)); 25
+     * iterations of: assign to the first nearest level (|s - cb| in fp32),
+     * each non-empty cluster's level = torch's sum of its samples (in sample
+     * order) / count. */
+    float *s = x, *sorted = x + ns;
+    if (nv > ns) {
+        if (nv > nk) /* the same stream: the first ns of the nk indices */
+            for (int64_t i = 0; i < ns; i++) s[i] = v[idx[i]];
+        else {
+            ql_torch_randint(0, 0, nv, 0, ns, idx);
+            for (int64_t i = 0; i < ns; i++) s[i] = v[idx[i]];
+        }
+    } else memcpy(s, v, (size_t)ns * sizeof(float));
+    memcpy(sorted, s, (size_t)ns * sizeof(float));
+    qsort(sorted, (size_t)ns, sizeof(float), cmp_float);
+    for (int i = 0; i < 16; i++) cb[i] = torch_quantile(sorted, ns, torch_linspace(0.0f, 1.0f, 16, i));
+    /* clusters are gathered in sample order into `sorted` (reused) */
+    int64_t cnt[16], start[17];
+    uint8_t *asg = (uint8_t *)idx;
     for (int it = 0; it < 25; it++) {
-        double sum[16] = {0};
-        int64_t cnt[16] = {0};
+        memset(cnt, 0, sizeof cnt);
         for (int64_t i = 0; i < ns; i++) {
             int best = 0;
             float bd = fabsf(s[i] - cb[0]);
@@ -681,15 +814,19 @@ ql_status ql_wxa8_fit_codebook(ql_dtype dtype, const void *w, int64_t n, int64_t
                 float d = fabsf(s[i] - cb[c]);
                 if (d < bd) bd = d, best = c;
             }
-            sum[best] += s[i];
+            asg[i] = (uint8_t)best;
             cnt[best]++;
         }
+        start[0] = 0;
+        for (int c = 0; c < 16; c++) start[c + 1] = start[c] + cnt[c];
+        int64_t pos[16];
+        for (int c = 0; c < 16; c++) pos[c] = start[c];
+        for (int64_t i = 0; i < ns; i++) sorted[pos[asg[i]]++] = s[i];
         for (int c = 0; c < 16; c++)
-            if (cnt[c]) cb[c] = (float)(sum[c] / (double)cnt[c]);
+            if (cnt[c]) cb[c] = torch_sum(sorted + start[c], cnt[c]) / (float)cnt[c];
     }
     qsort(cb, 16, sizeof(float), cmp_float);
-    free(s);
-    free(v);
+    free(v), free(x), free(idx);
     if (fitted) *fitted = 1;
     return QL_OK;
 }
