@@ -480,12 +480,53 @@ def test_w4a8_matches_eager(mode, dtype, gen):
             assert_matches_eager(y, ref, x, grid, sc, 256, dtype, bias)
 
 
-def test_w4a8_declines(gen):
-    w = torch.randn(32, 512, generator=gen)
-    kw = dict(weight=w, group_size=16, convrot_groupsize=256, codebook=True, symmetric=True)  # a codebook to fit
-    assert selected("quantize_w4a8_int8_weight", **kw) == "eager"
+def test_w4a8_fresh_codebook(gen):
+    """A fresh quantization picks eager's codebook: the fixed table for a
+    light-tailed weight (qlinear quantizes; equal bytes), a Lloyd-Max fit for
+    a heavy-tailed one (handed to eager from inside the op: equal by
+    construction, the fit's summation order being eager's only on one torch
+    thread)."""
+    for w in (torch.rand(64, 512, generator=gen).to(torch.bfloat16) - 0.5,  # uniform: excess kurtosis -1.2
+              (torch.randn(64, 512, generator=gen) ** 3).to(torch.bfloat16)):  # heavy tails
+        kw = dict(weight=w, group_size=16, convrot_groupsize=256, codebook=True, symmetric=True)
+        assert selected("quantize_w4a8_int8_weight", **kw) == "qlinear"
+        a, b = call("qlinear", "quantize_w4a8_int8_weight", **kw), call("eager", "quantize_w4a8_int8_weight", **kw)
+        assert all(_eq_bytes(u, v) for u, v in zip(a, b))
     kw = dict(weight=w[:, :500], group_size=16)
     assert selected("quantize_w4a8_int8_weight", **kw) == "eager"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_stochastic_rounding_matches_eager(dtype, gen):
+    """stochastic_rounding = seed: eager draws torch.rand from a CPU generator
+    seeded with it; qlinear reproduces that stream (mt19937), so the bytes are
+    eager's (ConvRot: given the rotation, see the rule)."""
+    x = (torch.randn(37, 512, generator=gen) * 3).to(dtype)
+    for seed in (1, 2**31 + 5, 0xDEADBEEF):
+        for op, kw in (("quantize_int8_rowwise", dict(x=x, stochastic_rounding=seed)),
+                       ("quantize_int8_tensorwise", dict(x=x, scale="recalculate", stochastic_rounding=seed))):
+            assert selected(op, **kw) == "qlinear"
+            (q1, s1), (q0, s0) = call("qlinear", op, **kw), call("eager", op, **kw)
+            assert torch.equal(q1, q0) and torch.equal(s1, s0), (op, seed)
+        kw = dict(weight=x, group_size=256, stochastic_rounding=seed)
+        (q1, s1), (q0, s0) = call("qlinear", "quantize_int8_convrot_weight", **kw), call(
+            "eager", "quantize_int8_convrot_weight", **kw)
+        moved = (q1.int() - q0.int()).abs()
+        assert moved.max() <= 1 and moved.sum() <= 1e-3 * moved.numel() + 1
+        if dtype == torch.bfloat16:
+            assert torch.equal(q1, q0)
+    if dtype != torch.float16:
+        w = (torch.randn(48, 512, generator=gen)).to(dtype)
+        for mode in ("codebook", "uniform", "asym", "6bit"):
+            kwq = dict(weight=w, group_size=32 if mode == "6bit" else 16, convrot_groupsize=256,
+                       codebook_tensor=LUT if mode == "codebook" else None, scale_search=False,
+                       stochastic_rounding=12345) | MODES[mode]
+            assert selected("quantize_w4a8_int8_weight", **kwq) == "qlinear"
+            a, b = call("qlinear", "quantize_w4a8_int8_weight", **kwq), call("eager", "quantize_w4a8_int8_weight", **kwq)
+            if dtype == torch.bfloat16:
+                assert all(_eq_bytes(u, v) for u, v in zip(a, b)), mode
+            else:
+                assert (a[0] != b[0]).float().mean() <= 2e-3, mode
 
 
 # ---------------------------------------------------------- availability

@@ -190,11 +190,9 @@ def quantize_w4a8_rule(kw):
     if kw.get("scale_dtype", E4M3) not in (torch.float32, E4M3):
         return _fail("scale_dtype", "not float32 or float8_e4m3fn")
     cb = kw.get("codebook_tensor")
-    if bits == 4 and kw.get("symmetric", True) and kw.get("codebook", True):
-        if cb is None:
-            return _fail("codebook_tensor", "fitting a new codebook samples torch's generator: left to eager")
-        if tuple(cb.shape) != (16,):
-            return _fail("codebook_tensor", "not [16]")
+    if bits == 4 and kw.get("symmetric", True) and kw.get("codebook", True) and cb is not None \
+            and tuple(cb.shape) != (16,):
+        return _fail("codebook_tensor", "not [16]")
     if not _sr_off(kw):
         return _fail("stochastic_rounding", "torch's generator stream is not reproduced by this build")
     return _OK

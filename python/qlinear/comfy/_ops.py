@@ -263,25 +263,34 @@ def _w4a8_asym_linear(x, qdata, s_rel, s_channel, codebook, correction, bias, gr
 # ------------------------------------------------------------ INT8 quantizers
 
 def _rows2d(x):
-    """x as contiguous [rows, k] (k = the last dimension; a 0-d tensor is [1, 1])."""
-    x = x.detach()
-    k = x.shape[-1] if x.dim() else 1
-    x = x.contiguous()
+    """x as contiguous [rows, k] (k = the last dimension)."""
+    x = x.detach().contiguous()
+    k = x.shape[-1]
     return x.reshape(-1, k), k
+
+
+def _seed(stochastic_rounding):
+    return int(stochastic_rounding) if stochastic_rounding is not None and stochastic_rounding > 0 else 0
+
+
+def _quantize_int8(x2, k, tensorwise, group, seed, q, s):
+    """ql_quantize_int8 of contiguous rows: eager's codes and scales; with a
+    seed, stochastic rounding on torch's CPU generator stream (eager's draws)."""
+    o = _ffi.new("ql_int8_qoptions *")
+    o.tensorwise, o.convrot_group, o.sr_stream, o.sr_seed = int(tensorwise), group, C.QL_SR_TORCH_CPU, seed
+    return _lib.ql_quantize_int8(CODE[x2.dtype], _ptr(x2), x2.shape[0], k, k, o, _ffi.cast("int8_t *", q.data_ptr()),
+                                 k, _ffi.cast("float *", s.data_ptr()))
 
 
 def quantize_int8_rowwise(x, stochastic_rounding=0):
     _context()
     x2, k = _rows2d(x)
-    rows = x2.shape[0]
     q = torch.empty(x2.shape, dtype=torch.int8)
-    s = torch.empty(rows, dtype=torch.float32)
-    if rows and k:
-        st = _lib.ql_quantize_rowwise(CODE[x2.dtype], _ptr(x2), rows, k, k, _ffi.cast("int8_t *", q.data_ptr()), k,
-                                      _ffi.cast("float *", s.data_ptr()))
-        if st == C.QL_ERR_NONFINITE:
-            return _eager().quantize_int8_rowwise(x, stochastic_rounding)
-        check(st, "ql_quantize_rowwise")
+    s = torch.empty(x2.shape[0], dtype=torch.float32)
+    st = _quantize_int8(x2, k, False, 0, _seed(stochastic_rounding), q, s)
+    if st == C.QL_ERR_NONFINITE:
+        return _eager().quantize_int8_rowwise(x, stochastic_rounding)
+    check(st, "ql_quantize_int8")
     return q.reshape(x.shape), s.reshape(x.shape[:-1] + (1,))
 
 
@@ -290,14 +299,12 @@ def quantize_int8_tensorwise(x, scale=None, stochastic_rounding=0):
         return _eager().quantize_int8_tensorwise(x, scale, stochastic_rounding)  # a given scale: one division
     _context()
     x2, k = _rows2d(x)
-    rows = x2.shape[0]
     q = torch.empty(x2.shape, dtype=torch.int8)
     s = torch.empty((), dtype=torch.float32)
-    st = _lib.ql_quantize_tensorwise(CODE[x2.dtype], _ptr(x2), rows, k, k, _ffi.cast("int8_t *", q.data_ptr()), k,
-                                     _ffi.cast("float *", s.data_ptr()))
+    st = _quantize_int8(x2, k, True, 0, _seed(stochastic_rounding), q, s)
     if st == C.QL_ERR_NONFINITE:
         return _eager().quantize_int8_tensorwise(x, scale, stochastic_rounding)
-    check(st, "ql_quantize_tensorwise")
+    check(st, "ql_quantize_int8")
     return q.reshape(x.shape), s
 
 
@@ -307,11 +314,10 @@ def quantize_int8_convrot_weight(weight, group_size, stochastic_rounding=0):
     n, k = w.shape
     q = torch.empty((n, k), dtype=torch.int8)
     s = torch.empty(n, dtype=torch.float32)
-    st = _lib.ql_quantize_convrot_weight(CODE[w.dtype], _ptr(w), n, k, k, group_size,
-                                         _ffi.cast("int8_t *", q.data_ptr()), k, _ffi.cast("float *", s.data_ptr()))
+    st = _quantize_int8(w, k, False, group_size, _seed(stochastic_rounding), q, s)
     if st == C.QL_ERR_NONFINITE:
         return _eager().quantize_int8_convrot_weight(weight, group_size, stochastic_rounding)
-    check(st, "ql_quantize_convrot_weight")
+    check(st, "ql_quantize_int8")
     return q, s.reshape(n, 1)
 
 
@@ -380,10 +386,21 @@ def quantize_w4a8_int8_weight(weight, group_size=16, convrot_groupsize=256, symm
     p.group, p.convrot_group, p.scale_search = group_size, convrot_groupsize, int(bool(scale_search) and bits == 6)
     cb = None
     if use_cb:
-        cb = codebook_tensor.detach().to(torch.float32).contiguous()
+        if codebook_tensor is not None:
+            cb = codebook_tensor.detach().to(torch.float32).contiguous()
+        else:  # eager's choice: the fixed table, or a Lloyd-Max fit (left to eager: see _caps)
+            cb = torch.empty(16, dtype=torch.float32)
+            fitted = _ffi.new("int *")
+            st = _lib.ql_wxa8_fit_codebook(CODE[w.dtype], _ptr(w), n, k, k, p, _ffi.cast("float *", cb.data_ptr()),
+                                           fitted)
+            if st != C.QL_OK or fitted[0]:
+                return _eager().quantize_w4a8_int8_weight(weight, group_size, convrot_groupsize, symmetric,
+                                                          scale_dtype, codebook, codebook_tensor,
+                                                          stochastic_rounding, bits, scale_search)
         p.codebook = _ffi.cast("float *", cb.data_ptr())
     o = _ffi.new("ql_wxa8_qoptions *")
     o.s_rel_f32 = int(scale_dtype == torch.float32)
+    o.sr_stream, o.sr_seed = C.QL_SR_TORCH_CPU, _seed(stochastic_rounding)
     cols = k * bits // 8
     q = torch.empty((n, cols), dtype=torch.int8)
     s_rel = torch.empty((n, k // group_size), dtype=torch.float32 if o.s_rel_f32 else torch.uint8)
