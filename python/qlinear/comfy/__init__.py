@@ -78,7 +78,8 @@ def enable():
 def state():
     """{"available", "disabled", "reason", "devices", "ops", "priority", "cache", "library"}."""
     reg = _registry()
-    out = {"available": reg.is_available(NAME) and _state["registered"], "disabled": NAME in reg._disabled,
+    out = {"available": _state["registered"] and NAME in reg._backends and NAME not in reg._unavailable,
+           "disabled": NAME in reg._disabled,
            "reason": _state["reason"], "devices": list(_state["devices"]), "ops": list(_state["ops"]),
            "priority": list(reg._priority)}
     if _state["registered"]:
