@@ -428,6 +428,22 @@ MODES = {"codebook": dict(codebook=True, symmetric=True, bits=4), "uniform": dic
          "asym": dict(codebook=False, symmetric=False, bits=4), "6bit": dict(codebook=False, symmetric=True, bits=6)}
 
 
+def assert_wxa8_close(a, b):
+    """(qdata, s_rel, s_channel, correction, codebook) against eager's: equal,
+    but that a row scale may differ in its last bit (torch's vectorized sums of
+    a group's 16 terms against the library's order), and then, rarely, an e4m3
+    group scale and that group's codes with it."""
+    if all(_eq_bytes(u, v) for u, v in zip(a, b)):
+        return
+    for u, v in zip(a[:2], b[:2]):
+        u, v = (u.view(torch.uint8), v.view(torch.uint8)) if u.element_size() == 1 else (u, v)
+        assert u.shape == v.shape and (u != v).float().mean() <= 2e-3
+    torch.testing.assert_close(a[2], b[2], rtol=2.4e-7, atol=0)
+    assert (a[3] is None) == (b[3] is None) and _eq_bytes(a[4], b[4])
+    if a[3] is not None:
+        torch.testing.assert_close(a[3].float(), b[3].float(), rtol=torch.finfo(b[3].dtype).eps, atol=0)
+
+
 def _eq_bytes(a, b):
     if a is None or b is None:
         return a is None and b is None
@@ -447,7 +463,7 @@ def test_w4a8_matches_eager(mode, dtype, gen):
     assert selected("quantize_w4a8_int8_weight", **kwq) == "qlinear"
     a, b = call("qlinear", "quantize_w4a8_int8_weight", **kwq), call("eager", "quantize_w4a8_int8_weight", **kwq)
     if dtype == torch.bfloat16:
-        assert all(_eq_bytes(u, v) for u, v in zip(a, b)), mode
+        assert_wxa8_close(a, b)
     else:  # the fp32 rotation's last bits: a code (or a group's scale choice) moves rarely
         def frac(u, v):
             u, v = (u.view(torch.uint8), v.view(torch.uint8)) if u.dtype != v.dtype or u.element_size() == 1 else (u, v)
@@ -491,7 +507,9 @@ def test_w4a8_fresh_codebook(gen):
         kw = dict(weight=w, group_size=16, convrot_groupsize=256, codebook=True, symmetric=True)
         assert selected("quantize_w4a8_int8_weight", **kw) == "qlinear"
         a, b = call("qlinear", "quantize_w4a8_int8_weight", **kw), call("eager", "quantize_w4a8_int8_weight", **kw)
-        assert all(_eq_bytes(u, v) for u, v in zip(a, b))
+        # codes, scales' bytes and codebook equal; a row scale may round its 16-term sums apart
+        assert _eq_bytes(a[0], b[0]) and _eq_bytes(a[1], b[1]) and _eq_bytes(a[4], b[4]) and a[3] is b[3] is None
+        torch.testing.assert_close(a[2], b[2], rtol=2.4e-7, atol=0)
     kw = dict(weight=w[:, :500], group_size=16)
     assert selected("quantize_w4a8_int8_weight", **kw) == "eager"
 
@@ -524,7 +542,7 @@ def test_stochastic_rounding_matches_eager(dtype, gen):
             assert selected("quantize_w4a8_int8_weight", **kwq) == "qlinear"
             a, b = call("qlinear", "quantize_w4a8_int8_weight", **kwq), call("eager", "quantize_w4a8_int8_weight", **kwq)
             if dtype == torch.bfloat16:
-                assert all(_eq_bytes(u, v) for u, v in zip(a, b)), mode
+                assert_wxa8_close(a, b)
             else:
                 assert (a[0] != b[0]).float().mean() <= 2e-3, mode
 
