@@ -73,7 +73,34 @@ class LinearMaker:
             return qt.QLinear.from_linear(lin, format="int8-convrot", kind="weight-only", activation=act)
         if path == "bf16":
             return lin.to(torch.bfloat16)
+        if path in ("ck-qlinear", "ck-eager"):
+            return CkInt8Linear(lin, "qlinear" if path == "ck-qlinear" else "eager")
         return lin
+
+
+class CkInt8Linear(nn.Module):
+    """A linear as ComfyUI runs an INT8-ConvRot layer: its int8 codes (ConvRot
+    G=256, per-row scales, quantized by comfy-kitchen's eager backend) and a
+    bf16 bias, called through comfy_kitchen.int8_linear on every forward, the
+    registry choosing `backend` ("qlinear", or comfy-kitchen's "eager": what a
+    ComfyUI CPU user gets without qlinear)."""
+
+    def __init__(self, lin, backend):
+        super().__init__()
+        import comfy_kitchen  # noqa: F401
+        from comfy_kitchen.registry import registry
+        self.registry, self.backend = registry, backend
+        with registry.use_backend("eager"):
+            self.q, self.s = comfy_kitchen.quantize_int8_convrot_weight(lin.weight.detach(), 256) \
+                if hasattr(comfy_kitchen, "quantize_int8_convrot_weight") else \
+                torch.ops.comfy_kitchen.quantize_int8_convrot_weight(lin.weight.detach(), 256)
+        self.b = lin.bias.detach().to(torch.bfloat16) if lin.bias is not None else None
+        self.in_features, self.out_features = lin.in_features, lin.out_features
+        self._int8_linear = comfy_kitchen.int8_linear
+
+    def forward(self, x):
+        with self.registry.use_backend(self.backend):
+            return self._int8_linear(x, self.q, self.s, self.b, x.dtype, True, 256)
 
 
 def gated_residual(lin, h, x, gate):
@@ -213,14 +240,15 @@ class DiT(nn.Module):
 
 
 def linear_modules(model):
-    return [m for m in model.modules() if isinstance(m, (nn.Linear, qt.QLinear, mk.MkldnnLinear))]
+    return [m for m in model.modules() if isinstance(m, (nn.Linear, qt.QLinear, mk.MkldnnLinear, CkInt8Linear))]
 
 
 def model_bytes(path, blocks):
     """Bytes of the linears' weights of the path's model."""
     per_block = (6 * HIDDEN * HIDDEN + 2 * HIDDEN * TEXT_DIM + 2 * MLP * HIDDEN
                  + 3 * (LORA * HIDDEN + 3 * HIDDEN * LORA))
-    per = {"fp32": 4, "onednn-fp32": 4, "bf16": 2, "w8a8-convrot": 1, "weight-only": 1}[path]
+    per = {"fp32": 4, "onednn-fp32": 4, "bf16": 2, "w8a8-convrot": 1, "weight-only": 1, "ck-qlinear": 1,
+           "ck-eager": 1}[path]
     return per_block * blocks * per
 
 

@@ -20,10 +20,16 @@ residual of each sub-layer (x + gate ⊙ y) runs in the output projection's
 epilogue (ql_epilogue: the same fp32 operations, no extra passes), and the
 MLP's GELU in fc1's (QL_ACTIVATION_GELU: torch.nn.GELU()'s erf form in fp32).
 
-Paths: fp32 (PyTorch; its matmuls go through the system OpenBLAS), onednn-fp32
+Paths: fp32 (PyTorch; its matmuls go through the BLAS it was built with: MKL
+in PyPI's x86 wheels, the system OpenBLAS in Debian's), onednn-fp32
 (PyTorch's oneDNN linears, torch.utils.mkldnn), bf16 (the whole model in bf16),
 w8a8-convrot (every linear a qlinear.torch.QLinear, activations fp32 in and
-out), weight-only (qlinear, int8 weights decoded inside the GEMM). Reported per
+out), weight-only (qlinear, int8 weights decoded inside the GEMM), and the
+ComfyUI paths: the model in bf16 with every linear an INT8-ConvRot layer called
+through comfy_kitchen.int8_linear, as ComfyUI calls it (plain linears: GELU and
+gated residuals in PyTorch), dispatched to the qlinear backend (ck-qlinear) or
+to comfy-kitchen's eager backend (ck-eager: a ComfyUI CPU user's INT8 step
+today). Reported per
 path: median step time, time inside the linears (the rest: attention, norms,
 modulation), speed-ups over PyTorch's best fp32 path and its fastest path of
 any dtype, and the output's rel-L2 against the fp32 path.
@@ -69,7 +75,8 @@ import time
 from .env import MALLOC_ENV, POOL_ENV, mem_available, pool_config, reexec_for_openblas
 from .report import median, plot, write_json
 
-ALL_PATHS = ["fp32", "onednn-fp32", "bf16", "w8a8-convrot", "weight-only"]
+ALL_PATHS = ["fp32", "onednn-fp32", "bf16", "w8a8-convrot", "weight-only", "ck-qlinear", "ck-eager"]
+CK_PATHS = {"ck-qlinear", "ck-eager"}
 CUDA_PATHS = ["fp32", "bf16", "w8a8-convrot"]
 CUDA_NOTES = {
     "fp32": "PyTorch fp32 on the GPU (TF32 off): the rel-L2 reference",
@@ -79,11 +86,15 @@ CUDA_NOTES = {
 TORCH_PATHS = {"fp32", "onednn-fp32", "bf16"}
 TORCH_FP32_PATHS = {"fp32", "onednn-fp32"}
 NOTES = {
-    "fp32": "PyTorch fp32, nn.Linear through OpenBLAS",
+    "fp32": "PyTorch fp32, nn.Linear through the BLAS torch was built with (MKL in PyPI's x86 wheels)",
     "onednn-fp32": "PyTorch fp32, linears as torch.utils.mkldnn (oneDNN) modules",
     "bf16": "PyTorch, whole model in bf16",
     "w8a8-convrot": "qlinear W8A8 INT8-ConvRot G=256 linears (fp32 activations in/out), rest PyTorch fp32",
     "weight-only": "qlinear int8 weights decoded in the GEMM, fp32 activations, rest PyTorch fp32",
+    "ck-qlinear": "the ComfyUI path: comfy_kitchen.int8_linear (INT8-ConvRot G=256) through the qlinear backend, "
+                  "rest PyTorch bf16",
+    "ck-eager": "the ComfyUI path without qlinear: comfy_kitchen.int8_linear through comfy-kitchen's eager backend, "
+                "rest PyTorch bf16",
 }
 
 
@@ -143,6 +154,15 @@ def run(a):
     note = os.environ.get("QL_E2E_NOTE", "")
     paths = ["fp32"] + [p for p in a.paths if p != "fp32"]  # fp32 is the reference of rel-L2
     cuda = a.device == "cuda"
+    if any(p in CK_PATHS for p in paths):  # the ComfyUI paths: comfy-kitchen, with the qlinear backend registered
+        try:
+            import qlinear.comfy as qc
+            why = None if qc.state()["available"] else qc.state()["reason"]
+        except ImportError as e:
+            why = str(e)
+        if why or cuda:
+            print(f"qlinear e2e: the ComfyUI paths are left out: {why or 'CPU only'}")
+            paths = [p for p in paths if p not in CK_PATHS]
     if cuda and not torch.cuda.is_available():
         print("qlinear e2e: --device cuda, but torch sees no CUDA device", file=sys.stderr)
         return 2
@@ -215,7 +235,8 @@ class Steps:
 
     def dtype_of(self, p):
         torch = self.torch
-        return torch.bfloat16 if p == "bf16" or (self.cuda and p == "w8a8-convrot") else torch.float32
+        return torch.bfloat16 if p in ("bf16", "ck-qlinear", "ck-eager") or (self.cuda and p == "w8a8-convrot") \
+            else torch.float32
 
     def measure(self, paths):
         """a.reps steps of every path: {path: its output}. The paths interleave
