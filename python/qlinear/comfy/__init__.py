@@ -56,14 +56,36 @@ def register(first=True):
         return state()
     _caps.SR_STREAM[0] = _ops.HAS_TORCH_SR
     devices = ("cpu",)
+    cuda_why = _cuda_reason()
+    _caps.CUDA[0] = cuda_why is None
+    if cuda_why is None:
+        devices += ("cuda",)
     caps = _caps.capabilities(devices)
     reg.register(NAME, _ops, caps)
     if first:
         reg.set_priority([NAME] + [b for b in reg._priority if b != NAME])
     elif NAME not in reg._priority:
         reg.set_priority(list(reg._priority) + [NAME])
-    _state.update(registered=True, reason=None, devices=devices, ops=tuple(sorted(caps)))
+    _state.update(registered=True, reason=None, devices=devices, ops=tuple(sorted(caps)), cuda=cuda_why)
     return state()
+
+
+def _cuda_reason():
+    """None when int8_linear is served on CUDA tensors, else why not. Opt-in
+    (QLINEAR_COMFY_CUDA=1): the CUDA layer holds a second, permuted copy of
+    each weight on the GPU beside ComfyUI's, which a user sizing VRAM for
+    the model alone does not expect."""
+    import os
+    import torch
+    if os.environ.get("QLINEAR_COMFY_CUDA", "0") != "1":
+        return "off (QLINEAR_COMFY_CUDA=1 serves int8_linear on CUDA, with a second copy of each weight on the GPU)"
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA device"
+    from .._lib import load
+    _, lib = load()
+    if lib.ql_cuda_device_count() <= 0:
+        return "libqlinear was built without CUDA, or sees no GPU"
+    return None
 
 
 def disable():
@@ -81,7 +103,7 @@ def state():
     out = {"available": _state["registered"] and NAME in reg._backends and NAME not in reg._unavailable,
            "disabled": NAME in reg._disabled,
            "reason": _state["reason"], "devices": list(_state["devices"]), "ops": list(_state["ops"]),
-           "priority": list(reg._priority)}
+           "priority": list(reg._priority), "cuda": _state.get("cuda")}
     if _state["registered"]:
         from . import _ops
         from .. import _lib

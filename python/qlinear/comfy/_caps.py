@@ -63,10 +63,26 @@ _CPU = torch.device("cpu")
 _T = torch.Tensor
 
 
-def _tensors_rule(kw, spec):
+CUDA = [False]  # int8_linear on CUDA tensors too (set by register() when asked for and a GPU is there)
+
+
+def _tensors_rule(kw, spec, cuda_ok=False):
     """The per-parameter checks of the hot ops, by hand (comfy-kitchen's
     ParamConstraint loop costs ~1 µs a parameter): spec (name, dtypes,
-    required) in order; every tensor on the CPU."""
+    required) in order; every tensor on the CPU, or (cuda_ok) every one on
+    the first one's CUDA device."""
+    first = kw.get(spec[0][0])
+    if cuda_ok and CUDA[0] and isinstance(first, _T) and first.is_cuda:
+        dev = first.device
+        for name, dtypes, required in spec:
+            t = kw.get(name)
+            if t is None:
+                if required:
+                    return _fail(name, "missing")
+                continue
+            if not isinstance(t, _T) or t.dtype not in dtypes or t.device != dev:
+                return _fail(name, f"not a {sorted(map(str, dtypes))} tensor on {dev}")
+        return None
     for name, dtypes, required in spec:
         t = kw.get(name)
         if t is None:
@@ -87,7 +103,7 @@ _INT8_LINEAR = (("x", FLOATS, True), ("weight", INT8, True), ("weight_scale", FL
 
 
 def int8_linear_rule(kw):
-    r = _tensors_rule(kw, _INT8_LINEAR)
+    r = _tensors_rule(kw, _INT8_LINEAR, cuda_ok=True)
     if r is not None:
         return r
     if type(kw.get("convrot", False)) is not bool or type(kw.get("convrot_groupsize", 256)) is not int:

@@ -79,8 +79,40 @@ def _int8_layer(weight, weight_scale, group):
     return weights.get(weight, ("int8", group), (weight_scale,), make)
 
 
+def _int8_layer_cuda(weight, weight_scale, group):
+    def make():
+        # the CUDA layer keeps its own copy (codes permuted within each rotation group
+        # into its prologue's order, rows padded to TMA's pitch), uploaded from the host
+        w = weight.detach().to("cpu").contiguous()
+        s = weight_scale.detach().reshape(-1).to("cpu", torch.float32).contiguous()
+        return qlinear.Linear.from_int8(w, s, convrot_group=group, device=str(weight.device))
+    return weights.get(weight, ("int8-cuda", group), (weight_scale,), make)
+
+
+def _int8_linear_cuda(x, weight, weight_scale, bias, out_dtype, convrot, convrot_groupsize, input_act,
+                      input_act_weight, input_act_eps, residual, residual_scale):
+    """int8_linear on a GPU: qlinear's CUDA W8A8 layer; the input activation,
+    bias and residual in PyTorch, in eager's order (the CUDA backend fuses
+    none of them yet)."""
+    from comfy_kitchen.backends._activations import apply_input_act, apply_residual
+    e = _int8_layer_cuda(weight, weight_scale, convrot_groupsize if convrot else 0)
+    if e.failed is not None:
+        return _eager().int8_linear(x, weight, weight_scale, bias, out_dtype, convrot, convrot_groupsize, input_act,
+                                    input_act_weight, input_act_eps, residual, residual_scale)
+    x = apply_input_act(x, input_act, input_act_weight, input_act_eps)
+    if not x.is_contiguous():
+        x = x.contiguous()
+    y = e.layer.forward(x, out_dtype=out_dtype)
+    if bias is not None:
+        y = y + bias.to(out_dtype)
+    return apply_residual(y, residual, residual_scale)
+
+
 def int8_linear(x, weight, weight_scale, bias=None, out_dtype=torch.bfloat16, convrot=False, convrot_groupsize=256,
                 input_act=None, input_act_weight=None, input_act_eps=0.0, residual=None, residual_scale=None):
+    if x.is_cuda:
+        return _int8_linear_cuda(x, weight, weight_scale, bias, out_dtype, convrot, convrot_groupsize, input_act,
+                                 input_act_weight, input_act_eps, residual, residual_scale)
     group = convrot_groupsize if convrot else 0
     e = _int8_layer(weight, weight_scale, group)
     if e.failed is None and input_act is None and residual is None and x.is_contiguous() and \

@@ -1,0 +1,56 @@
+"""qlinear.comfy on a GPU (QLINEAR_COMFY_CUDA=1): int8_linear on CUDA tensors
+through qlinear's CUDA layers, against comfy-kitchen's eager backend on the
+same GPU. Skipped without a GPU, or with a libqlinear built without CUDA."""
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 7):
+    pytest.skip(f"comfy-kitchen needs torch >= 2.7 (this is {torch.__version__})", allow_module_level=True)
+pytest.importorskip("comfy_kitchen")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+
+import qlinear.comfy as qc  # noqa: E402
+from comfy_kitchen.registry import registry  # noqa: E402
+
+from test_comfy import assert_matches_eager, call, int8_weight, selected  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _cuda_on():
+    old = os.environ.get("QLINEAR_COMFY_CUDA")
+    os.environ["QLINEAR_COMFY_CUDA"] = "1"
+    st = qc.register()
+    if "cuda" not in st["devices"]:
+        pytest.skip(f"qlinear serves no CUDA here: {st['cuda']}")
+    yield
+    if old is None:
+        del os.environ["QLINEAR_COMFY_CUDA"]
+    else:
+        os.environ["QLINEAR_COMFY_CUDA"] = old
+    qc.register()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("convrot", [False, True])
+def test_int8_linear_cuda_matches_eager(dtype, convrot, gen):
+    for m, k, n in ((1, 256, 64), (77, 1024, 130), (300, 2048, 512)):
+        x = (torch.randn(m, k, generator=gen) * 3).to(dtype)
+        q, s = int8_weight(n, k, gen)
+        b = torch.randn(n, generator=gen).to(dtype)
+        xd, qd, sd, bd = x.cuda(), q.cuda(), s.cuda(), b.cuda()
+        kw = dict(x=xd, weight=qd, weight_scale=sd, bias=bd, out_dtype=dtype, convrot=convrot, convrot_groupsize=256)
+        assert selected("int8_linear", **kw) == "qlinear"
+        y, ref = call("qlinear", "int8_linear", **kw), call("eager", "int8_linear", **kw)
+        assert y.device == xd.device
+        assert_matches_eager(y.cpu(), ref.cpu(), x, q, s, 256 if convrot else 0, dtype, b)
+
+
+def test_cuda_declines_what_it_does_not_serve(gen):
+    q, s = int8_weight(32, 256, gen)
+    x = torch.randn(3, 256, generator=gen).cuda()
+    kw = dict(x=x, weight=q, weight_scale=s)  # the weight on the host, x on the GPU
+    assert not registry.validate_backend_for_call("qlinear", "int8_linear", kw).success
+    assert not registry.validate_backend_for_call("qlinear", "quantize_int8_rowwise", dict(x=x)).success
