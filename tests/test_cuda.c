@@ -158,6 +158,12 @@ static void linear_case(ql_context *gpu, int64_t m, int64_t n, int64_t k, int64_
     ql_epilogue epi_d = {.residual = dres, .ld_residual = ldy, .residual_scale = drs, .activation = QL_ACTIVATION_GELU}; /* no GELU on the GPU yet: refused */
     CHECK(!lin || ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, &epi_d) == QL_ERR_UNSUPPORTED, "GELU accepted on CUDA");
     epi_d.activation = QL_ACTIVATION_NONE;
+    /* input activations and a per-call bias run on the CPU only: refused */
+    ql_epilogue epi_act = {.input_act = QL_INPUT_ACT_GELU_TANH}, epi_bias = {.bias = drs};
+    CHECK(!lin || ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, &epi_act) == QL_ERR_UNSUPPORTED,
+          "input_act accepted on CUDA");
+    CHECK(!lin || ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, &epi_bias) == QL_ERR_UNSUPPORTED,
+          "a per-call bias accepted on CUDA");
     if (lin) CHECK_OK(ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, res_on ? &epi_d : NULL));
     CHECK(cudaDeviceSynchronize() == cudaSuccess, "kernel failed: %s", cudaGetErrorString(cudaGetLastError()));
     cudaMemcpy(y1, dy, (size_t)(m * ldy) * ys, cudaMemcpyDeviceToHost);
