@@ -252,30 +252,63 @@ ql_status ql_quantize_int8(ql_dtype dtype, const void *x, int64_t rows, int64_t 
 ql_status ql_gemm_s8s8s32_ref(int64_t m, int64_t n, int64_t k, const int8_t *a, int64_t lda,
                               const int8_t *b, int64_t ldb, int32_t *c, int64_t ldc);
 
-/* Optional epilogue terms of a linear, all applied in the output dtype as the
- * reference does: y = cast(acc·(s_x·s_w)) + bias; then the activation, if
+/* The optional per-call terms of a forward: the input activation applied to
+ * x before anything else, a bias override and the epilogue terms.
+ * Zero-initialize the struct (every field 0 / NULL = none); unknown codes are
+ * refused. New fields are added at the end.
+ *
+ * Epilogue, all in the output dtype as the reference does:
+ * y = cast(acc·(s_x·s_w)) + bias; then the activation, if
  * any: y = cast(act(y)) (PyTorch's fc(x) then act, as in an MLP's
  * fc2(gelu(fc1(x)))); then, if residual is set,
  * y = residual + residual_scale ⊙ y (one rounding, computed in fp32).
  * residual [M, N] (row stride ld_residual) and residual_scale [N] have the
- * output dtype. Pass NULL for "none"; zero-initialize the struct (activation
- * 0 = none), other activation values are refused.
+ * output dtype.
  * QL_ACTIVATION_GELU is torch.nn.GELU() (erf form), computed in fp32 within
  * a few ulps of the exact value everywhere (tail and subnormals included;
  * measured bound in docs/NUMERICS.md), -Inf -> NaN like torch. The CUDA backend
- * has no activation yet: QL_ERR_UNSUPPORTED. */
+ * has no activation yet: QL_ERR_UNSUPPORTED.
+ *
+ * bias: NULL, or n fp32 values used instead of the layer's own bias for this
+ * call, treated as that bias is: rounded to the output dtype (bias.to(out_dtype)),
+ * then y = round(y + bias). Pass bias.to(out_dtype) for eager's numerics
+ * (fp16/bf16 values are exact in fp32); fp32 values are rounded here.
+ *
+ * input_act (comfy-kitchen's int8_linear input_act, its codes): applied to
+ * each row of x in x's dtype before the rotation and quantization, as
+ * eager's apply_input_act (docs/NUMERICS.md §11):
+ *   GELU_TANH  gelu(x, approximate="tanh"), in fp32, rounded once;
+ *   SWIGLU     x is [M, 2K] (ldx >= 2K): gate | up halves;
+ *              silu(gate) rounded, times up, rounded;
+ *   RMS_NORM   torch.nn.functional.rms_norm(x, (K,), weight.to(x.dtype),
+ *              eps): input_act_weight [K] in input_act_weight_dtype, eps
+ *              finite (0.0 as eager's default: a zero row gives NaN, as in torch).
+ * CPU only: the CUDA backend refuses input_act and bias (QL_ERR_UNSUPPORTED). */
 typedef enum ql_activation { QL_ACTIVATION_NONE = 0, QL_ACTIVATION_GELU = 1 } ql_activation;
+typedef enum ql_input_act {
+    QL_INPUT_ACT_NONE = 0,
+    QL_INPUT_ACT_GELU_TANH = 1,
+    QL_INPUT_ACT_SWIGLU = 2,
+    QL_INPUT_ACT_RMS_NORM = 3
+} ql_input_act;
 typedef struct ql_epilogue {
     const void *residual;
     int64_t ld_residual;
     const void *residual_scale;
     int activation; /* ql_activation */
+    int input_act;  /* ql_input_act */
+    const void *input_act_weight; /* RMS_NORM: [K] */
+    ql_dtype input_act_weight_dtype;
+    float input_act_eps;          /* RMS_NORM */
+    const float *bias;            /* NULL: the layer's own bias */
 } ql_epilogue;
 
 /* Reference int8_linear (eager numerics, docs/FORMATS.md §4.4):
- * x [m, k] (x_dtype), weight int8 [n, k], weight_scale (n_scale = 1 or n),
- * optional bias [n] (bias_dtype, cast to y_dtype), convrot_group 0 = no
- * rotation. A row of x holding NaN/Inf yields a NaN output row. */
+ * x [m, k] (x_dtype; [m, 2k] with a swiglu input activation), weight int8
+ * [n, k], weight_scale (n_scale = 1 or n), optional bias [n] (bias_dtype,
+ * cast to y_dtype; epi->bias overrides it), convrot_group 0 = no rotation.
+ * A row of x holding NaN/Inf (after the input activation) yields a NaN
+ * output row. */
 typedef struct ql_int8_weight {
     int64_t n, k;
     const int8_t *q;
@@ -434,6 +467,9 @@ typedef struct ql_linear ql_linear;
 
 ql_status ql_linear_create(ql_context *ctx, const ql_linear_desc *desc, ql_linear **out);
 void ql_linear_destroy(ql_linear *lin);
+/* y [m, n] = x·Wᵀ with the terms of epi (NULL: none); x is [m, k], or
+ * [m, 2k] with epi->input_act = QL_INPUT_ACT_SWIGLU. Every kind takes
+ * input_act and bias on the CPU. */
 ql_status ql_linear_forward(ql_linear *lin, const void *x, ql_dtype x_dtype, int64_t m, int64_t ldx, void *y,
                             ql_dtype y_dtype, int64_t ldy, const ql_epilogue *epi);
 /* Layers that read one input — q, k and v of an attention block, the

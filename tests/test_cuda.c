@@ -143,7 +143,7 @@ static void linear_case(ql_context *gpu, int64_t m, int64_t n, int64_t k, int64_
     tu_fill_gauss(ydt, rs, n, 1.0);
     ql_int8_weight w = {n, k, q, k, scale, nscale, g, bias_on ? bias : NULL, QL_BF16};
     void *y0 = malloc((size_t)(m * ldy + 1) * ys), *y1 = malloc((size_t)(m * ldy + 1) * ys);
-    ql_epilogue epi_h = {res, ldy, rs, 0};
+    ql_epilogue epi_h = {.residual = res, .ld_residual = ldy, .residual_scale = rs};
     CHECK_OK(ql_int8_linear_ref(&w, x, xdt, m, ldx, y0, ydt, ldy, res_on ? &epi_h : NULL));
 
     setenv("QLINEAR_CUDA_GEMM", kernel, 1);
@@ -155,9 +155,15 @@ static void linear_case(ql_context *gpu, int64_t m, int64_t n, int64_t k, int64_
     void *dx = dev_copy(x, (size_t)(m * ldx) * xs), *dy = dev_alloc((size_t)(m * ldy) * ys);
     void *dres = dev_copy(res, (size_t)(m * ldy) * ys), *drs = dev_copy(rs, (size_t)n * ys);
     cudaMemset(dy, 0x7f, (size_t)(m * ldy) * ys); /* poison: NaN-free pattern, never a valid result by chance */
-    ql_epilogue epi_d = {dres, ldy, drs, QL_ACTIVATION_GELU}; /* no GELU on the GPU yet: refused */
+    ql_epilogue epi_d = {.residual = dres, .ld_residual = ldy, .residual_scale = drs, .activation = QL_ACTIVATION_GELU}; /* no GELU on the GPU yet: refused */
     CHECK(!lin || ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, &epi_d) == QL_ERR_UNSUPPORTED, "GELU accepted on CUDA");
     epi_d.activation = QL_ACTIVATION_NONE;
+    /* input activations and a per-call bias run on the CPU only: refused */
+    ql_epilogue epi_act = {.input_act = QL_INPUT_ACT_GELU_TANH}, epi_bias = {.bias = drs};
+    CHECK(!lin || ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, &epi_act) == QL_ERR_UNSUPPORTED,
+          "input_act accepted on CUDA");
+    CHECK(!lin || ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, &epi_bias) == QL_ERR_UNSUPPORTED,
+          "a per-call bias accepted on CUDA");
     if (lin) CHECK_OK(ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, res_on ? &epi_d : NULL));
     CHECK(cudaDeviceSynchronize() == cudaSuccess, "kernel failed: %s", cudaGetErrorString(cudaGetLastError()));
     cudaMemcpy(y1, dy, (size_t)(m * ldy) * ys, cudaMemcpyDeviceToHost);
@@ -350,7 +356,8 @@ static void test_shared(ql_context *gpu)
         tu_fill_gauss(QL_BF16, res, m * 256, 1.0);
         tu_fill_gauss(QL_BF16, rs, 256, 1.0);
         void *dx = dev_copy(hx, (size_t)(m * k) * 2), *dres = dev_copy(res, (size_t)(m * 256) * 2), *drs = dev_copy(rs, 512);
-        ql_epilogue eh = {res, 256, rs, 0}, ed = {dres, 256, drs, 0};
+        ql_epilogue eh = {.residual = res, .ld_residual = 256, .residual_scale = rs},
+                    ed = {.residual = dres, .ld_residual = 256, .residual_scale = drs};
         const ql_epilogue *eph[L] = {NULL, &eh, NULL, NULL}, *epd[L] = {NULL, &ed, NULL, NULL};
         for (int gi = 0; gi < 2; gi++)
             for (int i = 0; i < L; i++) {

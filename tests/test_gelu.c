@@ -77,7 +77,7 @@ static void check_dtype(ql_context *ctx, ql_dtype dt, const float *x, int64_t m,
     if (!lin) return;
     const size_t es = ql_dtype_size(dt), bytes = (size_t)(m * n) * es;
     void *pre = malloc(bytes), *y = malloc(bytes);
-    ql_epilogue gelu = {NULL, 0, NULL, QL_ACTIVATION_GELU};
+    ql_epilogue gelu = {.activation = QL_ACTIVATION_GELU};
     CHECK_OK(ql_linear_forward(lin, x, QL_F32, m, 1, pre, dt, n, NULL));
     CHECK_OK(ql_linear_forward(lin, x, QL_F32, m, 1, y, dt, n, &gelu));
     int64_t bad = 0, first = -1;
@@ -140,7 +140,7 @@ int main(void)
     ql_linear_desc d = {.kind = QL_LINEAR_DENSE, .n = 1, .k = 1, .weight = &w, .ld_weight = 1, .weight_dtype = QL_F32,
                         .compute_dtype = QL_F32};
     ql_linear *lin = NULL;
-    ql_epilogue gelu = {NULL, 0, NULL, QL_ACTIVATION_GELU};
+    ql_epilogue gelu = {.activation = QL_ACTIVATION_GELU};
     CHECK_OK(ql_linear_create(ctx, &d, &lin));
     if (lin) CHECK_OK(ql_linear_forward(lin, edge_in, QL_F32, 6, 1, out, QL_F32, 1, &gelu));
     CHECK(out[0] == 0 && out[1] == 0 && out[2] == INFINITY && isnan(out[3]) && out[4] == 0 && signbit(out[4]) &&

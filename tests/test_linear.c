@@ -58,7 +58,7 @@ static void case_vs_ref(ql_context *ctx, int64_t m, int64_t n, int64_t k, int64_
     tu_fill_gauss(ydt, res, m * ldy, 1.0);
     tu_fill_gauss(ydt, rs, n, 1.0);
     const int act = (int)tu_range(0, 1); /* GELU after the bias, before the residual */
-    ql_epilogue epi = {with_res ? res : NULL, ldy, with_res ? rs : NULL, act};
+    ql_epilogue epi = {.residual = with_res ? res : NULL, .ld_residual = ldy, .residual_scale = with_res ? rs : NULL, .activation = act};
     const ql_epilogue *ep = with_res || act ? &epi : NULL;
     ql_int8_weight w = {n, k, q, k, scale, nscale, g, with_bias ? bias : NULL, bdt};
     void *y0 = malloc((size_t)(m * ldy + 1) * 4), *y1 = malloc((size_t)(m * ldy + 1) * 4);
@@ -387,7 +387,7 @@ static void test_shared(ql_context *ctx)
     tu_fill_gauss(QL_F32, x, m * ldx, 1.0);
     tu_fill_gauss(QL_BF16, res, m * 256, 1.0);
     tu_fill_gauss(QL_BF16, rs, 256, 1.0);
-    ql_epilogue with_res = {res, 256, rs, 0};
+    ql_epilogue with_res = {.residual = res, .ld_residual = 256, .residual_scale = rs};
     const ql_epilogue *epis[L] = {NULL, &with_res, NULL};
     for (int i = 0; i < L; i++) {
         q[i] = malloc((size_t)(ns[i] * k)), sc[i] = malloc((size_t)ns[i] * 4);
@@ -454,10 +454,10 @@ static void test_bad_input(ql_context *ctx)
     CHECK(ql_linear_forward(lin, x, QL_I8, 1, 64, y, QL_F32, 4, NULL) == QL_ERR_UNSUPPORTED, "int8 x accepted");
     CHECK(ql_linear_forward(lin, NULL, QL_F32, 1, 64, y, QL_F32, 4, NULL) == QL_ERR_INVALID_ARGUMENT, "NULL x accepted");
     CHECK(ql_linear_forward(lin, x, QL_F32, 2, 32, y, QL_F32, 4, NULL) == QL_ERR_INVALID_ARGUMENT, "ldx < K accepted");
-    ql_epilogue epi = {y, 4, NULL, 0};
+    ql_epilogue epi = {.residual = y, .ld_residual = 4};
     CHECK(ql_linear_forward(lin, x, QL_F32, 1, 64, y, QL_F32, 4, &epi) == QL_ERR_INVALID_ARGUMENT &&
           strstr(ql_last_error(), "residual_scale"), "residual without scale accepted");
-    ql_epilogue bad_act = {NULL, 0, NULL, 7};
+    ql_epilogue bad_act = {.activation = 7};
     CHECK(ql_linear_forward(lin, x, QL_F32, 1, 64, y, QL_F32, 4, &bad_act) == QL_ERR_INVALID_ARGUMENT &&
           strstr(ql_last_error(), "activation"), "activation 7 accepted: %s", ql_last_error());
     CHECK_OK(ql_linear_forward(lin, NULL, QL_F32, 0, 64, NULL, QL_F32, 4, NULL)); /* M = 0 */
@@ -514,7 +514,7 @@ static void test_serial_route(ql_isa isa)
                 tu_fill_gauss(bdt, b, n, 0.5);
                 tu_fill_gauss(ydt, r, m * n, 1.0);
                 tu_fill_gauss(ydt, rs, n, 1.0);
-                ql_epilogue epi = {r, n, rs, 0};
+                ql_epilogue epi = {.residual = r, .ld_residual = n, .residual_scale = rs};
                 ql_linear_desc d = {.kind = kinds[ki], .int8 = {n, k, q, k, s, n, g, bias_on ? b : NULL, bdt}};
                 if (kinds[ki] == QL_LINEAR_DENSE)
                     d = (ql_linear_desc){.kind = QL_LINEAR_DENSE, .n = n, .k = k, .weight = wf, .ld_weight = k,

@@ -51,7 +51,7 @@ static int w8a8_case(ql_context *ctx, int64_t m, int64_t n, int64_t k, int64_t g
     tu_fill_gauss(ydt, rs, n, 1.0);
     memset(y0, 0x5a, (size_t)(m * ldy) * 4);
     memset(y1, 0x5a, (size_t)(m * ldy) * 4);
-    ql_epilogue epi = {res, ldy, rs, 0};
+    ql_epilogue epi = {.residual = res, .ld_residual = ldy, .residual_scale = rs};
     ql_int8_weight w = {n, k, q, k, s, n, g, with_bias ? bias : NULL, bdt};
     CHECK_OK(ql_int8_linear_ref(&w, x, xdt, m, ldx, y0, ydt, ldy, with_res ? &epi : NULL));
     ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};

@@ -11,6 +11,7 @@
 #include "cpu/registry.h"
 #include "cpu/wxa8_linear.h"
 #include "cpu/wxa8_panels.h"
+#include "quant/input_act.h"
 
 /* Rows quantized and multiplied per step: bounds the packed-activation
  * buffer (rows·K bytes) for very tall inputs. A multiple of every MR. */
@@ -36,8 +37,10 @@ typedef struct cpu_linear {
     /* the bias as each output dtype sees it (bias.to(out_dtype)), as fp32:
      * [0] fp32, [1] fp16, [2] bf16 (indexed by ql_dtype); NULL: no bias */
     float *bias[3];
-    /* W8A8 epilogue facts (see ql_w8a8_epi.finite_weights), per output dtype */
+    /* W8A8 epilogue facts (see ql_w8a8_epi.finite_weights), per output dtype;
+     * scales_small: its weight-scale half, for a per-call bias */
     bool finite_weights[3];
+    bool scales_small;
     /* W4A8/W6A8: codes decoded inside the GEMM (b8 decodes from wp), and
      * the asymmetric correction [k/corr_group, n] (fp32), NULL if none */
     ql_wxa8_panels *wp;
@@ -85,6 +88,7 @@ static ql_status create_int8(cpu_linear *l, const ql_linear_desc *d, const ql_wx
     QL_TRY(copy_bias(l, w->bias, w->bias_dtype, w->n));
     bool scales_ok = true;
     for (int64_t i = 0; i < w->n_scale; i++) scales_ok &= fabsf(w->scale[i]) <= 64.0f;
+    l->scales_small = scales_ok;
     for (int t = 0; t < 3; t++) {
         l->finite_weights[t] = scales_ok;
         for (int64_t i = 0; l->bias[t] && i < w->n; i++) l->finite_weights[t] &= fabsf(l->bias[t][i]) <= 3.402823466e38f;
@@ -201,7 +205,31 @@ typedef struct {
     char *scratch;
     size_t scratch_bytes, stage_off;
     ql_lora_run *lora; /* NULL: none */
+    const ql_input_act_plan *act; /* NULL: none */
+    size_t act_off;               /* the activated row in each thread's scratch */
 } prologue_job;
+
+/* Rows [r0, r1) of the m rows at x into packed, by the ISA's prologue. With
+ * an input activation, row by row: the activated row goes to the thread's
+ * scratch and the prologue reads it there (ldx 0: every row index finds
+ * it), while the panel position, scale and sum stay the row's own. */
+static void prologue_rows(const prologue_job *j, const void *x, int64_t m, int64_t r0, int64_t r1, int8_t *packed,
+                          float *sx, int32_t *rowsum, char *mine)
+{
+    const ql_prologue_fn pro = j->ops->prologue;
+    const int mr = j->kern->mr;
+    if (!j->act) {
+        pro(j->xdt, x, j->ldx, m, j->k, j->group, mr, r0, r1, packed, sx, rowsum, (float *)mine);
+        return;
+    }
+    void *row = mine + j->act_off;
+    int64_t r = r0;
+    for (; r < r1 && r < m; r++) {
+        ql_input_act_row(j->act, ql_row_cptr(j->xdt, x, r, j->ldx), j->k, row);
+        pro(j->xdt, row, 0, m, j->k, j->group, mr, r, r + 1, packed, sx, rowsum, (float *)mine);
+    }
+    if (r < r1) pro(j->xdt, row, 0, m, j->k, j->group, mr, r, r1, packed, sx, rowsum, (float *)mine); /* padding: zeros */
+}
 
 /* Thread t of n: int8 kernels without LoRA split the rows (padding rows
  * included) evenly, so M = 77 in 7 panels is not 4 panels against 3; the
@@ -216,8 +244,7 @@ static void prologue_part(void *arg, int t, int n)
     const int64_t panels = ql_panels(j->mc, mr);
     if (kern->aes != 2 && !j->lora) {
         const int64_t rows = panels * mr;
-        j->ops->prologue(j->xdt, j->xc, j->ldx, j->mc, j->k, j->group, mr, rows * t / n, rows * (t + 1) / n, j->packed,
-                        j->sx, j->rowsum, (float *)mine);
+        prologue_rows(j, j->xc, j->mc, rows * t / n, rows * (t + 1) / n, j->packed, j->sx, j->rowsum, mine);
         return;
     }
     const int64_t panel = ql_kpad(kern, j->k) * mr;
@@ -225,12 +252,11 @@ static void prologue_part(void *arg, int t, int n)
         if (kern->aes == 2) { /* panel p as panel 0 of the rows from r0 on, widened from an int8 staging panel */
             const int64_t r0 = p * mr;
             int8_t *stage = (int8_t *)(mine + j->stage_off);
-            j->ops->prologue(j->xdt, ql_row_cptr(j->xdt, j->xc, r0, j->ldx), j->ldx, j->mc - r0, j->k, j->group, mr, 0, mr,
-                            stage, j->sx + r0, j->rowsum + r0, (float *)mine);
+            prologue_rows(j, ql_row_cptr(j->xdt, j->xc, r0, j->ldx), j->mc - r0, 0, mr, stage, j->sx + r0, j->rowsum + r0,
+                          mine);
             kern->widen(stage, (int16_t *)j->packed + p * panel, panel);
         } else
-            j->ops->prologue(j->xdt, j->xc, j->ldx, j->mc, j->k, j->group, mr, p * mr, (p + 1) * mr, j->packed, j->sx,
-                            j->rowsum, (float *)mine);
+            prologue_rows(j, j->xc, j->mc, p * mr, (p + 1) * mr, j->packed, j->sx, j->rowsum, mine);
         if (j->lora) ql_lora_down_panel(j->lora, p, j->mc, j->k, j->packed, j->sx, j->rowsum, t);
     }
 }
@@ -243,7 +269,8 @@ static ql_s8_plan w8a8_plan(const cpu_linear *l, int64_t m)
 }
 
 static ql_status forward_w8a8(cpu_linear *l, const void *x, ql_dtype xdt, int64_t m, int64_t ldx, void *y,
-                              ql_dtype ydt, int64_t ldy, const ql_epi_plan *plan)
+                              ql_dtype ydt, int64_t ldy, const ql_epi_plan *plan, bool finite_weights,
+                              const ql_input_act_plan *act)
 {
     const int64_t chunk = m < QL_M_CHUNK ? m : QL_M_CHUNK;
     const ql_s8_plan sp = w8a8_plan(l, chunk);
@@ -251,10 +278,12 @@ static ql_status forward_w8a8(cpu_linear *l, const void *x, ql_dtype xdt, int64_
     const ql_cpu_kernels *ops = ql_cpu_kernels_for(kern->isa);
     const int threads = forward_threads(l, m), mr = kern->mr, aes = kern->aes ? kern->aes : 1;
     const int64_t k = l->k, kp = (k + 63) & ~(int64_t)63;
-    /* one workspace: packed activations | row scales | row sums | per-thread scratch (+ int8 staging panel) */
+    /* one workspace: packed activations | row scales | row sums | per-thread scratch (+ int8 staging panel,
+     * + the activated row) */
     const size_t a_bytes = (ql_packed_a_bytes(kern, chunk, k) * (size_t)aes + 63) & ~(size_t)63;
     const size_t v_bytes = ((size_t)chunk * 4 + 63) & ~(size_t)63;
-    const size_t scratch_bytes = ((size_t)kp * 5 + 127 + (aes == 2 ? (size_t)(kp * mr) : 0)) & ~(size_t)63;
+    const size_t act_off = ((size_t)kp * 5 + 127 + (aes == 2 ? (size_t)(kp * mr) : 0)) & ~(size_t)63;
+    const size_t scratch_bytes = act_off + (act ? (size_t)kp * ql_dtype_size(xdt) : 0);
     const bool lora = ql_lora_set_active(l->lora);
     const size_t base_bytes = a_bytes + 2 * v_bytes + scratch_bytes * (size_t)threads;
     bool arena;
@@ -264,7 +293,7 @@ static ql_status forward_w8a8(cpu_linear *l, const void *x, ql_dtype xdt, int64_
     if (lora) ql_lora_run_init(&lr, l->lora, kern, ws + base_bytes, chunk, threads);
     prologue_job pj = {kern, ops, xdt, NULL, ldx, 0, k, l->group, ws, (float *)(ws + a_bytes),
                        (int32_t *)(ws + a_bytes + v_bytes), ws + a_bytes + 2 * v_bytes, scratch_bytes,
-                       ((size_t)kp * 5 + 127) & ~(size_t)63, lora ? &lr : NULL};
+                       ((size_t)kp * 5 + 127) & ~(size_t)63, lora ? &lr : NULL, act, act_off};
     ql_status st = QL_OK;
     if (l->corr && lora) {
         st = ql_fail(QL_ERR_UNSUPPORTED, "ql_linear_forward: unmerged LoRA on an asymmetric W4A8 layer is not supported");
@@ -275,7 +304,7 @@ static ql_status forward_w8a8(cpu_linear *l, const void *x, ql_dtype xdt, int64_
         pj.xc = ql_row_cptr(xdt, x, m0, ldx);
         pj.mc = mc;
         ql_w8a8_epi e = {pj.sx, pj.rowsum, kern->b_offset128, l->sw, l->n_sw == 1, *plan,
-                         ql_row_ptr(ydt, y, m0, ldy), ldy, NULL, 0, l->finite_weights[ydt], NULL, sp.small ? mc : 0};
+                         ql_row_ptr(ydt, y, m0, ldy), ldy, NULL, 0, finite_weights, NULL, sp.small ? mc : 0};
         if (e.plan.residual) e.plan.residual = ql_row_cptr(ydt, e.plan.residual, m0, e.plan.ld_residual);
         if (lora) {
             lr.base = e;
@@ -326,18 +355,38 @@ static void rows_to_f32(const cpu_linear *l, const void *x, ql_dtype xdt, int64_
     l->kt->rows_to_f32(xdt, x, ldx, r0, r1, l->k, group, round_bf16, a, lda);
 }
 
+/* rows_to_f32, after the input activation if any: row by row through the
+ * thread's row buffer `row` (read with ldx 0, as the prologue does). */
+static void act_rows_to_f32(const cpu_linear *l, const ql_input_act_plan *act, const void *x, ql_dtype xdt, int64_t ldx,
+                            int64_t r0, int64_t r1, int64_t group, float *a, int64_t lda, char *row)
+{
+    if (!act) {
+        rows_to_f32(l, x, xdt, ldx, r0, r1, group, a, lda);
+        return;
+    }
+    for (int64_t r = r0; r < r1; r++) {
+        ql_input_act_row(act, ql_row_cptr(xdt, x, r, ldx), l->k, row);
+        rows_to_f32(l, row, xdt, 0, r, r + 1, group, a, lda);
+    }
+}
+
 static ql_status forward_float(cpu_linear *l, const ql_packed_f32 *b, int64_t group, const void *x, ql_dtype xdt,
-                               int64_t m, int64_t ldx, void *y, ql_dtype ydt, int64_t ldy, const ql_epi_plan *plan)
+                               int64_t m, int64_t ldx, void *y, ql_dtype ydt, int64_t ldy, const ql_epi_plan *plan,
+                               const ql_input_act_plan *act)
 {
     const int64_t k = l->k, lda = (k + 15) & ~(int64_t)15;
     const int64_t chunk = m < QL_M_CHUNK ? m : QL_M_CHUNK;
-    const bool direct = xdt == QL_F32 && group == 0 && l->compute == QL_F32;
+    const bool direct = xdt == QL_F32 && group == 0 && l->compute == QL_F32 && !act;
+    const int threads = forward_threads(l, m);
+    /* the activated rows: one row buffer per thread, after the fp32 rows */
+    const size_t a_bytes = (size_t)(chunk * lda) * sizeof(float);
+    const size_t row_bytes = ((size_t)k * ql_dtype_size(xdt) + 63) & ~(size_t)63;
     bool arena = false;
-    float *a = direct ? NULL : ql_scratch_acquire(l->ctx, (size_t)(chunk * lda) * sizeof(float), &arena);
+    float *a = direct ? NULL : ql_scratch_acquire(l->ctx, a_bytes + (act ? row_bytes * (size_t)threads : 0), &arena);
     if (!direct && !a) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot allocate the fp32 activations");
+    char *rows = act ? (char *)a + a_bytes : NULL;
     const bool wo = l->kind == QL_LINEAR_WEIGHT_ONLY;
     ql_f32_epi e = {*plan, NULL, ldy, wo ? l->sw : NULL, wo && l->n_sw == 1};
-    const int threads = forward_threads(l, m);
     const ql_f32_epilogue_fn epi = l->kt->f32_epilogue;
     ql_status st = QL_OK;
     for (int64_t m0 = 0; m0 < m && st == QL_OK; m0 += chunk) {
@@ -350,7 +399,7 @@ static ql_status forward_float(cpu_linear *l, const ql_packed_f32 *b, int64_t gr
         if (ql_f32_small_m(l->f32, mc, l->ctx->small_m)) { /* one parallel region: rows converted, then N split */
             const int nt = threads < b->panels ? threads : (int)b->panels;
             if (nt <= 1) {
-                if (!direct) rows_to_f32(l, xc, xdt, ldx, 0, mc, group, a, lda);
+                if (!direct) act_rows_to_f32(l, act, xc, xdt, ldx, 0, mc, group, a, lda, rows);
                 ql_gemm_f32_small_part(l->f32, ac, ldac, mc, b, 0, b->panels, epi, &e);
                 continue;
             }
@@ -360,7 +409,9 @@ static ql_status forward_float(cpu_linear *l, const ql_packed_f32 *b, int64_t gr
             {
                 const int t = omp_get_thread_num(), n = omp_get_num_threads();
                 if (t == 0) ql_panel_ranges_init(ranges, pairs, n);
-                if (!direct) rows_to_f32(l, xc, xdt, ldx, mc * t / n, mc * (t + 1) / n, group, a, lda);
+                if (!direct)
+                    act_rows_to_f32(l, act, xc, xdt, ldx, mc * t / n, mc * (t + 1) / n, group, a, lda,
+                                    rows + row_bytes * (size_t)t);
 #pragma omp barrier
                 int64_t pair;
                 while (ql_panel_next(ranges, t, n, &pair))
@@ -371,7 +422,9 @@ static ql_status forward_float(cpu_linear *l, const ql_packed_f32 *b, int64_t gr
         }
         if (!direct) {
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-            for (int64_t r = 0; r < mc; r++) rows_to_f32(l, xc, xdt, ldx, r, r + 1, group, a, lda);
+            for (int64_t r = 0; r < mc; r++)
+                act_rows_to_f32(l, act, xc, xdt, ldx, r, r + 1, group, a, lda,
+                                act ? rows + row_bytes * (size_t)omp_get_thread_num() : NULL);
         }
         st = ql_gemm_f32_run(threads, l->f32, ac, ldac, mc, b, epi, &e);
     }
@@ -380,7 +433,7 @@ static ql_status forward_float(cpu_linear *l, const ql_packed_f32 *b, int64_t gr
 }
 
 static ql_status forward_dequant(cpu_linear *l, const void *x, ql_dtype xdt, int64_t m, int64_t ldx, void *y,
-                                 ql_dtype ydt, int64_t ldy, const ql_epi_plan *plan)
+                                 ql_dtype ydt, int64_t ldy, const ql_epi_plan *plan, const ql_input_act_plan *act)
 {
     /* What a stock host does without an int8 GEMM: expand the whole weight
      * (un-rotating ConvRot weights) on every call, then a dense GEMM. */
@@ -403,9 +456,33 @@ static ql_status forward_dequant(cpu_linear *l, const void *x, ql_dtype xdt, int
     ql_status st = failed ? ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot dequantize the weight")
                           : ql_pack_b_float(l->f32, QL_F32, w, l->n, l->k, l->k, QL_F32, threads, &b);
     ql_aligned_free(w);
-    if (st == QL_OK) st = forward_float(l, &b, 0, x, xdt, m, ldx, y, ydt, ldy, plan);
+    if (st == QL_OK) st = forward_float(l, &b, 0, x, xdt, m, ldx, y, ydt, ldy, plan, act);
     ql_packed_f32_free(&b);
     return st;
+}
+
+/* The bias of this call as fp32 values in the output dtype: the layer's,
+ * or the caller's override, rounded like it (a copy in *own only when some
+ * value is not already an output-dtype value). */
+static ql_status call_bias(const cpu_linear *l, const ql_epilogue *epi, ql_dtype ydt, const float **bias, float **own,
+                           bool *finite_weights)
+{
+    *own = NULL;
+    *bias = l->bias[ydt];
+    *finite_weights = l->finite_weights[ydt];
+    if (!epi || !epi->bias) return QL_OK;
+    const float *b = epi->bias;
+    bool exact = true;
+    for (int64_t i = 0; exact && i < l->n; i++) exact = ql_round_to(ydt, b[i]) == b[i] || isnan(b[i]);
+    if (!exact) {
+        QL_TRY(ql_bias_to_f32("ql_linear_forward", b, QL_F32, l->n, ydt, own));
+        b = *own;
+    }
+    *bias = b;
+    bool finite = l->scales_small;
+    for (int64_t i = 0; finite && i < l->n; i++) finite = fabsf(b[i]) <= 3.402823466e38f;
+    *finite_weights = finite;
+    return QL_OK;
 }
 
 static ql_status forward_one(cpu_linear *l, const void *x, ql_dtype xdt, int64_t m, int64_t ldx, void *y, ql_dtype ydt,
@@ -414,15 +491,24 @@ static ql_status forward_one(cpu_linear *l, const void *x, ql_dtype xdt, int64_t
     if (l->n == 0) return QL_OK;
     ql_epi_plan plan = {ydt, NULL, epi ? epi->residual : NULL, epi ? epi->ld_residual : 0,
                         epi ? epi->residual_scale : NULL, epi ? epi->activation : 0};
-    plan.bias = l->bias[ydt];
+    float *own = NULL;
+    bool finite_weights;
+    QL_TRY(call_bias(l, epi, ydt, &plan.bias, &own, &finite_weights));
+    const ql_input_act_plan actp = ql_input_act_plan_of(epi, xdt);
+    const ql_input_act_plan *act = actp.code ? &actp : NULL;
+    ql_status st = QL_OK;
     if (l->k == 0) { /* empty contraction: acc = 0 */
         for (int64_t r = 0; r < m; r++)
             for (int64_t c = 0; c < l->n; c++) ql_store_f(ydt, y, r * ldy + c, ql_epilogue_scalar(&plan, 0.0f, r, c));
-        return QL_OK;
-    }
-    if (l->kind == QL_LINEAR_W8A8) return forward_w8a8(l, x, xdt, m, ldx, y, ydt, ldy, &plan);
-    if (l->kind == QL_LINEAR_DEQUANT) return forward_dequant(l, x, xdt, m, ldx, y, ydt, ldy, &plan);
-    return forward_float(l, &l->bf, l->kind == QL_LINEAR_WEIGHT_ONLY ? l->group : 0, x, xdt, m, ldx, y, ydt, ldy, &plan);
+    } else if (l->kind == QL_LINEAR_W8A8)
+        st = forward_w8a8(l, x, xdt, m, ldx, y, ydt, ldy, &plan, finite_weights, act);
+    else if (l->kind == QL_LINEAR_DEQUANT)
+        st = forward_dequant(l, x, xdt, m, ldx, y, ydt, ldy, &plan, act);
+    else
+        st = forward_float(l, &l->bf, l->kind == QL_LINEAR_WEIGHT_ONLY ? l->group : 0, x, xdt, m, ldx, y, ydt, ldy, &plan,
+                           act);
+    ql_aligned_free(own);
+    return st;
 }
 
 /* Layers sharing an input run one after another: each fuses the prologue

@@ -39,10 +39,19 @@ static ql_status cuda_forward(const char *fn, ql_context *ctx, void *const *impl
                               int64_t m, int64_t ldx, void *const *ys, ql_dtype ydt, const int64_t *ldys,
                               const ql_epilogue *const *epis)
 {
-    for (int i = 0; epis && i < count; i++)
-        if (epis[i] && epis[i]->activation)
+    for (int i = 0; epis && i < count; i++) {
+        const ql_epilogue *e = epis[i];
+        if (e && e->activation)
             return ql_fail(QL_ERR_UNSUPPORTED,
                            "%s: the CUDA backend has no activation epilogue (GELU); apply it after the linear", fn);
+        if (e && e->input_act)
+            return ql_fail(QL_ERR_UNSUPPORTED,
+                           "%s: the CUDA backend has no input activation (input_act %d); apply it before the linear", fn,
+                           e->input_act);
+        if (e && e->bias)
+            return ql_fail(QL_ERR_UNSUPPORTED,
+                           "%s: the CUDA backend takes no per-call bias (epilogue bias); use the layer's own bias", fn);
+    }
     ctx->device_state_free = free_workspace; /* the activation workspace, made on first use */
     return ql_cuda_linear_forward((ql_cuda_linear *const *)impls, count, (ql_cuda_workspace **)&ctx->device_state,
                                   ctx->device_stream, x, xdt, m, ldx, ys, ydt, ldys, epis);

@@ -1,0 +1,32 @@
+/* Input activations (comfy-kitchen's apply_input_act), one row at a time:
+ * the one scalar implementation the reference and every fast path call, so
+ * their results are bit-identical (docs/NUMERICS.md §11). */
+#ifndef QL_INPUT_ACT_H
+#define QL_INPUT_ACT_H
+
+#include "core/core.h"
+
+/* One forward's activation, resolved from its ql_epilogue. */
+typedef struct ql_input_act_plan {
+    int code;         /* ql_input_act; QL_INPUT_ACT_NONE: nothing to do */
+    ql_dtype dt;      /* x's dtype: every result is rounded to it */
+    const void *w;    /* RMS_NORM: [k] weight, rounded to dt when read (w.to(x.dtype)) */
+    ql_dtype w_dtype;
+    float eps;
+} ql_input_act_plan;
+
+/* The plan of epi (NULL: none) for x of dtype dt. */
+ql_input_act_plan ql_input_act_plan_of(const ql_epilogue *epi, ql_dtype dt);
+
+/* Columns of x a row of k activated values reads: 2k for SWIGLU, else k. */
+static inline int64_t ql_input_act_cols(int code, int64_t k) { return code == QL_INPUT_ACT_SWIGLU ? 2 * k : k; }
+
+/* src (ql_input_act_cols values of dtype p->dt) -> dst (k values of p->dt). */
+void ql_input_act_row(const ql_input_act_plan *p, const void *src, int64_t k, void *dst);
+
+/* Σ x[j]² of k values of dtype dt (each square an fp32 product), summed in
+ * fp32 in the order of PyTorch's CPU sum of a contiguous row on x86-64 (its
+ * AVX2 kernel, 8 lanes): what rms_norm's mean(x²) adds up. */
+float ql_rms_sum_squares(ql_dtype dt, const void *x, int64_t k);
+
+#endif
