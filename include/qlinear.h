@@ -303,6 +303,13 @@ typedef struct ql_epilogue {
     const float *bias;            /* NULL: the layer's own bias */
 } ql_epilogue;
 
+/* The input activation of epi alone (epi->input_act; NONE copies): rows
+ * [rows, k] of activated values (x [rows, 2k] for SWIGLU, row stride ldx) into
+ * out (row stride ldo >= k), in dtype: the values a forward with this epi
+ * quantizes, bit for bit. */
+ql_status ql_input_act_apply(const ql_epilogue *epi, ql_dtype dtype, const void *x, int64_t rows, int64_t k,
+                             int64_t ldx, void *out, int64_t ldo);
+
 /* Reference int8_linear (eager numerics, docs/FORMATS.md §4.4):
  * x [m, k] (x_dtype; [m, 2k] with a swiglu input activation), weight int8
  * [n, k], weight_scale (n_scale = 1 or n), optional bias [n] (bias_dtype,

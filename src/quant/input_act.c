@@ -117,3 +117,21 @@ void ql_input_act_row(const ql_input_act_plan *p, const void *src, int64_t k, vo
     default: memcpy(dst, src, (size_t)k * ql_dtype_size(p->dt)); break;
     }
 }
+
+ql_status ql_input_act_apply(const ql_epilogue *epi, ql_dtype dtype, const void *x, int64_t rows, int64_t k,
+                             int64_t ldx, void *out, int64_t ldo)
+{
+    const char *fn = "ql_input_act_apply";
+    QL_TRY(ql_check_float_dtype(fn, "x", dtype));
+    const ql_input_act_plan p = ql_input_act_plan_of(epi, dtype);
+    if (p.code < QL_INPUT_ACT_NONE || p.code > QL_INPUT_ACT_RMS_NORM)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: unknown input_act %d", fn, p.code);
+    if (p.code == QL_INPUT_ACT_RMS_NORM && !p.w)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: rms_norm needs input_act_weight", fn);
+    QL_TRY(ql_check_matrix(fn, "x", x, rows, ql_input_act_cols(p.code, k), ldx));
+    QL_TRY(ql_check_matrix(fn, "out", out, rows, k, ldo));
+    const size_t es = ql_dtype_size(dtype);
+    for (int64_t r = 0; r < rows; r++)
+        ql_input_act_row(&p, (const char *)x + (size_t)(r * ldx) * es, k, (char *)out + (size_t)(r * ldo) * es);
+    return QL_OK;
+}

@@ -190,7 +190,9 @@ def _run(layer, x, bias, out_dtype, input_act, act_weight, act_eps, residual, re
         if epi is _ffi.NULL:
             epi = _ffi.new("ql_epilogue *")
         epi.bias = _ffi.cast("const float *", bias_f32.data_ptr())
-    if residual is not None and (bias is None or bias_f32 is not None):
+    # fused for 16-bit outputs only: PyTorch's fp32 addcmul is one FMA (one
+    # rounding), the epilogue's fp32 residual rounds the product and the sum
+    if residual is not None and (bias is None or bias_f32 is not None) and out_dtype is not torch.float32:
         r = residual.to(out_dtype)
         rs = residual_scale.to(out_dtype)
         if tuple(r.shape) == tuple(oshape) and (rs.numel() == n or rs.numel() == 1) and \
@@ -221,9 +223,24 @@ def _finish(y, bias, residual, residual_scale, out_dtype, fused_res):
 
 def input_act_values(x, act, weight=None, eps=0.0):
     """The activation values qlinear quantizes for input_act `act`: the
-    library's own (fused) where it has the activation, else comfy-kitchen's."""
-    from comfy_kitchen.backends._activations import apply_input_act
-    return apply_input_act(x, act, weight, eps)
+    library's own (fused: ql_input_act_apply) where it has the activation,
+    else comfy-kitchen's."""
+    if act not in FUSED_ACTS:
+        from comfy_kitchen.backends._activations import apply_input_act
+        return apply_input_act(x, act, weight, eps)
+    _context()
+    x2 = x.detach().contiguous().reshape(-1, x.shape[-1])
+    k = x2.shape[1] // (2 if act == "swiglu" else 1)
+    out = torch.empty((x2.shape[0], k), dtype=x.dtype)
+    epi = _ffi.new("ql_epilogue *")
+    epi.input_act = FUSED_ACTS[act]
+    if weight is not None:
+        w = weight.detach().contiguous()
+        epi.input_act_weight, epi.input_act_weight_dtype = _ptr(w), CODE[w.dtype]
+        epi.input_act_eps = float(eps)
+    check(_lib.ql_input_act_apply(epi, CODE[x.dtype], _ptr(x2), x2.shape[0], k, x2.shape[1], _ptr(out), k),
+          "ql_input_act_apply")
+    return out.reshape(x.shape[:-1] + (k,))
 
 
 # ----------------------------------------------------------- W4A8 / W6A8 linear
