@@ -122,11 +122,7 @@ def int8_linear(x, weight, weight_scale, bias=None, out_dtype=torch.bfloat16, co
         k, n = layer.k, layer.n
         y = torch.empty(x.shape[:-1] + (n,), dtype=out_dtype)
         m = x.numel() // k
-        epi = _ffi.NULL
-        if bias is not None:
-            b32 = _bias_f32(e, bias, out_dtype)
-            epi = _ffi.new("ql_epilogue *")
-            epi.bias = _ffi.cast("const float *", b32.data_ptr())
+        epi = _ffi.NULL if bias is None else _bias_epilogue(e, bias, out_dtype)
         if _ctx.threads != torch.get_num_threads():
             _context()
         st = layer._fwd_int(layer._ptr, x.data_ptr(), CODE[x.dtype], m, k, y.data_ptr(), CODE[out_dtype], n, epi)
@@ -137,6 +133,17 @@ def int8_linear(x, weight, weight_scale, bias=None, out_dtype=torch.bfloat16, co
         return _eager().int8_linear(x, weight, weight_scale, bias, out_dtype, convrot, convrot_groupsize, input_act,
                                     input_act_weight, input_act_eps, residual, residual_scale)
     return _run(e.layer, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual, residual_scale)
+
+
+def _bias_epilogue(e, bias, out_dtype):
+    """A ql_epilogue holding only the per-call bias, kept with it on the entry."""
+    _bias_f32(e, bias, out_dtype)
+    m = e.bias_memo
+    if len(m) == 4:
+        epi = _ffi.new("ql_epilogue *")
+        epi.bias = _ffi.cast("const float *", m[3].data_ptr())
+        e.bias_memo = m = m + (epi,)
+    return m[4]
 
 
 def _bias_f32(e, bias, out_dtype):
