@@ -62,6 +62,16 @@ def _version(dist):
         return "?"
 
 
+def _openmp_runtimes():
+    """The OpenMP runtime libraries mapped into this process."""
+    try:
+        with open("/proc/self/maps") as f:
+            libs = {line.split()[-1] for line in f if "omp" in line.rsplit("/", 1)[-1]}
+    except OSError:
+        return ["(unknown: no /proc/self/maps)"]
+    return sorted(libs) or ["none"]
+
+
 def _layer(torch, n, k, g):
     q = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g)
     s = torch.rand(n, 1, generator=g) * 2e-4 + 1e-4
@@ -86,6 +96,8 @@ def run(a):
           f"(torch.get_num_threads() = {torch.get_num_threads()}), {a.reps} rounds (median), seed {a.seed}")
     print(f"torch {torch.__version__}, comfy-kitchen {_version('comfy-kitchen')}, qlinear {qlinear.version()} "
           f"({st['library']}, ISA {st['isa']}); priority {st['priority']}")
+    print("OpenMP runtimes mapped in this process (one: qlinear and PyTorch share its thread pool): "
+          + ", ".join(_openmp_runtimes()))
     for p in a.paths:
         print(f"  {p:<11} {NOTES[p]}")
     g = torch.Generator().manual_seed(a.seed)
