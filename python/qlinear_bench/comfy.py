@@ -24,12 +24,14 @@ PROFILES = {  # (N, K, count): the shapes of tools/bench.c's profiles
                      (2048, 8192, 28)]),
     "qwen3-te": (256, [(2048, 1024, 28), (1024, 1024, 56), (1024, 2048, 28), (3072, 1024, 56), (1024, 3072, 28)]),
 }
-PATHS = ["ck-qlinear", "ck-eager", "torch-bf16", "torch-fp32"]
+PATHS = ["ck-qlinear", "ck-eager", "torch-bf16", "torch-fp32", "torch-int-mm"]
 NOTES = {
     "ck-qlinear": "comfy_kitchen.int8_linear (ConvRot G=256) through the qlinear backend (registry, weight cache, C)",
     "ck-eager": "comfy_kitchen.int8_linear (ConvRot G=256) through comfy-kitchen's eager backend (torch._int_mm)",
     "torch-bf16": "torch.nn.functional.linear, bf16 weights and activations",
     "torch-fp32": "torch.nn.functional.linear, fp32 weights and activations",
+    "torch-int-mm": "torch._int_mm alone on int8 operands (eager's GEMM without its rotation, quantization and "
+                    "scaling: a floor for eager, not a linear)",
 }
 
 
@@ -123,6 +125,10 @@ def run(a):
         if "torch-fp32" in a.paths:
             xf = x.float()
             fns["torch-fp32"] = lambda w=w, xf=xf, b=b: torch.nn.functional.linear(xf, w, b)
+        if "torch-int-mm" in a.paths:
+            x8 = torch.randint(-127, 128, (a.m, k), dtype=torch.int8, generator=g)
+            wt = q.t().contiguous()
+            fns["torch-int-mm"] = lambda x8=x8, wt=wt: torch._int_mm(x8, wt)
         if "ck-qlinear" in fns and "ck-eager" in fns:  # the same call, two backends: the same numbers
             y1, y0 = fns["ck-qlinear"](), fns["ck-eager"]()
             rel = float((y1.double() - y0.double()).norm() / y0.double().norm())
