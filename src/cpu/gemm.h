@@ -29,6 +29,10 @@
  * partial sums of earlier K blocks, which the kernel adds to. */
 typedef void (*ql_s8_tile_fn)(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int accumulate);
 
+/* The largest MR×NR tile of any kernel (AMX: 32×32), for the drivers'
+ * per-tile stack buffers. */
+#define QL_S8_TILE_MAX (32 * 32)
+
 typedef struct ql_s8_kernel {
     ql_isa isa;
     const char *name; /* e.g. "s8_gemm_12x32c4__avx512vnni" */
