@@ -94,6 +94,8 @@ typedef enum ql_isa {
 const char *ql_isa_name(ql_isa isa);
 /* Whether this CPU (and OS) can run the ISA's kernels. */
 int ql_isa_supported(ql_isa isa);
+/* Why it cannot: a one-line reason, "" when it can. */
+const char *ql_isa_refusal(ql_isa isa);
 /* Best ISA of this CPU. */
 ql_isa ql_isa_best(void);
 /* The ISAs this CPU runs, best first (QL_ISA_GENERIC last), into out (up

@@ -193,6 +193,17 @@ int ql_isa_supported(ql_isa isa)
     return registry[i].table->supported == NULL || registry[i].table->supported(&features);
 }
 
+const char *ql_isa_refusal(ql_isa isa)
+{
+    if (ql_isa_supported(isa)) return "";
+    const int i = index_of(isa);
+    if (i < 0) return "not an ISA of this library";
+    if (!registry[i].table) return "an ISA of another architecture (its kernels are not in this build)";
+    if (disabled[i]) return "hidden by QLINEAR_DISABLE";
+    const char *why = registry[i].table->refusal ? registry[i].table->refusal(&features) : NULL;
+    return why && *why ? why : "this CPU lacks its instructions";
+}
+
 ql_isa ql_isa_best(void)
 {
     for (int i = 0; i < QL_ENTRIES; i++)
