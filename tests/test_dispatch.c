@@ -29,7 +29,8 @@ static const rung arm[] = {{QL_ISA_GENERIC, "s8_gemm_4x8c4__generic", "f32_gemm_
 static const rung x86[] = {{QL_ISA_GENERIC, "s8_gemm_4x8c4__generic", "f32_gemm_4x16__generic"},
                            {QL_ISA_AVX2, "s8_gemm_6x16c2__avx2", "f32_gemm_6x16__avx2"},
                            {QL_ISA_AVXVNNI, "s8_gemm_6x16c4__avxvnni", "f32_gemm_6x16__avx2"},
-                           {QL_ISA_AVX512VNNI, "s8_gemm_12x32c4__avx512vnni", "f32_gemm_12x32__avx512"}};
+                           {QL_ISA_AVX512VNNI, "s8_gemm_12x32c4__avx512vnni", "f32_gemm_12x32__avx512"},
+                           {QL_ISA_AMX, "s8_gemm_32x32c4__amx", "f32_gemm_12x32__avx512"}};
 enum { n_arm = sizeof arm / sizeof arm[0], n_x86 = sizeof x86 / sizeof x86[0] };
 
 /* The kernel a dense bf16-compute layer of a context on `isa` runs (blocked path). */
