@@ -13,7 +13,8 @@
  *    ql_pack_b_s8 / ql_pack_a_s8 (int16 A for aes = 2) and ql_gemm_s8_exec,
  *    small-M and blocked, 1 and 2 threads, the kernel's table's epilogue in
  *    raw mode (c_out), K across KC slices, full-range, all -128 and ±extreme
- *    codes; the gaps between C rows untouched;
+ *    codes, the tails of 32×32 tiles (M 1..64, N 1..96, K 1..3000 with
+ *    non-multiples of 4 and 64); the gaps between C rows untouched;
  *  - prologue: the same sx bits, rowsum and code at every (row, k) as the
  *    generic prologue, padding columns and rows >= m zero, sx/rowsum past m
  *    untouched, nothing written past the panels; rows split over several
@@ -321,7 +322,7 @@ static void run_s8(const ql_s8_kernel *kern, const char *role, const s8_case *sc
     free(c);
 }
 
-static s8_case s8_cases[32];
+static s8_case s8_cases[64];
 static int n_s8_cases;
 static const ql_s8_kernel *s8_done[64];
 static int n_s8_done;
@@ -332,9 +333,18 @@ static void make_s8_cases(void)
     const int64_t fixed[][4] = {{1, 1, 1, 0},     {1, 33, 17, 0},   {13, 1, 5, 0},     {12, 32, 64, 0},  {25, 65, 3, 0},
                                 {7, 9, 1023, 0},  {5, 40, 2051, 0}, {17, 50, 600, 0},  {3, 20, 4100, 1}, {9, 37, 777, 2},
                                 {24, 48, 256, 0}, {2, 13, 65, 0},   {11, 31, 2049, 2}};
+    /* the 32x32 tiles (AMX: 16-row halves, 16-column halves, 64-k blocks,
+     * KC = 1024): every tail, and all -128 / ±extreme codes across slices */
+    const int64_t tall[][4] = {{32, 32, 64, 0},  {33, 33, 65, 2},   {16, 16, 128, 1}, {17, 48, 300, 2},  {40, 70, 299, 0},
+                               {31, 70, 1, 0},   {40, 64, 4, 2},    {1, 70, 63, 0},   {20, 17, 2048, 0}, {32, 64, 1088, 1},
+                               {64, 96, 3000, 2}, {15, 31, 1025, 2}};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         s8_cases[n_s8_cases++] = make_s8_case(fixed[i][0], fixed[i][1], fixed[i][2], (int)fixed[i][3]);
+    for (size_t i = 0; i < sizeof tall / sizeof tall[0]; i++)
+        s8_cases[n_s8_cases++] = make_s8_case(tall[i][0], tall[i][1], tall[i][2], (int)tall[i][3]);
     for (int i = 0; i < 10; i++) s8_cases[n_s8_cases++] = make_s8_case(tu_range(1, 40), tu_range(1, 80), tu_range(1, 700), 0);
+    for (int i = 0; i < 10; i++)
+        s8_cases[n_s8_cases++] = make_s8_case(tu_range(1, 40), tu_range(1, 70), tu_range(1, 300), (int)tu_range(0, 2));
 }
 
 static void test_s8(const ql_cpu_kernels *kt)
