@@ -88,12 +88,17 @@ typedef enum ql_isa {
     QL_ISA_NEON = 5,       /* AArch64 Advanced SIMD (SMLAL widening multiply-accumulate) */
     QL_ISA_NEONDOT = 6,    /* + dot product (SDOT, ARMv8.2: Apple M1, Neoverse N1, Cortex-A76) */
     QL_ISA_I8MM = 7,       /* + int8 matrix multiply (SMMLA, ARMv8.6: Apple M2, Neoverse V1/N2) */
-    QL_ISA_NEONBF16 = 8    /* i8mm + BF16 (BFMMLA for bf16-compute dense layers: Apple M2, Neoverse V1/N2) */
+    QL_ISA_NEONBF16 = 8,   /* i8mm + BF16 (BFMMLA for bf16-compute dense layers: Apple M2, Neoverse V1/N2) */
+    QL_ISA_AMX = 9         /* AMX-INT8 tiles for the int8 GEMM, AVX-512 elsewhere (Sapphire Rapids and later; Linux) */
 } ql_isa;
 
 const char *ql_isa_name(ql_isa isa);
 /* Whether this CPU (and OS) can run the ISA's kernels. */
 int ql_isa_supported(ql_isa isa);
+/* Why it cannot: a one-line reason, "" when it can (e.g. for amx: no AMX in
+ * CPUID, the OS without the tile state, or Linux refusing this process the
+ * tile data). */
+const char *ql_isa_refusal(ql_isa isa);
 /* Best ISA of this CPU. */
 ql_isa ql_isa_best(void);
 /* The ISAs this CPU runs, best first (QL_ISA_GENERIC last), into out (up
@@ -104,7 +109,7 @@ typedef struct ql_context ql_context;
 
 /* A context holds the thread count and the ISA choice. Defaults come from the
  * environment: QLINEAR_THREADS (else the number of online CPUs) and
- * QLINEAR_ISA=generic|avx2|avxvnni|avx512vnni on x86-64, generic|neon|neondot|i8mm|neonbf16
+ * QLINEAR_ISA=generic|avx2|avxvnni|avx512vnni|amx on x86-64, generic|neon|neondot|i8mm|neonbf16
  * on AArch64 (else the best available; one
  * the CPU lacks is refused with QL_ERR_UNSUPPORTED). */
 ql_status ql_context_create(ql_context **out);

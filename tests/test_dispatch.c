@@ -29,7 +29,8 @@ static const rung arm[] = {{QL_ISA_GENERIC, "s8_gemm_4x8c4__generic", "f32_gemm_
 static const rung x86[] = {{QL_ISA_GENERIC, "s8_gemm_4x8c4__generic", "f32_gemm_4x16__generic"},
                            {QL_ISA_AVX2, "s8_gemm_6x16c2__avx2", "f32_gemm_6x16__avx2"},
                            {QL_ISA_AVXVNNI, "s8_gemm_6x16c4__avxvnni", "f32_gemm_6x16__avx2"},
-                           {QL_ISA_AVX512VNNI, "s8_gemm_12x32c4__avx512vnni", "f32_gemm_12x32__avx512"}};
+                           {QL_ISA_AVX512VNNI, "s8_gemm_12x32c4__avx512vnni", "f32_gemm_12x32__avx512"},
+                           {QL_ISA_AMX, "s8_gemm_32x32c4__amx", "f32_gemm_12x32__avx512"}};
 enum { n_arm = sizeof arm / sizeof arm[0], n_x86 = sizeof x86 / sizeof x86[0] };
 
 /* The kernel a dense bf16-compute layer of a context on `isa` runs (blocked path). */
@@ -99,9 +100,13 @@ int main(int argc, char **argv)
                       !strchr(ql_last_error(), '\n'),
                   "QLINEAR_ISA=%s on a CPU without it: status %d, message '%s'", ql_isa_name(isa), (int)st, ql_last_error());
             CHECK(ql_context_set_isa(ctx, isa) == QL_ERR_UNSUPPORTED, "ql_context_set_isa(%s) accepted", ql_isa_name(isa));
+            const char *why = ql_isa_refusal(isa);
+            CHECK(*why && !strchr(why, '\n') && strstr(ql_last_error(), why), "%s refused: reason '%s', message '%s'",
+                  ql_isa_name(isa), why, ql_last_error());
         }
+        if (have) CHECK(!*ql_isa_refusal(isa), "%s is supported but ql_isa_refusal says '%s'", ql_isa_name(isa), ql_isa_refusal(isa));
         ql_context_destroy(c);
-        printf("  %-10s %s\n", ql_isa_name(isa), have ? "available" : "refused");
+        printf("  %-10s %s%s\n", ql_isa_name(isa), have ? "available" : "refused: ", have ? "" : ql_isa_refusal(isa));
     }
     if (argc > 1) {
         int want = -1;
@@ -112,6 +117,8 @@ int main(int argc, char **argv)
     /* the other architecture's ISAs are never available; unknown names are refused */
     for (int i = 1; i < n_other; i++) {
         CHECK(!ql_isa_supported(other[i].isa), "%s reported on this architecture", ql_isa_name(other[i].isa));
+        CHECK(strstr(ql_isa_refusal(other[i].isa), "another architecture") != NULL, "%s: refusal '%s'", ql_isa_name(other[i].isa),
+              ql_isa_refusal(other[i].isa));
         setenv("QLINEAR_ISA", ql_isa_name(other[i].isa), 1);
         ql_context *c = NULL;
         CHECK(ql_context_create(&c) == QL_ERR_UNSUPPORTED && c == NULL, "QLINEAR_ISA=%s accepted", ql_isa_name(other[i].isa));
@@ -128,8 +135,10 @@ int main(int argc, char **argv)
         printf("  QLINEAR_DISABLE=%s\n", off);
         for (int i = 1; i < n_own; i++)
             if (names_token(off, ql_isa_name(own[i].isa))) {
-                CHECK(!ql_isa_supported(own[i].isa) && best != own[i].isa, "QLINEAR_DISABLE=%s: %s still available", off,
-                      ql_isa_name(own[i].isa));
+                CHECK(!ql_isa_supported(own[i].isa) && best != own[i].isa &&
+                          !strcmp(ql_isa_refusal(own[i].isa), "hidden by QLINEAR_DISABLE"),
+                      "QLINEAR_DISABLE=%s: %s still available (or refused for '%s')", off, ql_isa_name(own[i].isa),
+                      ql_isa_refusal(own[i].isa));
             }
     }
     setenv("QLINEAR_ISA", "sve2", 1);

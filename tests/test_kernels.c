@@ -13,7 +13,8 @@
  *    ql_pack_b_s8 / ql_pack_a_s8 (int16 A for aes = 2) and ql_gemm_s8_exec,
  *    small-M and blocked, 1 and 2 threads, the kernel's table's epilogue in
  *    raw mode (c_out), K across KC slices, full-range, all -128 and ±extreme
- *    codes; the gaps between C rows untouched;
+ *    codes, the tails of 32×32 tiles (M 1..64, N 1..96, K 1..3000 with
+ *    non-multiples of 4 and 64); the gaps between C rows untouched;
  *  - prologue: the same sx bits, rowsum and code at every (row, k) as the
  *    generic prologue, padding columns and rows >= m zero, sx/rowsum past m
  *    untouched, nothing written past the panels; rows split over several
@@ -24,7 +25,10 @@
  *    on one tile of the table's s8 mr×nr (partial mr_eff/nr_eff too) with
  *    bias, residual + residual_scale, GELU, LoRA term, each output dtype,
  *    finite_weights both ways, offset128 = the kernel's b_offset128, NaN,
- *    tiny and huge row scales;
+ *    tiny and huge row scales, full-width tiles with one row whose outputs
+ *    are denormal (the fast paths' per-row checks); and on the taller
+ *    tiles of another built table sharing the epilogue (amx's 32 rows on
+ *    avx512vnni's);
  *  - f32_epilogue: the same bits as ql_f32_epilogue_generic on fp32 tiles
  *    (NaN/Inf/denormal sums) with col_scale none / scalar / per column;
  *  - f32 and bf16 kernels with kb = 0 (weights stored fp32, bf16, int8):
@@ -174,8 +178,9 @@ static void check_s8_kernel(const ql_s8_kernel *k, const char *role)
 {
     const int kg = k->kg ? k->kg : 4, aes = k->aes ? k->aes : 1;
     CHECK(k->name && k->tile, "%s %s: a kernel without name or tile", tname, role);
-    CHECK(k->mr >= 1 && k->nr >= 1 && k->mr * k->nr <= 12 * 32,
-          "%s %s %s: %dx%d tile exceeds the small-M driver's 12x32 buffer", tname, role, k->name, k->mr, k->nr);
+    CHECK(k->mr >= 1 && k->nr >= 1 && k->mr * k->nr <= QL_S8_TILE_MAX,
+          "%s %s %s: %dx%d tile exceeds the drivers' %d-element tile buffers", tname, role, k->name, k->mr, k->nr,
+          QL_S8_TILE_MAX);
     CHECK(k->kb == 4 || k->kb == 8 || k->kb == 32 || k->kb == 64, "%s %s %s: kb %d", tname, role, k->name, k->kb);
     CHECK(kg == 2 || kg == 4 || kg == 8, "%s %s %s: kg %d", tname, role, k->name, kg);
     CHECK(aes == 1 || (aes == 2 && k->tile_b16 && k->widen), "%s %s %s: aes %d (int16 needs tile_b16 and widen)", tname, role,
@@ -317,7 +322,7 @@ static void run_s8(const ql_s8_kernel *kern, const char *role, const s8_case *sc
     free(c);
 }
 
-static s8_case s8_cases[32];
+static s8_case s8_cases[64];
 static int n_s8_cases;
 static const ql_s8_kernel *s8_done[64];
 static int n_s8_done;
@@ -328,9 +333,18 @@ static void make_s8_cases(void)
     const int64_t fixed[][4] = {{1, 1, 1, 0},     {1, 33, 17, 0},   {13, 1, 5, 0},     {12, 32, 64, 0},  {25, 65, 3, 0},
                                 {7, 9, 1023, 0},  {5, 40, 2051, 0}, {17, 50, 600, 0},  {3, 20, 4100, 1}, {9, 37, 777, 2},
                                 {24, 48, 256, 0}, {2, 13, 65, 0},   {11, 31, 2049, 2}};
+    /* the 32x32 tiles (AMX: 16-row halves, 16-column halves, 64-k blocks,
+     * KC = 1024): every tail, and all -128 / ±extreme codes across slices */
+    const int64_t tall[][4] = {{32, 32, 64, 0},  {33, 33, 65, 2},   {16, 16, 128, 1}, {17, 48, 300, 2},  {40, 70, 299, 0},
+                               {31, 70, 1, 0},   {40, 64, 4, 2},    {1, 70, 63, 0},   {20, 17, 2048, 0}, {32, 64, 1088, 1},
+                               {64, 96, 3000, 2}, {15, 31, 1025, 2}};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         s8_cases[n_s8_cases++] = make_s8_case(fixed[i][0], fixed[i][1], fixed[i][2], (int)fixed[i][3]);
+    for (size_t i = 0; i < sizeof tall / sizeof tall[0]; i++)
+        s8_cases[n_s8_cases++] = make_s8_case(tall[i][0], tall[i][1], tall[i][2], (int)tall[i][3]);
     for (int i = 0; i < 10; i++) s8_cases[n_s8_cases++] = make_s8_case(tu_range(1, 40), tu_range(1, 80), tu_range(1, 700), 0);
+    for (int i = 0; i < 10; i++)
+        s8_cases[n_s8_cases++] = make_s8_case(tu_range(1, 40), tu_range(1, 70), tu_range(1, 300), (int)tu_range(0, 2));
 }
 
 static void test_s8(const ql_cpu_kernels *kt)
@@ -459,15 +473,17 @@ static float plan_value(ql_dtype dt, double v) { return ql_round_to(dt, (float)v
 
 static int w8a8_epi_counts[2]; /* tiles; clean full-width bf16 tiles without residual or GELU */
 
-static void w8a8_epi_case(const ql_cpu_kernels *kt, int it)
+static void w8a8_epi_case(const ql_cpu_kernels *kt, int it, int tile_mr)
 {
     const ql_s8_kernel *kern = kt->s8;
-    const int mr = kern->mr, nr = kern->nr;
+    const int mr = tile_mr, nr = kern->nr;
     const ql_dtype ydt = dts[it % 3];
-    /* plain: a clean full-width bf16 tile without residual or GELU (the
-     * common case, which the vector epilogues take their fast path on) */
-    const bool plain = it % 12 == 2;
-    const int mr_eff = it % 4 == 0 ? mr : (int)tu_range(1, mr), nr_eff = it % 2 == 0 || plain ? nr : (int)tu_range(1, nr);
+    /* plain: a full-width bf16 tile without residual or GELU (the common
+     * case, which the vector epilogues take their fast path on), with clean
+     * scales (it % 12 == 2) or special ones (== 5: the fast path's checks) */
+    const bool plain = it % 12 == 2 || it % 12 == 5, probe = it % 12 == 5;
+    const int mr_eff = it % 4 == 0 || (probe && tu_range(0, 1)) ? mr : (int)tu_range(1, mr);
+    const int nr_eff = it % 2 == 0 || plain ? nr : (int)tu_range(1, nr);
     const int64_t M = mr + tu_range(0, 5), N = 2 * nr + tu_range(0, 7);
     const int64_t m0 = tu_range(0, M - mr_eff), n0 = tu_range(0, N - nr_eff), ldy = N + tu_range(0, 3);
     const bool off = kern->b_offset128, raw = it % 8 == 7;
@@ -483,9 +499,21 @@ static void w8a8_epi_case(const ql_cpu_kernels *kt, int it)
         const int kind = special ? (int)tu_range(0, 5) : 9;
         sx[r] = kind == 0 ? 1e-30f : kind == 1 ? 2.6e36f : kind == 2 ? NAN : (float)ldexp(0.5 + 0.5 * tu_uniform(), -(int)tu_range(0, 30));
     }
+    /* probe: clean row scales but one, 1e-30 (the floor), and every weight
+     * scale 2^-30, small sums and no bias: that row's outputs (~1e-39) are
+     * denormal, which only the exact path rounds right, so an epilogue
+     * that takes its fast path without checking every row of the tile
+     * (32 on amx) shows */
+    if (probe) {
+        for (int64_t r = 0; r < M; r++) sx[r] = (float)ldexp(0.5 + 0.5 * tu_uniform(), -(int)tu_range(0, 30));
+        sx[m0 + tu_range(mr_eff > 16 && tu_range(0, 1) ? 16 : 0, mr_eff - 1)] = 1e-30f;
+    }
+    /* small sums in some special tiles: with a tiny scale the products are
+     * denormal */
+    const int32_t cmag = probe || (special && tu_range(0, 2) == 0) ? 8 : 1 << 28;
     for (int r = 0; r < mr; r++)
         for (int j = 0; j < nr; j++) {
-            c[r * nr + j] = (int32_t)tu_range(-(1 << 28), 1 << 28);
+            c[r * nr + j] = (int32_t)tu_range(-cmag, cmag) + (off ? 128 * rowsum[m0 + (r < mr_eff ? r : 0)] : 0) * (cmag == 8);
             if (r < mr_eff && tu_range(0, 15) == 0) c[r * nr + j] = off ? 128 * rowsum[m0 + r] : 0; /* acc = 0 */
         }
     /* weight scales: scalar or per column; sometimes one exactly 0, tiny or
@@ -494,14 +522,14 @@ static void w8a8_epi_case(const ql_cpu_kernels *kt, int it)
     float *sw = xalloc((size_t)N * 4);
     bool finite = true;
     const int sw_e = (int)tu_range(0, 20);
-    for (int64_t j = 0; j < N; j++) sw[j] = (float)ldexp(tu_gauss(), -sw_e);
-    const int swk = special ? (int)tu_range(0, 4) : 9;
+    for (int64_t j = 0; j < N; j++) sw[j] = probe ? 0x1p-30f : (float)ldexp(tu_gauss(), -sw_e);
+    const int swk = special && !probe ? (int)tu_range(0, 4) : 9;
     const int64_t sj = sw_scalar ? 0 : n0 + tu_range(0, nr_eff - 1);
     if (swk == 0) sw[sj] = 0.0f;
     if (swk == 1) sw[sj] = 1e-38f;
     if (swk == 2) sw[sj] = 100.0f, finite = false;
     float *bias = NULL;
-    if (tu_range(0, 2)) {
+    if (!probe && tu_range(0, 2)) {
         bias = xalloc((size_t)N * 4);
         for (int64_t j = 0; j < N; j++) bias[j] = plan_value(ydt, tu_gauss() * ldexp(1.0, -(int)tu_range(0, 12)));
         const int bk = special ? (int)tu_range(0, 3) : 9;
@@ -1220,9 +1248,22 @@ static void test_table(const ql_cpu_kernels *kt)
     if (kt->prologue != gen->prologue) test_prologue(kt);
     if (kt->w8a8_epilogue != gen->w8a8_epilogue) {
         w8a8_epi_counts[0] = w8a8_epi_counts[1] = 0;
-        for (int it = 0; it < 600; it++) w8a8_epi_case(kt, it);
+        for (int it = 0; it < 600; it++) w8a8_epi_case(kt, it, kt->s8->mr);
         printf("  w8a8_epilogue: %d tiles of %dx%d against the generic epilogue (%d clean full-width bf16 ones without "
                "residual or GELU)\n", w8a8_epi_counts[0], kt->s8->mr, kt->s8->nr, w8a8_epi_counts[1]);
+        /* the taller tiles of another built table (run by this CPU or not)
+         * that shares this epilogue and nr: amx's 32 rows on avx512vnni's */
+        int tall = kt->s8->mr;
+        for (int i = 0; i < ql_cpu_kernels_count(); i++) {
+            const ql_cpu_kernels *o = ql_cpu_kernels_at(i);
+            if (o->w8a8_epilogue == kt->w8a8_epilogue && o->s8->nr == kt->s8->nr && o->s8->mr > tall) tall = o->s8->mr;
+        }
+        if (tall > kt->s8->mr) {
+            w8a8_epi_counts[0] = w8a8_epi_counts[1] = 0;
+            for (int it = 0; it < 400; it++) w8a8_epi_case(kt, it, tall);
+            printf("  w8a8_epilogue: %d tiles of %dx%d (a taller table's) against the generic epilogue (%d clean)\n",
+                   w8a8_epi_counts[0], tall, kt->s8->nr, w8a8_epi_counts[1]);
+        }
     }
     if (kt->f32_epilogue != gen->f32_epilogue) {
         for (int it = 0; it < 240; it++) f32_epi_case(kt, it);

@@ -636,6 +636,10 @@ static void print_header(const bench_opts *o, ql_context *ctx, int nt, const cha
     printf("qlinear bench — profile %s, threads %d, ISA %s, median of %ld interleaved rounds\n", o->prof->name, nt,
            ql_isa_name(ql_context_isa(ctx)), o->reps);
     printf("machine: %s\n", cpu);
+    for (int i = QL_ISA_GENERIC; strcmp(ql_isa_name((ql_isa)i), "unknown"); i++) { /* why a kernel table of this build is not used */
+        const char *why = ql_isa_refusal((ql_isa)i);
+        if (*why && !strstr(why, "another architecture")) printf("ISA %s refused: %s\n", ql_isa_name((ql_isa)i), why);
+    }
     if (getenv("QL_BENCH_REEXEC"))
         printf("note: OPENBLAS_CORETYPE=%s set by qlinear bench (this OpenBLAS fell back to core Prescott on this CPU)\n",
                getenv("OPENBLAS_CORETYPE"));

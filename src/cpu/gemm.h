@@ -17,6 +17,9 @@
  *     codes + 128 as uint8 for the VNNI kernels (vpdpbusd multiplies u8 by s8),
  *     whose result then exceeds the true product by 128·Σ_k a[m,k]; the
  *     epilogue subtracts that row correction (computed in the prologue).
+ *     The AMX kernels (tdpbssd: s8 × s8) take the plain codes, and read a
+ *     64-block of [k4][32][4] as two B tiles of row stride 128 and a
+ *     64-block of A ([R][64]) as A tiles of row stride 64.
  * Micro-kernels compute one MR×NR int32 tile over a block of K (KC); partial
  * sums wait in a per-thread buffer until the last K block, whose tiles the
  * tile epilogue consumes at once, while they are hot in L1. */
@@ -28,6 +31,10 @@
 /* c (row stride nr) receives the tile; with accumulate set it also holds the
  * partial sums of earlier K blocks, which the kernel adds to. */
 typedef void (*ql_s8_tile_fn)(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int accumulate);
+
+/* The largest MR×NR tile of any kernel (AMX: 32×32), for the drivers'
+ * per-tile stack buffers. */
+#define QL_S8_TILE_MAX (32 * 32)
 
 typedef struct ql_s8_kernel {
     ql_isa isa;

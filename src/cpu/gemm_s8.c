@@ -196,7 +196,7 @@ void ql_gemm_s8_small_part(const ql_s8_kernel *kern, const void *packed_a, int64
     const int mr = kern->mr, nr = kern->nr, aes = kern->aes ? kern->aes : 1;
     const int64_t k4 = b->k4, a_panel = k4 * mr * 4 * aes, b_panel = k4 * nr * 4;
     const int64_t mpanels = ql_panels(m, mr);
-    _Alignas(64) int32_t c[12 * 32]; /* the largest tile */
+    _Alignas(64) int32_t c[QL_S8_TILE_MAX];
     for (int64_t jp = jp0; jp < jp1; jp++) {
         const int64_t n0 = jp * nr;
         const int nr_eff = (int)(b->n - n0 < nr ? b->n - n0 : nr);

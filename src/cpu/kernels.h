@@ -110,8 +110,11 @@ typedef struct ql_blocking {
 
 typedef struct ql_cpu_kernels {
     ql_isa isa;
-    /* whether this CPU (features minus QLINEAR_DISABLE) runs the table */
+    /* whether this CPU (features minus QLINEAR_DISABLE) runs the table, and
+     * if not, why (a one-line reason; NULL, or a NULL or "" answer: the CPU
+     * lacks the instructions) */
     bool (*supported)(const ql_cpu_features *f);
+    const char *(*refusal)(const ql_cpu_features *f);
 
     /* int8 GEMM: the main kernel; s8_rows[r - 1] the r-row variant for
      * r = 1 .. s8_rows_max, sharing its B packing (NULL: every height runs

@@ -318,7 +318,7 @@ void ql_lora_epilogue(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n
     const ql_lora_run *r = arg;
     const ql_lora_set *s = r->set;
     const ql_s8_kernel *kern = r->kern;
-    _Alignas(64) int32_t c2[12 * 32];
+    _Alignas(64) int32_t c2[QL_S8_TILE_MAX];
     const int64_t ip = m0 / kern->mr, jp = n0 / kern->nr;
     kern->tile(s->u.k4, r->t_packed + (size_t)ip * t_panel_bytes(s, kern), s->u.data + (size_t)(jp * s->u.k4 * nr * 4),
                c2, 0);

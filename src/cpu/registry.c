@@ -19,7 +19,7 @@
 #endif
 
 extern const ql_cpu_kernels ql_cpu_kernels_generic, ql_cpu_kernels_avx2, ql_cpu_kernels_avxvnni,
-    ql_cpu_kernels_avx512vnni, ql_cpu_kernels_neon, ql_cpu_kernels_neondot, ql_cpu_kernels_i8mm,
+    ql_cpu_kernels_avx512vnni, ql_cpu_kernels_amx, ql_cpu_kernels_neon, ql_cpu_kernels_neondot, ql_cpu_kernels_i8mm,
     ql_cpu_kernels_neonbf16;
 
 typedef struct entry {
@@ -33,6 +33,7 @@ static const entry registry[] = {
     {QL_ISA_I8MM, "i8mm", QL_ARM_TABLE(ql_cpu_kernels_i8mm)},
     {QL_ISA_NEONDOT, "neondot", QL_ARM_TABLE(ql_cpu_kernels_neondot)},
     {QL_ISA_NEON, "neon", QL_ARM_TABLE(ql_cpu_kernels_neon)},
+    {QL_ISA_AMX, "amx", QL_X86_TABLE(ql_cpu_kernels_amx)},
     {QL_ISA_AVX512VNNI, "avx512vnni", QL_X86_TABLE(ql_cpu_kernels_avx512vnni)},
     {QL_ISA_AVXVNNI, "avxvnni", QL_X86_TABLE(ql_cpu_kernels_avxvnni)},
     {QL_ISA_AVX2, "avx2", QL_X86_TABLE(ql_cpu_kernels_avx2)},
@@ -191,6 +192,17 @@ int ql_isa_supported(ql_isa isa)
     const int i = index_of(isa);
     if (i < 0 || !registry[i].table || disabled[i]) return 0;
     return registry[i].table->supported == NULL || registry[i].table->supported(&features);
+}
+
+const char *ql_isa_refusal(ql_isa isa)
+{
+    if (ql_isa_supported(isa)) return "";
+    const int i = index_of(isa);
+    if (i < 0) return "not an ISA of this library";
+    if (!registry[i].table) return "an ISA of another architecture (its kernels are not in this build)";
+    if (disabled[i]) return "hidden by QLINEAR_DISABLE";
+    const char *why = registry[i].table->refusal ? registry[i].table->refusal(&features) : NULL;
+    return why && *why ? why : "this CPU lacks its instructions";
 }
 
 ql_isa ql_isa_best(void)

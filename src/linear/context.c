@@ -58,7 +58,8 @@ ql_status ql_context_create(ql_context **out)
         QL_TRY(parse_isa(isa, &want));
         if (want != QL_ISA_AUTO) {
             if (!ql_isa_supported(want))
-                return ql_fail(QL_ERR_UNSUPPORTED, "QLINEAR_ISA=%s: this CPU does not support %s", isa, isa);
+                return ql_fail(QL_ERR_UNSUPPORTED, "QLINEAR_ISA=%s: this CPU does not support %s (%s)", isa, isa,
+                               ql_isa_refusal(want));
             c.isa = want;
         }
     }
@@ -96,7 +97,8 @@ ql_status ql_context_set_isa(ql_context *ctx, ql_isa isa)
     if (!strcmp(ql_isa_name(isa), "unknown"))
         return ql_fail(QL_ERR_INVALID_ARGUMENT, "ql_context_set_isa: unknown isa %d", (int)isa);
     if (!ql_isa_supported(isa))
-        return ql_fail(QL_ERR_UNSUPPORTED, "ql_context_set_isa: this CPU does not support %s", ql_isa_name(isa));
+        return ql_fail(QL_ERR_UNSUPPORTED, "ql_context_set_isa: this CPU does not support %s (%s)", ql_isa_name(isa),
+                       ql_isa_refusal(isa));
     ctx->isa = isa;
     return QL_OK;
 }

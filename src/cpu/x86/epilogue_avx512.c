@@ -166,15 +166,19 @@ static void epilogue_avx512(const ql_w8a8_epi *e, const int32_t *c, int nr, int6
     if (fbf && !e->c_out && e->plan.y_dtype == QL_BF16 && !e->plan.residual && !e->plan.act && nr == 32 && nr_eff == 32) {
         const __m512 sw0 = e->sw_scalar ? _mm512_set1_ps(e->sw[0]) : _mm512_loadu_ps(e->sw + n0);
         const __m512 sw1 = e->sw_scalar ? sw0 : _mm512_loadu_ps(e->sw + n0 + 16);
-        /* every row's |s_x|·min|s_w| >= 2^-126 (a NaN scale fails) */
-        const __mmask16 rows = (__mmask16)((1u << mr_eff) - 1u);
+        /* every row's |s_x|·min|s_w| >= 2^-126 (a NaN scale fails), 16 rows
+         * at a time (the AMX tiles have 32) */
         const __m512 swmin = _mm512_set1_ps(_mm512_reduce_min_ps(_mm512_min_ps(_mm512_abs_ps(sw0), _mm512_abs_ps(sw1))));
-        const __m512 sxw = _mm512_mul_ps(_mm512_abs_ps(_mm512_maskz_loadu_ps(rows, e->sx + m0)), swmin);
-        bool ok = _mm512_mask_cmp_ps_mask(rows, sxw, _mm512_set1_ps(0x1p-126f), _CMP_GE_OQ) == rows;
-        if (ok && e->lora) { /* no Inf - Inf: |acc·s_x·s_w| < 2^127, |term| < 2^114 */
-            const __m512 lim = _mm512_set1_ps(0x1p90f);
-            ok = _mm512_mask_cmp_ps_mask(rows, _mm512_abs_ps(_mm512_maskz_loadu_ps(rows, e->sx + m0)), lim, _CMP_LE_OQ) == rows &&
-                 _mm512_mask_cmp_ps_mask(rows, _mm512_abs_ps(_mm512_maskz_loadu_ps(rows, e->lora->st + m0)), lim, _CMP_LE_OQ) == rows;
+        bool ok = true;
+        for (int r0 = 0; ok && r0 < mr_eff; r0 += 16) {
+            const __mmask16 rows = ql512_mask(mr_eff - r0);
+            const __m512 sxw = _mm512_mul_ps(_mm512_abs_ps(_mm512_maskz_loadu_ps(rows, e->sx + m0 + r0)), swmin);
+            ok = _mm512_mask_cmp_ps_mask(rows, sxw, _mm512_set1_ps(0x1p-126f), _CMP_GE_OQ) == rows;
+            if (ok && e->lora) { /* no Inf - Inf: |acc·s_x·s_w| < 2^127, |term| < 2^114 */
+                const __m512 lim = _mm512_set1_ps(0x1p90f);
+                ok = _mm512_mask_cmp_ps_mask(rows, _mm512_abs_ps(_mm512_maskz_loadu_ps(rows, e->sx + m0 + r0)), lim, _CMP_LE_OQ) == rows &&
+                     _mm512_mask_cmp_ps_mask(rows, _mm512_abs_ps(_mm512_maskz_loadu_ps(rows, e->lora->st + m0 + r0)), lim, _CMP_LE_OQ) == rows;
+            }
         }
         __m512 blo = _mm512_setzero_ps(), bhi = blo;
         if (ok && e->plan.bias) {

@@ -7,6 +7,7 @@
 
 /* int8 micro-kernels: the main tile and the fewer-row variants (r rows at [r - 1]) */
 extern const ql_s8_kernel ql_s8_gemm_12x32c4__avx512vnni, ql_s8_small_avx512vnni[11];
+extern const ql_s8_kernel ql_s8_amx[32]; /* AMX-INT8: r rows at [r - 1], 32 the main tile */
 extern const ql_s8_kernel ql_s8_gemm_6x16c4__avxvnni, ql_s8_small_avxvnni[5];
 extern const ql_s8_kernel ql_s8_small_avx2[6]; /* 6 rows is the main tile */
 extern const ql_f32_kernel ql_f32_gemm_6x16__avx2, ql_f32_gemm_12x32__avx512;
@@ -31,5 +32,23 @@ void ql_lowrank_add_avx2(float *w, int64_t rows, int64_t k, int64_t ld, const fl
                          const float *down, float c);
 void ql_lowrank_add_avx512(float *w, int64_t rows, int64_t k, int64_t ld, const float *up, int64_t rank,
                            const float *down, float c);
+
+
+/* AMX: what decides whether the amx table runs (features_x86.c). */
+typedef struct ql_amx_probe {
+    bool avx512;     /* the AVX-512 subset of the amx table's other entries */
+    bool tile, int8; /* CPUID AMX-TILE, AMX-INT8 */
+    bool palette;    /* CPUID 0x1D: palette 1 of 8 tiles of 16 rows x 64 bytes */
+    bool os;         /* XCR0: XTILECFG and XTILEDATA enabled */
+    bool hook_deny;  /* QLINEAR_AMX_DENY set (a test hook: the permission refused) */
+    int perm_errno;  /* the permission request: 0 granted, else its errno (ENOSYS: no such request) */
+} ql_amx_probe;
+/* Whether AMX runs on what p says; why gets the one-line reason it does
+ * not ("" when it does). Checked in that order: the first obstacle names it. */
+bool ql_amx_judge(const ql_amx_probe *p, char *why, size_t len);
+/* "" when this CPU and OS run the amx table, else the reason; the first
+ * call asks Linux for the tile data (arch_prctl ARCH_REQ_XCOMP_PERM) once
+ * for the process, unless something else already rules AMX out. */
+const char *ql_amx_refusal(const ql_cpu_features *f);
 
 #endif

@@ -1,0 +1,43 @@
+/* AMX-INT8 (Sapphire Rapids and later, on Linux with the tile permission):
+ * the int8 GEMM on tiles of 32×32 (ukernel_amx.c: 1024 int8 MAC/cycle/core
+ * at peak), exact-height variants of 1..31 rows for small M; every other
+ * entry is avx512vnni's (the prologue, decoder and LoRA helper already write
+ * the 64-block layouts the tiles load; the epilogue takes any tile height).
+ * Weights are stored signed (b_offset128 false): no 128·Σq correction. */
+#include "cpu/x86/x86.h"
+
+static const char *refusal(const ql_cpu_features *f) { return ql_amx_refusal(f); }
+static bool supported(const ql_cpu_features *f) { return !*ql_amx_refusal(f); }
+
+static const ql_s8_kernel *const rows[32] = {
+    &ql_s8_amx[0],  &ql_s8_amx[1],  &ql_s8_amx[2],  &ql_s8_amx[3],  &ql_s8_amx[4],  &ql_s8_amx[5],  &ql_s8_amx[6],
+    &ql_s8_amx[7],  &ql_s8_amx[8],  &ql_s8_amx[9],  &ql_s8_amx[10], &ql_s8_amx[11], &ql_s8_amx[12], &ql_s8_amx[13],
+    &ql_s8_amx[14], &ql_s8_amx[15], &ql_s8_amx[16], &ql_s8_amx[17], &ql_s8_amx[18], &ql_s8_amx[19], &ql_s8_amx[20],
+    &ql_s8_amx[21], &ql_s8_amx[22], &ql_s8_amx[23], &ql_s8_amx[24], &ql_s8_amx[25], &ql_s8_amx[26], &ql_s8_amx[27],
+    &ql_s8_amx[28], &ql_s8_amx[29], &ql_s8_amx[30], &ql_s8_amx[31]};
+
+const ql_cpu_kernels ql_cpu_kernels_amx = {
+    .isa = QL_ISA_AMX,
+    .supported = supported,
+    .refusal = refusal,
+    .s8 = &ql_s8_amx[31],
+    .s8_rows = rows,
+    .s8_rows_max = 32,
+    /* for a 2 MiB L2 per core (not measured yet): K slices of 1024 keep an
+     * activation panel slice (32 × 1024 = 32 KiB) in the 48 KiB L1 while the
+     * block's weight slices (NC × KC = 512 KiB) stay in L2 with the block's
+     * activations (128 KiB) and its partial sums (MC·NC·4 = 256 KiB) */
+    .s8_blocking = {128, 512, 1024},
+    .small_m = 64, /* an estimate: two 32-row panels against each streamed weight panel */
+    .prologue = ql_prologue_avx512,
+    .w8a8_epilogue = ql_w8a8_epilogue_avx512,
+    .wxa8_decode = ql_wxa8_decode_avx512,
+    .lora_t_row = ql_lora_t_row_s8_64__avx512,
+    .f32 = &ql_f32_gemm_12x32__avx512,
+    .bf16 = &ql_f32_gemm_12x32__avx512,
+    .f32_epilogue = ql_f32_epilogue_avx512,
+    .rows_to_f32 = ql_rows_to_f32_avx512,
+    .quantize_rows = ql_quantize_rows_avx512,
+    .sr_row = ql_sr_row_avx512,
+    .lowrank_add = ql_lowrank_add_avx512,
+};

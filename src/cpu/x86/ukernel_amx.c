@@ -1,0 +1,145 @@
+/* AMX-INT8 micro-kernels (Sapphire Rapids and later). The 32×32 tile is
+ * 2×2 accumulator tiles tmm0..tmm3 (16 rows × 16 int32 each), two A tiles
+ * tmm4, tmm5 (16 rows × 64 codes) and two B tiles tmm6, tmm7 (16 k-quads ×
+ * 16 columns × 4 codes: the VNNI layout); per 64-k block four tile loads and
+ * four TDPBSSD (s8 × s8 -> s32, exact).
+ *
+ * Peak: one TDPBSSD is 16·16·64 = 16384 multiply-adds and a core issues one
+ * every 16 cycles, so 1024 int8 MAC/cycle/core (2048 ops/cycle), 8× the two
+ * zmm vpdpbusd per cycle of the avx512vnni kernel; the four C tiles are four
+ * independent chains, enough to cover TDPBSSD's latency.
+ *
+ * Layouts (gemm.h), the AVX-512 prologue's, decoder's and LoRA helper's:
+ *   A panels [kp/64][R][64]: the R rows of a 64-block are an A tile of row
+ *     stride 64 (rows 0-15 at +0, 16-31 at +1024);
+ *   B panels [kp/4][32][4] signed, no +128 (TDPBSSD is s8 × s8): a 64-block
+ *     is 16 rows of 128 bytes, columns 0-15 at +0 and 16-31 at +64, row
+ *     stride 128;
+ *   C the driver's tile, row stride 32 int32 (128 bytes).
+ * Inside a 64-block A and B hold their k in the same permuted order
+ * (ql_k64_element), which the dot products do not see. K is padded with
+ * zero codes to a multiple of 64 (k4 a multiple of 16), M and N tails are
+ * padding rows and columns of zeros the epilogue does not store.
+ *
+ * Row variants (small M): r rows configure tmm0, tmm1, tmm4 with min(r, 16)
+ * rows and, for r > 16, tmm2, tmm3, tmm5 with r - 16 (unused tiles 0 × 0),
+ * so no padded row is loaded or multiplied.
+ *
+ * Tile configuration: each tile call compares the thread's current one
+ * (STTILECFG) with its own and loads its own (LDTILECFG) when they differ —
+ * on a thread's first call, after another variant, or after other code in
+ * the thread (oneDNN inside PyTorch, say) configured or released the tiles,
+ * which a per-thread "configured" flag would not notice (a tile load then
+ * faults, #UD, or reads the wrong shape). The tiles stay configured after a
+ * call: no TILERELEASE (the next call would reload them). */
+#include <immintrin.h>
+
+#include "cpu/x86/x86.h"
+
+#if defined(__x86_64__)
+
+/* LDTILECFG / STTILECFG's 64-byte operand. */
+typedef struct amx_cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16]; /* tiles 8-15: 0 */
+    uint8_t rows[16];   /* tiles 8-15: 0 */
+} amx_cfg;
+_Static_assert(sizeof(amx_cfg) == 64, "the tile configuration is 64 bytes");
+
+#define QL_R0(R) ((R) < 16 ? (R) : 16)
+#define QL_R1(R) ((R) > 16 ? (R) - 16 : 0)
+#define QL_CB(R) ((R) > 16 ? 64 : 0)
+#define QL_CFG(R)                                                                                                    \
+    {1, 0, {0}, {64, 64, QL_CB(R), QL_CB(R), 64, QL_CB(R), 64, 64},                                                 \
+     {QL_R0(R), QL_R0(R), QL_R1(R), QL_R1(R), QL_R0(R), QL_R1(R), 16, 16}}
+static _Alignas(64) const amx_cfg cfgs[33] = {
+    {0},         QL_CFG(1),  QL_CFG(2),  QL_CFG(3),  QL_CFG(4),  QL_CFG(5),  QL_CFG(6),  QL_CFG(7),  QL_CFG(8),
+    QL_CFG(9),   QL_CFG(10), QL_CFG(11), QL_CFG(12), QL_CFG(13), QL_CFG(14), QL_CFG(15), QL_CFG(16), QL_CFG(17),
+    QL_CFG(18),  QL_CFG(19), QL_CFG(20), QL_CFG(21), QL_CFG(22), QL_CFG(23), QL_CFG(24), QL_CFG(25), QL_CFG(26),
+    QL_CFG(27),  QL_CFG(28), QL_CFG(29), QL_CFG(30), QL_CFG(31), QL_CFG(32)};
+#undef QL_CFG
+#undef QL_CB
+
+/* The configuration instructions and the tile loads and stores with their
+ * full memory operands ("memory": GCC 12's _tile_loadd names no memory at
+ * all, and its _tile_{load,store}config only 8 of the 64 bytes). */
+static inline void amx_use(const amx_cfg *want)
+{
+    amx_cfg cur;
+    __asm__ volatile("sttilecfg %0" : "=m"(cur));
+    if (memcmp(&cur, want, sizeof cur) != 0) __asm__ volatile("ldtilecfg %0" : : "m"(*want));
+}
+#define QL_TLOAD(t, p, stride) \
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t : : "r"((const void *)(p)), "r"((int64_t)(stride)) : "memory")
+#define QL_TSTORE(t, p, stride) \
+    __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" : : "r"((void *)(p)), "r"((int64_t)(stride)) : "memory")
+
+static inline __attribute__((always_inline)) void tile_amx(const int R, int64_t k4, const int8_t *a, const uint8_t *b,
+                                                           int32_t *c, int accumulate)
+{
+    amx_use(&cfgs[R]);
+    if (accumulate) {
+        QL_TLOAD(0, c, 128);
+        QL_TLOAD(1, c + 16, 128);
+        if (R > 16) {
+            QL_TLOAD(2, c + 16 * 32, 128);
+            QL_TLOAD(3, c + 16 * 32 + 16, 128);
+        }
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        if (R > 16) {
+            _tile_zero(2);
+            _tile_zero(3);
+        }
+    }
+    for (int64_t q = 0; q < k4; q += 16, a += R * 64, b += 16 * 128) {
+        QL_TLOAD(4, a, 64);
+        QL_TLOAD(6, b, 128);
+        QL_TLOAD(7, b + 64, 128);
+        _tile_dpbssd(0, 4, 6);
+        _tile_dpbssd(1, 4, 7);
+        if (R > 16) {
+            QL_TLOAD(5, a + 16 * 64, 64);
+            _tile_dpbssd(2, 5, 6);
+            _tile_dpbssd(3, 5, 7);
+        }
+    }
+    QL_TSTORE(0, c, 128);
+    QL_TSTORE(1, c + 16, 128);
+    if (R > 16) {
+        QL_TSTORE(2, c + 16 * 32, 128);
+        QL_TSTORE(3, c + 16 * 32 + 16, 128);
+    }
+}
+#undef QL_R0
+#undef QL_R1
+
+#else /* 32-bit x86: no tile instructions, and the amx table is never supported (features_x86.c) */
+
+static inline void tile_amx(const int R, int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int accumulate)
+{
+    (void)R, (void)k4, (void)a, (void)b, (void)c, (void)accumulate;
+}
+
+#endif
+
+#define QL_AMX(R)                                                                                        \
+    static void tile_##R##x32c4_amx(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int acc) \
+    {                                                                                                    \
+        tile_amx(R, k4, a, b, c, acc);                                                                   \
+    }
+QL_AMX(1) QL_AMX(2) QL_AMX(3) QL_AMX(4) QL_AMX(5) QL_AMX(6) QL_AMX(7) QL_AMX(8)
+QL_AMX(9) QL_AMX(10) QL_AMX(11) QL_AMX(12) QL_AMX(13) QL_AMX(14) QL_AMX(15) QL_AMX(16)
+QL_AMX(17) QL_AMX(18) QL_AMX(19) QL_AMX(20) QL_AMX(21) QL_AMX(22) QL_AMX(23) QL_AMX(24)
+QL_AMX(25) QL_AMX(26) QL_AMX(27) QL_AMX(28) QL_AMX(29) QL_AMX(30) QL_AMX(31) QL_AMX(32)
+#undef QL_AMX
+
+/* a_outer: an activation panel slice (32 rows × KC) stays in L1 while the
+ * block's weight micro-panel slices stream from L2, as on avx512vnni */
+#define QL_K(R) {QL_ISA_AMX, "s8_gemm_" #R "x32c4__amx", R, 32, 64, false, true, tile_##R##x32c4_amx, 4, 1, NULL, NULL}
+const ql_s8_kernel ql_s8_amx[32] = {
+    QL_K(1),  QL_K(2),  QL_K(3),  QL_K(4),  QL_K(5),  QL_K(6),  QL_K(7),  QL_K(8),  QL_K(9),  QL_K(10), QL_K(11),
+    QL_K(12), QL_K(13), QL_K(14), QL_K(15), QL_K(16), QL_K(17), QL_K(18), QL_K(19), QL_K(20), QL_K(21), QL_K(22),
+    QL_K(23), QL_K(24), QL_K(25), QL_K(26), QL_K(27), QL_K(28), QL_K(29), QL_K(30), QL_K(31), QL_K(32)};
+#undef QL_K
