@@ -29,6 +29,13 @@ def rng(request):
     return np.random.default_rng([SEED, h])
 
 
+@pytest.fixture
+def gen(rng):
+    """A torch CPU generator seeded from the test's stream (imports torch)."""
+    import torch
+    return torch.Generator().manual_seed(int(rng.integers(2**31)))
+
+
 @pytest.fixture(scope="session")
 def cli():
     p = Path(os.environ.get("QLINEAR_CLI") or ROOT / "build" / "qlinear")

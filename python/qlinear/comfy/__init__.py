@@ -54,7 +54,8 @@ def register(first=True):
         _state.update(registered=False, reason=reason)
         log.warning("qlinear: backend unavailable: %s", reason)
         return state()
-    _caps.SR_STREAM[0] = _ops.HAS_TORCH_SR
+    _caps.SR_DTYPES.clear()
+    _caps.SR_DTYPES.update(_ops.sr_dtypes())
     devices = ("cpu",)
     cuda_why = _cuda_reason()
     _caps.CUDA[0] = cuda_why is None

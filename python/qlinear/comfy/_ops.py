@@ -66,6 +66,27 @@ HAS_EPI_BIAS = _has_field("ql_epilogue", "bias")  # a per-call bias in the epilo
 HAS_TORCH_SR = hasattr(C, "QL_SR_TORCH_CPU")  # stochastic rounding on torch's CPU generator stream
 
 
+def sr_dtypes():
+    """The float dtypes whose torch.rand stream on the CPU (a generator seeded
+    by hand) the library's ql_torch_rand reproduces in this torch: compared
+    on a few thousand draws."""
+    if not HAS_TORCH_SR:
+        return set()
+    ffi, lib = load()
+    ok = set()
+    for dt in CODE:
+        for seed in (1, 2**32 + 7):
+            g = torch.Generator().manual_seed(seed)
+            ref = torch.rand(4096, dtype=dt, generator=g).float()
+            ours = torch.empty(4096, dtype=torch.float32)
+            if lib.ql_torch_rand(seed, CODE[dt], 0, 4096, ffi.cast("float *", ours.data_ptr())) or \
+                    not torch.equal(ours, ref):
+                break
+        else:
+            ok.add(dt)
+    return ok
+
+
 # ---------------------------------------------------------------- int8_linear
 
 def _int8_layer(weight, weight_scale, group):
@@ -446,10 +467,10 @@ def quantize_w4a8_int8_weight(weight, group_size=16, convrot_groupsize=256, symm
             cb = codebook_tensor.detach().to(torch.float32).contiguous()
         else:  # eager's choice: the fixed table, or a Lloyd-Max fit (left to eager: see _caps)
             cb = torch.empty(16, dtype=torch.float32)
-            fitted = _ffi.new("int *")
+            fitted = torch.zeros(1, dtype=torch.int32)
             st = _lib.ql_wxa8_fit_codebook(CODE[w.dtype], _ptr(w), n, k, k, p, _ffi.cast("float *", cb.data_ptr()),
-                                           fitted)
-            if st != C.QL_OK or fitted[0]:
+                                           _ffi.cast("int *", fitted.data_ptr()))
+            if st != C.QL_OK or int(fitted[0]):
                 return _eager().quantize_w4a8_int8_weight(weight, group_size, convrot_groupsize, symmetric,
                                                           scale_dtype, codebook, codebook_tensor,
                                                           stochastic_rounding, bits, scale_search)
