@@ -682,3 +682,18 @@ def test_custom_node_registers_and_switches():
     assert selected("quantize_int8_rowwise", x=torch.randn(2, 8)) == "eager"
     out = node.run(True)
     assert "enabled" in out["result"][1] and selected("quantize_int8_rowwise", x=torch.randn(2, 8)) == "qlinear"
+
+
+def test_layers_the_library_refuses_go_to_eager(gen):
+    """A weight the library will not pack (K over its exact-int32 limit, a
+    non-finite scale) is answered by eager from inside the op: eager's answer."""
+    x = torch.randn(2, 70000, generator=gen)
+    q = torch.randint(-127, 128, (3, 70000), dtype=torch.int8, generator=gen)
+    s = torch.rand(3, 1, generator=gen) * 1e-3
+    kw = dict(x=x, weight=q, weight_scale=s, out_dtype=torch.float32)
+    assert torch.equal(call("qlinear", "int8_linear", **kw), call("eager", "int8_linear", **kw))
+    q2, s2 = int8_weight(8, 256, gen)
+    s2[3] = float("nan")
+    kw = dict(x=torch.randn(2, 256, generator=gen), weight=q2, weight_scale=s2, out_dtype=torch.float32)
+    y, ref = call("qlinear", "int8_linear", **kw), call("eager", "int8_linear", **kw)
+    assert torch.equal(torch.isnan(y), torch.isnan(ref)) and torch.equal(torch.nan_to_num(y), torch.nan_to_num(ref))
