@@ -16,6 +16,35 @@ def _run(args, **kw):
     return r
 
 
+def _has_comfy_kitchen():
+    try:
+        import torch
+        if tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 7):
+            return False
+        import comfy_kitchen  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def test_comfy_bench_small(tmp_path):
+    """qlinear_bench.comfy on one small profile: it runs, the qlinear and eager
+    paths agree, its JSON has every path and the overhead (not timed)."""
+    if not _has_comfy_kitchen():
+        pytest.skip("needs torch >= 2.7 and comfy-kitchen")
+    js = tmp_path / "comfy.json"
+    r = _run(["qlinear_bench.comfy", "--profile", "qwen3-te", "--m", "20", "--reps", "1", "--calls", "100",
+              "--threads", "2", "--json", str(js)], timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "OpenMP runtimes" in r.stdout and "dispatch overhead" in r.stdout
+    d = json.loads(js.read_text())
+    assert len(d["shapes"]) == 5 and set(d["totals_ms"]) == {"ck-qlinear", "ck-eager", "torch-bf16", "torch-fp32",
+                                                              "torch-int-mm"}
+    for row in d["shapes"]:
+        assert row["rel_l2_qlinear_vs_eager"] < 1e-2 and all(v > 0 for v in row["ms"].values())
+    assert all(o["overhead_us"] == o["overhead_us"] for o in d["overhead"])  # a number, not NaN
+
+
 def test_e2e_small(tmp_path):
     js, png = tmp_path / "e2e.json", tmp_path / "e2e.png"
     r = _run(["qlinear_bench.e2e", "--blocks", "1", "--tokens", "24", "--text-tokens", "8", "--reps", "1",
@@ -26,7 +55,8 @@ def test_e2e_small(tmp_path):
     d = json.loads(js.read_text())
     assert d["model"] == {"blocks": 1, "tokens": 24, "text_tokens": 8, "hidden": 2048, "heads": 16, "linears": 16}
     recs = {p["path"]: p for p in d["paths"]}
-    assert set(recs) == {"fp32", "onednn-fp32", "bf16", "w8a8-convrot", "weight-only"}
+    ck = {"ck-qlinear", "ck-eager"} if _has_comfy_kitchen() else set()
+    assert set(recs) == {"fp32", "onednn-fp32", "bf16", "w8a8-convrot", "weight-only"} | ck
     for p in recs.values():
         assert 0 < p["linear_ms"] < p["step_ms"] and p["reps"] == 1
         assert p["minflt"] >= 0 and len(p["minflt_all"]) == 1
@@ -34,6 +64,9 @@ def test_e2e_small(tmp_path):
     assert recs["onednn-fp32"]["rel_l2"] < 1e-5  # the same model in fp32, another GEMM
     assert 1e-4 < recs["w8a8-convrot"]["rel_l2"] < 3e-2
     assert recs["weight-only"]["rel_l2"] < recs["w8a8-convrot"]["rel_l2"]
+    if ck:  # the ComfyUI paths: one model, two backends, nearly the same numbers (bf16, ConvRot)
+        assert abs(recs["ck-qlinear"]["rel_l2"] - recs["ck-eager"]["rel_l2"]) < 1e-3
+        assert 1e-4 < recs["ck-qlinear"]["rel_l2"] < 5e-2 and recs["ck-qlinear"]["first_step_s"] > 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bad = _run(["qlinear_bench.e2e", "--paths", "fp32,fp8"])
     assert bad.returncode != 0 and "unknown path(s) fp8" in bad.stderr
