@@ -14,7 +14,6 @@ import sys
 import threading
 import weakref
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")

@@ -10,7 +10,7 @@ inside the op, so the caller gets eager's answer (or eager's error).
 import torch
 
 import qlinear
-from .._lib import C, QlinearError, check, load
+from .._lib import C, check, load
 from ._cache import WeightCache
 
 CODE = {torch.float32: C.QL_F32, torch.float16: C.QL_F16, torch.bfloat16: C.QL_BF16}
@@ -181,7 +181,7 @@ def _bias_f32(e, bias, out_dtype):
 def _run(layer, x, bias, out_dtype, input_act, act_weight, act_eps, residual, residual_scale):
     """y = layer(act(x)) + bias, then residual + residual_scale ⊙ y, in eager's
     rounding order, on the CPU."""
-    ctx = _context()
+    _context()
     if input_act not in (None, "none") and input_act not in FUSED_ACTS:
         from comfy_kitchen.backends._activations import apply_input_act
         x = apply_input_act(x, input_act, act_weight, act_eps)
@@ -210,7 +210,6 @@ def _run(layer, x, bias, out_dtype, input_act, act_weight, act_eps, residual, re
             w = w.contiguous()
             epi.input_act_weight, epi.input_act_weight_dtype = _ptr(w), CODE[w.dtype]
             epi.input_act_eps = float(act_eps if act_eps is not None else torch.finfo(x.dtype).eps)
-            keep_w = w  # noqa: F841 (alive through the call)
     # bias, then the residual, fused when the library can take them as eager rounds them
     bias_f32 = None
     if bias is not None and HAS_EPI_BIAS:
