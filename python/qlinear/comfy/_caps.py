@@ -203,10 +203,24 @@ def dequantize_w4a8_rule(kw):
     return _OK
 
 
-def quantize_w4a8_rule(kw):
+def _sr_rule(kw):
+    if not _sr_off(kw):
+        return _fail("stochastic_rounding", "torch.rand's stream of this dtype is not reproduced in this torch")
+    return None
+
+
+def _weight_rule(kw):
     w = kw["weight"]
     if w.dim() != 2 or w.numel() == 0:
         return _fail("weight", "not a non-empty [N, K]")
+    return None
+
+
+def quantize_w4a8_rule(kw):
+    r = _weight_rule(kw)
+    if r is not None:
+        return r
+    w = kw["weight"]
     k = w.shape[1]
     g, cg, bits = kw.get("group_size", 16), kw.get("convrot_groupsize", 256), kw.get("bits", 4)
     if bits not in (4, 6) or type(g) is not int or g < 4 or (16 % g and g % 16) or k % 16 or k % g:
@@ -221,24 +235,21 @@ def quantize_w4a8_rule(kw):
     if bits == 4 and kw.get("symmetric", True) and kw.get("codebook", True) and cb is not None \
             and tuple(cb.shape) != (16,):
         return _fail("codebook_tensor", "not [16]")
-    if not _sr_off(kw):
-        return _fail("stochastic_rounding", "torch's generator stream is not reproduced by this build")
-    return _OK
+    return _sr_rule(kw) or _OK
 
 
 def quantize_rule(kw):
     x = kw.get("x", kw.get("weight"))
     if x.dim() == 0 or x.numel() == 0:
         return _fail("x", "empty or 0-d")
-    if not _sr_off(kw):
-        return _fail("stochastic_rounding", "torch's generator stream is not reproduced by this build")
-    return _OK
+    return _sr_rule(kw) or _OK
 
 
 def quantize_convrot_rule(kw):
+    r = _weight_rule(kw)
+    if r is not None:
+        return r
     w = kw["weight"]
-    if w.dim() != 2 or w.numel() == 0:
-        return _fail("weight", "not a non-empty [N, K]")
     if not _group_ok(kw.get("group_size"), w.shape[1]):
         return _fail("group_size", f"not a power of 4 in [4, 65536] dividing K = {w.shape[1]}")
     return quantize_rule(kw)
