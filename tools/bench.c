@@ -40,6 +40,9 @@ enum {
 static const char *path_names[NPATHS] = {"fp32", "bf16", "dequant", "weight-only", "w8a8-convrot", "w8a8-convrot+lora64",
                                          "w4a8", "w4a8-packed", "w6a8", "w6a8-packed", "int8-gemm",
                                          "openblas-fp32", "onednn-fp32", "onednn-bf16", "onednn-int8"};
+/* the path every "vs" ratio divides (fp32 unless --paths leaves it out) */
+static int base_path;
+
 static const char *path_notes[NPATHS] = {
     "ours, dense fp32 (x fp32 -> y fp32, + bias)",
     "ours, dense with bf16 weights (x bf16 -> y bf16, + bias; products summed in fp32)",
@@ -626,7 +629,16 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
             if (!parse_paths(v, o->want)) return 2;
         } else { fprintf(stderr, "qlinear bench: unknown option '%s'\n", a); usage(); return 2; }
     }
-    o->want[P_FP32] = 1; /* the baseline every ratio refers to */
+    /* the baseline every ratio refers to: fp32, or with --paths not naming
+     * it the first path named (a thread-scaling run at 1 thread need not
+     * time fp32) */
+    base_path = P_FP32;
+    if (!o->want[P_FP32]) {
+        int any = 0;
+        for (int p = 0; p < NPATHS && !any; p++)
+            if (o->want[p]) base_path = p, any = 1;
+        if (!any) o->want[P_FP32] = 1;
+    }
     if (!o->nm) o->mlist[o->nm++] = 0;
     return -1;
 }
@@ -707,7 +719,7 @@ static void print_shape(const bench_results *R, int mi, int s, const shape *sh, 
             if (R->bw[mi][s] > 0) snprintf(frac, sizeof frac, "%.0f%%", 100.0 * g / R->bw[mi][s]);
         }
         printf("%-11s %6lld %5lld  %-19s %10.3f %9.1f %7.2fx %9s %10.1f %7s %5s  %s\n", p == 0 ? nk : "", (long long)m,
-               (long long)sh->count, path_names[p], r->ms, r->gops, row[P_FP32].ms / r->ms, rel, (double)r->wbytes / 1e6,
+               (long long)sh->count, path_names[p], r->ms, r->gops, row[base_path].ms / r->ms, rel, (double)r->wbytes / 1e6,
                gbs, frac, r->kernel);
     }
     if (nsamples > reps)
@@ -741,7 +753,8 @@ static void print_totals(const bench_results *R, const bench_opts *o, int mi)
     const int peers[] = {P_ONEDNN_INT8, P_ONEDNN_BF16, P_ONEDNN_F32};
     for (int p = 0; p < NPATHS; p++) {
         if (!path_complete(R, prof, mi, p)) continue;
-        printf("  %-19s %10.1f ms   %6.2fx vs fp32", path_names[p], R->totals[mi][p], R->totals[mi][P_FP32] / R->totals[mi][p]);
+        printf("  %-19s %10.1f ms   %6.2fx vs %s", path_names[p], R->totals[mi][p],
+               R->totals[mi][base_path] / R->totals[mi][p], path_names[base_path]);
         for (int i = 0; i < 3; i++)
             if (R->all[mi][0][peers[i]].ok && R->totals[mi][peers[i]] > 0)
                 printf("   %5.2fx %s", R->totals[mi][p] / R->totals[mi][peers[i]], path_names[peers[i]]);
@@ -760,7 +773,7 @@ static void run_m(ql_context *ctx, const bench_opts *o, bench_results *R, int mi
 {
     const profile *prof = o->prof;
     printf("\n%-11s %6s %5s  %-19s %10s %9s %8s %9s %10s %7s %5s  %s\n", "N x K", "M", "count", "path", "ms", "GOP/s",
-           "vs fp32", "rel_l2", "weight MB", "GB/s", "%bw", "kernel");
+           base_path == P_FP32 ? "vs fp32" : "vs base", "rel_l2", "weight MB", "GB/s", "%bw", "kernel");
     for (int s = 0; s < prof->nshapes; s++) {
         const shape *sh = &prof->shapes[s];
         const int64_t m = o->mlist[mi] > 0 ? o->mlist[mi] : sh->m ? sh->m : prof->default_m;

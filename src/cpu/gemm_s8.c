@@ -2,6 +2,8 @@
 #include "cpu/registry.h"
 
 #include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 
 const ql_s8_kernel *ql_s8_kernel_rows(const ql_cpu_kernels *kt, int rows)
@@ -75,6 +77,47 @@ void ql_pack_a_s8(const ql_s8_kernel *kern, const int8_t *a, int64_t m, int64_t 
  * tiles of K > KC wait in a per-thread buffer (MC·NC·4 bytes). KC = 2048
  * beat 512 by 2-5 %. */
 
+/* QLINEAR_S8_BLOCKING=mc,nc,kc[,a|b]: the blocked driver's blocking (and
+ * loop order: a = activation panel outer, b = weight panel outer) for every
+ * ISA instead of its table's, so a sweep can pick a table's entry on the
+ * machine it is for; kc a multiple of 64 (every kernel's K block). Read once;
+ * a malformed value is reported once on stderr and ignored. */
+typedef struct s8_override {
+    bool set;
+    ql_blocking bl;
+    int order; /* 0: the kernel's; 1: a outer; 2: b outer */
+} s8_override;
+
+static s8_override s8_override_parse(void)
+{
+    s8_override o = {false, {0, 0, 0}, 0};
+    const char *v = getenv("QLINEAR_S8_BLOCKING");
+    if (!v || !*v) return o;
+    char order = 0;
+    int n = sscanf(v, "%d,%d,%d,%c", &o.bl.mc, &o.bl.nc, &o.bl.kc, &order);
+    if ((n == 3 || (n == 4 && (order == 'a' || order == 'b'))) && o.bl.mc >= 1 && o.bl.nc >= 1 && o.bl.kc >= 64 &&
+        o.bl.kc % 64 == 0 && o.bl.mc <= 1 << 16 && o.bl.nc <= 1 << 16 && o.bl.kc <= 1 << 20) {
+        o.set = true;
+        o.order = n == 4 ? (order == 'a' ? 1 : 2) : 0;
+    } else
+        fprintf(stderr, "qlinear: QLINEAR_S8_BLOCKING=%s ignored: want mc,nc,kc[,a|b] with kc a multiple of 64\n", v);
+    return o;
+}
+
+static const s8_override *s8_override_get(void)
+{
+    static s8_override o;
+    static atomic_int state; /* 0: unread, 1: being read, 2: read */
+    int expect = 0;
+    if (atomic_compare_exchange_strong(&state, &expect, 1)) {
+        o = s8_override_parse();
+        atomic_store(&state, 2);
+    }
+    while (atomic_load(&state) != 2) {
+    }
+    return &o;
+}
+
 ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const void *packed_a, int64_t m,
                          const ql_packed_b *b, ql_tile_epilogue_fn epi, void *arg)
 {
@@ -85,7 +128,10 @@ ql_status ql_gemm_s8_run_pre(int threads, const ql_s8_kernel *kern, const void *
                              const ql_packed_b *b, ql_gemm_pre_fn pre, void *pre_arg, ql_tile_epilogue_fn epi, void *arg)
 {
     const int mr = kern->mr, nr = kern->nr, aes = kern->aes ? kern->aes : 1;
-    const ql_blocking bl = ql_cpu_kernels_for(kern->isa)->s8_blocking; /* the kernel's table's */
+    const s8_override *ov = s8_override_get();
+    const ql_blocking bl = ov->set ? ov->bl : ql_cpu_kernels_for(kern->isa)->s8_blocking; /* the kernel's table's */
+    /* the int16 kernels widen each weight slice once for the block's rows: b outer only */
+    const bool a_outer = ov->order && !kern->tile_b16 ? ov->order == 1 : kern->a_outer;
     const int64_t k4 = b->k4, kc4 = bl.kc / 4;
     const int64_t a_panel = k4 * mr * 4 * aes, b_panel = k4 * nr * 4;
     const int64_t mpanels = ql_panels(m, mr), npanels = b->panels;
@@ -124,8 +170,8 @@ ql_status ql_gemm_s8_run_pre(int threads, const ql_s8_kernel *kern, const void *
                 const int64_t ni = bk.ip1 - bk.ip0, nj = bk.jp1 - bk.jp0;
                 if (b->decode) b->decode(b->src, bk.jp0, bk.jp1, pc, kc, dbuf);
                 for (int64_t t = 0; t < ni * nj; t++) {
-                    const int64_t ip = bk.ip0 + (kern->a_outer ? t / nj : t % ni);
-                    const int64_t jp = bk.jp0 + (kern->a_outer ? t % nj : t / ni);
+                    const int64_t ip = bk.ip0 + (a_outer ? t / nj : t % ni);
+                    const int64_t jp = bk.jp0 + (a_outer ? t % nj : t / ni);
                     int32_t *c = cbuf + ((jp - bk.jp0) * mc + (ip - bk.ip0)) * mr * nr;
                     const int8_t *a = (const int8_t *)(pa + ip * a_panel + pc * mr * 4 * aes);
                     const uint8_t *bs = b->decode ? dbuf + (jp - bk.jp0) * kc * nr * 4 : b->data + jp * b_panel + pc * nr * 4;

@@ -33,6 +33,8 @@
  * faults, #UD, or reads the wrong shape). The tiles stay configured after a
  * call: no TILERELEASE (the next call would reload them). */
 #include <immintrin.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "cpu/x86/x86.h"
 
@@ -74,6 +76,24 @@ static inline void amx_use(const amx_cfg *want)
 #define QL_TSTORE(t, p, stride) \
     __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" : : "r"((void *)(p)), "r"((int64_t)(stride)) : "memory")
 
+/* Software prefetch distances, in 64-k blocks ahead, of the B (weight) and
+ * A (activation) tiles into L1 (0: none): QLINEAR_AMX_PF=b[,a], a tuning
+ * hook read once at load time. */
+static int amx_pf_b, amx_pf_a;
+__attribute__((constructor)) static void amx_pf_read(void)
+{
+    const char *v = getenv("QLINEAR_AMX_PF");
+    if (v && *v) {
+        int b = 0, a = 0;
+        if (sscanf(v, "%d,%d", &b, &a) >= 1 && b >= 0 && b <= 64 && a >= 0 && a <= 64) amx_pf_b = b, amx_pf_a = a;
+    }
+}
+
+static inline __attribute__((always_inline)) void amx_prefetch(const void *p, int lines)
+{
+    for (int i = 0; i < lines; i++) _mm_prefetch((const char *)p + 64 * i, _MM_HINT_T0);
+}
+
 static inline __attribute__((always_inline)) void tile_amx(const int R, int64_t k4, const int8_t *a, const uint8_t *b,
                                                            int32_t *c, int accumulate)
 {
@@ -93,7 +113,10 @@ static inline __attribute__((always_inline)) void tile_amx(const int R, int64_t 
             _tile_zero(3);
         }
     }
+    const int pfb = amx_pf_b, pfa = amx_pf_a;
     for (int64_t q = 0; q < k4; q += 16, a += R * 64, b += 16 * 128) {
+        if (pfb) amx_prefetch(b + pfb * 16 * 128, 32);
+        if (pfa) amx_prefetch(a + pfa * R * 64, R);
         QL_TLOAD(4, a, 64);
         QL_TLOAD(6, b, 128);
         QL_TLOAD(7, b + 64, 128);
