@@ -6,10 +6,15 @@
 # AVX512-VNNI and oneDNN. comfy-kitchen (its Python files) and cffi travel in
 # .whl/ (git-excluded): see docs/MEASUREMENTS.md §8 for how they were staged.
 # Results under $OUT. QL_LENT_SKIP=comma list of: build,amx,pytest,comfy,bench.
+# QL_LENT_EXTRA=comma list of: tune (scripts/amx_tune.sh: the amx table's
+# blocking, prefetch and small-M sweeps), threads (the 1..16-thread curve of
+# w8a8-convrot and the int8 GEMM through AMX and AVX512-VNNI, beside the
+# sampled dot-product peak's: python -m qlinear_bench.threads).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-build-gpu/out}; mkdir -p "$out"
 skip=",${QL_LENT_SKIP:-},"
+more=",${QL_LENT_EXTRA:-},"
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>/dev/null
   cp -r .whl/site/* /tmp/site/ 2>/dev/null
@@ -48,5 +53,15 @@ if [[ $skip != *,bench,* ]]; then
   for isa in amx avx512vnni; do
     QLINEAR_ISA=$isa ./build-gpu/qlinear bench --paths w8a8-convrot,int8-gemm,onednn-int8,onednn-bf16 --reps 3 \
       --json "$out/bench_$isa.json" 2>&1 | tail -n 7
+  done
+fi
+if [[ $more == *,tune,* ]]; then
+  echo "== amx table sweeps (scripts/amx_tune.sh)"
+  bash scripts/amx_tune.sh build-gpu/qlinear 2>&1 | tee "$out/amx_tune.txt"
+fi
+if [[ $more == *,threads,* ]]; then
+  for isa in amx avx512vnni; do
+    echo "== thread scaling, $isa, anima M = 1024"
+    QLINEAR_ISA=$isa python3 -m qlinear_bench.threads --cli build-gpu/qlinear --json "$out/threads_$isa.json" 2>&1 | tail -n 9
   done
 fi

@@ -96,3 +96,23 @@ def test_bench_plot(tmp_path, cli):
     (tmp_path / "broken.json").write_text('{"records": []}')
     r = _run(["qlinear.plot", str(tmp_path / "broken.json"), str(tmp_path / "x.png")])
     assert r.returncode == 1 and "no records" in r.stderr and not (tmp_path / "x.png").exists()
+
+
+def test_thread_curve_small(tmp_path):
+    """qlinear_bench.threads at 1 and 2 threads on one small profile: one bench
+    run per count, every path's total and the sampled peak reported, fp32 not
+    run (the first path named is the baseline); not timed."""
+    cli = os.environ.get("QLINEAR_CLI", str(ROOT / "build" / "qlinear"))
+    js = tmp_path / "threads.json"
+    r = _run(["qlinear_bench.threads", "--cli", cli, "--profile", "qwen3-te", "--m", "3", "--paths",
+              "int8-gemm,w8a8-convrot", "--threads", "1,2", "--reps", "1", "--json", str(js)], timeout=600)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(js.read_text())
+    assert d["counts"] == [1, 2] and d["paths"] == ["int8-gemm", "w8a8-convrot"]
+    for t in ("1", "2"):
+        row = d["rows"][t]
+        assert set(row["totals"]) == {"int8-gemm", "w8a8-convrot"} and all(v > 0 for v in row["totals"].values())
+        assert not any(s.endswith("/fp32") for s in row["shapes"]) and len(row["shapes"]) == 10
+    assert "thread scaling" in r.stdout and " 1.00x)" in r.stdout
+    bad = _run(["qlinear_bench.threads", "--cli", cli, "--threads", "0"])
+    assert bad.returncode != 0 and ">= 1" in bad.stderr
