@@ -296,6 +296,8 @@ typedef enum ql_input_act {
     QL_INPUT_ACT_SWIGLU = 2,
     QL_INPUT_ACT_RMS_NORM = 3
 } ql_input_act;
+typedef struct ql_prologue_cache ql_prologue_cache;
+
 typedef struct ql_epilogue {
     const void *residual;
     int64_t ld_residual;
@@ -306,7 +308,31 @@ typedef struct ql_epilogue {
     ql_dtype input_act_weight_dtype;
     float input_act_eps;          /* RMS_NORM */
     const float *bias;            /* NULL: the layer's own bias */
+    /* NULL, or the prologue cache this forward reads and fills (below), with
+     * the caller's generation of x's contents */
+    ql_prologue_cache *prologue_cache;
+    uint64_t prologue_generation;
 } ql_epilogue;
+
+/* A prologue cache: the quantized activation (input activation, rotation,
+ * per-row quantization, packed for the kernel) of the last input a forward
+ * read through it, reused by the next forward whose input is the same — the
+ * same pointer, dtype, m, ldx, K, rotation group, input activation (kind,
+ * weight pointer, eps) and kernel layout, and the same caller-supplied
+ * generation — so layers a caller runs one at a time on one input (ComfyUI
+ * calls q, k and v separately) quantize it once, with the bits of separate
+ * forwards. The caller promises that an unchanged generation means unchanged
+ * contents of x and of the input activation's weight (bump it whenever either
+ * is written or x's buffer is reused). One caller at a time: a cache is not
+ * thread-safe. A forward the cache cannot serve — unmerged LoRAs (their down
+ * projection reads the prologue), float kinds, m over one internal chunk,
+ * the CUDA backend — runs as without it and leaves it as it was. */
+ql_status ql_prologue_cache_create(ql_prologue_cache **out);
+void ql_prologue_cache_destroy(ql_prologue_cache *cache);
+/* Forwards served from the cache (hits) and that filled it (misses); NULLs allowed. */
+void ql_prologue_cache_stats(const ql_prologue_cache *cache, int64_t *hits, int64_t *misses);
+/* Forget the held activation (the next forward through it misses). */
+void ql_prologue_cache_clear(ql_prologue_cache *cache);
 
 /* The input activation of epi alone (epi->input_act; NONE copies): rows
  * [rows, k] of activated values (x [rows, 2k] for SWIGLU, row stride ldx) into

@@ -11,6 +11,7 @@
 #include "cpu/registry.h"
 #include "cpu/wxa8_linear.h"
 #include "cpu/wxa8_panels.h"
+#include "linear/prologue_cache.h"
 #include "quant/input_act.h"
 
 /* Rows quantized and multiplied per step: bounds the packed-activation
@@ -270,7 +271,7 @@ static ql_s8_plan w8a8_plan(const cpu_linear *l, int64_t m)
 
 static ql_status forward_w8a8(cpu_linear *l, const void *x, ql_dtype xdt, int64_t m, int64_t ldx, void *y,
                               ql_dtype ydt, int64_t ldy, const ql_epi_plan *plan, bool finite_weights,
-                              const ql_input_act_plan *act)
+                              const ql_input_act_plan *act, const ql_epilogue *call)
 {
     const int64_t chunk = m < QL_M_CHUNK ? m : QL_M_CHUNK;
     const ql_s8_plan sp = w8a8_plan(l, chunk);
@@ -294,6 +295,21 @@ static ql_status forward_w8a8(cpu_linear *l, const void *x, ql_dtype xdt, int64_
     prologue_job pj = {kern, ops, xdt, NULL, ldx, 0, k, l->group, ws, (float *)(ws + a_bytes),
                        (int32_t *)(ws + a_bytes + v_bytes), ws + a_bytes + 2 * v_bytes, scratch_bytes,
                        ((size_t)kp * 5 + 127) & ~(size_t)63, lora ? &lr : NULL, act, act_off};
+    /* the prologue cache (qlinear.h): one chunk, no LoRA (its down projection
+     * runs inside the prologue); a hit skips the prologue, a miss fills it */
+    ql_prologue_cache *pc = call && !lora && m <= chunk ? call->prologue_cache : NULL;
+    ql_prologue_key key;
+    bool hit = false;
+    if (pc) {
+        key = ql_prologue_key_of(call, x, xdt, m, ldx, k, l->group, kern);
+        hit = pc->valid && ql_prologue_key_equal(&pc->key, &key);
+        if (!hit && !ql_prologue_cache_reserve(pc, a_bytes + 2 * v_bytes)) pc = NULL; /* no memory: run without it */
+    }
+    if (pc) {
+        pj.packed = pc->buf;
+        pj.sx = (float *)(pc->buf + a_bytes);
+        pj.rowsum = (int32_t *)(pc->buf + a_bytes + v_bytes);
+    }
     ql_status st = QL_OK;
     if (l->corr && lora) {
         st = ql_fail(QL_ERR_UNSUPPORTED, "ql_linear_forward: unmerged LoRA on an asymmetric W4A8 layer is not supported");
@@ -315,7 +331,7 @@ static ql_status forward_w8a8(cpu_linear *l, const void *x, ql_dtype xdt, int64_
         if (sp.small) { /* one parallel region: rows quantized, then N split (ql_panel_next) */
             const int nt = threads < l->b8.panels ? threads : (int)l->b8.panels;
             if (nt <= 1) {
-                prologue_part(&pj, 0, 1);
+                if (!hit) prologue_part(&pj, 0, 1);
                 ql_gemm_s8_small_part(kern, pj.packed, mc, &l->b8, 0, l->b8.panels, epi, epi_arg);
                 continue;
             }
@@ -324,7 +340,7 @@ static ql_status forward_w8a8(cpu_linear *l, const void *x, ql_dtype xdt, int64_
             {
                 const int t = omp_get_thread_num(), n = omp_get_num_threads();
                 if (t == 0) ql_panel_ranges_init(ranges, l->b8.panels, n);
-                prologue_part(&pj, t, n);
+                if (!hit) prologue_part(&pj, t, n);
 #pragma omp barrier
                 ql_gemm_s8_small_shared(kern, pj.packed, mc, &l->b8, ranges, t, n, epi, epi_arg);
             }
@@ -333,11 +349,22 @@ static ql_status forward_w8a8(cpu_linear *l, const void *x, ql_dtype xdt, int64_
         if (l->corr) { /* the corrected GEMM reads the packed rows back: its own region */
             const int64_t panels = ql_panels(mc, mr);
             const int pt = threads < panels ? threads : (int)panels;
+            if (!hit) {
 #pragma omp parallel num_threads(pt)
-            prologue_part(&pj, omp_get_thread_num(), omp_get_num_threads());
+                prologue_part(&pj, omp_get_thread_num(), omp_get_num_threads());
+            }
             st = ql_wxa8_gemm_corrected(threads, kern, pj.packed, mc, &l->b8, &e, l->corr, l->corr_group, l->k);
-        } else st = ql_gemm_s8_run_pre(threads, kern, pj.packed, mc, &l->b8, prologue_part, &pj, epi, epi_arg);
+        } else
+            st = ql_gemm_s8_run_pre(threads, kern, pj.packed, mc, &l->b8, hit ? NULL : prologue_part, &pj, epi, epi_arg);
         if (st != QL_OK) goto done;
+    }
+    if (pc) {
+        if (hit) pc->hits++;
+        else {
+            pc->key = key;
+            pc->valid = true;
+            pc->misses++;
+        }
     }
 done:
     ql_scratch_release(l->ctx, ws, arena);
@@ -501,7 +528,7 @@ static ql_status forward_one(cpu_linear *l, const void *x, ql_dtype xdt, int64_t
         for (int64_t r = 0; r < m; r++)
             for (int64_t c = 0; c < l->n; c++) ql_store_f(ydt, y, r * ldy + c, ql_epilogue_scalar(&plan, 0.0f, r, c));
     } else if (l->kind == QL_LINEAR_W8A8)
-        st = forward_w8a8(l, x, xdt, m, ldx, y, ydt, ldy, &plan, finite_weights, act);
+        st = forward_w8a8(l, x, xdt, m, ldx, y, ydt, ldy, &plan, finite_weights, act, epi);
     else if (l->kind == QL_LINEAR_DEQUANT)
         st = forward_dequant(l, x, xdt, m, ldx, y, ydt, ldy, &plan, act);
     else
@@ -511,15 +538,28 @@ static ql_status forward_one(cpu_linear *l, const void *x, ql_dtype xdt, int64_t
     return st;
 }
 
-/* Layers sharing an input run one after another: each fuses the prologue
- * into its own packing, so there is nothing to share. */
+/* Layers sharing an input run one after another, through a prologue cache
+ * of this call (unless the caller gave one): W8A8 layers packed for the same
+ * kernel quantize the input once, the others run their own prologue. */
 static ql_status cpu_forward(const char *fn, ql_context *ctx, void *const *impls, int count, const void *x, ql_dtype xdt,
                              int64_t m, int64_t ldx, void *const *ys, ql_dtype ydt, const int64_t *ldys,
                              const ql_epilogue *const *epis)
 {
     (void)fn, (void)ctx;
-    for (int i = 0; i < count; i++) QL_TRY(forward_one(impls[i], x, xdt, m, ldx, ys[i], ydt, ldys[i], epis ? epis[i] : NULL));
-    return QL_OK;
+    ql_prologue_cache mine = {0};
+    ql_status st = QL_OK;
+    for (int i = 0; i < count && st == QL_OK; i++) {
+        const ql_epilogue *e = epis ? epis[i] : NULL;
+        ql_epilogue with = e ? *e : (ql_epilogue){0};
+        if (count > 1 && !with.prologue_cache) {
+            with.prologue_cache = &mine;
+            with.prologue_generation = 0;
+            e = &with;
+        }
+        st = forward_one(impls[i], x, xdt, m, ldx, ys[i], ydt, ldys[i], e);
+    }
+    ql_aligned_free(mine.buf);
+    return st;
 }
 
 static void cpu_describe(const void *impl, int64_t m, char *buf, size_t len)
