@@ -111,6 +111,10 @@ class FFI:
     def cdef(self, src):
         self._consts.update(header_constants(src))
         src = re.sub(r"#[^\n]*", "", src)
+        # opaque types first: a struct may hold a pointer to one declared before it
+        for m in re.finditer(r"typedef\s+struct\s+(\w+)\s+(\w+)\s*;", src):
+            self._opaque.add(m.group(2))
+            self._types.setdefault(m.group(2), None)
         pos = 0
         block = re.compile(r"typedef\s+(struct|enum|union)\s*(\w*)\s*\{(.*?)\}\s*(\w+)\s*;", re.S)
         rest = []

@@ -326,6 +326,100 @@ def test_cache_two_threads_one_layer(gen):
     assert all(torch.equal(a, b) for a, b in zip(out, refs))
 
 
+def _pc():
+    return _ops.prologue_cache_stats()
+
+
+def _alone(**kw):
+    """int8_linear through qlinear with this thread's prologue cache emptied
+    first: what a forward without it computes (a miss fills and uses it)."""
+    _ops.prologue_cache_release()
+    return call("qlinear", "int8_linear", **kw)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m", [1, 37, 200])
+def test_prologue_cache_qkv(dtype, m, gen):
+    """q, k, v called one by one on one x (ComfyUI's attention): the first
+    quantizes x, the next two hit the prologue cache, and every output has the
+    bits of a forward without it; the shared prologue also holds for a bias,
+    a view of x (x.view: same memory, same version) and a fused input
+    activation; an in-place write to x, a different x and another activation
+    all miss. Not timed."""
+    if not _ops.HAS_PROLOGUE_CACHE:
+        pytest.skip("the library or QLINEAR_COMFY_PROLOGUE_CACHE=0: no prologue cache")
+    k = 512
+    x = (torch.randn(m, k, generator=gen) * 2).to(dtype)
+    layers = [int8_weight(n, k, gen) for n in (64, 96, 64)]
+    bias = torch.randn(96, generator=gen).to(dtype)
+    kws = [dict(x=x, weight=q, weight_scale=s, bias=bias if i == 1 else None, out_dtype=dtype, convrot=True,
+                convrot_groupsize=256) for i, (q, s) in enumerate(layers)]
+    want = [_alone(**kw) for kw in kws]
+    _ops.prologue_cache_release()
+    h0, m0 = _pc()
+    got = [call("qlinear", "int8_linear", **kw) for kw in kws]
+    h1, m1 = _pc()
+    assert (h1 - h0, m1 - m0) == (2, 1), f"q, k, v: {h1 - h0} hits, {m1 - m0} misses"
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    # a view of the same memory, 3-D: still the same codes
+    y = call("qlinear", "int8_linear", **dict(kws[0], x=x.view(1, m, k)))
+    assert _pc()[0] == h1 + 1 and torch.equal(y.reshape(m, -1), want[0])
+    # an in-place write to x: its version moves, the next call quantizes again
+    x.mul_(0.5)
+    h2, m2 = _pc()
+    y = call("qlinear", "int8_linear", **kws[1])
+    assert _pc() == (h2, m2 + 1) and torch.equal(y, _alone(**kws[1])) and not torch.equal(y, want[1])
+    # another tensor of the same shape, and a fused input activation on the same x: misses
+    x2 = x.clone()
+    h3, m3 = _pc()
+    y = call("qlinear", "int8_linear", **dict(kws[0], x=x2))
+    y2 = call("qlinear", "int8_linear", **dict(kws[2], x=x2, input_act="gelu_tanh"))
+    assert _pc() == (h3, m3 + 2)
+    assert torch.equal(y, _alone(**dict(kws[0], x=x2)))
+    assert torch.equal(y2, _alone(**dict(kws[2], x=x2, input_act="gelu_tanh")))
+
+
+def test_prologue_cache_rms_weight_and_threads(gen):
+    """rms_norm's weight written in place between two layers on one x: a miss
+    (the weight's version is in the key); two threads on one x each keep
+    their own cache and get the bits of forwards without it."""
+    if not _ops.HAS_PROLOGUE_CACHE:
+        pytest.skip("no prologue cache")
+    k = 256
+    x = torch.randn(9, k, generator=gen).to(torch.bfloat16)
+    w = (torch.rand(k, generator=gen) + 0.5).to(torch.bfloat16)
+    (q0, s0), (q1, s1) = int8_weight(32, k, gen), int8_weight(48, k, gen)
+    kw0 = dict(x=x, weight=q0, weight_scale=s0, out_dtype=torch.bfloat16, convrot=True, convrot_groupsize=256,
+               input_act="rms_norm", input_act_weight=w, input_act_eps=1e-6)
+    kw1 = dict(kw0, weight=q1, weight_scale=s1)
+    call("qlinear", "int8_linear", **kw0)
+    h, m = _pc()
+    w.mul_(1.5)
+    y = call("qlinear", "int8_linear", **kw1)
+    assert _pc() == (h, m + 1) and torch.equal(y, _alone(**kw1))
+    xb = torch.randn(33, k, generator=gen).to(torch.bfloat16)
+    ref = [_alone(x=xb, weight=q, weight_scale=sc, out_dtype=torch.bfloat16, convrot=True, convrot_groupsize=256)
+           for q, sc in ((q0, s0), (q1, s1))]
+    out, errs = {}, []
+
+    def work(t):
+        try:
+            for r in range(4):
+                out[t, r] = [ck.int8_linear(xb, q, sc, None, torch.bfloat16, True, 256) for q, sc in ((q0, s0), (q1, s1))]
+            out[t, "stats"] = _pc()
+        except Exception as e:  # pragma: no cover (reported below)
+            errs.append(e)
+    ts = [threading.Thread(target=work, args=(t,)) for t in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errs
+    for t in range(3):
+        assert out[t, "stats"] == (7, 1)  # its own cache: one miss, then every call a hit
+        assert all(torch.equal(a, b) for r in range(4) for a, b in zip(out[t, r], ref))
+
+
 def test_cache_limit_evicts(gen):
     cache = _ops.weights
     old = cache.limit_bytes

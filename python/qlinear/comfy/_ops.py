@@ -7,6 +7,9 @@ still cannot run (a weight the library refuses, non-finite values where the
 library reports them) is handed to comfy-kitchen's eager implementation from
 inside the op, so the caller gets eager's answer (or eager's error).
 """
+import os
+import threading
+
 import torch
 
 import qlinear
@@ -63,6 +66,57 @@ def _has_field(struct, field):
 
 
 HAS_EPI_BIAS = _has_field("ql_epilogue", "bias")  # a per-call bias in the epilogue
+HAS_PROLOGUE_CACHE = _has_field("ql_epilogue", "prologue_cache") and \
+    os.environ.get("QLINEAR_COMFY_PROLOGUE_CACHE", "1") != "0"
+_tls = threading.local()
+
+
+def _prologue(x, m, ldx, extra=()):
+    """This thread's prologue-cache state for an int8_linear on x: a
+    ql_epilogue (reused per call) carrying the cache and the generation of x.
+    The generation moves on whenever x is not the input of the last call —
+    data pointer, rows, row length or stride, or dtype differ (views of one
+    memory as [m, k] rows are the same input) — or has been written since
+    (its version counter, which views share with their base). The last x is
+    held (a strong reference), so its memory cannot be handed to another
+    tensor while the cache holds its codes: an equal pointer is the same
+    memory. extra: what else the codes depend on that the library keys by
+    pointer only (an rms_norm weight's version). ComfyUI calls q, k and v
+    one by one on one x: the second and third quantize nothing."""
+    st = getattr(_tls, "pc", None)
+    if st is None:
+        p = _ffi.new("ql_prologue_cache **")
+        check(_lib.ql_prologue_cache_create(p), "ql_prologue_cache_create")
+        cache = _ffi.gc(p[0], _lib.ql_prologue_cache_destroy)
+        epi = _ffi.new("ql_epilogue *")
+        epi.prologue_cache = cache
+        st = _tls.pc = [cache, epi, None, None, 0]
+    key = (x.data_ptr(), m, x.shape[-1], ldx, x.dtype, x._version, extra)
+    if key != st[3]:
+        st[2], st[3] = x, key
+        st[4] += 1
+    epi = st[1]
+    epi.prologue_generation = st[4]
+    return epi
+
+
+def prologue_cache_stats():
+    """(hits, misses) of this thread's prologue cache (0, 0 before its first use)."""
+    st = getattr(_tls, "pc", None)
+    if st is None:
+        return 0, 0
+    hm = torch.zeros(2, dtype=torch.int64)  # read the same way through cffi and ctypes
+    _lib.ql_prologue_cache_stats(st[0], _ffi.cast("int64_t *", hm.data_ptr()),
+                                 _ffi.cast("int64_t *", hm.data_ptr() + 8))
+    return int(hm[0]), int(hm[1])
+
+
+def prologue_cache_release():
+    """Drop this thread's hold on the last input (and the codes of it)."""
+    st = getattr(_tls, "pc", None)
+    if st is not None:
+        _lib.ql_prologue_cache_clear(st[0])
+        st[2] = st[3] = None
 HAS_TORCH_SR = hasattr(C, "QL_SR_TORCH_CPU")  # stochastic rounding on torch's CPU generator stream
 
 
@@ -143,9 +197,13 @@ def int8_linear(x, weight, weight_scale, bias=None, out_dtype=torch.bfloat16, co
         k, n = layer.k, layer.n
         y = torch.empty(x.shape[:-1] + (n,), dtype=out_dtype)
         m = x.numel() // k
-        epi = _ffi.NULL if bias is None else _bias_epilogue(e, bias, out_dtype)
         if _ctx.threads != torch.get_num_threads():
             _context()
+        if HAS_PROLOGUE_CACHE:
+            epi = _prologue(x, m, k)
+            epi.bias = _ffi.NULL if bias is None else _ffi.cast("const float *", _bias_f32(e, bias, out_dtype).data_ptr())
+        else:
+            epi = _ffi.NULL if bias is None else _bias_epilogue(e, bias, out_dtype)
         st = layer._fwd_int(layer._ptr, x.data_ptr(), CODE[x.dtype], m, k, y.data_ptr(), CODE[out_dtype], n, epi)
         if st:
             check(st, "ql_linear_forward")
@@ -182,6 +240,7 @@ def _run(layer, x, bias, out_dtype, input_act, act_weight, act_eps, residual, re
     """y = layer(act(x)) + bias, then residual + residual_scale ⊙ y, in eager's
     rounding order, on the CPU."""
     _context()
+    x_in = x
     if input_act not in (None, "none") and input_act not in FUSED_ACTS:
         from comfy_kitchen.backends._activations import apply_input_act
         x = apply_input_act(x, input_act, act_weight, act_eps)
@@ -200,6 +259,7 @@ def _run(layer, x, bias, out_dtype, input_act, act_weight, act_eps, residual, re
         return _finish(y, bias, residual, residual_scale, out_dtype, False)
     epi = _ffi.NULL
     fused_res = False
+    extra = ()
     if input_act not in (None, "none"):
         epi = _ffi.new("ql_epilogue *")
         epi.input_act = FUSED_ACTS[input_act]
@@ -210,6 +270,12 @@ def _run(layer, x, bias, out_dtype, input_act, act_weight, act_eps, residual, re
             w = w.contiguous()
             epi.input_act_weight, epi.input_act_weight_dtype = _ptr(w), CODE[w.dtype]
             epi.input_act_eps = float(act_eps if act_eps is not None else torch.finfo(x.dtype).eps)
+            extra = (act_weight.data_ptr(), act_weight._version)
+    if HAS_PROLOGUE_CACHE and x2.data_ptr() == x_in.data_ptr():  # x as the caller gave it, not a copy
+        if epi is _ffi.NULL:
+            epi = _ffi.new("ql_epilogue *")
+        c = _prologue(x_in, m, x2.stride(0) if m > 1 else k_in, extra)
+        epi.prologue_cache, epi.prologue_generation = c.prologue_cache, c.prologue_generation
     # bias, then the residual, fused when the library can take them as eager rounds them
     bias_f32 = None
     if bias is not None and HAS_EPI_BIAS:
