@@ -102,6 +102,11 @@ def run(a):
           + ", ".join(_openmp_runtimes()))
     for p in a.paths:
         print(f"  {p:<11} {NOTES[p]}")
+    from qlinear.comfy import _ops
+    # every row times a lone layer called again and again on one input: the
+    # prologue cache would serve every call after the first, so it is off
+    # here and measured on its own (shared_input) below
+    cache_was, _ops.HAS_PROLOGUE_CACHE = _ops.HAS_PROLOGUE_CACHE, False
     g = torch.Generator().manual_seed(a.seed)
     rows = []
     shapes = PROFILES[a.profile][1]
@@ -157,10 +162,42 @@ def run(a):
               + (f", {tot['torch-bf16'] / tot['ck-qlinear']:.2f}x PyTorch bf16 F.linear's speed" if "torch-bf16" in tot
                  else ""))
     ov = overhead(torch, ck, a, dt)
+    _ops.HAS_PROLOGUE_CACHE = cache_was
+    sh = shared_input(torch, ck, a, dt, shapes[0]) if "ck-qlinear" in a.paths and cache_was else None
     if a.json:
         write_json(a.json, {"profile": a.profile, "m": a.m, "dtype": a.dtype, "threads": a.threads, "reps": a.reps,
-                            "torch": torch.__version__, "shapes": rows, "totals_ms": tot, "overhead": ov})
+                            "torch": torch.__version__, "shapes": rows, "totals_ms": tot, "overhead": ov,
+                            "shared_input": sh})
     return 0
+
+
+def shared_input(torch, ck, a, dt, shape):
+    """Three layers of the profile's first shape called one by one on one
+    input (ComfyUI's q, k, v), through qlinear with the prologue cache and
+    without it, the two alternating round by round: the input quantized once
+    against three times (a fresh input each round, so no round reuses the last
+    one's codes)."""
+    from qlinear.comfy import _ops
+    n, k, _ = shape
+    g = torch.Generator().manual_seed(a.seed + 2)
+    layers = [_layer(torch, n, k, g) for _ in range(3)]
+    xs = [torch.randn(a.m, k, generator=g).to(dt) for _ in range(a.reps + 1)]
+    times = {True: [], False: []}
+    with torch.no_grad():
+        for r, x in enumerate(xs):
+            for on in (False, True):
+                _ops.HAS_PROLOGUE_CACHE = on
+                _ops.prologue_cache_release()
+                t0 = time.perf_counter()
+                for q, s, b in layers:
+                    ck.int8_linear(x, q, s, None, dt, True, 256)
+                if r:  # the first round warms up
+                    times[on].append((time.perf_counter() - t0) * 1e3)
+    _ops.HAS_PROLOGUE_CACHE = True
+    off, on = median(times[False]), median(times[True])
+    print(f"\nthree {n}x{k} layers on one input (q, k, v), M = {a.m}: {off:.3f} ms with a prologue per layer, "
+          f"{on:.3f} ms with the prologue cache ({off / on:.3f}x)")
+    return {"n": n, "k": k, "ms_per_layer_prologue": off, "ms_prologue_cache": on}
 
 
 def overhead(torch, ck, a, dt):

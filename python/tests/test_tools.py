@@ -43,6 +43,9 @@ def test_comfy_bench_small(tmp_path):
     for row in d["shapes"]:
         assert row["rel_l2_qlinear_vs_eager"] < 1e-2 and all(v > 0 for v in row["ms"].values())
     assert all(o["overhead_us"] == o["overhead_us"] for o in d["overhead"])  # a number, not NaN
+    sh = d["shared_input"]  # three layers on one input, with and without the prologue cache
+    assert sh["n"] == 2048 and sh["k"] == 1024 and sh["ms_per_layer_prologue"] > 0 and sh["ms_prologue_cache"] > 0
+    assert "prologue cache" in r.stdout
 
 
 def test_e2e_small(tmp_path):
