@@ -60,6 +60,8 @@ void ql_wxa8_decode_avx512(const void *src, int64_t jp0, int64_t jp1, int64_t pc
     const __m512i c30 = _mm512_set1_epi32(0x30), c32 = _mm512_set1_epi32(32);
     const __m512i minv = _mm512_set1_epi8(-127), off = _mm512_set1_epi8((char)(p->offset128 ? 0x80 : 0));
     const int six = p->bits == 6;
+    const __m512 magic = _mm512_set1_ps(12582912.0f); /* 1.5 · 2^23 */
+    const __m512i magic_bits = _mm512_castps_si512(magic);
     __m512i ctl[4], top[4], sidx4[4];
     for (int c = 0; c < 4; c++) {
         ctl[c] = _mm512_load_si512((const void *)ctl_bytes[c]);
@@ -94,14 +96,15 @@ void ql_wxa8_decode_avx512(const void *src, int64_t jp0, int64_t jp1, int64_t pc
                 __m512i x[4];
                 for (int c = 0; c < 4; c++) {
                     const __m512i nib = _mm512_srlv_epi32(_mm512_shuffle_epi8(S, ctl[c]), sh_nib);
-                    __m512 val;
                     if (six) {
                         const __m512i tp = _mm512_and_si512(_mm512_srlv_epi32(_mm512_shuffle_epi8(H, top[c]), sh_top), c30);
                         /* (nib & 15) | tp: bit select with 15 */
                         const __m512i code = _mm512_ternarylogic_epi32(_mm512_set1_epi32(15), nib, tp, 0xCA);
-                        val = _mm512_cvtepi32_ps(_mm512_sub_epi32(code, c32));
-                    } else val = _mm512_permutexvar_ps(nib, table);
-                    x[c] = _mm512_cvtps_epi32(_mm512_mul_ps(val, sc[o][c]));
+                        const __m512 val = _mm512_cvtepi32_ps(_mm512_sub_epi32(code, c32));
+                        /* (code - 32) · s is exact in fp32 (6 × 4 significant bits, |.| < 2^14), so one FMA
+                         * adding 1.5 · 2^23 rounds it to the integer, ties to even, as vcvtps2dq would */
+                        x[c] = _mm512_sub_epi32(_mm512_castps_si512(_mm512_fmadd_ps(val, sc[o][c], magic)), magic_bits);
+                    } else x[c] = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_permutexvar_ps(nib, table), sc[o][c]));
                 }
                 __m512i b8 = _mm512_packs_epi16(_mm512_packs_epi32(x[0], x[1]), _mm512_packs_epi32(x[2], x[3]));
                 b8 = _mm512_add_epi8(_mm512_max_epi8(b8, minv), off);
