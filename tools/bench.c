@@ -442,13 +442,14 @@ static int weights_from_dram(weights_mode w, int64_t m)
     return w == WEIGHTS_DRAM || (w == WEIGHTS_AUTO && m <= BENCH_AUTO_DRAM_M);
 }
 
-/* Copies of a weight of `bytes` that together exceed BENCH_DRAM_FACTOR LLCs
- * (at least 2), so a rotation over them finds none in any cache. */
+/* Copies of a weight of `bytes` that together exceed BENCH_DRAM_FACTOR LLCs,
+ * so a rotation over them finds none in any cache (one, where the weight
+ * alone is that large: memory stays at about copies × bytes). */
 static int dram_copies(size_t bytes)
 {
     const size_t llc = bench_llc ? bench_llc : (size_t)32 << 20, want = BENCH_DRAM_FACTOR * llc;
+    if (bytes >= want) return 1;
     size_t c = bytes ? (want + bytes - 1) / bytes + 1 : 2;
-    if (c < 2) c = 2;
     return c > BENCH_MAX_COPIES ? BENCH_MAX_COPIES : (int)c;
 }
 
@@ -737,7 +738,7 @@ static void print_header(const bench_opts *o, ql_context *ctx, int nt, const cha
     printf("\nweights (--weights %s): ", weights_names[o->weights]);
     if (o->weights == WEIGHTS_CACHE) printf("every path calls one weight, which stays in the caches as far as it fits");
     else
-        printf("%s each path rotates over copies of its weight (each call the next copy) totalling > %d x the\n"
+        printf("%s\neach path rotates over copies of its weight (each call the next copy) totalling > %d x the\n"
                "%.0f MB last-level cache (%s), so every timed call reads its weight from DRAM%s",
                o->weights == WEIGHTS_DRAM ? "from DRAM:" : "from DRAM for M <= 64 (weight-streaming sizes), from cache above:",
                BENCH_DRAM_FACTOR, (double)llc / (1 << 20), bench_llc ? "measured" : "assumed",
@@ -814,7 +815,7 @@ static void print_shape(const bench_results *R, int mi, int s, const shape *sh, 
                R->wrel[mi][s][0], R->wrel[mi][s][1]);
     if (m <= 64 && R->bw[mi][s] > 0)
         printf("%-11s %6s %5s  read bandwidth %.1f GB/s (%.1f MB buffer%s, median of the same rounds)\n", "", "", "",
-               R->bw[mi][s], (double)(sh->n * sh->k) / 1e6, R->bwc[mi][s] > 1 ? " x copies, from DRAM" : "");
+               R->bw[mi][s], (double)(sh->n * sh->k) / 1e6, row[P_FP32].dram ? " x copies, from DRAM" : "");
     if (row[P_FP32].dram)
         printf("%-11s %6s %5s  weights from DRAM: copies per path %d (fp32) .. %d; the probe %d\n", "", "", "", row[P_FP32].copies,
                row[P_W4A8_PACKED].ok ? row[P_W4A8_PACKED].copies : row[P_W8A8].copies, R->bwc[mi][s]);
