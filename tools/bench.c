@@ -741,7 +741,7 @@ static void print_header(const bench_opts *o, ql_context *ctx, int nt, const cha
         printf("%s\neach path rotates over copies of its weight (each call the next copy) totalling > %d x the\n"
                "%.0f MB last-level cache (%s), so every timed call reads its weight from DRAM%s",
                o->weights == WEIGHTS_DRAM ? "from DRAM:" : "from DRAM for M <= 64 (weight-streaming sizes), from cache above:",
-               BENCH_DRAM_FACTOR, (double)llc / (1 << 20), bench_llc ? "measured" : "assumed",
+               BENCH_DRAM_FACTOR, (double)llc / (1 << 20), bench_llc ? "sysfs or CPUID" : "assumed",
                o->weights == WEIGHTS_AUTO ? "; larger M reuse one\nweight (compute-bound: 'cache')" : "");
     printf("\nread bandwidth (M <= 64): a STREAM-like read of a buffer the size of the layer's int8 weight, on the same\n"
            "threads, once per sweep like every path's weight (so from the same level: the same rotation over copies);\n"
