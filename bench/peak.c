@@ -7,8 +7,13 @@
 
 #include <omp.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 static double now_s(void)
 {
@@ -208,4 +213,46 @@ double ql_bench_read_gbs(const void *buf, size_t bytes, int threads)
         t1 = now_s();
     }
     return (double)(bytes & ~(size_t)127) / (t1 - t0) / 1e9;
+}
+
+/* The last-level cache: sysfs's index3 (the L3 of cpu0) when Linux exports
+ * it, else CPUID's deterministic cache parameters (leaf 4 on Intel,
+ * 0x8000001D on AMD: ways · partitions · line · sets), else 0. */
+size_t ql_bench_llc_bytes(const char **source)
+{
+    if (source) *source = "none";
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+    if (f) {
+        char buf[64] = "";
+        const int got = fgets(buf, sizeof buf, f) != NULL;
+        fclose(f);
+        char *end = NULL;
+        const unsigned long long v = got ? strtoull(buf, &end, 10) : 0;
+        if (v > 0) {
+            const size_t mult = end && (*end == 'K' || *end == 'k') ? 1024 : end && *end == 'M' ? 1024 * 1024 : 1;
+            if (source) *source = "sysfs";
+            return (size_t)v * mult;
+        }
+    }
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
+    const int amd = b == 0x68747541u; /* "Auth" */
+    const unsigned leaf = amd ? 0x8000001Du : 4u;
+    if (amd && __get_cpuid_max(0x80000000u, NULL) < leaf) return 0;
+    if (!amd && a < 4) return 0;
+    size_t best = 0;
+    for (unsigned i = 0; i < 16; i++) {
+        __cpuid_count(leaf, i, a, b, c, d);
+        const unsigned type = a & 31, level = (a >> 5) & 7;
+        if (type == 0) break;
+        if (type == 2) continue; /* instruction cache */
+        const size_t bytes = (size_t)((b >> 22) + 1) * (((b >> 12) & 1023) + 1) * ((b & 4095) + 1) * ((size_t)c + 1);
+        if (level >= 2 && bytes > best) best = bytes;
+    }
+    if (best && source) *source = "cpuid";
+    return best;
+#else
+    return 0;
+#endif
 }

@@ -13,4 +13,9 @@ double ql_bench_int8_peak_gops(ql_isa isa, int threads, long iters);
  * read loop, sampled in the same rounds as the paths it is compared with. */
 double ql_bench_read_gbs(const void *buf, size_t bytes, int threads);
 
+/* Bytes of the last-level cache (sysfs, else CPUID; 0 if neither says);
+ * *source (if not NULL) gets "sysfs", "cpuid" or "none". */
+#include <stddef.h>
+size_t ql_bench_llc_bytes(const char **source);
+
 #endif

@@ -8,10 +8,14 @@
  *    for every row whether it runs in a small batch (small-M path) or in a
  *    tall one (the blocked path, checked against float64 in test_linear);
  *  - the dynamic panel split: every weight panel taken exactly once;
+ *  - layers larger than the last-level cache (weights from DRAM), W8A8 and
+ *    W4A8 packed, M = 1, 16, 77: every ISA and thread count bit-identical
+ *    to the generic table;
  *  - the path choice: small-M up to the limit, blocked above it, and (on
  *    both paths) row tiles that never multiply a padded row more than once
  *    per panel. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -249,6 +253,94 @@ static void test_panel_split(void)
     }
 }
 
+/* The last-level cache (sysfs; 32 MiB where Linux does not say). */
+static size_t llc_bytes(void)
+{
+    size_t v = 0;
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+    if (f) {
+        char buf[64] = "", *end = NULL;
+        if (fgets(buf, sizeof buf, f)) v = (size_t)strtoull(buf, &end, 10);
+        if (v && end && (*end == 'K' || *end == 'k')) v <<= 10;
+        else if (v && end && *end == 'M') v <<= 20;
+        fclose(f);
+    }
+    return v ? v : (size_t)32 << 20;
+}
+
+/* One linear (W8A8 or W4A8 packed) on `isa` with t threads: y (fp32). */
+static void dram_run(ql_context *ctx, ql_isa isa, int t, const ql_linear_desc *d, const uint16_t *x, int64_t m, float *y,
+                     int *small)
+{
+    CHECK_OK(ql_context_set_isa(ctx, isa));
+    CHECK_OK(ql_context_set_threads(ctx, t));
+    ql_linear *lin = NULL;
+    CHECK_OK(ql_linear_create(ctx, d, &lin));
+    if (!lin) return;
+    *small = is_small(lin, m);
+    const int64_t k = d->kind == QL_LINEAR_W8A8 ? d->int8.k : d->wxa8.k, n = d->kind == QL_LINEAR_W8A8 ? d->int8.n : d->wxa8.n;
+    memset(y, 0x5a, (size_t)(m * n) * 4);
+    CHECK_OK(ql_linear_forward(lin, x, QL_BF16, m, k, y, QL_F32, n, NULL));
+    ql_linear_destroy(lin);
+}
+
+/* Layers whose weight exceeds the last-level cache (so the small-M path
+ * streams it from DRAM: its prefetches run ahead of what the caches hold)
+ * at M = 1, 16 and 77 on every ISA and 1..3 threads: bit-identical to the
+ * generic table's linear (itself checked against the reference above).
+ * W8A8 (int8 weights > 1.5 LLC) and W4A8 packed (codes + scales > 1.1 LLC,
+ * decoded into the GEMM). */
+static void test_dram_sized(ql_context *ctx)
+{
+    const size_t llc = llc_bytes();
+    for (int kind = 0; kind < 2; kind++) {
+        const int64_t k = 4096, bytes_per_row = kind ? k / 2 + k / 16 : k;
+        const int64_t n = ((int64_t)((kind ? 1.1 : 1.5) * (double)llc) / bytes_per_row + 31) / 32 * 32 + 7;
+        const int64_t mmax = 77;
+        uint16_t *x = malloc((size_t)(mmax * k) * 2);
+        tu_fill_gauss(QL_BF16, x, mmax * k, 1.0);
+        int8_t *q = NULL;
+        uint8_t *codes = NULL, *srel = NULL;
+        float *s = malloc((size_t)n * 4), *bias = malloc((size_t)n * 4);
+        for (int64_t i = 0; i < n; i++) s[i] = (float)((0.5 + tu_uniform()) * 1e-3), bias[i] = (float)tu_uniform();
+        ql_linear_desc d = {0};
+        if (!kind) {
+            q = malloc((size_t)(n * k));
+            for (int64_t i = 0; i < n * k; i++) q[i] = (int8_t)(tu_next() & 0xff);
+            d.kind = QL_LINEAR_W8A8;
+            d.int8 = (ql_int8_weight){n, k, q, k, s, n, 256, bias, QL_F32};
+        } else {
+            codes = malloc((size_t)(n * k / 2));
+            srel = malloc((size_t)(n * k / 16));
+            for (int64_t i = 0; i < n * k / 2; i++) codes[i] = (uint8_t)tu_next();
+            for (int64_t i = 0; i < n * k / 16; i++) srel[i] = (uint8_t)(0x40 + tu_range(0, 0x1f)); /* 2 .. 30: clamps */
+            d.kind = QL_LINEAR_WXA8_PACKED;
+            d.wxa8 = (ql_wxa8_weight){.n = n, .k = k, .bits = 4, .q = codes, .ldq = k / 2, .s_rel = srel, .s_channel = s,
+                                      .group = 16, .convrot_group = 256, .bias = bias, .bias_dtype = QL_F32};
+        }
+        float *y0 = malloc((size_t)(mmax * n) * 4), *y1 = malloc((size_t)(mmax * n) * 4);
+        const int64_t ms[] = {1, 16, 77};
+        for (int mi = 0; mi < 3; mi++) {
+            const int64_t m = ms[mi];
+            int small = 0;
+            dram_run(ctx, QL_ISA_GENERIC, 2, &d, x, m, y0, &small);
+            for (int i = 0; i < n_isas; i++) {
+                if (!ql_isa_supported(isas[i])) continue;
+                for (int t = 1; t <= 3; t++) {
+                    if (isas[i] == QL_ISA_GENERIC && t == 2) continue;
+                    dram_run(ctx, isas[i], t, &d, x, m, y1, &small);
+                    int64_t bad = 0;
+                    for (int64_t j = 0; j < m * n; j++) bad += memcmp(&y0[j], &y1[j], 4) != 0;
+                    CHECK(bad == 0, "DRAM-sized %s [%lld x %lld] (%.1f MB, LLC %.1f MB) %s t%d %s M=%lld: %lld outputs differ from generic",
+                          kind ? "w4a8-packed" : "w8a8", (long long)n, (long long)k, (double)(n * bytes_per_row) / 1e6,
+                          (double)llc / 1e6, ql_isa_name(isas[i]), t, small ? "small-M" : "blocked", (long long)m, (long long)bad);
+                }
+            }
+        }
+        free(x); free(q); free(codes); free(srel); free(s); free(bias); free(y0); free(y1);
+    }
+}
+
 int main(void)
 {
     tu_init("test_smallm");
@@ -283,6 +375,7 @@ int main(void)
             float_cases(ctx);
         }
     }
+    test_dram_sized(ctx);
     ql_context_destroy(ctx);
     return tu_finish();
 }

@@ -64,6 +64,7 @@ typedef struct {
     double ms, gops, rel_l2;
     size_t wbytes;
     int ok;
+    int dram, copies; /* weights from DRAM: rotated over this many copies */
     char kernel[64]; /* what ran (ours: micro-kernel and path; peers: their ISA) */
 } result;
 
@@ -204,7 +205,9 @@ typedef int (*run_fn)(void *arg);
 
 typedef struct {
     run_fn fn;
-    void *arg;
+    void *arg;     /* copy 0 */
+    void **copies; /* ncopies prepared args, each with its own weight (copies[0] == arg) */
+    int ncopies, next;
     void *y;
     ql_dtype ydt;
     int with_bias, has_error; /* whether rel_l2 applies, and whether y includes the bias */
@@ -241,6 +244,7 @@ typedef struct {
     const void *x;
     void *y;
     uint8_t *xu;
+    float *wcopy; /* OpenBLAS reads the caller's weight: a copy of its own per rotated copy */
 } peer_run_t;
 static int run_peer(void *a)
 {
@@ -284,13 +288,18 @@ static ql_wxa8_weight wxa8_weight(const layer_data *cd, int b, int threads)
     return w;
 }
 
-/* Build path p for this shape; 0 if it is unavailable (reason on stderr). */
-static int prepare(ql_context *ctx, const layer_data *d, int p, runner *rn, size_t *wbytes, char *kernel, size_t klen)
+/* Build path p for this shape; 0 if it is unavailable (reason on stderr).
+ * copy > 0: one more copy of an already prepared path (its own weight,
+ * the same output buffer), left in rn->arg. */
+static int prepare(ql_context *ctx, const layer_data *d, int p, runner *rn, int copy, size_t *wbytes, char *kernel,
+                   size_t klen)
 {
     const int64_t m = d->m, n = d->n, k = d->k;
-    memset(rn, 0, sizeof *rn);
-    rn->y = calloc((size_t)(m * n), 4);
-    if (!rn->y) return 0;
+    if (!copy) {
+        memset(rn, 0, sizeof *rn);
+        rn->y = calloc((size_t)(m * n), 4);
+        if (!rn->y) return 0;
+    }
     rn->ydt = QL_F32;
     rn->with_bias = 1;
     rn->has_error = 1;
@@ -308,6 +317,7 @@ static int prepare(ql_context *ctx, const layer_data *d, int p, runner *rn, size
         rn->fn = run_linear;
         rn->arg = r;
         *wbytes = ql_linear_weight_bytes(lin);
+        ql_linear_describe(lin, m, kernel, klen);
         return 1;
     }
     if (p == P_FP32 || p == P_BF16 || p == P_DEQUANT || p == P_WONLY || p == P_W8A8 || p == P_W8A8_LORA) {
@@ -366,12 +376,20 @@ static int prepare(ql_context *ctx, const layer_data *d, int p, runner *rn, size
                    : p == P_ONEDNN_BF16 ? PEER_ONEDNN_BF16 : PEER_ONEDNN_INT8;
     if (!peer_available(kind)) return 0;
     char err[256] = "";
-    peer *pp = peer_create(kind, m, n, k, d->w, d->q, err, sizeof err);
+    float *wcopy = NULL;
+    if (copy && kind == PEER_OPENBLAS_F32) {
+        wcopy = malloc((size_t)(n * k) * 4);
+        if (!wcopy) return 0;
+        memcpy(wcopy, d->w, (size_t)(n * k) * 4);
+    }
+    peer *pp = peer_create(kind, m, n, k, wcopy ? wcopy : d->w, d->q, err, sizeof err);
     if (!pp) {
         fprintf(stderr, "\n  %s: %s\n", path_names[p], err);
+        free(wcopy);
         return 0;
     }
     peer_run_t *r = calloc(1, sizeof *r);
+    r->wcopy = wcopy;
     r->p = pp;
     r->y = rn->y;
     if (kind == PEER_ONEDNN_INT8) { /* timing only: any u8 activations */
@@ -389,21 +407,53 @@ static int prepare(ql_context *ctx, const layer_data *d, int p, runner *rn, size
     return 1;
 }
 
-static void release(int p, runner *rn)
+static void release_arg(const runner *rn, void *arg)
 {
-    if (!rn->arg) { free(rn->y); return; }
-    if (rn->fn == run_linear) ql_linear_destroy(((lin_run *)rn->arg)->lin);
+    if (rn->fn == run_linear) ql_linear_destroy(((lin_run *)arg)->lin);
     else if (rn->fn == run_gemm) {
-        gemm_run *g = rn->arg;
+        gemm_run *g = arg;
         ql_s8_prepared_free(g->p);
     } else {
-        peer_run_t *r = rn->arg;
+        peer_run_t *r = arg;
         peer_destroy(r->p);
         free(r->xu);
+        free(r->wcopy);
     }
+    free(arg);
+}
+
+static void release(int p, runner *rn)
+{
     (void)p;
-    free(rn->arg);
+    if (rn->copies) {
+        for (int c = 0; c < rn->ncopies; c++) release_arg(rn, rn->copies[c]);
+        free(rn->copies);
+    } else if (rn->arg) release_arg(rn, rn->arg);
     free(rn->y);
+}
+
+/* Where the timed calls read their weights from. */
+typedef enum { WEIGHTS_AUTO, WEIGHTS_DRAM, WEIGHTS_CACHE } weights_mode;
+static const char *weights_names[] = {"auto", "dram", "cache"};
+#define BENCH_AUTO_DRAM_M 64  /* auto: from DRAM up to this M (the weight-streaming sizes), from cache above */
+#define BENCH_DRAM_FACTOR 2   /* the copies of a weight total at least this many LLCs */
+#define BENCH_MAX_COPIES 1024
+static size_t bench_llc;      /* bytes of the last-level cache (0: unknown, then 32 MiB is assumed) */
+
+static int weights_from_dram(weights_mode w, int64_t m)
+{
+    return w == WEIGHTS_DRAM || (w == WEIGHTS_AUTO && m <= BENCH_AUTO_DRAM_M);
+}
+
+/* Copies of a weight of `bytes` that together exceed BENCH_DRAM_FACTOR LLCs,
+ * so a rotation over them finds none in any cache (one, where the weight
+ * alone is that large: memory stays at about copies × bytes). */
+static int dram_copies(size_t bytes)
+{
+    const size_t llc = bench_llc ? bench_llc : (size_t)32 << 20, want = BENCH_DRAM_FACTOR * llc;
+    if (bytes >= want) return 1;
+    size_t c = bytes ? (want + bytes - 1) / bytes + 1 : 2;
+    return c > BENCH_MAX_COPIES ? BENCH_MAX_COPIES : (int)c;
 }
 
 /* All wanted paths of one shape: build them, run each once (warm-up, and
@@ -411,15 +461,19 @@ static void release(int p, runner *rn)
  * path runs once, so a slow spell of this shared machine hits all paths
  * alike; report the median per path. Each round also samples the int8
  * dot-product peak (*peak: its median, 0 where the ISA has none). */
-static void bench_shape(ql_context *ctx, const layer_data *d, const int *want, int reps, result *res, double *peak,
-                        double *bw, int *nsamples)
+static void bench_shape(ql_context *ctx, const layer_data *d, const int *want, int reps, int dram, result *res,
+                        double *peak, double *bw, int *bw_copies, int *nsamples)
 {
     double peaks[64], bws[64 * BENCH_SWEEPS];
     /* the read-bandwidth probe: a buffer the size of the int8 weight, read
-     * once per round like every path's weight (so from the same cache level) */
+     * once per sweep like every path's weight (so from the same level: with
+     * weights from DRAM, rotating over as many copies as w8a8's weight) */
     const size_t bw_bytes = ((size_t)(d->n * d->k) + 4095) & ~(size_t)4095;
-    char *bwbuf = ql_aligned_alloc(bw_bytes);
-    if (bwbuf) memset(bwbuf, 1, bw_bytes);
+    const int bwc = dram ? dram_copies(bw_bytes) : 1;
+    *bw_copies = bwc;
+    char *bwbuf = ql_aligned_alloc(bw_bytes * (size_t)bwc);
+    if (bwbuf) memset(bwbuf, 1, bw_bytes * (size_t)bwc);
+    int bw_next = 0;
     const ql_isa isa = ql_context_isa(ctx);
     const double ops = 2.0 * (double)d->m * (double)d->n * (double)d->k;
     runner rn[NPATHS];
@@ -432,12 +486,29 @@ static void bench_shape(ql_context *ctx, const layer_data *d, const int *want, i
         rn[p].y = NULL;
         if (!want[p]) continue;
         fprintf(stderr, "\r  preparing %-14s N=%-5lld K=%-5lld M=%-5lld   ", path_names[p], (long long)d->n, (long long)d->k, (long long)d->m);
-        if (!prepare(ctx, d, p, &rn[p], &res[p].wbytes, res[p].kernel, sizeof res[p].kernel)) continue;
+        if (!prepare(ctx, d, p, &rn[p], 0, &res[p].wbytes, res[p].kernel, sizeof res[p].kernel)) continue;
         const double t0 = now_ms();
         rn[p].ok = rn[p].fn(rn[p].arg) == 0;
         const double dt = now_ms() - t0;
         if (dt > slowest) slowest = dt;
         res[p].rel_l2 = rn[p].ok && rn[p].has_error ? rel_l2(d, rn[p].ydt, rn[p].y, rn[p].with_bias, p == P_W8A8_LORA) : NAN;
+        /* weights from DRAM: more copies of the path, each with its own weight */
+        const int want_copies = dram ? dram_copies(res[p].wbytes) : 1;
+        rn[p].copies = malloc(sizeof(void *) * (size_t)want_copies);
+        rn[p].ncopies = 0;
+        if (rn[p].copies) rn[p].copies[rn[p].ncopies++] = rn[p].arg;
+        for (int c = 1; rn[p].ok && rn[p].copies && c < want_copies; c++) {
+            fprintf(stderr, "\r  preparing %-14s N=%-5lld K=%-5lld M=%-5lld copy %d/%d  ", path_names[p], (long long)d->n,
+                    (long long)d->k, (long long)d->m, c + 1, want_copies);
+            size_t wb = 0;
+            char kn[64];
+            if (!prepare(ctx, d, p, &rn[p], c, &wb, kn, sizeof kn)) break;
+            rn[p].copies[rn[p].ncopies++] = rn[p].arg;
+            rn[p].ok = rn[p].fn(rn[p].arg) == 0; /* each copy's first call (lazy set-up) outside the timing */
+        }
+        rn[p].arg = rn[p].copies ? rn[p].copies[0] : rn[p].arg;
+        res[p].copies = rn[p].copies ? rn[p].ncopies : 1;
+        res[p].dram = dram;
     }
     const int sweeps = slowest < BENCH_SHORT_MS ? BENCH_SWEEPS : 1, samples = reps * sweeps;
     *nsamples = samples;
@@ -446,12 +517,15 @@ static void bench_shape(ql_context *ctx, const layer_data *d, const int *want, i
         for (int s = 0; s < sweeps; s++) {
             for (int p = 0; p < NPATHS; p++) {
                 if (!rn[p].ok) continue;
+                void *arg = rn[p].copies ? rn[p].copies[rn[p].next] : rn[p].arg;
+                if (rn[p].copies) rn[p].next = (rn[p].next + 1) % rn[p].ncopies;
                 double t0 = now_ms();
-                rn[p].ok = rn[p].fn(rn[p].arg) == 0;
+                rn[p].ok = rn[p].fn(arg) == 0;
                 rn[p].t[r * sweeps + s] = now_ms() - t0;
             }
             /* the probe in every sweep, so its buffer is as warm as the weights */
-            bws[r * sweeps + s] = bwbuf ? ql_bench_read_gbs(bwbuf, bw_bytes, ql_context_threads(ctx)) : 0.0;
+            bws[r * sweeps + s] = bwbuf ? ql_bench_read_gbs(bwbuf + bw_bytes * (size_t)bw_next, bw_bytes, ql_context_threads(ctx)) : 0.0;
+            bw_next = (bw_next + 1) % bwc;
         }
         peaks[r] = ql_bench_int8_peak_gops(isa, ql_context_threads(ctx), 200000);
     }
@@ -493,7 +567,7 @@ static void cpu_name(char *buf, size_t len)
 static void usage(void)
 {
     fprintf(stderr, "usage: qlinear bench [--profile anima|qwen3-te|large | --shape NxK] [--m N[,N...]] [--threads N] "
-                    "[--paths LIST] [--reps N] [--json FILE]\n  paths:");
+                    "[--paths LIST] [--reps N] [--weights auto|dram|cache] [--json FILE]\n  paths:");
     for (int p = 0; p < NPATHS; p++) fprintf(stderr, " %s", path_names[p]);
     fprintf(stderr, "\n");
 }
@@ -537,6 +611,7 @@ typedef struct bench_opts {
     int nm; /* --m list; none: each shape's own M (one entry 0) */
     const char *json_path;
     int want[NPATHS];
+    weights_mode weights;
 } bench_opts;
 
 static int parse_shape(const char *v, profile *single)
@@ -603,6 +678,7 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
     o->reps = 7;
     o->nm = 0;
     o->json_path = NULL;
+    o->weights = WEIGHTS_AUTO;
     for (int p = 0; p < NPATHS; p++) o->want[p] = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -624,6 +700,12 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
         } else if (!strcmp(a, "--reps")) {
             if (!parse_int(v, 1, 64, &o->reps)) { fprintf(stderr, "qlinear bench: --reps %s is not in 1..64\n", v); return 2; }
         } else if (!strcmp(a, "--json")) o->json_path = v;
+        else if (!strcmp(a, "--weights")) {
+            int found = 0;
+            for (int w = 0; w < 3; w++)
+                if (!strcmp(v, weights_names[w])) o->weights = (weights_mode)w, found = 1;
+            if (!found) { fprintf(stderr, "qlinear bench: --weights %s is not auto, dram or cache\n", v); return 2; }
+        }
         else if (!strcmp(a, "--device")) continue; /* "cpu": this bench */
         else if (!strcmp(a, "--paths")) {
             if (!parse_paths(v, o->want)) return 2;
@@ -664,15 +746,26 @@ static void print_header(const bench_opts *o, ql_context *ctx, int nt, const cha
     printf("rel_l2: vs a float64 reference of the unquantized layer (+ bias), on %d sampled rows\n\n", 16);
     for (int p = 0; p < NPATHS; p++)
         if (o->want[p]) printf("  %-19s %s\n", path_names[p], path_notes[p]);
+    const size_t llc = bench_llc ? bench_llc : (size_t)32 << 20;
+    printf("\nweights (--weights %s): ", weights_names[o->weights]);
+    if (o->weights == WEIGHTS_CACHE) printf("every path calls one weight, which stays in the caches as far as it fits");
+    else
+        printf("%s\neach path rotates over copies of its weight (each call the next copy) totalling > %d x the\n"
+               "%.0f MB last-level cache (%s), so every timed call reads its weight from DRAM%s",
+               o->weights == WEIGHTS_DRAM ? "from DRAM:" : "from DRAM for M <= 64 (weight-streaming sizes), from cache above:",
+               BENCH_DRAM_FACTOR, (double)llc / (1 << 20), bench_llc ? "sysfs or CPUID" : "assumed",
+               o->weights == WEIGHTS_AUTO ? "; larger M reuse one\nweight (compute-bound: 'cache')" : "");
     printf("\nread bandwidth (M <= 64): a STREAM-like read of a buffer the size of the layer's int8 weight, on the same\n"
-           "threads, once per round like every path's weight (so from the same cache level); for each path, its resident\n"
-           "weight bytes / time (GB/s) and the share of that bandwidth (%%bw). kernel: the micro-kernel and path that ran.\n");
+           "threads, once per sweep like every path's weight (so from the same level: the same rotation over copies);\n"
+           "for each path, its weight bytes / time (GB/s) and the share of that bandwidth (%%bw). kernel: the micro-kernel\n"
+           "and path that ran.\n");
 }
 
 /* Everything measured, per M of the list (first index) and shape of the profile. */
 typedef struct bench_results {
     result (*all)[8][NPATHS];
     double (*peak)[8], (*bw)[8];
+    int (*bwc)[8]; /* the probe's copies (1: weights from cache) */
     double (*totals)[NPATHS];
     int64_t (*ms_used)[8];
     double (*wrel)[8][2]; /* weight rel-L2 of W4A8 / W6A8 (0: not made) */
@@ -683,15 +776,16 @@ static int results_alloc(bench_results *R, int nm)
     R->all = calloc((size_t)nm, sizeof *R->all);
     R->peak = calloc((size_t)nm, sizeof *R->peak);
     R->bw = calloc((size_t)nm, sizeof *R->bw);
+    R->bwc = calloc((size_t)nm, sizeof *R->bwc);
     R->totals = calloc((size_t)nm, sizeof *R->totals);
     R->ms_used = calloc((size_t)nm, sizeof *R->ms_used);
     R->wrel = calloc((size_t)nm, sizeof *R->wrel);
-    return R->all && R->peak && R->bw && R->totals && R->ms_used && R->wrel;
+    return R->all && R->peak && R->bw && R->bwc && R->totals && R->ms_used && R->wrel;
 }
 
 static void results_free(bench_results *R)
 {
-    free(R->all); free(R->peak); free(R->bw); free(R->totals); free(R->ms_used); free(R->wrel);
+    free(R->all); free(R->peak); free(R->bw); free(R->bwc); free(R->totals); free(R->ms_used); free(R->wrel);
 }
 
 /* A path of the profile measured on every shape. */
@@ -732,8 +826,11 @@ static void print_shape(const bench_results *R, int mi, int s, const shape *sh, 
         printf("%-11s %6s %5s  weight rel-L2 (dequantized vs the fp32 weight): w4a8 %.5f, w6a8 %.5f\n", "", "", "",
                R->wrel[mi][s][0], R->wrel[mi][s][1]);
     if (m <= 64 && R->bw[mi][s] > 0)
-        printf("%-11s %6s %5s  read bandwidth %.1f GB/s (%.1f MB buffer, median of the same rounds)\n", "", "", "",
-               R->bw[mi][s], (double)(sh->n * sh->k) / 1e6);
+        printf("%-11s %6s %5s  read bandwidth %.1f GB/s (%.1f MB buffer%s, median of the same rounds)\n", "", "", "",
+               R->bw[mi][s], (double)(sh->n * sh->k) / 1e6, row[P_FP32].dram ? " x copies, from DRAM" : "");
+    if (row[P_FP32].dram)
+        printf("%-11s %6s %5s  weights from DRAM: copies per path %d (fp32) .. %d; the probe %d\n", "", "", "", row[P_FP32].copies,
+               row[P_W4A8_PACKED].ok ? row[P_W4A8_PACKED].copies : row[P_W8A8].copies, R->bwc[mi][s]);
     if (R->peak[mi][s] > 0) {
         printf("%-11s %6s %5s  int8 peak %.0f GOP/s (dot-product loop, median of the same rounds):", "", "", "", R->peak[mi][s]);
         const int int8_paths[] = {P_W8A8, P_GEMM, P_ONEDNN_INT8};
@@ -782,7 +879,8 @@ static void run_m(ql_context *ctx, const bench_opts *o, bench_results *R, int mi
         fprintf(stderr, "\r  generating N=%lld K=%lld ...", (long long)sh->n, (long long)sh->k);
         make_data(&d, m, sh->n, sh->k);
         int nsamples = 0;
-        bench_shape(ctx, &d, o->want, (int)o->reps, R->all[mi][s], &R->peak[mi][s], &R->bw[mi][s], &nsamples);
+        bench_shape(ctx, &d, o->want, (int)o->reps, weights_from_dram(o->weights, m), R->all[mi][s], &R->peak[mi][s],
+                    &R->bw[mi][s], &R->bwc[mi][s], &nsamples);
         for (int b = 0; b < 2; b++) R->wrel[mi][s][b] = d.wrel[b];
         free_data(&d);
         for (int p = 0; p < NPATHS; p++)
@@ -810,7 +908,10 @@ static int write_json(const bench_opts *o, const bench_results *R, const char *c
     snprintf(tmp, sizeof tmp, "%s.tmp", o->json_path);
     FILE *f = fopen(tmp, "w");
     if (!f) { fprintf(stderr, "qlinear bench: cannot write %s\n", tmp); return 0; }
-    fprintf(f, "{\n  \"machine\": {\"cpu\": \"%s\", \"isa\": \"%s\"},\n", cpu, ql_isa_name(ql_context_isa(ctx)));
+    fprintf(f, "{\n  \"machine\": {\"cpu\": \"%s\", \"isa\": \"%s\", \"llc_bytes\": %zu},\n", cpu,
+            ql_isa_name(ql_context_isa(ctx)), bench_llc);
+    fprintf(f, "  \"weights\": {\"mode\": \"%s\", \"dram_factor_llc\": %d, \"auto_dram_max_m\": %d},\n",
+            weights_names[o->weights], BENCH_DRAM_FACTOR, BENCH_AUTO_DRAM_M);
     fprintf(f, "  \"profile\": \"%s\",\n  \"m\": %lld,\n  \"threads\": %d,\n  \"reps\": %ld,\n  \"records\": [\n", prof->name,
             (long long)(o->mlist[0] > 0 ? o->mlist[0] : prof->default_m), nt, o->reps);
     int first = 1;
@@ -820,10 +921,12 @@ static int write_json(const bench_opts *o, const bench_results *R, const char *c
                 const result *r = &R->all[mi][s][p];
                 if (!r->ok) continue;
                 fprintf(f, "%s    {\"n\": %lld, \"k\": %lld, \"m\": %lld, \"count\": %lld, \"path\": \"%s\", \"kernel\": \"%s\", "
-                           "\"ms\": %.6f, \"gops\": %.3f, \"int8_peak_gops\": %.3f, \"read_gbs\": %.3f, \"weight_bytes\": %zu, \"rel_l2\": ",
+                           "\"ms\": %.6f, \"gops\": %.3f, \"int8_peak_gops\": %.3f, \"read_gbs\": %.3f, \"weight_bytes\": %zu, "
+                           "\"weights_from\": \"%s\", \"copies\": %d, \"read_copies\": %d, \"rel_l2\": ",
                         first ? "" : ",\n", (long long)prof->shapes[s].n, (long long)prof->shapes[s].k,
                         (long long)R->ms_used[mi][s], (long long)prof->shapes[s].count, path_names[p], r->kernel, r->ms,
-                        r->gops, R->peak[mi][s], R->bw[mi][s], r->wbytes);
+                        r->gops, R->peak[mi][s], R->bw[mi][s], r->wbytes, r->dram ? "dram" : "cache", r->copies,
+                        R->bwc[mi][s]);
                 if (isnan(r->rel_l2)) fprintf(f, "null");
                 else fprintf(f, "%.8f", r->rel_l2);
                 const int wb = p == P_W4A8 || p == P_W4A8_PACKED ? 0 : p == P_W6A8 || p == P_W6A8_PACKED ? 1 : -1;
@@ -870,6 +973,7 @@ int ql_cmd_bench(int argc, char **argv)
     if (o.threads > 0) ql_context_set_threads(ctx, (int)o.threads);
     const int nt = ql_context_threads(ctx);
     peer_set_threads(nt);
+    bench_llc = ql_bench_llc_bytes(NULL);
     char cpu[256];
     cpu_name(cpu, sizeof cpu);
     print_header(&o, ctx, nt, cpu);

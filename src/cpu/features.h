@@ -5,6 +5,8 @@
 
 #include "core/core.h"
 
+enum { QL_VENDOR_OTHER = 0, QL_VENDOR_INTEL = 1, QL_VENDOR_AMD = 2 };
+
 typedef struct ql_cpu_features {
     bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avxvnni, avx512bf16, os_avx512;
     /* AMX: CPUID.(7,0):EDX[24] AMX-TILE and [25] AMX-INT8; palette 1 holds 8
@@ -13,6 +15,11 @@ typedef struct ql_cpu_features {
      * permission, requested when the amx table is first asked (x86.h). */
     bool amx_tile, amx_int8, amx_palette, os_amx;
     bool neon, asimdhp, dotprod, i8mm, bf16; /* AArch64: Advanced SIMD, fp16 arithmetic, SDOT, SMMLA, BFMMLA */
+    /* x86: the vendor (CPUID leaf 0) and the display family and model of
+     * leaf 1 (family = base + extended when base is 0xF; model with the
+     * extended bits for families 6 and 0xF up), for per-CPU tuning */
+    int vendor; /* QL_VENDOR_* */
+    int family, model;
 } ql_cpu_features;
 
 const ql_cpu_features *ql_cpu(void);

@@ -244,9 +244,52 @@ void ql_gemm_s8_small_shared(const ql_s8_kernel *kern, const void *packed_a, int
     while (ql_panel_next(ranges, t, threads, &jp)) ql_gemm_s8_small_part(kern, packed_a, m, b, jp, jp + 1, epi, arg);
 }
 
+/* Weights decoded inside the GEMM (W4A8/W6A8) on the small-M path: each
+ * panel's K in slices of QL_SMALL_DECODE_KC k4 rows (16 KiB at NR = 32:
+ * L1), decoded once into a per-thread buffer, then every row panel's tile
+ * over the slice, its sums kept in a per-panel buffer between slices. */
+#define QL_SMALL_DECODE_KC 128
+#define QL_SMALL_DECODE_PANELS 8 /* row panels whose sums live on the stack */
+static void small_part_decoded(const ql_s8_kernel *kern, const void *packed_a, int64_t m, const ql_packed_b *b,
+                               int64_t jp0, int64_t jp1, ql_tile_epilogue_fn epi, void *arg)
+{
+    const int mr = kern->mr, nr = kern->nr, aes = kern->aes ? kern->aes : 1;
+    const int64_t k4 = b->k4, a_panel = k4 * mr * 4 * aes, mpanels = ql_panels(m, mr);
+    /* a slice a whole number of the kernel's A blocks (kb / 4 k4 rows) */
+    const int64_t step = kern->kb / 4 > 0 ? kern->kb / 4 : 1;
+    const int64_t kc_max = (QL_SMALL_DECODE_KC + step - 1) / step * step;
+    _Alignas(64) uint8_t dbuf[QL_SMALL_DECODE_KC * 64 * 4 + 64 * 64];
+    _Alignas(64) int32_t cstack[QL_SMALL_DECODE_PANELS * QL_S8_TILE_MAX];
+    int32_t *c = mpanels <= QL_SMALL_DECODE_PANELS ? cstack : ql_aligned_alloc(sizeof(int32_t) * (size_t)(mpanels * QL_S8_TILE_MAX));
+    if (!c || (size_t)(kc_max * nr * 4) > sizeof dbuf) { /* cannot happen for the tables' kernels (nr <= 64) */
+        if (c != cstack) ql_aligned_free(c);
+        return;
+    }
+    for (int64_t jp = jp0; jp < jp1; jp++) {
+        const int64_t n0 = jp * nr;
+        const int nr_eff = (int)(b->n - n0 < nr ? b->n - n0 : nr);
+        for (int64_t pc = 0; pc < k4; pc += kc_max) {
+            const int64_t kc = k4 - pc < kc_max ? k4 - pc : kc_max;
+            b->decode(b->src, jp, jp + 1, pc, kc, dbuf);
+            for (int64_t ip = 0; ip < mpanels; ip++)
+                kern->tile(kc, (const int8_t *)((const char *)packed_a + ip * a_panel + pc * mr * 4 * aes), dbuf,
+                           c + ip * QL_S8_TILE_MAX, pc > 0);
+        }
+        for (int64_t ip = 0; ip < mpanels; ip++) {
+            const int64_t m0 = ip * mr;
+            epi(arg, c + ip * QL_S8_TILE_MAX, nr, m0, n0, (int)(m - m0 < mr ? m - m0 : mr), nr_eff);
+        }
+    }
+    if (c != cstack) ql_aligned_free(c);
+}
+
 void ql_gemm_s8_small_part(const ql_s8_kernel *kern, const void *packed_a, int64_t m, const ql_packed_b *b,
                            int64_t jp0, int64_t jp1, ql_tile_epilogue_fn epi, void *arg)
 {
+    if (b->decode) {
+        small_part_decoded(kern, packed_a, m, b, jp0, jp1, epi, arg);
+        return;
+    }
     const int mr = kern->mr, nr = kern->nr, aes = kern->aes ? kern->aes : 1;
     const int64_t k4 = b->k4, a_panel = k4 * mr * 4 * aes, b_panel = k4 * nr * 4;
     const int64_t mpanels = ql_panels(m, mr);

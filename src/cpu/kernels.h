@@ -125,6 +125,11 @@ typedef struct ql_cpu_kernels {
     int s8_rows_max;
     ql_blocking s8_blocking;
     int64_t small_m;
+    /* rows up to which weights decoded in the GEMM (W4A8/W6A8 packed) take
+     * the small-M path (0: always blocked); tune: set at registry init to
+     * adjust the table to this CPU (vendor, family: CPU tuning), or NULL */
+    int64_t decoded_small_m;
+    void (*tune)(struct ql_cpu_kernels *kt, const ql_cpu_features *f);
     /* the kernels W4A8/W6A8 layers run on where the main one cannot: packed
      * weights decoded into the GEMM (decoders write c4 panels of int8) and
      * asymmetric layers (their correction reads int8 A panels back); NULL: s8 */

@@ -264,9 +264,17 @@ static void prologue_part(void *arg, int t, int n)
 
 static ql_s8_plan w8a8_plan(const cpu_linear *l, int64_t m)
 {
-    /* weights decoded in the GEMM (W4A8/W6A8) and asymmetric corrections run blocked */
-    if (l->corr || l->b8.decode) return (ql_s8_plan){l->s8, false};
-    return ql_s8_plan_limit(ql_cpu_kernels_for(l->s8->isa), m, l->n, l->k, l->ctx->small_m);
+    /* asymmetric corrections run blocked; weights decoded in the GEMM
+     * (W4A8/W6A8) too, except up to the table's decoded_small_m rows where
+     * its fitted kernels share the decoded kernel's B layout */
+    const ql_cpu_kernels *kt = ql_cpu_kernels_for(l->s8->isa);
+    if (l->corr) return (ql_s8_plan){l->s8, false};
+    if (l->b8.decode) {
+        const int64_t limit = l->ctx->small_m >= 0 ? l->ctx->small_m : kt->decoded_small_m;
+        if (kt->s8 != l->s8 || m > limit) return (ql_s8_plan){l->s8, false};
+        return ql_s8_plan_limit(kt, m, l->n, l->k, limit);
+    }
+    return ql_s8_plan_limit(kt, m, l->n, l->k, l->ctx->small_m);
 }
 
 static ql_status forward_w8a8(cpu_linear *l, const void *x, ql_dtype xdt, int64_t m, int64_t ldx, void *y,

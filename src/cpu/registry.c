@@ -95,6 +95,7 @@ static void init(void)
     for (int i = 0; i < QL_ENTRIES; i++) {
         if (!registry[i].table) continue;
         resolved[i] = resolve(registry[i].table, g);
+        if (resolved[i].tune) resolved[i].tune(&resolved[i], &features);
         built[built_count++] = &resolved[i];
     }
 }

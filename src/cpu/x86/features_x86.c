@@ -25,7 +25,14 @@ static uint64_t xgetbv0(void)
 void ql_cpu_detect(ql_cpu_features *f)
 {
     unsigned a, b, c, d;
+    if (__get_cpuid(0, &a, &b, &c, &d))
+        f->vendor = b == 0x756e6547u ? QL_VENDOR_INTEL /* "Genu" */ : b == 0x68747541u ? QL_VENDOR_AMD /* "Auth" */ : QL_VENDOR_OTHER;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    {
+        const int base = (int)((a >> 8) & 15), model = (int)((a >> 4) & 15);
+        f->family = base == 15 ? base + (int)((a >> 20) & 255) : base;
+        f->model = base == 6 || base == 15 ? model | (int)((a >> 16) & 15) << 4 : model;
+    }
     bool osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
     f->fma = (c >> 12) & 1;
     f->f16c = (c >> 29) & 1;

@@ -7,10 +7,45 @@ static bool supported(const ql_cpu_features *f)
     return f->avx512vnni && f->avx512bw && f->avx512vl && f->avx512dq && f->fma && f->f16c;
 }
 
+static const ql_s8_kernel *const rows_eb[12] = {
+    &ql_s8_small_eb_avx512vnni[0], &ql_s8_small_eb_avx512vnni[1], &ql_s8_small_eb_avx512vnni[2], &ql_s8_small_eb_avx512vnni[3],
+    &ql_s8_small_eb_avx512vnni[4], &ql_s8_small_eb_avx512vnni[5], &ql_s8_small_eb_avx512vnni[6], &ql_s8_small_eb_avx512vnni[7],
+    &ql_s8_small_eb_avx512vnni[8], &ql_s8_small_eb_avx512vnni[9], &ql_s8_small_eb_avx512vnni[10], &ql_s8_gemm_12x32c4__avx512vnni};
+
 static const ql_s8_kernel *const rows[12] = {
     &ql_s8_small_avx512vnni[0], &ql_s8_small_avx512vnni[1], &ql_s8_small_avx512vnni[2], &ql_s8_small_avx512vnni[3],
     &ql_s8_small_avx512vnni[4], &ql_s8_small_avx512vnni[5], &ql_s8_small_avx512vnni[6], &ql_s8_small_avx512vnni[7],
     &ql_s8_small_avx512vnni[8], &ql_s8_small_avx512vnni[9], &ql_s8_small_avx512vnni[10], &ql_s8_gemm_12x32c4__avx512vnni};
+
+/* Per-CPU tuning, keyed by CPUID vendor and family (model from model_min
+ * up): what differs from the table below, which is Intel's (and every CPU
+ * not listed). Measured with `qlinear bench --profile qwen3-te --weights
+ * dram` (docs/MEASUREMENTS.md, 2026-12-02). */
+typedef struct tuning {
+    int vendor, family, model_min;
+    int64_t small_m, decoded_small_m;
+    const ql_s8_kernel *const *rows;
+} tuning;
+static const tuning tunings[] = {
+    /* Zen 5: the embedded-broadcast tiles, M = 16 1.14-1.19x oneDNN int8's time against 1.29-1.37x
+     * (the bare int8 GEMM, two paired runs; M = 1 and 77 unchanged) */
+    {QL_VENDOR_AMD, 0x1A, 0x00, 96, 96, rows_eb},
+    /* Zen 4 (family 0x19 below model 0x10: Zen 3, no AVX-512): not measured; the decoded
+     * small-M path (no padded rows at small M) as on Zen 5, the tiles as on Intel */
+    {QL_VENDOR_AMD, 0x19, 0x10, 96, 96, rows},
+};
+
+static void tune(ql_cpu_kernels *kt, const ql_cpu_features *f)
+{
+    for (size_t i = 0; i < sizeof tunings / sizeof tunings[0]; i++) {
+        const tuning *t = &tunings[i];
+        if (f->vendor != t->vendor || f->family != t->family || f->model < t->model_min) continue;
+        kt->small_m = t->small_m;
+        kt->decoded_small_m = t->decoded_small_m;
+        kt->s8_rows = t->rows;
+        return;
+    }
+}
 
 const ql_cpu_kernels ql_cpu_kernels_avx512vnni = {
     .isa = QL_ISA_AVX512VNNI,
@@ -21,6 +56,8 @@ const ql_cpu_kernels ql_cpu_kernels_avx512vnni = {
     /* measured over `qlinear bench --profile qwen3-te` with QLINEAR_SMALL_M:
      * small-M faster at 8-48, 77 and 96 rows, blocked 3-4 % faster at 64 */
     .small_m = 96,
+    .decoded_small_m = 0, /* W4A8/W6A8 packed: blocked (Intel as measured before; AMD: tunings) */
+    .tune = tune,
     .prologue = ql_prologue_avx512,
     .w8a8_epilogue = ql_w8a8_epilogue_avx512,
     .wxa8_decode = ql_wxa8_decode_avx512,

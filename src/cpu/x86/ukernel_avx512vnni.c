@@ -1,6 +1,7 @@
 /* AVX512-VNNI int8 micro-kernel, 12×32 tile: 24 zmm accumulators; per 4-k
- * step two 64-byte weight loads and 12 activation broadcasts folded into
- * vpdpbusd as embedded-broadcast memory operands. A holds each row's codes
+ * step two 64-byte weight loads and 12 activation broadcasts (GCC 12 emits
+ * one vpbroadcastd load per row, not embedded-broadcast operands of
+ * vpdpbusd; the "eb" small tiles below force that form). A holds each row's codes
  * in 64-byte blocks ([k/64][12][64], see gemm.h), so k4 is a multiple of 16. */
 #include <immintrin.h>
 
@@ -53,8 +54,18 @@ const ql_s8_kernel ql_s8_gemm_12x32c4__avx512vnni = {QL_ISA_AVX512VNNI, "s8_gemm
  * steps, summed at the end: exact integers) so at least four vpdpbusd
  * chains cover its latency while the weights stream past. */
 #define QL_SMALL_PF 1024 /* prefetch distance in bytes of the weight stream */
-static inline __attribute__((always_inline)) void tile_rx32(const int R, int64_t k4, const int8_t *a, const uint8_t *b,
-                                                            int32_t *c, int accumulate)
+/* EB (the "eb" variants, chosen per CPU by the table's tuning): each row's
+ * activation dword as an embedded-broadcast memory operand of both its
+ * vpdpbusd ({1to16}, written in assembly: GCC otherwise loads it once with a
+ * separate vpbroadcastd), so the broadcasts ride the load ports. */
+static inline __attribute__((always_inline)) __m512i dp_bcast(__m512i acc, __m512i b, const int8_t *p)
+{
+    __asm__("vpdpbusd %1%{1to16%}, %2, %0" : "+v"(acc) : "m"(*(const int32_t *)p), "v"(b));
+    return acc;
+}
+
+static inline __attribute__((always_inline)) void tile_rx32(const int R, const int EB, int64_t k4, const int8_t *a,
+                                                            const uint8_t *b, int32_t *c, int accumulate)
 {
     __m512i acc[12][2], alt[3][2];
 #pragma GCC unroll 12
@@ -70,6 +81,17 @@ static inline __attribute__((always_inline)) void tile_rx32(const int R, int64_t
             _mm_prefetch((const char *)(b + QL_SMALL_PF), _MM_HINT_T0);
 #pragma GCC unroll 12
             for (int r = 0; r < R; r++) {
+                if (EB) {
+                    const int8_t *ap = a + 64 * r + 4 * u;
+                    if (R <= 3 && (u & 1)) {
+                        alt[r][0] = dp_bcast(alt[r][0], b0, ap);
+                        alt[r][1] = dp_bcast(alt[r][1], b1, ap);
+                    } else {
+                        acc[r][0] = dp_bcast(acc[r][0], b0, ap);
+                        acc[r][1] = dp_bcast(acc[r][1], b1, ap);
+                    }
+                    continue;
+                }
                 const __m512i ar = bcast4(a + 64 * r + 4 * u);
                 if (R <= 3 && (u & 1)) {
                     alt[r][0] = _mm512_dpbusd_epi32(alt[r][0], b0, ar);
@@ -95,12 +117,23 @@ static inline __attribute__((always_inline)) void tile_rx32(const int R, int64_t
 #define QL_SMALL(R)                                                                                    \
     static void tile_##R##x32c4_avx512vnni(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int acc) \
     {                                                                                                  \
-        tile_rx32(R, k4, a, b, c, acc);                                                                \
+        tile_rx32(R, 0, k4, a, b, c, acc);                                                             \
+    }                                                                                                  \
+    QL_SMALL_EB(R)
+#define QL_SMALL_EB(R)                                                                                 \
+    static void tile_##R##x32c4eb_avx512vnni(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int acc) \
+    {                                                                                                  \
+        tile_rx32(R, 1, k4, a, b, c, acc);                                                             \
     }
 QL_SMALL(1) QL_SMALL(2) QL_SMALL(3) QL_SMALL(4) QL_SMALL(5) QL_SMALL(6)
 QL_SMALL(7) QL_SMALL(8) QL_SMALL(9) QL_SMALL(10) QL_SMALL(11)
 #undef QL_SMALL
+#undef QL_SMALL_EB
 #define QL_K(R) {QL_ISA_AVX512VNNI, "s8_gemm_" #R "x32c4__avx512vnni", R, 32, 64, true, true, tile_##R##x32c4_avx512vnni, 4, 1, NULL, NULL}
 const ql_s8_kernel ql_s8_small_avx512vnni[11] = {QL_K(1), QL_K(2), QL_K(3), QL_K(4), QL_K(5), QL_K(6),
                                                  QL_K(7), QL_K(8), QL_K(9), QL_K(10), QL_K(11)};
+#undef QL_K
+#define QL_K(R) {QL_ISA_AVX512VNNI, "s8_gemm_" #R "x32c4eb__avx512vnni", R, 32, 64, true, true, tile_##R##x32c4eb_avx512vnni, 4, 1, NULL, NULL}
+const ql_s8_kernel ql_s8_small_eb_avx512vnni[11] = {QL_K(1), QL_K(2), QL_K(3), QL_K(4), QL_K(5), QL_K(6),
+                                                    QL_K(7), QL_K(8), QL_K(9), QL_K(10), QL_K(11)};
 #undef QL_K

@@ -1,56 +1,114 @@
 /* AVX-512 decoder of packed W4A8/W6A8 panels (NR = 32), bit-identical to
  * ql_wxa8_decode_generic: the same fp32 product value(code) · s_rel, the
- * same rounding (vcvtps2dq, nearest-even), the same clamp to [-127, 127]. */
+ * same rounding (vcvtps2dq, nearest-even), the same clamp to [-127, 127]
+ * (here: the saturating packs to int8, then a byte max with -127).
+ *
+ * A k4 row of the panel is 128 output bytes, two zmm of 16 columns × 4 k.
+ * Lane l (16 bytes) of output o holds columns 16o + 4l .. +3, and the packs
+ * vpackssdw / vpacksswb of four dword vectors A, B, C, D put lane l of A at
+ * its bytes 0..3, of B at 4..7, and so on: so vector c' (A = 0 .. D = 3)
+ * holds, in lane l, dword t, the code of column 16o + 4l + c', k step t.
+ * Its nibble is byte 4c' + 2(l & 1) + t/2 of the column chunk 2o + l/2
+ * (the packing of wxa8_panels.c), high half for odd t: one vpshufb from the
+ * chunks broadcast to the lanes, one vpsrlvd, and vpermps, which reads only
+ * the index's low 4 bits, looks the value up. Per 16 codes: 5 instructions
+ * (4 bits), 10 (6 bits), against 10-13 in a lane-by-lane decode; the group
+ * scales are converted once per group change (every 2 k4 rows at g = 16). */
 #include <immintrin.h>
 
 #include "cpu/wxa8_panels.h"
 #include "cpu/x86/x86.h"
 
+/* vpshufb controls and lane permutes (generated; see the comment at the top):
+ * ctl[c'] picks the nibble byte of (lane l, dword t) into byte 0 of the dword,
+ * top[c'] the byte of 2-bit tops (column 4l + c' of the 16 broadcast to
+ * every lane) into byte 1, col[c'] the column 4l + c' of lane l's scales */
+static const uint8_t ctl_bytes[4][64] __attribute__((aligned(64))) = {
+    {0x00, 0x80, 0x80, 0x80, 0x00, 0x80, 0x80, 0x80, 0x01, 0x80, 0x80, 0x80, 0x01, 0x80, 0x80, 0x80, 0x02, 0x80, 0x80, 0x80, 0x02, 0x80, 0x80, 0x80, 0x03, 0x80, 0x80, 0x80, 0x03, 0x80, 0x80, 0x80, 0x00, 0x80, 0x80, 0x80, 0x00, 0x80, 0x80, 0x80, 0x01, 0x80, 0x80, 0x80, 0x01, 0x80, 0x80, 0x80, 0x02, 0x80, 0x80, 0x80, 0x02, 0x80, 0x80, 0x80, 0x03, 0x80, 0x80, 0x80, 0x03, 0x80, 0x80, 0x80},
+    {0x04, 0x80, 0x80, 0x80, 0x04, 0x80, 0x80, 0x80, 0x05, 0x80, 0x80, 0x80, 0x05, 0x80, 0x80, 0x80, 0x06, 0x80, 0x80, 0x80, 0x06, 0x80, 0x80, 0x80, 0x07, 0x80, 0x80, 0x80, 0x07, 0x80, 0x80, 0x80, 0x04, 0x80, 0x80, 0x80, 0x04, 0x80, 0x80, 0x80, 0x05, 0x80, 0x80, 0x80, 0x05, 0x80, 0x80, 0x80, 0x06, 0x80, 0x80, 0x80, 0x06, 0x80, 0x80, 0x80, 0x07, 0x80, 0x80, 0x80, 0x07, 0x80, 0x80, 0x80},
+    {0x08, 0x80, 0x80, 0x80, 0x08, 0x80, 0x80, 0x80, 0x09, 0x80, 0x80, 0x80, 0x09, 0x80, 0x80, 0x80, 0x0a, 0x80, 0x80, 0x80, 0x0a, 0x80, 0x80, 0x80, 0x0b, 0x80, 0x80, 0x80, 0x0b, 0x80, 0x80, 0x80, 0x08, 0x80, 0x80, 0x80, 0x08, 0x80, 0x80, 0x80, 0x09, 0x80, 0x80, 0x80, 0x09, 0x80, 0x80, 0x80, 0x0a, 0x80, 0x80, 0x80, 0x0a, 0x80, 0x80, 0x80, 0x0b, 0x80, 0x80, 0x80, 0x0b, 0x80, 0x80, 0x80},
+    {0x0c, 0x80, 0x80, 0x80, 0x0c, 0x80, 0x80, 0x80, 0x0d, 0x80, 0x80, 0x80, 0x0d, 0x80, 0x80, 0x80, 0x0e, 0x80, 0x80, 0x80, 0x0e, 0x80, 0x80, 0x80, 0x0f, 0x80, 0x80, 0x80, 0x0f, 0x80, 0x80, 0x80, 0x0c, 0x80, 0x80, 0x80, 0x0c, 0x80, 0x80, 0x80, 0x0d, 0x80, 0x80, 0x80, 0x0d, 0x80, 0x80, 0x80, 0x0e, 0x80, 0x80, 0x80, 0x0e, 0x80, 0x80, 0x80, 0x0f, 0x80, 0x80, 0x80, 0x0f, 0x80, 0x80, 0x80}};
+static const uint8_t top_bytes[4][64] __attribute__((aligned(64))) = {
+    {0x80, 0x00, 0x80, 0x80, 0x80, 0x00, 0x80, 0x80, 0x80, 0x00, 0x80, 0x80, 0x80, 0x00, 0x80, 0x80, 0x80, 0x04, 0x80, 0x80, 0x80, 0x04, 0x80, 0x80, 0x80, 0x04, 0x80, 0x80, 0x80, 0x04, 0x80, 0x80, 0x80, 0x08, 0x80, 0x80, 0x80, 0x08, 0x80, 0x80, 0x80, 0x08, 0x80, 0x80, 0x80, 0x08, 0x80, 0x80, 0x80, 0x0c, 0x80, 0x80, 0x80, 0x0c, 0x80, 0x80, 0x80, 0x0c, 0x80, 0x80, 0x80, 0x0c, 0x80, 0x80},
+    {0x80, 0x01, 0x80, 0x80, 0x80, 0x01, 0x80, 0x80, 0x80, 0x01, 0x80, 0x80, 0x80, 0x01, 0x80, 0x80, 0x80, 0x05, 0x80, 0x80, 0x80, 0x05, 0x80, 0x80, 0x80, 0x05, 0x80, 0x80, 0x80, 0x05, 0x80, 0x80, 0x80, 0x09, 0x80, 0x80, 0x80, 0x09, 0x80, 0x80, 0x80, 0x09, 0x80, 0x80, 0x80, 0x09, 0x80, 0x80, 0x80, 0x0d, 0x80, 0x80, 0x80, 0x0d, 0x80, 0x80, 0x80, 0x0d, 0x80, 0x80, 0x80, 0x0d, 0x80, 0x80},
+    {0x80, 0x02, 0x80, 0x80, 0x80, 0x02, 0x80, 0x80, 0x80, 0x02, 0x80, 0x80, 0x80, 0x02, 0x80, 0x80, 0x80, 0x06, 0x80, 0x80, 0x80, 0x06, 0x80, 0x80, 0x80, 0x06, 0x80, 0x80, 0x80, 0x06, 0x80, 0x80, 0x80, 0x0a, 0x80, 0x80, 0x80, 0x0a, 0x80, 0x80, 0x80, 0x0a, 0x80, 0x80, 0x80, 0x0a, 0x80, 0x80, 0x80, 0x0e, 0x80, 0x80, 0x80, 0x0e, 0x80, 0x80, 0x80, 0x0e, 0x80, 0x80, 0x80, 0x0e, 0x80, 0x80},
+    {0x80, 0x03, 0x80, 0x80, 0x80, 0x03, 0x80, 0x80, 0x80, 0x03, 0x80, 0x80, 0x80, 0x03, 0x80, 0x80, 0x80, 0x07, 0x80, 0x80, 0x80, 0x07, 0x80, 0x80, 0x80, 0x07, 0x80, 0x80, 0x80, 0x07, 0x80, 0x80, 0x80, 0x0b, 0x80, 0x80, 0x80, 0x0b, 0x80, 0x80, 0x80, 0x0b, 0x80, 0x80, 0x80, 0x0b, 0x80, 0x80, 0x80, 0x0f, 0x80, 0x80, 0x80, 0x0f, 0x80, 0x80, 0x80, 0x0f, 0x80, 0x80, 0x80, 0x0f, 0x80, 0x80}};
+static const int32_t col_lanes[4][16] __attribute__((aligned(64))) = {
+    {0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12},
+    {1, 1, 1, 1, 5, 5, 5, 5, 9, 9, 9, 9, 13, 13, 13, 13},
+    {2, 2, 2, 2, 6, 6, 6, 6, 10, 10, 10, 10, 14, 14, 14, 14},
+    {3, 3, 3, 3, 7, 7, 7, 7, 11, 11, 11, 11, 15, 15, 15, 15}};
+
+/* e4m3 bytes -> fp32, as ql_e4m3_to_fp32 (the panels' e4m3 table): the
+ * byte's sign, exponent and mantissa moved into an fp16 (bias 15, not 7:
+ * 2^-8 times the value, subnormals included), widened, times 2^8 (exact);
+ * 0x7F / 0xFF are NaN. No gather, whose latency stalled the group change. */
+static inline __m512 e4m3x16(__m128i b)
+{
+    const __m256i w = _mm256_cvtepu8_epi16(b), low7 = _mm256_and_si256(w, _mm256_set1_epi16(0x7F));
+    const __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8), _mm256_slli_epi16(low7, 7));
+    const __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
+    return _mm512_mask_mov_ps(v, _mm256_cmpeq_epi16_mask(low7, _mm256_set1_epi16(0x7F)), _mm512_set1_ps(__builtin_nanf("")));
+}
+
 void ql_wxa8_decode_avx512(const void *src, int64_t jp0, int64_t jp1, int64_t pc, int64_t kc, uint8_t *dst)
 {
     const ql_wxa8_panels *p = src;
     const __m512 table = _mm512_loadu_ps(p->values); /* 4 bits: value(code) by vpermps */
-    const __m512i lo4 = _mm512_set1_epi32(15), c3 = _mm512_set1_epi32(3);
-    const __m512i minv = _mm512_set1_epi32(-127), maxv = _mm512_set1_epi32(127);
-    const __m512i off = _mm512_set1_epi32(p->offset128 ? 128 : 0), c32 = _mm512_set1_epi32(32);
-    const __m512i rep_a = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    const __m512i rep_b = _mm512_add_epi32(rep_a, _mm512_set1_epi32(4));
-    const __m512i hshift = _mm512_set_epi32(6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0, 6, 4, 2, 0);
+    const __m512i sh_nib = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+    const __m512i sh_top = _mm512_set_epi32(10, 8, 6, 4, 10, 8, 6, 4, 10, 8, 6, 4, 10, 8, 6, 4);
+    const __m512i c30 = _mm512_set1_epi32(0x30), c32 = _mm512_set1_epi32(32);
+    const __m512i minv = _mm512_set1_epi8(-127), off = _mm512_set1_epi8((char)(p->offset128 ? 0x80 : 0));
     const int six = p->bits == 6;
+    const __m512 magic = _mm512_set1_ps(12582912.0f); /* 1.5 · 2^23 */
+    const __m512i magic_bits = _mm512_castps_si512(magic);
+    __m512i ctl[4], top[4], sidx4[4];
+    for (int c = 0; c < 4; c++) {
+        ctl[c] = _mm512_load_si512((const void *)ctl_bytes[c]);
+        top[c] = _mm512_load_si512((const void *)top_bytes[c]);
+        sidx4[c] = _mm512_load_si512((const void *)col_lanes[c]);
+    }
     for (int64_t jp = jp0; jp < jp1; jp++) {
         const uint8_t *codes = p->codes + jp * p->k4 * p->row_bytes;
         const uint8_t *sidx = p->sidx + jp * p->ngroups * 32;
         int32_t gprev = -2;
-        __m512 sc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        __m512 sc[2][4] = {{_mm512_setzero_ps()}};
         for (int64_t r = pc; r < pc + kc; r++, dst += 128) {
             const uint8_t *row = codes + r * p->row_bytes;
             const int32_t g = p->krow_group[r];
-            if (g != gprev) { /* the 32 columns' scales, 8 per chunk (dwords 0..7) */
+            if (g != gprev) { /* the 32 columns' scales, then per (o, c') the lanes' columns */
                 gprev = g;
-                for (int c = 0; c < 4; c++)
-                    sc[c] = g < 0 ? _mm512_setzero_ps()
-                                  : _mm512_castps256_ps512(_mm256_i32gather_ps(
-                                        p->e4m3, _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sidx + g * 32 + 8 * c))), 4));
-            }
-            for (int c = 0; c < 4; c++) {
-                const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + 16 * c)));
-                const __m512i lo = _mm512_and_si512(v, lo4), hi = _mm512_srli_epi32(v, 4);
-                __m512i q[2] = {_mm512_unpacklo_epi32(lo, hi), _mm512_unpackhi_epi32(lo, hi)};
-                __m512i hb = six ? _mm512_castsi256_si512(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(row + 64 + 8 * c))))
-                                 : _mm512_setzero_si512();
-                for (int h = 0; h < 2; h++) {
-                    const __m512i rep = h ? rep_b : rep_a;
-                    __m512 val;
-                    if (six) {
-                        __m512i top = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(rep, hb), hshift), c3);
-                        __m512i code = _mm512_or_si512(q[h], _mm512_slli_epi32(top, 4));
-                        val = _mm512_cvtepi32_ps(_mm512_sub_epi32(code, c32));
-                    } else val = _mm512_permutexvar_ps(q[h], table);
-                    const __m512 s = _mm512_permutexvar_ps(rep, sc[c]);
-                    __m512i x = _mm512_cvtps_epi32(_mm512_mul_ps(val, s));
-                    x = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(x, minv), maxv), off);
-                    _mm_storeu_si128((__m128i *)(dst + 32 * c + 16 * h), _mm512_cvtepi32_epi8(x));
+                for (int o = 0; o < 2; o++) {
+                    __m512 s = _mm512_setzero_ps();
+                    if (g >= 0) s = e4m3x16(_mm_loadu_si128((const __m128i *)(sidx + g * 32 + 16 * o)));
+                    for (int c = 0; c < 4; c++) sc[o][c] = _mm512_permutexvar_ps(sidx4[c], s);
                 }
+            }
+            /* the code stream 16 rows ahead (it continues into the next panel) */
+            _mm_prefetch((const char *)(row + 16 * p->row_bytes), _MM_HINT_T0);
+            if (six) _mm_prefetch((const char *)(row + 16 * p->row_bytes + 64), _MM_HINT_T0);
+            const __m512i raw = _mm512_loadu_si512((const void *)row);
+            for (int o = 0; o < 2; o++) {
+                /* lanes [chunk 2o, chunk 2o, chunk 2o+1, chunk 2o+1] */
+                const __m512i S = _mm512_shuffle_i64x2(raw, raw, o ? _MM_SHUFFLE(3, 3, 2, 2) : _MM_SHUFFLE(1, 1, 0, 0));
+                const __m512i H = six ? _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(row + 64 + 16 * o)))
+                                      : _mm512_setzero_si512();
+                __m512i x[4];
+                for (int c = 0; c < 4; c++) {
+                    const __m512i nib = _mm512_srlv_epi32(_mm512_shuffle_epi8(S, ctl[c]), sh_nib);
+                    if (six) {
+                        const __m512i tp = _mm512_and_si512(_mm512_srlv_epi32(_mm512_shuffle_epi8(H, top[c]), sh_top), c30);
+                        /* (nib & 15) | tp: bit select with 15 */
+                        const __m512i code = _mm512_ternarylogic_epi32(_mm512_set1_epi32(15), nib, tp, 0xCA);
+                        const __m512 val = _mm512_cvtepi32_ps(_mm512_sub_epi32(code, c32));
+                        /* (code - 32) · s is exact in fp32 (6 × 4 significant bits, |.| < 2^14), so one FMA
+                         * adding 1.5 · 2^23 rounds it to the integer, ties to even, as vcvtps2dq would */
+                        x[c] = _mm512_sub_epi32(_mm512_castps_si512(_mm512_fmadd_ps(val, sc[o][c], magic)), magic_bits);
+                    } else x[c] = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_permutexvar_ps(nib, table), sc[o][c]));
+                }
+                __m512i b8 = _mm512_packs_epi16(_mm512_packs_epi32(x[0], x[1]), _mm512_packs_epi32(x[2], x[3]));
+                b8 = _mm512_add_epi8(_mm512_max_epi8(b8, minv), off);
+                _mm512_storeu_si512((void *)(dst + 64 * o), b8);
             }
         }
     }

@@ -6,7 +6,8 @@
 #include "cpu/kernels.h"
 
 /* int8 micro-kernels: the main tile and the fewer-row variants (r rows at [r - 1]) */
-extern const ql_s8_kernel ql_s8_gemm_12x32c4__avx512vnni, ql_s8_small_avx512vnni[11];
+extern const ql_s8_kernel ql_s8_gemm_12x32c4__avx512vnni, ql_s8_small_avx512vnni[11],
+    ql_s8_small_eb_avx512vnni[11]; /* 1..11 rows, activations as embedded broadcasts (per-CPU tuning) */
 extern const ql_s8_kernel ql_s8_amx[32]; /* AMX-INT8: r rows at [r - 1], 32 the main tile */
 extern const ql_s8_kernel ql_s8_gemm_6x16c4__avxvnni, ql_s8_small_avxvnni[5];
 extern const ql_s8_kernel ql_s8_small_avx2[6]; /* 6 rows is the main tile */
