@@ -34,7 +34,8 @@ void ql_gemm_f32_small_part(const ql_f32_kernel *kern, const float *a, int64_t l
         const int nr_eff = (int)(b->n - n0 < panels * nr ? b->n - n0 : panels * nr);
         for (int64_t r0 = 0; r0 < m; r0 += rows) {
             const int re = (int)(m - r0 < rows ? m - r0 : rows);
-            kern->small(re, panels, k, a + r0 * lda, lda, (const char *)b->data + (size_t)(jp * pe) * es, pe, b->dtype, c);
+            const float *ar = (const float *)((const char *)a + (size_t)(r0 * lda) * (kern->a_bf16 ? 2 : 4));
+            kern->small(re, panels, k, ar, lda, (const char *)b->data + (size_t)(jp * pe) * es, pe, b->dtype, c);
             epi(arg, c, panels * nr, r0, n0, re, nr_eff);
         }
     }
@@ -68,6 +69,23 @@ ql_status ql_pack_b_float(const ql_f32_kernel *kern, ql_dtype src_dt, const void
     return QL_OK;
 }
 
+void ql_pack_a_bf16_panel(const ql_f32_kernel *kern, const uint16_t *const *rows, int64_t k, int64_t ip, uint16_t *panels)
+{
+    const int mr = kern->mr;
+    const int64_t k2 = (k + 1) / 2, whole = k / 2;
+    uint32_t *d = (uint32_t *)(panels + ip * mr * k2 * 2);
+    for (int r = 0; r < mr; r++) {
+        const uint16_t *src = rows[r];
+        uint32_t *dr = d + r;
+        if (!src) {
+            for (int64_t p = 0; p < k2; p++) dr[p * mr] = 0;
+            continue;
+        }
+        for (int64_t p = 0; p < whole; p++) memcpy(dr + p * mr, src + 2 * p, 4);
+        if (k & 1) dr[whole * mr] = src[k - 1]; /* the pair (k - 1, 0): the low half */
+    }
+}
+
 void ql_packed_f32_free(ql_packed_f32 *b)
 {
     if (!b) return;
@@ -93,7 +111,7 @@ ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a
     int64_t mblocks, nblocks;
     ql_block_grid(mpanels, npanels, threads, &mc, &nc, &mblocks, &nblocks);
     const int64_t blocks = mblocks * nblocks;
-    const size_t es = ql_dtype_size(b->dtype);
+    const size_t es = ql_dtype_size(b->dtype), as = kern->a_bf16 ? 2 : 4; /* A element bytes */
     if (threads > blocks) threads = (int)(blocks > 0 ? blocks : 1);
     int failed = 0;
 #pragma omp parallel num_threads(threads)
@@ -102,16 +120,17 @@ ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a
         const bool decode = b->dtype != QL_F32 && !kern->kb; /* kb kernels read their bf16 blocks in place */
         float *bdec = decode ? ql_aligned_alloc((size_t)(fkc * nr) * sizeof(float)) : NULL;
         /* the last partial row panel is copied into zero-padded rows so the
-         * kernel never reads past A */
-        float *tail = (m % mr) ? ql_aligned_alloc((size_t)(mr * (k > 0 ? k : 1)) * sizeof(float)) : NULL;
-        int ok = cbuf && (!decode || bdec) && (!(m % mr) || tail);
+         * kernel never reads past A (packed bf16 panels are padded already) */
+        char *tail = (m % mr) && !kern->a_bf16 ? ql_aligned_alloc((size_t)(mr * (k > 0 ? k : 1)) * sizeof(float)) : NULL;
+        int ok = cbuf && (!decode || bdec) && (!(m % mr) || kern->a_bf16 || tail);
         if (!ok) {
 #pragma omp atomic write
             failed = 1;
         }
         if (ok && tail) {
-            memset(tail, 0, (size_t)(mr * k) * sizeof(float));
-            for (int64_t r = 0; r < m % mr; r++) memcpy(tail + r * k, a + (m - m % mr + r) * lda, (size_t)k * sizeof(float));
+            memset(tail, 0, (size_t)(mr * k) * as);
+            for (int64_t r = 0; r < m % mr; r++)
+                memcpy(tail + (size_t)(r * k) * as, (const char *)a + (size_t)((m - m % mr + r) * lda) * as, (size_t)k * as);
         }
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < blocks; blk++) {
@@ -133,8 +152,11 @@ ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a
                         float *c = cbuf + ((jp - jp0) * mc + (ip - ip0)) * mr * nr;
                         const int64_t m0 = ip * mr, n0 = jp * nr;
                         const int mr_eff = (int)(m - m0 < mr ? m - m0 : mr);
-                        if (mr_eff < mr) kern->tile(kc, tail + pc, k, bf, c, pc > 0);
-                        else kern->tile(kc, a + m0 * lda + pc, lda, bf, c, pc > 0);
+                        if (kern->a_bf16) /* panel ip, from pair pc/2 on */
+                            kern->tile(kc, (const float *)((const uint16_t *)a + (size_t)(ip * mr) * (size_t)((k + 1) / 2 * 2) + (size_t)(pc * mr)),
+                                       0, bf, c, pc > 0);
+                        else if (mr_eff < mr) kern->tile(kc, (const float *)(tail + (size_t)pc * as), k, bf, c, pc > 0);
+                        else kern->tile(kc, (const float *)((const char *)a + (size_t)(m0 * lda + pc) * as), lda, bf, c, pc > 0);
                         if (!last) continue;
                         const int nr_eff = (int)(b->n - n0 < nr ? b->n - n0 : nr);
                         epi(arg, c, nr, m0, n0, mr_eff, nr_eff);

@@ -141,6 +141,10 @@ typedef struct ql_cpu_kernels {
      * of bf16-compute layers, their epilogue and activation conversion */
     const ql_f32_kernel *f32;
     const ql_f32_kernel *bf16;
+    /* weight-only layers with bf16 activations: a kernel reading f32's int8
+     * packing (same nr, [K][NR]) with bf16 A rows (VDPBF16PS: int8 codes
+     * decoded to bf16, exactly); NULL: the f32 kernel, fp32 products in k order */
+    const ql_f32_kernel *wo_bf16;
     ql_f32_epilogue_fn f32_epilogue;
     ql_blocking f32_blocking;
     ql_rows_to_f32_fn rows_to_f32;

@@ -20,7 +20,7 @@
 
 extern const ql_cpu_kernels ql_cpu_kernels_generic, ql_cpu_kernels_avx2, ql_cpu_kernels_avxvnni,
     ql_cpu_kernels_avx512vnni, ql_cpu_kernels_amx, ql_cpu_kernels_neon, ql_cpu_kernels_neondot, ql_cpu_kernels_i8mm,
-    ql_cpu_kernels_neonbf16;
+    ql_cpu_kernels_neonbf16, ql_cpu_kernels_avx512bf16;
 
 typedef struct entry {
     ql_isa isa;
@@ -34,6 +34,7 @@ static const entry registry[] = {
     {QL_ISA_NEONDOT, "neondot", QL_ARM_TABLE(ql_cpu_kernels_neondot)},
     {QL_ISA_NEON, "neon", QL_ARM_TABLE(ql_cpu_kernels_neon)},
     {QL_ISA_AMX, "amx", QL_X86_TABLE(ql_cpu_kernels_amx)},
+    {QL_ISA_AVX512BF16, "avx512bf16", QL_X86_TABLE(ql_cpu_kernels_avx512bf16)},
     {QL_ISA_AVX512VNNI, "avx512vnni", QL_X86_TABLE(ql_cpu_kernels_avx512vnni)},
     {QL_ISA_AVXVNNI, "avxvnni", QL_X86_TABLE(ql_cpu_kernels_avxvnni)},
     {QL_ISA_AVX2, "avx2", QL_X86_TABLE(ql_cpu_kernels_avx2)},
@@ -87,6 +88,15 @@ static void apply_disable(const char *off)
     }
 }
 
+static int index_of(ql_isa isa);
+
+/* Whether this CPU runs the table of registry entry i (before ensure()). */
+static bool runs(int i)
+{
+    return i >= 0 && registry[i].table && !disabled[i] &&
+           (registry[i].table->supported == NULL || registry[i].table->supported(&features));
+}
+
 static void init(void)
 {
     ql_cpu_detect(&features);
@@ -96,6 +106,15 @@ static void init(void)
         if (!registry[i].table) continue;
         resolved[i] = resolve(registry[i].table, g);
         built[built_count++] = &resolved[i];
+    }
+    /* a float kernel of another ISA that this CPU does not run (amx's
+     * VDPBF16PS kernels with avx512bf16 hidden): the table's fp32 kernel,
+     * as on avx512vnni */
+    for (int i = 0; i < QL_ENTRIES; i++) {
+        if (!registry[i].table) continue;
+        ql_cpu_kernels *r = &resolved[i];
+        if (r->bf16->isa != r->isa && r->bf16->kb == 2 && !runs(index_of(r->bf16->isa))) r->bf16 = r->f32;
+        if (r->wo_bf16 && r->wo_bf16->isa != r->isa && !runs(index_of(r->wo_bf16->isa))) r->wo_bf16 = NULL;
     }
 }
 
