@@ -345,22 +345,28 @@ static void vcheck_case(const char *what, const float *x, int64_t m, const float
     const int64_t bad = off_bound_of(x, m, weff, n, k, yt, 0, 1);
     CHECK(bad == 0, "%s M=%lld N=%lld K=%lld (%s): twin off the float64 bound at %lld of %lld outputs", what, (long long)m,
           (long long)n, (long long)k, w8 ? "int8 codes" : "bf16", (long long)bad, (long long)(m * n));
-    for (int v = 0; fast && v < 4; v++) { /* blocked with 1, 2, 3 threads; small-M */
+    int sym = w8 != NULL; /* codes without -128: the kernel's sym variant too */
+    for (int64_t i = 0; sym && i < n * k; i++) sym = w8[i] != -128;
+    for (int v = 0; fast && v < (sym && fast->sym ? 8 : 4); v++) { /* blocked with 1, 2, 3 threads; small-M */
+        const ql_f32_kernel *f = v < 4 ? fast : fast->sym;
         for (size_t i = 0; i < cnt; i++) yf[i] = -1.0f;
-        vrun(fast, v < 3 ? v + 1 : 1, v == 3, x, m, w, w8, n, k, yf);
+        vrun(f, v % 4 < 3 ? v % 4 + 1 : 1, v % 4 == 3, x, m, w, w8, n, k, yf);
         const int64_t d = diff_bits(yt, yf, m * n);
         CHECK(d == 0, "%s M=%lld N=%lld K=%lld %s: %s differs from its twin at %lld of %lld outputs", what, (long long)m,
-              (long long)n, (long long)k, v == 3 ? "small-M" : v == 0 ? "t1" : v == 1 ? "t2" : "t3", fast->name, (long long)d,
-              (long long)(m * n));
+              (long long)n, (long long)k, v % 4 == 3 ? "small-M" : v % 4 == 0 ? "t1" : v % 4 == 1 ? "t2" : "t3", f->name,
+              (long long)d, (long long)(m * n));
     }
     free(yt); free(yf); free(weff);
 }
 
-static void vfill_codes(int8_t *q, int64_t count)
+/* Random codes with the extremes -128 and 127, or (sym) within ±127. */
+static void vfill_codes_sym(int8_t *q, int64_t count, int sym)
 {
     for (int64_t i = 0; i < count; i++) q[i] = (int8_t)(tu_next() & 0xff);
-    if (count > 1) q[0] = -128, q[1] = 127;
+    for (int64_t i = 0; sym && i < count; i++) q[i] = q[i] == -128 ? -127 : q[i];
+    if (count > 1) q[0] = sym ? -127 : -128, q[1] = 127;
 }
+static void vfill_codes(int8_t *q, int64_t count) { vfill_codes_sym(q, count, 0); }
 
 static void test_vdp_shapes(void)
 {
@@ -375,6 +381,8 @@ static void test_vdp_shapes(void)
         vfill_codes(q, n * k);
         vcheck_case("random", x, m, w, NULL, n, k);
         vcheck_case("random", x, m, NULL, q, n, k);
+        vfill_codes_sym(q, n * k, 1);
+        vcheck_case("random ±127", x, m, NULL, q, n, k);
         free(x); free(w); free(q);
     }
 }
@@ -470,12 +478,17 @@ static void test_vdp_linear(void)
         float *xh = malloc((size_t)(m * ((k + 15) & ~15) + 16) * 4);
         tu_fill_gauss(QL_BF16, x, m * k, 1.0);
         if (m * k > 3) x[3] = 0x0005; /* a denormal */
-        vfill_codes(q, n * k);
+        vfill_codes_sym(q, n * k, c % 2); /* ±127: the sym kernel */
         for (int64_t i = 0; i < n; i++) s[i] = (float)((0.5 + tu_uniform()) * 1e-2);
         ql_linear_desc d = {.kind = QL_LINEAR_WEIGHT_ONLY, .int8 = {n, k, q, k, s, n, g, NULL, QL_F32}};
         ql_linear *lin = NULL;
         CHECK_OK(ql_linear_create(ctx, &d, &lin));
         if (!lin) break;
+        char desc[200];
+        ql_linear_describe(lin, 200, desc, sizeof desc);
+        const ql_f32_kernel *want = c % 2 && kt->wo_bf16->sym ? kt->wo_bf16->sym : kt->wo_bf16;
+        CHECK(strstr(desc, want->name) != NULL, "weight-only (codes %s): describe says '%s', not %s", c % 2 ? "±127" : "with -128",
+              desc, want->name);
         CHECK_OK(ql_linear_forward(lin, x, QL_BF16, m, k, y, QL_F32, n, NULL));
         const int64_t ldo = (k + 15) & ~15;
         gen->rows_to_f32(QL_BF16, x, k, 0, m, k, g, 0, xh, ldo);

@@ -51,6 +51,9 @@ typedef struct ql_f32_kernel {
      * decode writes bf16 pairs [ceil(n/nr/2)][nr][2], an odd slice's last
      * pair completed with 0. */
     int a_bf16;
+    /* the same kernel for int8 codes without -128 (a cheaper decode; a
+     * weight-only layer checks its codes once), NULL: none */
+    const struct ql_f32_kernel *sym;
 } ql_f32_kernel;
 
 

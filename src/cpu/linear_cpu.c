@@ -33,6 +33,7 @@ typedef struct cpu_linear {
     const ql_f32_kernel *f32;
     ql_packed_f32 bf;
     ql_dtype compute;
+    bool codes_sym; /* weight-only: no code is -128 (the kernels' sym variant) */
     int8_t *codes;
     /* the bias as each output dtype sees it (bias.to(out_dtype)), as fp32:
      * [0] fp32, [1] fp16, [2] bf16 (indexed by ql_dtype); NULL: no bias */
@@ -106,8 +107,12 @@ static ql_status create_int8(cpu_linear *l, const ql_linear_desc *d, const ql_wx
     }
     l->f32 = l->kt->f32;
     l->compute = QL_F32;
-    if (d->kind == QL_LINEAR_WEIGHT_ONLY) /* codes stay int8, decoded slice by slice */
+    if (d->kind == QL_LINEAR_WEIGHT_ONLY) { /* codes stay int8, decoded slice by slice */
+        l->codes_sym = true;
+        for (int64_t r = 0; r < w->n && l->codes_sym; r++)
+            for (int64_t i = 0; i < w->k; i++) l->codes_sym &= w->q[r * w->ldq + i] != -128;
         return ql_pack_b_float(l->f32, QL_I8, w->q, w->n, w->k, w->ldq, QL_I8, l->ctx->threads, &l->bf);
+    }
     /* DEQUANT keeps the int8 codes resident and expands them on every call. */
     size_t bytes = (size_t)(w->n * w->k);
     l->codes = ql_aligned_alloc(bytes);
@@ -420,7 +425,8 @@ static void act_panel_to_bf16(const cpu_linear *l, const ql_f32_kernel *kern, co
  * take the table's VDPBF16PS kernel where it has one (wo_bf16). */
 static const ql_f32_kernel *float_kernel(const cpu_linear *l, ql_dtype xdt)
 {
-    if (l->kind == QL_LINEAR_WEIGHT_ONLY && xdt == QL_BF16 && l->kt->wo_bf16) return l->kt->wo_bf16;
+    const ql_f32_kernel *w = l->kt->wo_bf16;
+    if (l->kind == QL_LINEAR_WEIGHT_ONLY && xdt == QL_BF16 && w) return l->codes_sym && w->sym ? w->sym : w;
     return l->f32;
 }
 
