@@ -110,6 +110,10 @@ typedef struct ql_blocking {
 
 typedef struct ql_cpu_kernels {
     ql_isa isa;
+    /* NULL, or the table this one extends: every entry left NULL (or 0)
+     * here is the base's (then the generic one's), so a change to the base
+     * reaches this table too */
+    const struct ql_cpu_kernels *base;
     /* whether this CPU (features minus QLINEAR_DISABLE) runs the table, and
      * if not, why (a one-line reason; NULL, or a NULL or "" answer: the CPU
      * lacks the instructions) */

@@ -51,10 +51,30 @@ static const ql_cpu_kernels *built[QL_ENTRIES]; /* resolved tables of this build
 static int built_count;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-/* An entry left NULL (or 0) is the generic table's. */
+/* A table over its base (kernels.h): the base's entries where t leaves them NULL (or 0). */
+static ql_cpu_kernels over_base(const ql_cpu_kernels *t)
+{
+    if (!t->base) return *t;
+    ql_cpu_kernels r = over_base(t->base);
+    r.isa = t->isa;
+    r.base = t->base;
+    r.supported = t->supported;
+    r.refusal = t->refusal;
+#define QL_OVER(field) if (t->field) r.field = t->field
+    QL_OVER(s8); QL_OVER(s8_rows); QL_OVER(s8_rows_max); QL_OVER(small_m); QL_OVER(s8_decoded); QL_OVER(s8_int8_a);
+    QL_OVER(prologue); QL_OVER(w8a8_epilogue); QL_OVER(wxa8_decode); QL_OVER(lora_t_row); QL_OVER(f32); QL_OVER(bf16);
+    QL_OVER(wo_bf16); QL_OVER(f32_epilogue); QL_OVER(rows_to_f32); QL_OVER(quantize_rows); QL_OVER(sr_row);
+    QL_OVER(lowrank_add);
+    QL_OVER(s8_blocking.mc); QL_OVER(s8_blocking.nc); QL_OVER(s8_blocking.kc);
+    QL_OVER(f32_blocking.mc); QL_OVER(f32_blocking.nc); QL_OVER(f32_blocking.kc);
+#undef QL_OVER
+    return r;
+}
+
+/* An entry left NULL (or 0) is the base's (over_base), then the generic table's. */
 static ql_cpu_kernels resolve(const ql_cpu_kernels *t, const ql_cpu_kernels *g)
 {
-    ql_cpu_kernels r = *t;
+    ql_cpu_kernels r = over_base(t);
 #define QL_FILL(field) if (!r.field) r.field = g->field
     QL_FILL(s8); QL_FILL(s8_rows_max); QL_FILL(small_m); QL_FILL(prologue); QL_FILL(w8a8_epilogue);
     QL_FILL(wxa8_decode); QL_FILL(lora_t_row); QL_FILL(f32); QL_FILL(bf16); QL_FILL(f32_epilogue);
