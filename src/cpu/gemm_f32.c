@@ -111,7 +111,8 @@ ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a
     int64_t mblocks, nblocks;
     ql_block_grid(mpanels, npanels, threads, &mc, &nc, &mblocks, &nblocks);
     const int64_t blocks = mblocks * nblocks;
-    const size_t es = ql_dtype_size(b->dtype), as = kern->a_bf16 ? 2 : 4; /* A element bytes */
+    const size_t es = ql_dtype_size(b->dtype);
+    const int64_t kp2 = (k + 1) / 2 * 2; /* a_bf16: the packed A panels' K */
     if (threads > blocks) threads = (int)(blocks > 0 ? blocks : 1);
     int failed = 0;
 #pragma omp parallel num_threads(threads)
@@ -121,16 +122,15 @@ ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a
         float *bdec = decode ? ql_aligned_alloc((size_t)(fkc * nr) * sizeof(float)) : NULL;
         /* the last partial row panel is copied into zero-padded rows so the
          * kernel never reads past A (packed bf16 panels are padded already) */
-        char *tail = (m % mr) && !kern->a_bf16 ? ql_aligned_alloc((size_t)(mr * (k > 0 ? k : 1)) * sizeof(float)) : NULL;
+        float *tail = (m % mr) && !kern->a_bf16 ? ql_aligned_alloc((size_t)(mr * (k > 0 ? k : 1)) * sizeof(float)) : NULL;
         int ok = cbuf && (!decode || bdec) && (!(m % mr) || kern->a_bf16 || tail);
         if (!ok) {
 #pragma omp atomic write
             failed = 1;
         }
         if (ok && tail) {
-            memset(tail, 0, (size_t)(mr * k) * as);
-            for (int64_t r = 0; r < m % mr; r++)
-                memcpy(tail + (size_t)(r * k) * as, (const char *)a + (size_t)((m - m % mr + r) * lda) * as, (size_t)k * as);
+            memset(tail, 0, (size_t)(mr * k) * sizeof(float));
+            for (int64_t r = 0; r < m % mr; r++) memcpy(tail + r * k, a + (m - m % mr + r) * lda, (size_t)k * sizeof(float));
         }
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < blocks; blk++) {
@@ -152,11 +152,10 @@ ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a
                         float *c = cbuf + ((jp - jp0) * mc + (ip - ip0)) * mr * nr;
                         const int64_t m0 = ip * mr, n0 = jp * nr;
                         const int mr_eff = (int)(m - m0 < mr ? m - m0 : mr);
-                        if (kern->a_bf16) /* panel ip, from pair pc/2 on */
-                            kern->tile(kc, (const float *)((const uint16_t *)a + (size_t)(ip * mr) * (size_t)((k + 1) / 2 * 2) + (size_t)(pc * mr)),
-                                       0, bf, c, pc > 0);
-                        else if (mr_eff < mr) kern->tile(kc, (const float *)(tail + (size_t)pc * as), k, bf, c, pc > 0);
-                        else kern->tile(kc, (const float *)((const char *)a + (size_t)(m0 * lda + pc) * as), lda, bf, c, pc > 0);
+                        if (kern->a_bf16) /* packed panel ip, from pair pc/2 on */
+                            kern->tile(kc, (const float *)((const uint16_t *)a + ip * mr * kp2 + pc * mr), 0, bf, c, pc > 0);
+                        else if (mr_eff < mr) kern->tile(kc, tail + pc, k, bf, c, pc > 0);
+                        else kern->tile(kc, a + m0 * lda + pc, lda, bf, c, pc > 0);
                         if (!last) continue;
                         const int nr_eff = (int)(b->n - n0 < nr ? b->n - n0 : nr);
                         epi(arg, c, nr, m0, n0, mr_eff, nr_eff);
