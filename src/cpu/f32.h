@@ -20,7 +20,7 @@ typedef void (*ql_f32_tile_fn)(int64_t k, const float *a, int64_t lda, const flo
 typedef void (*ql_f32_decode_fn)(ql_dtype dt, const void *src, int64_t n, float *dst);
 
 /* Small-M tile: rows × (panels·NR) over the whole K (panels 1 or 2, rows
- * 1..small_rows), the weight (panel p at b + p·panel_elems elements, dtype
+ * 1..small_rows; with small_wide, 1 row also 3 or 4 panels), the weight (panel p at b + p·panel_elems elements, dtype
  * bdt) decoded in registers; c gets the tile with row stride panels·NR.
  * Each output is the same chain of multiply-adds over k = 0, 1, ... as in
  * the blocked kernel, so both paths give the same bits. */
@@ -54,6 +54,10 @@ typedef struct ql_f32_kernel {
     /* the same kernel for int8 codes without -128 (a cheaper decode; a
      * weight-only layer checks its codes once), NULL: none */
     const struct ql_f32_kernel *sym;
+    /* 1: the small tile also takes 4 panels (panels = 4) when it has one row:
+     * a row's accumulators are chains through K, so one row over 2 panels
+     * (4 zmm) waits on the instruction's latency; 8 keep it busy */
+    int small_wide;
 } ql_f32_kernel;
 
 
@@ -79,6 +83,8 @@ typedef void (*ql_f32_epilogue_fn)(void *arg, const float *c, int nr, int64_t m0
 bool ql_f32_small_m(const ql_f32_kernel *kern, int64_t m, int64_t limit); /* limit -1: the default */
 /* Rows per tile for m rows: m split into equal groups of at most small_rows. */
 int ql_f32_small_rows(const ql_f32_kernel *kern, int64_t m);
+/* Panels per small tile for m rows: 2, or 4 for one row with small_wide. */
+int ql_f32_small_panels(const ql_f32_kernel *kern, int64_t m);
 void ql_gemm_f32_small_part(const ql_f32_kernel *kern, const float *a, int64_t lda, int64_t m, const ql_packed_f32 *b,
                             int64_t jp0, int64_t jp1, ql_f32_epilogue_fn epi, void *arg);
 

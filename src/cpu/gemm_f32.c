@@ -15,6 +15,11 @@ bool ql_f32_small_m(const ql_f32_kernel *kern, int64_t m, int64_t limit)
     return kern->small && m <= (limit >= 0 ? limit : kern->small_max);
 }
 
+int ql_f32_small_panels(const ql_f32_kernel *kern, int64_t m)
+{
+    return kern->small_wide && ql_f32_small_rows(kern, m) == 1 ? 4 : 2;
+}
+
 int ql_f32_small_rows(const ql_f32_kernel *kern, int64_t m)
 {
     const int64_t groups = (m + kern->small_rows - 1) / kern->small_rows;
@@ -24,12 +29,12 @@ int ql_f32_small_rows(const ql_f32_kernel *kern, int64_t m)
 void ql_gemm_f32_small_part(const ql_f32_kernel *kern, const float *a, int64_t lda, int64_t m, const ql_packed_f32 *b,
                             int64_t jp0, int64_t jp1, ql_f32_epilogue_fn epi, void *arg)
 {
-    const int nr = kern->nr, rows = ql_f32_small_rows(kern, m);
+    const int nr = kern->nr, rows = ql_f32_small_rows(kern, m), step = ql_f32_small_panels(kern, m);
     const int64_t k = b->k, pe = b->kp * nr;
     const size_t es = ql_dtype_size(b->dtype);
-    _Alignas(64) float c[6 * 64]; /* the largest tile */
-    for (int64_t jp = jp0; jp < jp1; jp += 2) {
-        const int panels = jp1 - jp >= 2 ? 2 : 1;
+    _Alignas(64) float c[6 * 64]; /* the largest tile (one row of 4 panels: 128) */
+    for (int64_t jp = jp0; jp < jp1; jp += step) {
+        const int panels = jp1 - jp >= step ? step : (int)(jp1 - jp);
         const int64_t n0 = jp * nr;
         const int nr_eff = (int)(b->n - n0 < panels * nr ? b->n - n0 : panels * nr);
         for (int64_t r0 = 0; r0 < m; r0 += rows) {

@@ -480,7 +480,8 @@ static ql_status forward_float(cpu_linear *l, const ql_packed_f32 *b, int64_t gr
                 ql_gemm_f32_small_part(kern, ac, ldac, mc, b, 0, b->panels, epi, &e);
                 continue;
             }
-            const int64_t pairs = (b->panels + 1) / 2; /* the tiles take two panels at a time */
+            const int unit = ql_f32_small_panels(kern, mc); /* the tiles take two (or four) panels at a time */
+            const int64_t pairs = (b->panels + unit - 1) / unit;
             ql_panel_range ranges[nt];
 #pragma omp parallel num_threads(nt)
             {
@@ -490,8 +491,8 @@ static ql_status forward_float(cpu_linear *l, const ql_packed_f32 *b, int64_t gr
 #pragma omp barrier
                 int64_t pair;
                 while (ql_panel_next(ranges, t, n, &pair))
-                    ql_gemm_f32_small_part(kern, ac, ldac, mc, b, 2 * pair, 2 * pair + 2 < b->panels ? 2 * pair + 2 : b->panels,
-                                           epi, &e);
+                    ql_gemm_f32_small_part(kern, ac, ldac, mc, b, unit * pair,
+                                           unit * pair + unit < b->panels ? unit * pair + unit : b->panels, epi, &e);
             }
             continue;
         }
@@ -614,14 +615,15 @@ static void cpu_describe(const void *impl, int64_t m, char *buf, size_t len)
     }
     const ql_f32_kernel *f = l->f32;
     const bool small = ql_f32_small_m(f, m, l->ctx->small_m);
-    if (small) snprintf(buf, len, "%s small-M %dx%d", f->small_name, ql_f32_small_rows(f, m), 2 * f->nr);
+    if (small) snprintf(buf, len, "%s small-M %dx%d", f->small_name, ql_f32_small_rows(f, m), ql_f32_small_panels(f, m) * f->nr);
     else snprintf(buf, len, "%s", f->name);
     /* weight-only: the kernel of bf16 activations too, where it differs */
     const ql_f32_kernel *w = l->kind == QL_LINEAR_WEIGHT_ONLY ? float_kernel(l, QL_BF16) : f;
     if (w != f) {
         const size_t used = strlen(buf);
         if (ql_f32_small_m(w, m, l->ctx->small_m))
-            snprintf(buf + used, len - used, "; bf16 x: %s small-M %dx%d", w->small_name, ql_f32_small_rows(w, m), 2 * w->nr);
+            snprintf(buf + used, len - used, "; bf16 x: %s small-M %dx%d", w->small_name, ql_f32_small_rows(w, m),
+                     ql_f32_small_panels(w, m) * w->nr);
         else snprintf(buf + used, len - used, "; bf16 x: %s", w->name);
     }
 }

@@ -98,7 +98,7 @@ static void tile_8x8c4_generic(int64_t k, const float *a, int64_t lda, const flo
     memcpy(c, acc, sizeof acc);
 }
 
-const ql_f32_kernel ql_bf16_gemm_8x8c4__generic = {QL_ISA_GENERIC, "bf16_gemm_8x8c4__generic", 8, 8, tile_8x8c4_generic, NULL, NULL, 0, NULL, 0, 4, 0, NULL};
+const ql_f32_kernel ql_bf16_gemm_8x8c4__generic = {QL_ISA_GENERIC, "bf16_gemm_8x8c4__generic", 8, 8, tile_8x8c4_generic, NULL, NULL, 0, NULL, 0, 4, 0, NULL, 0};
 
 /* ---- The portable twins of the VDPBF16PS kernels (x86 AVX512_BF16):
  * bf16_gemm_12x32c2__avx512bf16 (B bf16 pairs [K/2][32][2]) and
@@ -177,6 +177,6 @@ static void decode_i8_pairs_generic(ql_dtype dt, const void *src, int64_t n, flo
 }
 
 const ql_f32_kernel ql_bf16_gemm_12x32c2__generic = {QL_ISA_GENERIC, "bf16_gemm_12x32c2__generic", 12, 32,
-                                                     tile_12x32c2_generic, NULL, NULL, 0, NULL, 0, 2, 1, NULL};
+                                                     tile_12x32c2_generic, NULL, NULL, 0, NULL, 0, 2, 1, NULL, 0};
 const ql_f32_kernel ql_bf16_gemm_12x32c2i8__generic = {QL_ISA_GENERIC, "bf16_gemm_12x32c2i8__generic", 12, 32,
-                                                       tile_12x32c2_generic, decode_i8_pairs_generic, NULL, 0, NULL, 0, 0, 1, NULL};
+                                                       tile_12x32c2_generic, decode_i8_pairs_generic, NULL, 0, NULL, 0, 0, 1, NULL, 0};

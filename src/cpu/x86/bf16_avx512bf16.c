@@ -160,14 +160,14 @@ static void decode_i8_pairs_sym(ql_dtype dt, const void *src, int64_t n, float *
 }
 
 /* ---- small M: R rows × P panels of 32 columns over the whole K (R <= 6,
- * P <= 2: up to 24 accumulators), B streamed: bf16 pairs loaded as they
+ * P <= 2, or one row over up to 4 panels: up to 24 accumulators), B streamed: bf16 pairs loaded as they
  * are (dense) or int8 codes decoded in registers (weight-only). */
 static inline __attribute__((always_inline)) void small_step(const int R, const int P, const int i8, const int whole,
                                                              const i8_tables *t, int64_t p, const uint16_t *a,
-                                                             int64_t lda, const void *b, int64_t pe, __m512 acc[6][4])
+                                                             int64_t lda, const void *b, int64_t pe, __m512 acc[6][8])
 {
-    __m512i w[4];
-#pragma GCC unroll 2
+    __m512i w[8];
+#pragma GCC unroll 4
     for (int q = 0; q < P; q++) {
         if (i8) {
             const int8_t *bq = (const int8_t *)b + q * pe + 64 * p;
@@ -185,7 +185,7 @@ static inline __attribute__((always_inline)) void small_step(const int R, const 
     }
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int v = 0; v < 2 * P; v++)
             acc[r][v] = whole ? dp(acc[r][v], w[v], a + r * lda + 2 * p) : dp1(acc[r][v], w[v], a + r * lda + 2 * p);
 }
@@ -194,10 +194,10 @@ static inline __attribute__((always_inline)) void small_tile(const int R, const 
                                                              const uint16_t *a, int64_t lda, const void *b, int64_t pe,
                                                              float *c)
 {
-    __m512 acc[6][4];
+    __m512 acc[6][8];
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int v = 0; v < 2 * P; v++) acc[r][v] = _mm512_setzero_ps();
     i8_tables t;
     if (i8) t = i8_tables_make();
@@ -206,7 +206,7 @@ static inline __attribute__((always_inline)) void small_tile(const int R, const 
     if (k & 1) small_step(R, P, i8, 0, &t, k2, a, lda, b, pe, acc);
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int v = 0; v < 2 * P; v++) _mm512_store_ps(c + r * 32 * P + 16 * v, acc[r][v]);
 }
 
@@ -219,7 +219,7 @@ static inline __attribute__((always_inline)) void small_tile(const int R, const 
         else small_tile(R, P, 0, k, a, lda, b, pe, c);                                                              \
     }
 #define QL_R(R) QL_RP(R, 1) QL_RP(R, 2)
-QL_R(1) QL_R(2) QL_R(3) QL_R(4) QL_R(5) QL_R(6)
+QL_R(1) QL_R(2) QL_R(3) QL_R(4) QL_R(5) QL_R(6) QL_RP(1, 3) QL_RP(1, 4)
 #undef QL_R
 #undef QL_RP
 
@@ -227,22 +227,24 @@ typedef void (*small_fn)(int, int64_t, const uint16_t *, int64_t, const void *, 
 static void small_bf16(int rows, int panels, int64_t k, const float *a, int64_t lda, const void *b, int64_t pe,
                        ql_dtype dt, float *c)
 {
-    static const small_fn fns[6][2] = {{small_1_1, small_1_2}, {small_2_1, small_2_2}, {small_3_1, small_3_2},
-                                       {small_4_1, small_4_2}, {small_5_1, small_5_2}, {small_6_1, small_6_2}};
+    static const small_fn fns[6][4] = {{small_1_1, small_1_2, small_1_3, small_1_4}, {small_2_1, small_2_2},
+                                       {small_3_1, small_3_2}, {small_4_1, small_4_2}, {small_5_1, small_5_2},
+                                       {small_6_1, small_6_2}};
     fns[rows - 1][panels - 1](dt == QL_I8, k, (const uint16_t *)a, lda, b, pe, c);
 }
 static void small_sym(int rows, int panels, int64_t k, const float *a, int64_t lda, const void *b, int64_t pe,
                       ql_dtype dt, float *c)
 {
-    static const small_fn fns[6][2] = {{small_1_1, small_1_2}, {small_2_1, small_2_2}, {small_3_1, small_3_2},
-                                       {small_4_1, small_4_2}, {small_5_1, small_5_2}, {small_6_1, small_6_2}};
+    static const small_fn fns[6][4] = {{small_1_1, small_1_2, small_1_3, small_1_4}, {small_2_1, small_2_2},
+                                       {small_3_1, small_3_2}, {small_4_1, small_4_2}, {small_5_1, small_5_2},
+                                       {small_6_1, small_6_2}};
     fns[rows - 1][panels - 1](dt == QL_I8 ? 2 : 0, k, (const uint16_t *)a, lda, b, pe, c);
 }
 
 const ql_f32_kernel ql_bf16_gemm_12x32c2__avx512bf16 = {QL_ISA_AVX512BF16, "bf16_gemm_12x32c2__avx512bf16", 12, 32, tile_12x32c2,
-                                                        NULL, "bf16_gemv_6x64c2__avx512bf16", 6, small_bf16, 80, 2, 1, NULL};
+                                                        NULL, "bf16_gemv_6x64c2__avx512bf16", 6, small_bf16, 80, 2, 1, NULL, 1};
 static const ql_f32_kernel i7 = {QL_ISA_AVX512BF16, "bf16_gemm_12x32c2i7__avx512bf16", 12, 32, tile_12x32c2, decode_i8_pairs_sym,
-                                 "bf16_gemv_6x64c2i7__avx512bf16", 6, small_sym, 80, 0, 1, NULL};
+                                 "bf16_gemv_6x64c2i7__avx512bf16", 6, small_sym, 80, 0, 1, NULL, 1};
 const ql_f32_kernel ql_bf16_gemm_12x32c2i8__avx512bf16 = {QL_ISA_AVX512BF16, "bf16_gemm_12x32c2i8__avx512bf16", 12, 32,
                                                           tile_12x32c2, decode_i8_pairs, "bf16_gemv_6x64c2i8__avx512bf16", 6,
-                                                          small_bf16, 80, 0, 1, &i7};
+                                                          small_bf16, 80, 0, 1, &i7, 1};
