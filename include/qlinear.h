@@ -89,7 +89,9 @@ typedef enum ql_isa {
     QL_ISA_NEONDOT = 6,    /* + dot product (SDOT, ARMv8.2: Apple M1, Neoverse N1, Cortex-A76) */
     QL_ISA_I8MM = 7,       /* + int8 matrix multiply (SMMLA, ARMv8.6: Apple M2, Neoverse V1/N2) */
     QL_ISA_NEONBF16 = 8,   /* i8mm + BF16 (BFMMLA for bf16-compute dense layers: Apple M2, Neoverse V1/N2) */
-    QL_ISA_AMX = 9         /* AMX-INT8 tiles for the int8 GEMM, AVX-512 elsewhere (Sapphire Rapids and later; Linux) */
+    QL_ISA_AMX = 9,        /* AMX-INT8 tiles for the int8 GEMM, AVX-512 elsewhere (Sapphire Rapids and later; Linux) */
+    QL_ISA_AVX512BF16 = 10 /* avx512vnni + AVX512_BF16 (and VBMI): VDPBF16PS for bf16-compute dense layers and
+                              weight-only layers with bf16 activations (Zen 4/5, Sapphire Rapids without AMX) */
 } ql_isa;
 
 const char *ql_isa_name(ql_isa isa);
@@ -109,7 +111,7 @@ typedef struct ql_context ql_context;
 
 /* A context holds the thread count and the ISA choice. Defaults come from the
  * environment: QLINEAR_THREADS (else the number of online CPUs) and
- * QLINEAR_ISA=generic|avx2|avxvnni|avx512vnni|amx on x86-64, generic|neon|neondot|i8mm|neonbf16
+ * QLINEAR_ISA=generic|avx2|avxvnni|avx512vnni|avx512bf16|amx on x86-64, generic|neon|neondot|i8mm|neonbf16
  * on AArch64 (else the best available; one
  * the CPU lacks is refused with QL_ERR_UNSUPPORTED). */
 ql_status ql_context_create(ql_context **out);

@@ -6,7 +6,7 @@
  *   test_amx deny      run with QLINEAR_AMX_DENY=1 (the test hook that
  *                      simulates Linux refusing the tile data): amx refused
  *                      with the hook's message where the CPU has AMX, the
- *                      pick is avx512vnni, QLINEAR_ISA=amx refused with it;
+ *                      pick is avx512bf16 (or avx512vnni), QLINEAR_ISA=amx refused with it;
  *   test_amx disabled  run with QLINEAR_DISABLE=amx: hidden, and the
  *                      permission never requested.
  * Every mode also checks ql_amx_judge (the verdict) on made-up probes, so
@@ -144,8 +144,9 @@ static void test_choice(const char *mode)
         CHECK(best == QL_ISA_AMX, "amx supported but the best ISA is %s", ql_isa_name(best));
     } else {
         CHECK(best != QL_ISA_AMX, "amx refused but picked");
+        const ql_isa next = ql_isa_supported(QL_ISA_AVX512BF16) ? QL_ISA_AVX512BF16 : QL_ISA_AVX512VNNI;
         if (ql_isa_supported(QL_ISA_AVX512VNNI))
-            CHECK(best == QL_ISA_AVX512VNNI, "amx refused: the pick is %s, not the next ISA avx512vnni", ql_isa_name(best));
+            CHECK(best == next, "amx refused: the pick is %s, not the next ISA %s", ql_isa_name(best), ql_isa_name(next));
         /* forcing it: refused with the reason, on one line */
         setenv("QLINEAR_ISA", "amx", 1);
         ql_context *c = NULL;

@@ -1,13 +1,20 @@
-/* The bf16 kernels (operands bf16, fp32 sums with BFMMLA's rounding):
- * bf16_gemm_8x8c4__neonbf16 (AArch64 with FEAT_BF16) equals its portable
- * twin bit for bit, and both stay within a float64 bound derived from K and
- * the operand magnitudes; odd M/N/K tails, K slices, 1 and 2 threads; bf16
- * NaN, Inf, the largest and smallest values and denormals; the dense
- * bf16-compute linear that dispatches to it, with 1-row and empty inputs.
- * Where the CPU lacks BF16 only the twin runs (and test_dispatch checks
- * that the ISA is refused).
+/* The bf16 kernels (operands bf16, fp32 sums in the instruction's own way):
+ *  - BFMMLA (AArch64 FEAT_BF16): bf16_gemm_8x8c4__neonbf16 equals its
+ *    portable twin bit for bit, and both stay within a float64 bound derived
+ *    from K and the operand magnitudes;
+ *  - VDPBF16PS (x86 AVX512_BF16): bf16_gemm_12x32c2__avx512bf16 (dense) and
+ *    bf16_gemm_12x32c2i8__avx512bf16 (weight-only: int8 codes, bf16
+ *    activations) equal their twins bit for bit on the blocked path (any K
+ *    slicing, 1-3 threads) and the small-M path, and the twins meet the
+ *    float64 bound of a sequential fp32 chain with denormals flushed;
+ * odd M/N/K tails (K not a multiple of 2, 4, 32), 1-row and empty inputs,
+ * bf16 NaN, Inf, the largest and smallest values and denormals; the dense
+ * bf16-compute linear and the weight-only linear with bf16 activations
+ * (group 0 and ConvRot) that dispatch to them. Where the CPU lacks an
+ * instruction only the twin runs (and test_dispatch checks that the ISA is
+ * refused).
  *
- * The bound. Per output the kernel computes, for each 2-k half i of the
+ * The BFMMLA bound. Per output the kernel computes, for each 2-k half i of the
  * ceil(K/4) blocks (h = 2·ceil(K/4) halves, padding terms exact zeros),
  * t_i = RO(p_2i + p_2i+1), s_i+1 = RO(s_i + t_i), with exact products p
  * (bf16·bf16 has 16 significant bits) and RO rounding to fp32 "to odd":
@@ -18,7 +25,13 @@
  * operand (flushed to 0 by BFMMLA), F = (K + 2h)·2^-126 (products and sums
  * below 2^-126 flushed). The float64 reference Σ x·w has error <= K·2^-53·S,
  * far below. γ_{h+1} ≈ (K/2 + 3)·2^-23 — the same order as a sequential
- * fp32 FMA chain's γ_K with u = 2^-24. */
+ * fp32 FMA chain's γ_K with u = 2^-24.
+ *
+ * The VDPBF16PS bound. Per output one chain of 2·ceil(K/2) FMAs with exact
+ * products (k+1 before k in each pair; a padding term adds an exact 0), each
+ * rounded to nearest even (u = 2^-24), denormal operands read as 0 and results
+ * below 2^-126 flushed: |y - Σ x·w| <= γ_K·S + D + (1 + γ_K)·K·2^-126, inside
+ * the BFMMLA bound (γ_K <= γ_{h+1}, K <= K + 2h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,10 +71,12 @@ static void run(const ql_f32_kernel *kern, int threads, const float *x, int64_t 
 /* Outputs off the bound (or, where the float64 value is NaN or beyond the
  * fp32 range, not NaN / not that Inf). rel: a final rounding of relative
  * size rel (the output dtype's half ulp), 0 for fp32 sums. */
-static int64_t off_bound(const float *x, int64_t m, const float *w, int64_t n, int64_t k, const float *y, double rel)
+static int64_t off_bound_of(const float *x, int64_t m, const float *w, int64_t n, int64_t k, const float *y, double rel,
+                            int vdp)
 {
     const int64_t h = 2 * ((k + 3) / 4);
-    const double u = 0x1p-23, g = (h + 1) * u / (1 - (h + 1) * u), f = (double)(k + 2 * h) * 0x1p-126;
+    const double u = vdp ? 0x1p-24 : 0x1p-23, nr = vdp ? (double)k : (double)(h + 1);
+    const double g = nr * u / (1 - nr * u), f = (double)(vdp ? k : k + 2 * h) * 0x1p-126;
     int64_t bad = 0;
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
@@ -81,6 +96,11 @@ static int64_t off_bound(const float *x, int64_t m, const float *w, int64_t n, i
             bad += !(fabs(got - ref) <= bound * (1 + rel) + rel * fabs(ref));
         }
     return bad;
+}
+
+static int64_t off_bound(const float *x, int64_t m, const float *w, int64_t n, int64_t k, const float *y, double rel)
+{
+    return off_bound_of(x, m, w, n, k, y, rel, 0);
 }
 
 static int64_t diff_bits(const float *a, const float *b, int64_t count)
@@ -104,7 +124,7 @@ static const ql_f32_kernel *fast_kernel(void)
 {
     for (int i = 0; i < ql_cpu_kernels_count(); i++) {
         const ql_cpu_kernels *kt = ql_cpu_kernels_at(i);
-        if (ql_isa_supported(kt->isa) && kt->bf16->kb && kt->bf16 != &ql_bf16_gemm_8x8c4__generic) return kt->bf16;
+        if (ql_isa_supported(kt->isa) && kt->bf16->kb == 4 && kt->bf16 != &ql_bf16_gemm_8x8c4__generic) return kt->bf16;
     }
     return NULL;
 }
@@ -263,6 +283,236 @@ static void test_linear(void)
     ql_context_destroy(ctx);
 }
 
+/* ---------------------------------------------------------------- VDPBF16PS */
+
+/* The table whose bf16 entry is a VDPBF16PS kernel (kb = 2) this CPU runs,
+ * or NULL. */
+static const ql_cpu_kernels *vdp_table(void)
+{
+    for (int i = 0; i < ql_cpu_kernels_count(); i++) {
+        const ql_cpu_kernels *kt = ql_cpu_kernels_at(i);
+        if (ql_isa_supported(kt->isa) && kt->bf16->kb == 2 && kt->bf16->isa != QL_ISA_GENERIC && kt->wo_bf16) return kt;
+    }
+    return NULL;
+}
+
+static uint16_t top16(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return (uint16_t)(u >> 16);
+}
+
+/* y = x·wᵀ through a VDPBF16PS kernel (or its twin): x m bf16 rows (values
+ * as fp32, stride k), w n rows of bf16 values as fp32 (dense) or int8 codes
+ * (w8, weight-only); the blocked driver with `threads`, or (small) the
+ * small-M path over all panels. */
+static void vrun(const ql_f32_kernel *kern, int threads, int small, const float *x, int64_t m, const float *w,
+                 const int8_t *w8, int64_t n, int64_t k, float *y)
+{
+    ql_packed_f32 b;
+    if (w8) CHECK_OK(ql_pack_b_float(kern, QL_I8, w8, n, k, k, QL_I8, 1, &b));
+    else CHECK_OK(ql_pack_b_float(kern, QL_F32, w, n, k, k, QL_BF16, 1, &b));
+    uint16_t *xr = malloc((size_t)(m * k + 1) * 2);
+    for (int64_t i = 0; i < m * k; i++) xr[i] = top16(x[i]);
+    epi_arg e = {y, n};
+    if (small) {
+        if (m > 0) ql_gemm_f32_small_part(kern, (const float *)xr, k, m, &b, 0, b.panels, epi_copy, &e);
+    } else {
+        uint16_t *pa = malloc(ql_packed_a_bf16_bytes(kern, m, k) + 2);
+        const uint16_t *rows[16];
+        for (int64_t ip = 0; ip * kern->mr < m; ip++) {
+            for (int r = 0; r < kern->mr; r++) rows[r] = ip * kern->mr + r < m ? xr + (ip * kern->mr + r) * k : NULL;
+            ql_pack_a_bf16_panel(kern, rows, k, ip, pa);
+        }
+        CHECK_OK(ql_gemm_f32_run(threads, kern, (const float *)pa, 0, m, &b, epi_copy, &e));
+        free(pa);
+    }
+    free(xr);
+    ql_packed_f32_free(&b);
+}
+
+/* NaNs compare equal here only with the same bits (the twin models the payloads). */
+static void vcheck_case(const char *what, const float *x, int64_t m, const float *w, const int8_t *w8, int64_t n, int64_t k)
+{
+    const ql_cpu_kernels *kt = vdp_table();
+    const ql_f32_kernel *twin = w8 ? &ql_bf16_gemm_12x32c2i8__generic : &ql_bf16_gemm_12x32c2__generic;
+    const ql_f32_kernel *fast = kt ? (w8 ? kt->wo_bf16 : kt->bf16) : NULL;
+    const size_t cnt = (size_t)(m * n + 1);
+    float *yt = malloc(cnt * 4), *yf = malloc(cnt * 4), *weff = malloc((size_t)(n * k + 1) * 4);
+    for (int64_t i = 0; i < n * k; i++) weff[i] = w8 ? (float)w8[i] : w[i];
+    vrun(twin, 1, 0, x, m, w, w8, n, k, yt);
+    const int64_t bad = off_bound_of(x, m, weff, n, k, yt, 0, 1);
+    CHECK(bad == 0, "%s M=%lld N=%lld K=%lld (%s): twin off the float64 bound at %lld of %lld outputs", what, (long long)m,
+          (long long)n, (long long)k, w8 ? "int8 codes" : "bf16", (long long)bad, (long long)(m * n));
+    int sym = w8 != NULL; /* codes without -128: the kernel's sym variant too */
+    for (int64_t i = 0; sym && i < n * k; i++) sym = w8[i] != -128;
+    for (int v = 0; fast && v < (sym && fast->sym ? 8 : 4); v++) { /* blocked with 1, 2, 3 threads; small-M */
+        const ql_f32_kernel *f = v < 4 ? fast : fast->sym;
+        for (size_t i = 0; i < cnt; i++) yf[i] = -1.0f;
+        vrun(f, v % 4 < 3 ? v % 4 + 1 : 1, v % 4 == 3, x, m, w, w8, n, k, yf);
+        const int64_t d = diff_bits(yt, yf, m * n);
+        CHECK(d == 0, "%s M=%lld N=%lld K=%lld %s: %s differs from its twin at %lld of %lld outputs", what, (long long)m,
+              (long long)n, (long long)k, v % 4 == 3 ? "small-M" : v % 4 == 0 ? "t1" : v % 4 == 1 ? "t2" : "t3", f->name,
+              (long long)d, (long long)(m * n));
+    }
+    free(yt); free(yf); free(weff);
+}
+
+/* Random codes with the extremes -128 and 127, or (sym) within ±127. */
+static void vfill_codes_sym(int8_t *q, int64_t count, int sym)
+{
+    for (int64_t i = 0; i < count; i++) q[i] = (int8_t)(tu_next() & 0xff);
+    for (int64_t i = 0; sym && i < count; i++) q[i] = q[i] == -128 ? -127 : q[i];
+    if (count > 1) q[0] = sym ? -127 : -128, q[1] = 127;
+}
+static void vfill_codes(int8_t *q, int64_t count) { vfill_codes_sym(q, count, 0); }
+
+static void test_vdp_shapes(void)
+{
+    static const int64_t ks[] = {1, 2, 3, 31, 32, 33, 63, 64, 65, 255, 256, 257, 511, 512, 513, 1025, 1536};
+    const int nk = (int)(sizeof ks / sizeof ks[0]);
+    for (int c = 0; c < 40; c++) {
+        const int64_t m = c < 3 ? 1 : c == 3 ? 0 : c % 5 == 0 ? tu_range(60, 130) : tu_range(1, 40);
+        const int64_t n = c % 4 == 1 ? 1 : tu_range(1, 90) | (c % 2), k = c < nk ? ks[c] : tu_range(1, 1200);
+        float *x = malloc((size_t)(m * k + 1) * 4), *w = malloc((size_t)(n * k + 1) * 4);
+        int8_t *q = malloc((size_t)(n * k + 1));
+        fill(x, m, w, n, k);
+        vfill_codes(q, n * k);
+        vcheck_case("random", x, m, w, NULL, n, k);
+        vcheck_case("random", x, m, NULL, q, n, k);
+        vfill_codes_sym(q, n * k, 1);
+        vcheck_case("random ±127", x, m, NULL, q, n, k);
+        free(x); free(w); free(q);
+    }
+}
+
+/* The limits of test_limits through the VDPBF16PS kernels and twins (dense;
+ * the weight-only ones with the activations' extremes against int8 codes). */
+static void test_vdp_limits(void)
+{
+    const int64_t m = 13, n = 37, k = 71;
+    float *x = malloc((size_t)(m * k) * 4), *w = malloc((size_t)(n * k) * 4), *y = malloc((size_t)(m * n) * 4);
+    int8_t *q = malloc((size_t)(n * k));
+    const float big = ql_bf16_to_fp32(0x7f7f), tiny = 0x1p-126f;
+    for (int v = 0; v < 3; v++) {
+        fill(x, m, w, n, k);
+        vfill_codes(q, n * k);
+        for (int64_t i = 0; i < m * k; i++) {
+            const double r = tu_uniform();
+            if (v == 0 && r < 0.3) x[i] = r < 0.15 ? big : -big;
+            if (v == 1 && r < 0.3) x[i] = r < 0.15 ? tiny : -tiny;
+            if (v == 2 && r < 0.3) x[i] = ql_bf16_to_fp32((uint16_t)tu_range(1, 0x7f)); /* denormals */
+        }
+        for (int64_t i = 0; i < n * k; i++) w[i] = bf(tu_gauss() * (v == 0 ? 0x1p-120 : v == 1 ? 0x1p20 : 1.0));
+        if (v == 2)
+            for (int64_t i = 0; i < n * k; i += 3) w[i] = ql_bf16_to_fp32((uint16_t)(0x8000 | tu_range(1, 0x7f)));
+        const char *what = v == 0 ? "bf16 max" : v == 1 ? "bf16 min normal" : "bf16 denormals";
+        vcheck_case(what, x, m, w, NULL, n, k);
+        if (v == 0) /* big·127 summed could overflow: the activations scaled down for the codes */
+            for (int64_t i = 0; i < m * k; i++) x[i] = bf(x[i] * 0x1p-20);
+        vcheck_case(what, x, m, NULL, q, n, k);
+    }
+    /* NaN / Inf (as test_limits: row 1 a NaN, rows 2/3 ±Inf at k0 against zeros
+     * and normals, w row 4 -Inf at k1 meeting x row 6's 0), and a sum that
+     * overflows; the twin's NaN payloads must be the kernel's */
+    fill(x, m, w, n, k);
+    vfill_codes(q, n * k);
+    const int64_t k0 = 5, k1 = 30;
+    x[1 * k + 17] = NAN;
+    x[2 * k + k0] = INFINITY;
+    x[3 * k + k0] = -INFINITY;
+    for (int64_t j = 0; j < n; j++) w[j * k + k0] = j % 3 == 0 ? 0.0f : bf(tu_gauss());
+    for (int64_t j = 0; j < n; j++) q[j * k + k0] = j % 3 == 0 ? 0 : (int8_t)tu_range(-128, 127) | 1;
+    w[4 * k + k1] = -INFINITY;
+    w[5 * k + 9] = NAN;
+    x[6 * k + k1] = 0.0f;
+    vcheck_case("NaN/Inf", x, m, w, NULL, n, k);
+    vcheck_case("NaN/Inf", x, m, NULL, q, n, k);
+    vrun(&ql_bf16_gemm_12x32c2__generic, 1, 0, x, m, w, NULL, n, k, y);
+    int64_t wrong = 0;
+    for (int64_t j = 0; j < n; j++) {
+        wrong += !isnan(y[1 * n + j]);
+        const float s = w[j * k + k0];
+        if (j == 4 || j == 5) continue;
+        wrong += s == 0 ? !isnan(y[2 * n + j]) : y[2 * n + j] != copysignf(INFINITY, s);
+        wrong += s == 0 ? !isnan(y[3 * n + j]) : y[3 * n + j] != copysignf(INFINITY, -s);
+    }
+    wrong += !isnan(y[6 * n + 4]);
+    for (int64_t i = 0; i < m; i++) wrong += !isnan(y[i * n + 5]);
+    CHECK(wrong == 0, "VDPBF16PS NaN/Inf: %lld outputs not the expected NaN / signed Inf", (long long)wrong);
+    fill(x, m, w, n, k);
+    for (int64_t p = 0; p < k; p++) w[0 * k + p] = w[1 * k + p] = 0.0f;
+    for (int64_t j = 2; j < n; j++) w[j * k + 3] = w[j * k + 8] = w[j * k + 9] = 0.0f;
+    x[0 * k + 3] = big;
+    w[0 * k + 3] = 2.0f;
+    x[0 * k + 8] = x[0 * k + 9] = big;
+    w[1 * k + 8] = w[1 * k + 9] = 1.0f;
+    vcheck_case("overflow", x, m, w, NULL, n, k);
+    vrun(&ql_bf16_gemm_12x32c2__generic, 1, 0, x, m, w, NULL, n, k, y);
+    CHECK(y[0] == INFINITY && y[1] == INFINITY, "VDPBF16PS overflow: %g %g, expected +Inf", y[0], y[1]);
+    free(x); free(w); free(y); free(q);
+}
+
+/* The weight-only linear with bf16 activations (group 0 and ConvRot 256) on
+ * the best ISA: exactly fl(s·twin(x̂, q)) with x̂ the activation as the
+ * generic table converts it (rotated, rounded to bf16), for M = 0, 1, small
+ * and blocked, threads 1-3; with fp32 activations the fp32 path (its own
+ * float64 bound: test_linear). */
+static void test_vdp_linear(void)
+{
+    ql_context *ctx;
+    CHECK_OK(ql_context_create(&ctx));
+    const ql_cpu_kernels *kt = ql_cpu_kernels_for(ql_context_isa(ctx)), *gen = ql_cpu_kernels_for(QL_ISA_GENERIC);
+    const int vdp = kt->wo_bf16 != NULL;
+    printf("  weight-only with bf16 x on %s: %s\n", ql_isa_name(ql_context_isa(ctx)),
+           vdp ? kt->wo_bf16->name : "the fp32 kernel (no VDPBF16PS): not compared here");
+    for (int c = 0; vdp && c < 10; c++) {
+        const int64_t g = c % 3 == 2 ? 256 : 0, k = g ? 256 * tu_range(1, 3) : (c == 0 ? 1 : tu_range(1, 700));
+        const int64_t n = tu_range(1, 80) | 1, m = c == 1 ? 1 : c % 2 ? tu_range(2, 80) : tu_range(81, 150);
+        const int threads = 1 + c % 3;
+        ql_context_set_threads(ctx, threads);
+        uint16_t *x = malloc((size_t)(m * k) * 2);
+        int8_t *q = malloc((size_t)(n * k));
+        float *s = malloc((size_t)n * 4), *y = malloc((size_t)(m * n + 1) * 4), *yt = malloc((size_t)(m * n + 1) * 4);
+        float *xh = malloc((size_t)(m * ((k + 15) & ~15) + 16) * 4);
+        tu_fill_gauss(QL_BF16, x, m * k, 1.0);
+        if (m * k > 3) x[3] = 0x0005; /* a denormal */
+        vfill_codes_sym(q, n * k, c % 2); /* ±127: the sym kernel */
+        for (int64_t i = 0; i < n; i++) s[i] = (float)((0.5 + tu_uniform()) * 1e-2);
+        ql_linear_desc d = {.kind = QL_LINEAR_WEIGHT_ONLY, .int8 = {n, k, q, k, s, n, g, NULL, QL_F32}};
+        ql_linear *lin = NULL;
+        CHECK_OK(ql_linear_create(ctx, &d, &lin));
+        if (!lin) break;
+        char desc[200];
+        ql_linear_describe(lin, 200, desc, sizeof desc);
+        const ql_f32_kernel *want = c % 2 && kt->wo_bf16->sym ? kt->wo_bf16->sym : kt->wo_bf16;
+        CHECK(strstr(desc, want->name) != NULL, "weight-only (codes %s): describe says '%s', not %s", c % 2 ? "±127" : "with -128",
+              desc, want->name);
+        CHECK_OK(ql_linear_forward(lin, x, QL_BF16, m, k, y, QL_F32, n, NULL));
+        const int64_t ldo = (k + 15) & ~15;
+        gen->rows_to_f32(QL_BF16, x, k, 0, m, k, g, 0, xh, ldo);
+        float *xc = malloc((size_t)(m * k + 1) * 4);
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t p = 0; p < k; p++) xc[i * k + p] = xh[i * ldo + p];
+        vrun(&ql_bf16_gemm_12x32c2i8__generic, 1, 0, xc, m, NULL, q, n, k, yt);
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) yt[i * n + j] *= s[j];
+        const int64_t dd = diff_bits(y, yt, m * n);
+        CHECK(dd == 0, "weight-only bf16 x G=%lld M=%lld N=%lld K=%lld t%d: %lld of %lld outputs differ from s·twin", (long long)g,
+              (long long)m, (long long)n, (long long)k, threads, (long long)dd, (long long)(m * n));
+        /* M = 0 writes nothing */
+        memset(y, 0x5a, (size_t)(m * n) * 4);
+        CHECK_OK(ql_linear_forward(lin, x, QL_BF16, 0, k, y, QL_F32, n, NULL));
+        int64_t touched = 0;
+        for (int64_t i = 0; i < m * n * 4; i++) touched += ((unsigned char *)y)[i] != 0x5a;
+        CHECK(touched == 0, "weight-only bf16 x M = 0 wrote %lld bytes", (long long)touched);
+        ql_linear_destroy(lin);
+        free(x); free(q); free(s); free(y); free(yt); free(xh); free(xc);
+    }
+    ql_context_destroy(ctx);
+}
+
 int main(void)
 {
     tu_init("test_bf16");
@@ -272,5 +522,11 @@ int main(void)
     test_shapes();
     test_limits();
     test_linear();
+    const ql_cpu_kernels *vt = vdp_table();
+    printf("  %s\n", vt ? "VDPBF16PS kernels against their twins and float64"
+                        : "no AVX512_BF16 kernels on this CPU: the VDPBF16PS twins against float64 only");
+    test_vdp_shapes();
+    test_vdp_limits();
+    test_vdp_linear();
     return tu_finish();
 }

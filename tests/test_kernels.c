@@ -33,8 +33,10 @@
  *    (NaN/Inf/denormal sums) with col_scale none / scalar / per column;
  *  - f32 and bf16 kernels with kb = 0 (weights stored fp32, bf16, int8):
  *    within a float64 bound (below), and the small-M path bit-identical to
- *    the blocked one where the kernel has one; kb != 0 (BFMMLA layout):
+ *    the blocked one where the kernel has one; kb = 4 (BFMMLA layout):
  *    bit-identical to ql_bf16_gemm_8x8c4__generic through the same driver;
+ *    the VDPBF16PS kernels (a_bf16: bf16 and wo_bf16 entries) bit-identical
+ *    to their twins (generic/bf16_generic.c), blocked and small-M;
  *  - rows_to_f32, quantize_rows, sr_row, lowrank_add, wxa8_decode (panels
  *    of the table's s8_decoded from library-quantized and random W4A8/W6A8
  *    weights), lora_t_row (where kt->s8 has kb 64, nr 32, aes 1): bit for
@@ -198,7 +200,8 @@ static void check_f32_kernel(const ql_cpu_kernels *kt, const ql_f32_kernel *k, c
     CHECK(k && k->name && k->tile, "%s %s: missing kernel or tile", tname, role);
     if (!k) return;
     CHECK(k->mr >= 1 && k->nr >= 1, "%s %s %s: tile %dx%d", tname, role, k->name, k->mr, k->nr);
-    CHECK(k->kb == 0 || k->kb == 4, "%s %s %s: kb %d", tname, role, k->name, k->kb);
+    CHECK(k->kb == 0 || k->kb == 4 || (k->kb == 2 && k->a_bf16), "%s %s %s: kb %d (a_bf16 %d)", tname, role, k->name, k->kb,
+          k->a_bf16);
     CHECK(k->kb || k->decode, "%s %s %s: a kb-0 kernel needs a decoder (bf16 / int8 slices)", tname, role, k->name);
     if (k->small)
         CHECK(k->small_name && k->small_rows >= 1 && k->small_rows * 2 * k->nr <= 6 * 64,
@@ -251,6 +254,11 @@ static void check_sanity(const ql_cpu_kernels *kt)
     }
     check_f32_kernel(kt, kt->f32, "f32");
     check_f32_kernel(kt, kt->bf16, "bf16");
+    if (kt->wo_bf16) { /* reads f32's int8 packing */
+        check_f32_kernel(kt, kt->wo_bf16, "wo_bf16");
+        CHECK(kt->wo_bf16->nr == kt->f32->nr && !kt->wo_bf16->kb && kt->wo_bf16->a_bf16 && kt->wo_bf16->decode,
+              "%s: wo_bf16 %s does not read %s's int8 panels with bf16 A", tname, kt->wo_bf16->name, kt->f32->name);
+    }
     CHECK(kt->prologue && kt->w8a8_epilogue && kt->wxa8_decode && kt->lora_t_row && kt->f32_epilogue && kt->rows_to_f32 &&
               kt->quantize_rows && kt->sr_row && kt->lowrank_add,
           "%s: an entry is unresolved (NULL)", tname);
@@ -806,6 +814,62 @@ static void bf16kb_case(const ql_f32_kernel *kern, int64_t m, int64_t n, int64_t
     free(a); free(w); free(y); free(yt);
 }
 
+/* VDPBF16PS kernels (a_bf16: dense kb = 2, or weight-only int8 codes) against
+ * their portable twin, bit for bit: blocked (1, 2 threads) and small-M. */
+static void vdp_case(const ql_f32_kernel *kern, int64_t m, int64_t n, int64_t k, int threads)
+{
+    const int i8 = kern->kb == 0;
+    const ql_f32_kernel *twin = i8 ? &ql_bf16_gemm_12x32c2i8__generic : &ql_bf16_gemm_12x32c2__generic;
+    uint16_t *x = malloc((size_t)(m * k) * 2 + 2);
+    float *w = malloc((size_t)(n * k) * 4 + 4);
+    int8_t *q = malloc((size_t)(n * k) + 1);
+    const int we = (int)tu_range(-20, 20);
+    for (int64_t i = 0; i < m * k; i++) x[i] = ql_fp32_to_bf16((float)tu_gauss());
+    const int sym = (int)(tu_next() & 1); /* half the cases: codes within ±127 (the sym variant runs too) */
+    for (int64_t i = 0; i < n * k; i++) w[i] = bf16_value((float)ldexp(tu_gauss(), we)), q[i] = (int8_t)(tu_next() & 0xff);
+    for (int64_t i = 0; sym && i < n * k; i++) q[i] = q[i] == -128 ? 127 : q[i];
+    if (k > 3 && m > 1) x[k + 2] = 0x0011; /* a denormal */
+    ql_packed_f32 bk, bt;
+    CHECK_OK(ql_pack_b_float(kern, i8 ? QL_I8 : QL_F32, i8 ? (const void *)q : (const void *)w, n, k, k, i8 ? QL_I8 : QL_BF16, 1, &bk));
+    CHECK_OK(ql_pack_b_float(twin, i8 ? QL_I8 : QL_F32, i8 ? (const void *)q : (const void *)w, n, k, k, i8 ? QL_I8 : QL_BF16, 1, &bt));
+    uint16_t *pa = malloc(ql_packed_a_bf16_bytes(kern, m, k) + 2);
+    const uint16_t *rows[16];
+    for (int64_t ip = 0; ip * kern->mr < m; ip++) {
+        for (int r = 0; r < kern->mr; r++) rows[r] = ip * kern->mr + r < m ? x + (ip * kern->mr + r) * k : NULL;
+        ql_pack_a_bf16_panel(kern, rows, k, ip, pa);
+    }
+    float *y = malloc((size_t)(m * n) * 4), *yt = malloc((size_t)(m * n) * 4), *ys = malloc((size_t)(m * n) * 4);
+    copy_arg ca = {y, n}, ct = {yt, n}, cs = {ys, n};
+    CHECK_OK(ql_gemm_f32_run(threads, kern, (const float *)pa, 0, m, &bk, epi_copy, &ca));
+    CHECK_OK(ql_gemm_f32_run(1, twin, (const float *)pa, 0, m, &bt, epi_copy, &ct));
+    if (kern->small) ql_gemm_f32_small_part(kern, (const float *)x, k, m, &bk, 0, bk.panels, epi_copy, &cs);
+    int64_t diff = 0, ds = 0, fd = -1;
+    for (int64_t i = 0; i < m * n; i++) {
+        if (!same_f(y[i], yt[i]) && !diff++) fd = i;
+        ds += kern->small && !same_f(ys[i], yt[i]);
+    }
+    CHECK(diff == 0 && ds == 0, "%s VDPBF16PS kernel %s t%d M=%lld N=%lld K=%lld: %lld blocked / %lld small-M outputs differ "
+          "from %s (first [%lld,%lld] %a vs %a)", tname, kern->name, threads, (long long)m, (long long)n, (long long)k,
+          (long long)diff, (long long)ds, twin->name, (long long)(fd / n), (long long)(fd % n), diff ? y[fd] : 0.0f,
+          diff ? yt[fd] : 0.0f);
+    if (i8 && kern->sym) { /* codes within ±127: the sym variant, same packing */
+        for (int64_t i = 0; i < m * n; i++) y[i] = ys[i] = -1.0f;
+        int sym = 1;
+        for (int64_t i = 0; i < n * k; i++) sym &= q[i] != -128;
+        if (sym) {
+            CHECK_OK(ql_gemm_f32_run(threads, kern->sym, (const float *)pa, 0, m, &bk, epi_copy, &ca));
+            if (kern->sym->small) ql_gemm_f32_small_part(kern->sym, (const float *)x, k, m, &bk, 0, bk.panels, epi_copy, &cs);
+            int64_t d2 = 0;
+            for (int64_t i = 0; i < m * n; i++) d2 += !same_f(y[i], yt[i]) + (kern->sym->small && !same_f(ys[i], yt[i]));
+            CHECK(d2 == 0, "%s VDPBF16PS kernel %s M=%lld N=%lld K=%lld: %lld outputs differ from %s", tname, kern->sym->name,
+                  (long long)m, (long long)n, (long long)k, (long long)d2, twin->name);
+        }
+    }
+    ql_packed_f32_free(&bk);
+    ql_packed_f32_free(&bt);
+    free(x); free(w); free(q); free(pa); free(y); free(yt); free(ys);
+}
+
 static void float_shape(const ql_f32_kernel *kern, int c, int64_t *m, int64_t *n, int64_t *k)
 {
     static const int64_t ks[] = {1, 3, 4, 5, 255, 256, 257, 600, 17, 64};
@@ -819,9 +883,10 @@ static void float_shape(const ql_f32_kernel *kern, int c, int64_t *m, int64_t *n
 
 static void test_float_kernels(const ql_cpu_kernels *kt)
 {
-    const ql_f32_kernel *ks[2] = {kt->f32, kt->bf16};
-    for (int i = 0; i < 2; i++) {
+    const ql_f32_kernel *ks[3] = {kt->f32, kt->bf16, kt->wo_bf16};
+    for (int i = 0; i < 3; i++) {
         const ql_f32_kernel *kern = ks[i];
+        if (!kern) continue;
         if (i == 1 && kern == ks[0]) {
             printf("  bf16 = the f32 kernel (bf16 weights widened to fp32 FMAs): tested as f32 with bf16 weights\n");
             continue;
@@ -829,7 +894,7 @@ static void test_float_kernels(const ql_cpu_kernels *kt)
         int done = 0;
         for (int d = 0; d < n_f32_done; d++) done |= f32_done[d] == kern;
         if (done) {
-            printf("  %s %s: tested with an earlier table\n", i ? "bf16" : "f32", kern->name);
+            printf("  %s %s: tested with an earlier table\n", i == 2 ? "wo_bf16" : i ? "bf16" : "f32", kern->name);
             continue;
         }
         if (!ql_isa_supported(kern->isa)) {
@@ -838,6 +903,17 @@ static void test_float_kernels(const ql_cpu_kernels *kt)
         }
         if (n_f32_done < 32) f32_done[n_f32_done++] = kern;
         const int cases = 24;
+        if (kern->a_bf16) {
+            if (kern->isa == QL_ISA_GENERIC) continue; /* a twin itself */
+            for (int c = 0; c < cases; c++) {
+                int64_t m, n, k;
+                float_shape(kern, c, &m, &n, &k);
+                vdp_case(kern, m, n, k, 1 + c % 2);
+            }
+            printf("  %s %s: bit-identical to its twin (%d shapes, blocked and small-M)\n", i == 2 ? "wo_bf16" : "bf16", kern->name,
+                   cases);
+            continue;
+        }
         if (kern->kb) {
             const ql_f32_kernel *twin = &ql_bf16_gemm_8x8c4__generic;
             if (kern == twin) continue;

@@ -11,13 +11,16 @@
 #include "core/core.h"
 
 /* c: tile of mr×nr fp32 (row stride nr); accumulate: add to it. b: the
- * B slice, fp32 [k][nr]; for a kernel with kb = 4 the packed bf16 blocks
- * [ceil(k/4)][nr][4] themselves (cast), read in place. */
+ * B slice, fp32 [k][nr]; for a kernel with kb = 4 (or 2) the packed bf16
+ * blocks [ceil(k/kb)][nr][kb] themselves (cast), read in place; for a kernel
+ * with a_bf16 and kb = 0 the decoded slice, bf16 pairs [ceil(k/2)][nr][2].
+ * With a_bf16, a points at the slice of a packed bf16 A panel (cast; see
+ * ql_pack_a_bf16) and lda is unused. */
 typedef void (*ql_f32_tile_fn)(int64_t k, const float *a, int64_t lda, const float *b, float *c, int accumulate);
 typedef void (*ql_f32_decode_fn)(ql_dtype dt, const void *src, int64_t n, float *dst);
 
 /* Small-M tile: rows × (panels·NR) over the whole K (panels 1 or 2, rows
- * 1..small_rows), the weight (panel p at b + p·panel_elems elements, dtype
+ * 1..small_rows; with small_wide, 1 row also 3 or 4 panels), the weight (panel p at b + p·panel_elems elements, dtype
  * bdt) decoded in registers; c gets the tile with row stride panels·NR.
  * Each output is the same chain of multiply-adds over k = 0, 1, ... as in
  * the blocked kernel, so both paths give the same bits. */
@@ -37,8 +40,24 @@ typedef struct ql_f32_kernel {
     /* 0: B is packed [K][NR] and (bf16 / int8) decoded to fp32 per K slice;
      * 4: B is packed bf16 in blocks of 4 k ([K/4][NR][4], K padded with 0),
      * the layout BFMMLA reads (a 2×4 by 4×2 product), used without decoding,
-     * and A rows must hold bf16 values (the kernel takes their top halves). */
+     * and A rows must hold bf16 values (the kernel takes their top halves);
+     * 2: B packed bf16 in pairs of k ([K/2][NR][2], K padded with 0), the
+     * layout VDPBF16PS reads (AVX512_BF16), used without decoding. */
     int kb;
+    /* A is bf16 (the VDPBF16PS kernels): for the small-M tile bf16 rows
+     * (uint16, lda in elements, read up to k only: an odd K's last pair is
+     * completed with 0 by the kernel), for the blocked driver and tile packed
+     * panels (ql_pack_a_bf16). With kb = 0 (weight-only, int8 codes [K][NR])
+     * decode writes bf16 pairs [ceil(n/nr/2)][nr][2], an odd slice's last
+     * pair completed with 0. */
+    int a_bf16;
+    /* the same kernel for int8 codes without -128 (a cheaper decode; a
+     * weight-only layer checks its codes once), NULL: none */
+    const struct ql_f32_kernel *sym;
+    /* 1: the small tile also takes 4 panels (panels = 4) when it has one row:
+     * a row's accumulators are chains through K, so one row over 2 panels
+     * (4 zmm) waits on the instruction's latency; 8 keep it busy */
+    int small_wide;
 } ql_f32_kernel;
 
 
@@ -64,10 +83,24 @@ typedef void (*ql_f32_epilogue_fn)(void *arg, const float *c, int nr, int64_t m0
 bool ql_f32_small_m(const ql_f32_kernel *kern, int64_t m, int64_t limit); /* limit -1: the default */
 /* Rows per tile for m rows: m split into equal groups of at most small_rows. */
 int ql_f32_small_rows(const ql_f32_kernel *kern, int64_t m);
+/* Panels per small tile for m rows: 2, or 4 for one row with small_wide. */
+int ql_f32_small_panels(const ql_f32_kernel *kern, int64_t m);
 void ql_gemm_f32_small_part(const ql_f32_kernel *kern, const float *a, int64_t lda, int64_t m, const ql_packed_f32 *b,
                             int64_t jp0, int64_t jp1, ql_f32_epilogue_fn epi, void *arg);
 
 ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a, int64_t lda, int64_t m,
                           const ql_packed_f32 *b, ql_f32_epilogue_fn epi, void *arg);
+
+/* A for the blocked a_bf16 kernels: panels of mr rows, each [ceil(k/2)][mr][2]
+ * bf16 (row r's k and k+1 side by side, the pairs of the panel's rows in
+ * turn; K padded with 0, rows >= m all 0), so a tile's broadcasts read one
+ * stream. ql_gemm_f32_run takes the panels as a (cast), lda unused. */
+static inline size_t ql_packed_a_bf16_bytes(const ql_f32_kernel *kern, int64_t m, int64_t k)
+{
+    return (size_t)((m + kern->mr - 1) / kern->mr * kern->mr) * (size_t)((k + 1) / 2 * 2) * 2;
+}
+/* Panel ip from its rows (k bf16 values each; rows[r] NULL: zeros), a pair
+ * of each row in turn. */
+void ql_pack_a_bf16_panel(const ql_f32_kernel *kern, const uint16_t *const *rows, int64_t k, int64_t ip, uint16_t *panels);
 
 #endif

@@ -8,7 +8,7 @@
 enum { QL_VENDOR_OTHER = 0, QL_VENDOR_INTEL = 1, QL_VENDOR_AMD = 2 };
 
 typedef struct ql_cpu_features {
-    bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avxvnni, avx512bf16, os_avx512;
+    bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avxvnni, avx512bf16, avx512vbmi, os_avx512;
     /* AMX: CPUID.(7,0):EDX[24] AMX-TILE and [25] AMX-INT8; palette 1 holds 8
      * tiles of 16 rows × 64 bytes (CPUID 0x1D); the OS saves the tile state
      * (XCR0[17] XTILECFG, [18] XTILEDATA). Linux also wants a per-process

@@ -15,6 +15,11 @@ bool ql_f32_small_m(const ql_f32_kernel *kern, int64_t m, int64_t limit)
     return kern->small && m <= (limit >= 0 ? limit : kern->small_max);
 }
 
+int ql_f32_small_panels(const ql_f32_kernel *kern, int64_t m)
+{
+    return kern->small_wide && ql_f32_small_rows(kern, m) == 1 ? 4 : 2;
+}
+
 int ql_f32_small_rows(const ql_f32_kernel *kern, int64_t m)
 {
     const int64_t groups = (m + kern->small_rows - 1) / kern->small_rows;
@@ -24,17 +29,18 @@ int ql_f32_small_rows(const ql_f32_kernel *kern, int64_t m)
 void ql_gemm_f32_small_part(const ql_f32_kernel *kern, const float *a, int64_t lda, int64_t m, const ql_packed_f32 *b,
                             int64_t jp0, int64_t jp1, ql_f32_epilogue_fn epi, void *arg)
 {
-    const int nr = kern->nr, rows = ql_f32_small_rows(kern, m);
+    const int nr = kern->nr, rows = ql_f32_small_rows(kern, m), step = ql_f32_small_panels(kern, m);
     const int64_t k = b->k, pe = b->kp * nr;
     const size_t es = ql_dtype_size(b->dtype);
-    _Alignas(64) float c[6 * 64]; /* the largest tile */
-    for (int64_t jp = jp0; jp < jp1; jp += 2) {
-        const int panels = jp1 - jp >= 2 ? 2 : 1;
+    _Alignas(64) float c[6 * 64]; /* the largest tile (one row of 4 panels: 128) */
+    for (int64_t jp = jp0; jp < jp1; jp += step) {
+        const int panels = jp1 - jp >= step ? step : (int)(jp1 - jp);
         const int64_t n0 = jp * nr;
         const int nr_eff = (int)(b->n - n0 < panels * nr ? b->n - n0 : panels * nr);
         for (int64_t r0 = 0; r0 < m; r0 += rows) {
             const int re = (int)(m - r0 < rows ? m - r0 : rows);
-            kern->small(re, panels, k, a + r0 * lda, lda, (const char *)b->data + (size_t)(jp * pe) * es, pe, b->dtype, c);
+            const float *ar = (const float *)((const char *)a + (size_t)(r0 * lda) * (kern->a_bf16 ? 2 : 4));
+            kern->small(re, panels, k, ar, lda, (const char *)b->data + (size_t)(jp * pe) * es, pe, b->dtype, c);
             epi(arg, c, panels * nr, r0, n0, re, nr_eff);
         }
     }
@@ -68,6 +74,23 @@ ql_status ql_pack_b_float(const ql_f32_kernel *kern, ql_dtype src_dt, const void
     return QL_OK;
 }
 
+void ql_pack_a_bf16_panel(const ql_f32_kernel *kern, const uint16_t *const *rows, int64_t k, int64_t ip, uint16_t *panels)
+{
+    const int mr = kern->mr;
+    const int64_t k2 = (k + 1) / 2, whole = k / 2;
+    uint32_t *d = (uint32_t *)(panels + ip * mr * k2 * 2);
+    for (int r = 0; r < mr; r++) {
+        const uint16_t *src = rows[r];
+        uint32_t *dr = d + r;
+        if (!src) {
+            for (int64_t p = 0; p < k2; p++) dr[p * mr] = 0;
+            continue;
+        }
+        for (int64_t p = 0; p < whole; p++) memcpy(dr + p * mr, src + 2 * p, 4);
+        if (k & 1) dr[whole * mr] = src[k - 1]; /* the pair (k - 1, 0): the low half */
+    }
+}
+
 void ql_packed_f32_free(ql_packed_f32 *b)
 {
     if (!b) return;
@@ -94,6 +117,7 @@ ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a
     ql_block_grid(mpanels, npanels, threads, &mc, &nc, &mblocks, &nblocks);
     const int64_t blocks = mblocks * nblocks;
     const size_t es = ql_dtype_size(b->dtype);
+    const int64_t kp2 = (k + 1) / 2 * 2; /* a_bf16: the packed A panels' K */
     if (threads > blocks) threads = (int)(blocks > 0 ? blocks : 1);
     int failed = 0;
 #pragma omp parallel num_threads(threads)
@@ -102,9 +126,9 @@ ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a
         const bool decode = b->dtype != QL_F32 && !kern->kb; /* kb kernels read their bf16 blocks in place */
         float *bdec = decode ? ql_aligned_alloc((size_t)(fkc * nr) * sizeof(float)) : NULL;
         /* the last partial row panel is copied into zero-padded rows so the
-         * kernel never reads past A */
-        float *tail = (m % mr) ? ql_aligned_alloc((size_t)(mr * (k > 0 ? k : 1)) * sizeof(float)) : NULL;
-        int ok = cbuf && (!decode || bdec) && (!(m % mr) || tail);
+         * kernel never reads past A (packed bf16 panels are padded already) */
+        float *tail = (m % mr) && !kern->a_bf16 ? ql_aligned_alloc((size_t)(mr * (k > 0 ? k : 1)) * sizeof(float)) : NULL;
+        int ok = cbuf && (!decode || bdec) && (!(m % mr) || kern->a_bf16 || tail);
         if (!ok) {
 #pragma omp atomic write
             failed = 1;
@@ -133,7 +157,9 @@ ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a
                         float *c = cbuf + ((jp - jp0) * mc + (ip - ip0)) * mr * nr;
                         const int64_t m0 = ip * mr, n0 = jp * nr;
                         const int mr_eff = (int)(m - m0 < mr ? m - m0 : mr);
-                        if (mr_eff < mr) kern->tile(kc, tail + pc, k, bf, c, pc > 0);
+                        if (kern->a_bf16) /* packed panel ip, from pair pc/2 on */
+                            kern->tile(kc, (const float *)((const uint16_t *)a + ip * mr * kp2 + pc * mr), 0, bf, c, pc > 0);
+                        else if (mr_eff < mr) kern->tile(kc, tail + pc, k, bf, c, pc > 0);
                         else kern->tile(kc, a + m0 * lda + pc, lda, bf, c, pc > 0);
                         if (!last) continue;
                         const int nr_eff = (int)(b->n - n0 < nr ? b->n - n0 : nr);

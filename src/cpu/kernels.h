@@ -110,6 +110,10 @@ typedef struct ql_blocking {
 
 typedef struct ql_cpu_kernels {
     ql_isa isa;
+    /* NULL, or the table this one extends: every entry left NULL (or 0)
+     * here is the base's (then the generic one's), so a change to the base
+     * reaches this table too */
+    const struct ql_cpu_kernels *base;
     /* whether this CPU (features minus QLINEAR_DISABLE) runs the table, and
      * if not, why (a one-line reason; NULL, or a NULL or "" answer: the CPU
      * lacks the instructions) */
@@ -146,6 +150,10 @@ typedef struct ql_cpu_kernels {
      * of bf16-compute layers, their epilogue and activation conversion */
     const ql_f32_kernel *f32;
     const ql_f32_kernel *bf16;
+    /* weight-only layers with bf16 activations: a kernel reading f32's int8
+     * packing (same nr, [K][NR]) with bf16 A rows (VDPBF16PS: int8 codes
+     * decoded to bf16, exactly); NULL: the f32 kernel, fp32 products in k order */
+    const ql_f32_kernel *wo_bf16;
     ql_f32_epilogue_fn f32_epilogue;
     ql_blocking f32_blocking;
     ql_rows_to_f32_fn rows_to_f32;

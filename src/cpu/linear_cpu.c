@@ -34,6 +34,7 @@ typedef struct cpu_linear {
     const ql_f32_kernel *f32;
     ql_packed_f32 bf;
     ql_dtype compute;
+    bool codes_sym; /* weight-only: no code is -128 (the kernels' sym variant) */
     int8_t *codes;
     /* the bias as each output dtype sees it (bias.to(out_dtype)), as fp32:
      * [0] fp32, [1] fp16, [2] bf16 (indexed by ql_dtype); NULL: no bias */
@@ -107,8 +108,12 @@ static ql_status create_int8(cpu_linear *l, const ql_linear_desc *d, const ql_wx
     }
     l->f32 = l->kt->f32;
     l->compute = QL_F32;
-    if (d->kind == QL_LINEAR_WEIGHT_ONLY) /* codes stay int8, decoded slice by slice */
+    if (d->kind == QL_LINEAR_WEIGHT_ONLY) { /* codes stay int8, decoded slice by slice */
+        l->codes_sym = true;
+        for (int64_t r = 0; r < w->n && l->codes_sym; r++)
+            for (int64_t i = 0; i < w->k; i++) l->codes_sym &= w->q[r * w->ldq + i] != -128;
         return ql_pack_b_float(l->f32, QL_I8, w->q, w->n, w->k, w->ldq, QL_I8, l->ctx->threads, &l->bf);
+    }
     /* DEQUANT keeps the int8 codes resident and expands them on every call. */
     size_t bytes = (size_t)(w->n * w->k);
     l->codes = ql_aligned_alloc(bytes);
@@ -405,25 +410,97 @@ static void act_rows_to_f32(const cpu_linear *l, const ql_input_act_plan *act, c
     }
 }
 
+/* Rows [r0, r1) of x as bf16 rows a (stride lda) for a VDPBF16PS kernel
+ * (a_bf16): through the fp32 conversion (rotation, rounding to bf16, input
+ * activation) into the thread's fp32 row f, then each value's bf16 (exact:
+ * it holds one); a bf16 input without either copied as it is. */
+static void act_rows_to_bf16(const cpu_linear *l, const ql_input_act_plan *act, const void *x, ql_dtype xdt,
+                             int64_t ldx, int64_t r0, int64_t r1, int64_t group, uint16_t *a, int64_t lda, float *f,
+                             char *row)
+{
+    const int64_t k = l->k;
+    for (int64_t r = r0; r < r1; r++) {
+        uint16_t *out = a + r * lda;
+        if (xdt == QL_BF16 && group == 0 && !act) {
+            memcpy(out, ql_row_cptr(xdt, x, r, ldx), (size_t)k * 2);
+            continue;
+        }
+        act_rows_to_f32(l, act, ql_row_cptr(xdt, x, r, ldx), xdt, ldx, 0, 1, group, f, lda, row);
+        for (int64_t i = 0; i < k; i++) {
+            uint32_t u;
+            memcpy(&u, f + i, 4);
+            out[i] = (uint16_t)(u >> 16);
+        }
+    }
+}
+
+/* Row panel ip of the m rows of x as a packed bf16 A panel (blocked
+ * VDPBF16PS kernels): a bf16 input read in place, others converted into
+ * the thread's rows h (mr rows of stride lda) first. */
+static void act_panel_to_bf16(const cpu_linear *l, const ql_f32_kernel *kern, const ql_input_act_plan *act,
+                              const void *x, ql_dtype xdt, int64_t ldx, int64_t m, int64_t ip, int64_t group,
+                              uint16_t *panels, int64_t lda, float *f, uint16_t *h, char *row)
+{
+    const int mr = kern->mr;
+    const uint16_t *rows[16];
+    const bool plain = xdt == QL_BF16 && group == 0 && !act;
+    for (int r = 0; r < mr; r++) {
+        const int64_t i = ip * mr + r;
+        if (i >= m) rows[r] = NULL;
+        else if (plain) rows[r] = ql_row_cptr(xdt, x, i, ldx);
+        else {
+            act_rows_to_bf16(l, act, ql_row_cptr(xdt, x, i, ldx), xdt, ldx, 0, 1, group, h + r * lda, lda, f, row);
+            rows[r] = h + r * lda;
+        }
+    }
+    ql_pack_a_bf16_panel(kern, rows, l->k, ip, panels);
+}
+
+/* The float kernel of a forward: weight-only layers with bf16 activations
+ * take the table's VDPBF16PS kernel where it has one (wo_bf16). */
+static const ql_f32_kernel *float_kernel(const cpu_linear *l, ql_dtype xdt)
+{
+    const ql_f32_kernel *w = l->kt->wo_bf16;
+    if (l->kind == QL_LINEAR_WEIGHT_ONLY && xdt == QL_BF16 && w) return l->codes_sym && w->sym ? w->sym : w;
+    return l->f32;
+}
+
 static ql_status forward_float(cpu_linear *l, const ql_packed_f32 *b, int64_t group, const void *x, ql_dtype xdt,
                                int64_t m, int64_t ldx, void *y, ql_dtype ydt, int64_t ldy, const ql_epi_plan *plan,
                                const ql_input_act_plan *act)
 {
-    const int64_t k = l->k, lda = (k + 15) & ~(int64_t)15;
+    const ql_f32_kernel *kern = float_kernel(l, xdt);
+    const bool abf = kern->a_bf16; /* A as bf16 rows */
+    const int64_t k = l->k, lda = abf ? (k + 31) & ~(int64_t)31 : (k + 15) & ~(int64_t)15;
     const int64_t chunk = m < QL_M_CHUNK ? m : QL_M_CHUNK;
-    const bool direct = xdt == QL_F32 && group == 0 && l->compute == QL_F32 && !act;
+    const bool small = ql_f32_small_m(kern, chunk, l->ctx->small_m);
+    /* the input read in place: fp32 rows for the fp32 kernels; bf16 rows for
+     * the small-M bf16 tiles (the blocked ones read packed A panels) */
+    const bool direct = group == 0 && !act && (abf ? xdt == QL_BF16 && small : xdt == QL_F32 && l->compute == QL_F32);
     const int threads = forward_threads(l, m);
-    /* the activated rows: one row buffer per thread, after the fp32 rows */
-    const size_t a_bytes = (size_t)(chunk * lda) * sizeof(float);
+    /* the converted rows, then per thread: the activated row, and for a_bf16
+     * the fp32 row the bf16 one is taken from */
+    const size_t a_bytes = ((abf && !small ? ql_packed_a_bf16_bytes(kern, chunk, k) : (size_t)(chunk * lda) * (abf ? 2 : 4)) + 63) &
+                           ~(size_t)63;
     const size_t row_bytes = ((size_t)k * ql_dtype_size(xdt) + 63) & ~(size_t)63;
+    /* per thread: the fp32 row, mr bf16 rows (a packed panel's) and the activated row */
+    const size_t thread_bytes = (act ? row_bytes : 0) + (abf ? (size_t)lda * (4 + 2 * (size_t)kern->mr) : 0);
     bool arena = false;
-    float *a = direct ? NULL : ql_scratch_acquire(l->ctx, a_bytes + (act ? row_bytes * (size_t)threads : 0), &arena);
-    if (!direct && !a) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot allocate the fp32 activations");
-    char *rows = act ? (char *)a + a_bytes : NULL;
+    char *ws = direct ? NULL : ql_scratch_acquire(l->ctx, a_bytes + thread_bytes * (size_t)threads, &arena);
+    if (!direct && !ws) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_forward: cannot allocate the fp32 activations");
+    float *a = (float *)ws;
     const bool wo = l->kind == QL_LINEAR_WEIGHT_ONLY;
     ql_f32_epi e = {*plan, NULL, ldy, wo ? l->sw : NULL, wo && l->n_sw == 1};
     const ql_f32_epilogue_fn epi = l->kt->f32_epilogue;
     ql_status st = QL_OK;
+/* rows [r0, r1) of the chunk converted by thread t */
+#define QL_CONVERT(r0, r1, t)                                                                                           \
+    do {                                                                                                                \
+        char *mine_ = ws + a_bytes + thread_bytes * (size_t)(t);                                                        \
+        char *row_ = act ? mine_ + (abf ? (size_t)lda * (4 + 2 * (size_t)kern->mr) : 0) : NULL;                         \
+        if (abf) act_rows_to_bf16(l, act, xc, xdt, ldx, r0, r1, group, (uint16_t *)a, lda, (float *)mine_, row_);       \
+        else act_rows_to_f32(l, act, xc, xdt, ldx, r0, r1, group, a, lda, row_);                                         \
+    } while (0)
     for (int64_t m0 = 0; m0 < m && st == QL_OK; m0 += chunk) {
         const int64_t mc = m - m0 < chunk ? m - m0 : chunk;
         const void *xc = ql_row_cptr(xdt, x, m0, ldx);
@@ -431,39 +508,45 @@ static ql_status forward_float(cpu_linear *l, const ql_packed_f32 *b, int64_t gr
         e.plan.residual = plan->residual ? ql_row_cptr(ydt, plan->residual, m0, plan->ld_residual) : NULL;
         const float *ac = direct ? (const float *)xc : a;
         const int64_t ldac = direct ? ldx : lda;
-        if (ql_f32_small_m(l->f32, mc, l->ctx->small_m)) { /* one parallel region: rows converted, then N split */
+        if (small) { /* one parallel region: rows converted, then N split */
             const int nt = threads < b->panels ? threads : (int)b->panels;
             if (nt <= 1) {
-                if (!direct) act_rows_to_f32(l, act, xc, xdt, ldx, 0, mc, group, a, lda, rows);
-                ql_gemm_f32_small_part(l->f32, ac, ldac, mc, b, 0, b->panels, epi, &e);
+                if (!direct) QL_CONVERT(0, mc, 0);
+                ql_gemm_f32_small_part(kern, ac, ldac, mc, b, 0, b->panels, epi, &e);
                 continue;
             }
-            const int64_t pairs = (b->panels + 1) / 2; /* the tiles take two panels at a time */
+            const int unit = ql_f32_small_panels(kern, mc); /* the tiles take two (or four) panels at a time */
+            const int64_t pairs = (b->panels + unit - 1) / unit;
             ql_panel_range ranges[nt];
 #pragma omp parallel num_threads(nt)
             {
                 const int t = omp_get_thread_num(), n = omp_get_num_threads();
                 if (t == 0) ql_panel_ranges_init(ranges, pairs, n);
-                if (!direct)
-                    act_rows_to_f32(l, act, xc, xdt, ldx, mc * t / n, mc * (t + 1) / n, group, a, lda,
-                                    rows + row_bytes * (size_t)t);
+                if (!direct) QL_CONVERT(mc * t / n, mc * (t + 1) / n, t);
 #pragma omp barrier
                 int64_t pair;
                 while (ql_panel_next(ranges, t, n, &pair))
-                    ql_gemm_f32_small_part(l->f32, ac, ldac, mc, b, 2 * pair, 2 * pair + 2 < b->panels ? 2 * pair + 2 : b->panels,
-                                           epi, &e);
+                    ql_gemm_f32_small_part(kern, ac, ldac, mc, b, unit * pair,
+                                           unit * pair + unit < b->panels ? unit * pair + unit : b->panels, epi, &e);
             }
             continue;
         }
-        if (!direct) {
+        if (abf) { /* packed A panels */
+            const int64_t panels = (mc + kern->mr - 1) / kern->mr;
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-            for (int64_t r = 0; r < mc; r++)
-                act_rows_to_f32(l, act, xc, xdt, ldx, r, r + 1, group, a, lda,
-                                act ? rows + row_bytes * (size_t)omp_get_thread_num() : NULL);
+            for (int64_t ip = 0; ip < panels; ip++) {
+                char *mine = ws + a_bytes + thread_bytes * (size_t)omp_get_thread_num();
+                act_panel_to_bf16(l, kern, act, xc, xdt, ldx, mc, ip, group, (uint16_t *)a, lda, (float *)mine,
+                                  (uint16_t *)(mine + (size_t)lda * 4), act ? mine + (size_t)lda * (4 + 2 * (size_t)kern->mr) : NULL);
+            }
+        } else if (!direct) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+            for (int64_t r = 0; r < mc; r++) QL_CONVERT(r, r + 1, omp_get_thread_num());
         }
-        st = ql_gemm_f32_run(threads, l->f32, ac, ldac, mc, b, epi, &e);
+        st = ql_gemm_f32_run(threads, kern, ac, ldac, mc, b, epi, &e);
     }
-    if (a) ql_scratch_release(l->ctx, a, arena);
+#undef QL_CONVERT
+    if (ws) ql_scratch_release(l->ctx, ws, arena);
     return st;
 }
 
@@ -578,9 +661,19 @@ static void cpu_describe(const void *impl, int64_t m, char *buf, size_t len)
         snprintf(buf, len, "%s%s", sp.kern->name, sp.small ? " small-M" : "");
         return;
     }
-    const bool small = ql_f32_small_m(l->f32, m, l->ctx->small_m);
-    if (small) snprintf(buf, len, "%s small-M %dx%d", l->f32->small_name, ql_f32_small_rows(l->f32, m), 2 * l->f32->nr);
-    else snprintf(buf, len, "%s", l->f32->name);
+    const ql_f32_kernel *f = l->f32;
+    const bool small = ql_f32_small_m(f, m, l->ctx->small_m);
+    if (small) snprintf(buf, len, "%s small-M %dx%d", f->small_name, ql_f32_small_rows(f, m), ql_f32_small_panels(f, m) * f->nr);
+    else snprintf(buf, len, "%s", f->name);
+    /* weight-only: the kernel of bf16 activations too, where it differs */
+    const ql_f32_kernel *w = l->kind == QL_LINEAR_WEIGHT_ONLY ? float_kernel(l, QL_BF16) : f;
+    if (w != f) {
+        const size_t used = strlen(buf);
+        if (ql_f32_small_m(w, m, l->ctx->small_m))
+            snprintf(buf + used, len - used, "; bf16 x: %s small-M %dx%d", w->small_name, ql_f32_small_rows(w, m),
+                     ql_f32_small_panels(w, m) * w->nr);
+        else snprintf(buf + used, len - used, "; bf16 x: %s", w->name);
+    }
 }
 
 /* ---- unmerged LoRA (lora.c) */

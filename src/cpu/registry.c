@@ -20,7 +20,7 @@
 
 extern const ql_cpu_kernels ql_cpu_kernels_generic, ql_cpu_kernels_avx2, ql_cpu_kernels_avxvnni,
     ql_cpu_kernels_avx512vnni, ql_cpu_kernels_amx, ql_cpu_kernels_neon, ql_cpu_kernels_neondot, ql_cpu_kernels_i8mm,
-    ql_cpu_kernels_neonbf16;
+    ql_cpu_kernels_neonbf16, ql_cpu_kernels_avx512bf16;
 
 typedef struct entry {
     ql_isa isa;
@@ -34,6 +34,7 @@ static const entry registry[] = {
     {QL_ISA_NEONDOT, "neondot", QL_ARM_TABLE(ql_cpu_kernels_neondot)},
     {QL_ISA_NEON, "neon", QL_ARM_TABLE(ql_cpu_kernels_neon)},
     {QL_ISA_AMX, "amx", QL_X86_TABLE(ql_cpu_kernels_amx)},
+    {QL_ISA_AVX512BF16, "avx512bf16", QL_X86_TABLE(ql_cpu_kernels_avx512bf16)},
     {QL_ISA_AVX512VNNI, "avx512vnni", QL_X86_TABLE(ql_cpu_kernels_avx512vnni)},
     {QL_ISA_AVXVNNI, "avxvnni", QL_X86_TABLE(ql_cpu_kernels_avxvnni)},
     {QL_ISA_AVX2, "avx2", QL_X86_TABLE(ql_cpu_kernels_avx2)},
@@ -50,10 +51,30 @@ static const ql_cpu_kernels *built[QL_ENTRIES]; /* resolved tables of this build
 static int built_count;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-/* An entry left NULL (or 0) is the generic table's. */
+/* A table over its base (kernels.h): the base's entries where t leaves them NULL (or 0). */
+static ql_cpu_kernels over_base(const ql_cpu_kernels *t)
+{
+    if (!t->base) return *t;
+    ql_cpu_kernels r = over_base(t->base);
+    r.isa = t->isa;
+    r.base = t->base;
+    r.supported = t->supported;
+    r.refusal = t->refusal;
+#define QL_OVER(field) if (t->field) r.field = t->field
+    QL_OVER(s8); QL_OVER(s8_rows); QL_OVER(s8_rows_max); QL_OVER(small_m); QL_OVER(s8_decoded); QL_OVER(s8_int8_a);
+    QL_OVER(prologue); QL_OVER(w8a8_epilogue); QL_OVER(wxa8_decode); QL_OVER(lora_t_row); QL_OVER(f32); QL_OVER(bf16);
+    QL_OVER(wo_bf16); QL_OVER(f32_epilogue); QL_OVER(rows_to_f32); QL_OVER(quantize_rows); QL_OVER(sr_row);
+    QL_OVER(lowrank_add);
+    QL_OVER(s8_blocking.mc); QL_OVER(s8_blocking.nc); QL_OVER(s8_blocking.kc);
+    QL_OVER(f32_blocking.mc); QL_OVER(f32_blocking.nc); QL_OVER(f32_blocking.kc);
+#undef QL_OVER
+    return r;
+}
+
+/* An entry left NULL (or 0) is the base's (over_base), then the generic table's. */
 static ql_cpu_kernels resolve(const ql_cpu_kernels *t, const ql_cpu_kernels *g)
 {
-    ql_cpu_kernels r = *t;
+    ql_cpu_kernels r = over_base(t);
 #define QL_FILL(field) if (!r.field) r.field = g->field
     QL_FILL(s8); QL_FILL(s8_rows_max); QL_FILL(small_m); QL_FILL(prologue); QL_FILL(w8a8_epilogue);
     QL_FILL(wxa8_decode); QL_FILL(lora_t_row); QL_FILL(f32); QL_FILL(bf16); QL_FILL(f32_epilogue);
@@ -87,6 +108,15 @@ static void apply_disable(const char *off)
     }
 }
 
+static int index_of(ql_isa isa);
+
+/* Whether this CPU runs the table of registry entry i (before ensure()). */
+static bool runs(int i)
+{
+    return i >= 0 && registry[i].table && !disabled[i] &&
+           (registry[i].table->supported == NULL || registry[i].table->supported(&features));
+}
+
 static void init(void)
 {
     ql_cpu_detect(&features);
@@ -97,6 +127,15 @@ static void init(void)
         resolved[i] = resolve(registry[i].table, g);
         if (resolved[i].tune) resolved[i].tune(&resolved[i], &features);
         built[built_count++] = &resolved[i];
+    }
+    /* a float kernel of another ISA that this CPU does not run (amx's
+     * VDPBF16PS kernels with avx512bf16 hidden): the table's fp32 kernel,
+     * as on avx512vnni */
+    for (int i = 0; i < QL_ENTRIES; i++) {
+        if (!registry[i].table) continue;
+        ql_cpu_kernels *r = &resolved[i];
+        if (r->bf16->isa != r->isa && r->bf16->kb == 2 && !runs(index_of(r->bf16->isa))) r->bf16 = r->f32;
+        if (r->wo_bf16 && r->wo_bf16->isa != r->isa && !runs(index_of(r->wo_bf16->isa))) r->wo_bf16 = NULL;
     }
 }
 

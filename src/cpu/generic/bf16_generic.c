@@ -98,4 +98,85 @@ static void tile_8x8c4_generic(int64_t k, const float *a, int64_t lda, const flo
     memcpy(c, acc, sizeof acc);
 }
 
-const ql_f32_kernel ql_bf16_gemm_8x8c4__generic = {QL_ISA_GENERIC, "bf16_gemm_8x8c4__generic", 8, 8, tile_8x8c4_generic, NULL, NULL, 0, NULL, 0, 4};
+const ql_f32_kernel ql_bf16_gemm_8x8c4__generic = {QL_ISA_GENERIC, "bf16_gemm_8x8c4__generic", 8, 8, tile_8x8c4_generic, NULL, NULL, 0, NULL, 0, 4, 0, NULL, 0};
+
+/* ---- The portable twins of the VDPBF16PS kernels (x86 AVX512_BF16):
+ * bf16_gemm_12x32c2__avx512bf16 (B bf16 pairs [K/2][32][2]) and
+ * bf16_gemm_12x32c2i8__avx512bf16 (int8 codes [K][32], decoded to bf16
+ * pairs). Per pair (k, k+1) of an output, as Intel's SDM writes VDPBF16PS
+ * (and as measured on Zen 5):
+ *     acc = FMA(w[k+1], x[k+1], acc);  acc = FMA(w[k], x[k], acc)
+ * each rounded to nearest even, with bf16 denormal inputs and a denormal
+ * acc read as zero and a result that is tiny after rounding (below 2^-126
+ * with an unbounded exponent) flushed to signed zero; NaN: the weight's
+ * (src1), else the activation's, else acc's, quieted; an invalid operation
+ * (Inf·0, Inf − Inf) the default NaN 0xffc00000. */
+
+static float fbits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint32_t ubits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float vdp_step(float acc, uint16_t w, uint16_t x)
+{
+    const float fw = ql_bf16_to_fp32(w), fx = ql_bf16_to_fp32(x);
+    if (isnan(fw)) return fbits(ubits(fw) | 0x00400000u);
+    if (isnan(fx)) return fbits(ubits(fx) | 0x00400000u);
+    if (isnan(acc)) return fbits(ubits(acc) | 0x00400000u);
+    /* the product is exact in double, and RN_24(RN_53(acc + p)) = RN_24(acc + p)
+     * (a 24-bit and a 16-bit significand: 53 >= 2·24 + 2) */
+    const double p = (double)flush(fw) * (double)flush(fx), d = (double)flush(acc) + p;
+    if (isnan(d)) return fbits(0xffc00000u);
+    if (fabs(d) < 0x1p-126) { /* tiny unless it rounds (unbounded exponent) to 2^-126 */
+        const float t = (float)(d * 0x1p100);
+        return fabsf(t) < 0x1p-26f ? copysignf(0.0f, (float)d) : copysignf(0x1p-126f, (float)d);
+    }
+    return (float)d;
+}
+
+/* a: a packed A panel's slice ([ceil(k/2)][12][2], K padded with 0);
+ * b: bf16 pairs [ceil(k/2)][32][2]. */
+static void tile_12x32c2_generic(int64_t k, const float *av, int64_t lda, const float *bv, float *c, int accumulate)
+{
+    (void)lda;
+    const uint16_t *a = (const uint16_t *)av, *b = (const uint16_t *)bv;
+    for (int r = 0; r < 12; r++)
+        for (int j = 0; j < 32; j++) {
+            float acc = accumulate ? c[r * 32 + j] : 0.0f;
+            for (int64_t p = 0; 2 * p < k; p++) {
+                const uint16_t *w = b + (p * 32 + j) * 2;
+                const uint16_t x0 = a[(p * 12 + r) * 2], x1 = a[(p * 12 + r) * 2 + 1];
+                acc = vdp_step(acc, w[1], x1);
+                acc = vdp_step(acc, w[0], x0);
+            }
+            c[r * 32 + j] = acc;
+        }
+}
+
+/* n int8 codes [n/32][32] -> bf16 pairs [ceil(n/64)][32][2], an odd last row's partner 0. */
+static void decode_i8_pairs_generic(ql_dtype dt, const void *src, int64_t n, float *dst)
+{
+    (void)dt;
+    const int8_t *s = src;
+    uint16_t *d = (uint16_t *)dst;
+    const int64_t rows = n / 32;
+    for (int64_t r = 0; r < rows; r += 2)
+        for (int j = 0; j < 32; j++) {
+            d[(r / 2 * 32 + j) * 2] = ql_fp32_to_bf16((float)s[r * 32 + j]);
+            d[(r / 2 * 32 + j) * 2 + 1] = r + 1 < rows ? ql_fp32_to_bf16((float)s[(r + 1) * 32 + j]) : 0;
+        }
+}
+
+const ql_f32_kernel ql_bf16_gemm_12x32c2__generic = {QL_ISA_GENERIC, "bf16_gemm_12x32c2__generic", 12, 32,
+                                                     tile_12x32c2_generic, NULL, NULL, 0, NULL, 0, 2, 1, NULL, 0};
+const ql_f32_kernel ql_bf16_gemm_12x32c2i8__generic = {QL_ISA_GENERIC, "bf16_gemm_12x32c2i8__generic", 12, 32,
+                                                       tile_12x32c2_generic, decode_i8_pairs_generic, NULL, 0, NULL, 0, 0, 1, NULL, 0};

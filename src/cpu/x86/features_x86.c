@@ -50,6 +50,7 @@ void ql_cpu_detect(ql_cpu_features *f)
     f->avx512vl = f->avx512f && ((b >> 31) & 1);
     f->avx512dq = f->avx512f && ((b >> 17) & 1);
     f->avx512vnni = f->avx512f && ((c >> 11) & 1);
+    f->avx512vbmi = f->avx512f && ((c >> 1) & 1);
 #if defined(__x86_64__) /* the tile instructions exist in 64-bit mode only */
     f->amx_tile = (d >> 24) & 1;
     f->amx_int8 = f->amx_tile && ((d >> 25) & 1);

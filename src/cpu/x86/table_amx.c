@@ -1,7 +1,7 @@
 /* AMX-INT8 (Sapphire Rapids and later, on Linux with the tile permission):
  * the int8 GEMM on tiles of 32×32 (ukernel_amx.c: 1024 int8 MAC/cycle/core
  * at peak), exact-height variants of 1..31 rows for small M; every other
- * entry is avx512vnni's (the prologue, decoder and LoRA helper already write
+ * entry is avx512vnni's, the float kernels avx512bf16's (the prologue, decoder and LoRA helper already write
  * the 64-block layouts the tiles load; the epilogue takes any tile height).
  * Weights are stored signed (b_offset128 false): no 128·Σq correction. */
 #include "cpu/x86/x86.h"
@@ -34,7 +34,10 @@ const ql_cpu_kernels ql_cpu_kernels_amx = {
     .wxa8_decode = ql_wxa8_decode_avx512,
     .lora_t_row = ql_lora_t_row_s8_64__avx512,
     .f32 = &ql_f32_gemm_12x32__avx512,
-    .bf16 = &ql_f32_gemm_12x32__avx512,
+    /* every AMX CPU has AVX512_BF16 and VBMI: avx512bf16's VDPBF16PS kernels
+     * (the registry puts the fp32 kernel back when QLINEAR_DISABLE hides them) */
+    .bf16 = &ql_bf16_gemm_12x32c2__avx512bf16,
+    .wo_bf16 = &ql_bf16_gemm_12x32c2i8__avx512bf16,
     .f32_epilogue = ql_f32_epilogue_avx512,
     .rows_to_f32 = ql_rows_to_f32_avx512,
     .quantize_rows = ql_quantize_rows_avx512,

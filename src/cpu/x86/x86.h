@@ -12,6 +12,11 @@ extern const ql_s8_kernel ql_s8_amx[32]; /* AMX-INT8: r rows at [r - 1], 32 the 
 extern const ql_s8_kernel ql_s8_gemm_6x16c4__avxvnni, ql_s8_small_avxvnni[5];
 extern const ql_s8_kernel ql_s8_small_avx2[6]; /* 6 rows is the main tile */
 extern const ql_f32_kernel ql_f32_gemm_6x16__avx2, ql_f32_gemm_12x32__avx512;
+/* VDPBF16PS (AVX512_BF16 + VBMI): dense bf16 (B bf16 pairs) and weight-only
+ * with bf16 activations (f32's int8 packing, decoded to bf16) */
+extern const ql_f32_kernel ql_bf16_gemm_12x32c2__avx512bf16, ql_bf16_gemm_12x32c2i8__avx512bf16;
+/* whether this CPU runs the VDPBF16PS kernels (features minus QLINEAR_DISABLE) */
+static inline bool ql_x86_bf16_dot(const ql_cpu_features *f) { return f->avx512bf16 && f->avx512vbmi; }
 
 void ql_prologue_avx2(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
                       int64_t r0, int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
