@@ -23,6 +23,7 @@ ck = pytest.importorskip("comfy_kitchen")
 
 import qlinear.comfy as qc  # noqa: E402 (registers the backend)
 from comfy_kitchen.backends import eager  # noqa: E402
+from comfy_kitchen.backends._activations import apply_input_act  # noqa: E402
 from comfy_kitchen.backends.eager import w4a8_int8 as eager_w4a8  # noqa: E402
 from comfy_kitchen.registry import registry  # noqa: E402
 from comfy_kitchen.tensor.int8_utils import _build_hadamard, _rotate_activation  # noqa: E402
@@ -73,17 +74,23 @@ def ql_codes(x, group):
     return q
 
 
-def assert_matches_eager(y, ref, x_act, weight, weight_scale, group, out_dtype, bias=None, acts_differ=False):
+def assert_matches_eager(y, ref, x_act, weight, weight_scale, group, out_dtype, bias=None, acts_differ=False,
+                         x_eager=None):
     """Bit-identical, or (rotations, or a fused input activation's last ulp) the
     rule: at most 0.1 % of the activation codes move, by one, and the outputs
     within what those moves and the roundings allow. x_act: the activation
-    qlinear quantized (its own input activation's values)."""
+    qlinear quantized (its own input activation's values); x_eager: eager's
+    activation values where they may differ from x_act (then the codes moved
+    are counted against eager's own, so a move the activation's last ulp
+    caused is in the bound too)."""
     assert y.shape == ref.shape and y.dtype == ref.dtype
     if torch.equal(y, ref) or (torch.isnan(ref).any() and torch.equal(torch.nan_to_num(y), torch.nan_to_num(ref))):
         return
     assert group or acts_differ, "differs from eager where no rotation is involved"
-    q_ref, s_x = codes_and_scales(x_act, group)
+    q_ref, s_x = codes_and_scales(x_act if x_eager is None else x_eager, group)
     q = ql_codes(x_act, group)
+    if x_eager is not None:  # a row scale may differ in its last bit with the activation
+        s_x = torch.maximum(s_x, codes_and_scales(x_act, group)[1])
     moved = (q.int() - q_ref.int()).abs()
     # 0.1 % of the codes (and one code, so that a 1-row call can move one)
     assert moved.max() <= 1 and moved.sum() <= 1e-3 * moved.numel() + 1, \
@@ -167,7 +174,7 @@ def test_int8_linear_input_act(dtype, act, convrot, gen):
         assert selected("int8_linear", **kw) == "qlinear"
         y, ref = call("qlinear", "int8_linear", **kw), call("eager", "int8_linear", **kw)
         assert_matches_eager(y, ref, _ops.input_act_values(x, act, w, 1e-6), q, s, 256 if convrot else 0, dtype,
-                             acts_differ=act in _ops.FUSED_ACTS)
+                             acts_differ=act in _ops.FUSED_ACTS, x_eager=apply_input_act(x, act, w, 1e-6))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -525,13 +532,20 @@ def assert_wxa8_close(a, b):
     """(qdata, s_rel, s_channel, correction, codebook) against eager's: equal,
     but that a row scale may differ in its last bit (torch's vectorized sums of
     a group's 16 terms against the library's order), and then, rarely, an e4m3
-    group scale and that group's codes with it."""
+    group scale and that group's codes with it. Where a rotated weight rounded
+    to a 16-bit dtype comes out one ulp apart (the two rotations sum in two
+    orders) a codebook layer's least-squares group scale moves with it, and so
+    may the row scale, the largest of them (seen: 2.5e-5 relative with equal
+    codes): on at most 0.2 % of the rows (and one), by at most 2^-8 relative."""
     if all(_eq_bytes(u, v) for u, v in zip(a, b)):
         return
     for u, v in zip(a[:2], b[:2]):
         u, v = (u.view(torch.uint8), v.view(torch.uint8)) if u.element_size() == 1 else (u, v)
         assert u.shape == v.shape and (u != v).float().mean() <= 2e-3
-    torch.testing.assert_close(a[2], b[2], rtol=2.4e-7, atol=0)
+    d = (a[2] - b[2]).abs()
+    far = d > 2.4e-7 * b[2].abs()
+    assert int(far.sum()) <= 2e-3 * far.numel() + 1, f"row scales: {int(far.sum())} of {far.numel()} moved"
+    assert bool((d <= 2.0 ** -8 * b[2].abs()).all()), f"a row scale moved by {float((d / b[2].abs()).max())}"
     assert (a[3] is None) == (b[3] is None) and _eq_bytes(a[4], b[4])
     if a[3] is not None:
         torch.testing.assert_close(a[3].float(), b[3].float(), rtol=torch.finfo(b[3].dtype).eps, atol=0)
@@ -580,9 +594,7 @@ def test_w4a8_matches_eager(mode, dtype, gen):
         y, ref = call("qlinear", "w4a8_int8_linear", **kwl), call("eager", "w4a8_int8_linear", **kwl)
         if mode == "asym":  # eager's float linear of the dequantized weight; ours dequantizes once
             torch.testing.assert_close(y, ref, rtol=1e-2 if dtype != torch.float32 else 1e-5, atol=1e-3)
-        elif dtype == torch.bfloat16:
-            assert torch.equal(y, ref), mode
-        else:
+        else:  # the int8 GEMM after a rotation: the rule (in bf16 the rotations mostly agree, not always)
             grid = eager_w4a8._dequant_int4_grouped_to_int8(qd, sr, cb, g)
             assert_matches_eager(y, ref, x, grid, sc, 256, dtype, bias)
 
@@ -733,7 +745,7 @@ def test_comfyui_int8_layout_input_act(gen):
     with registry.use_backend("eager"):
         ref = qt.linear_input_act(x, None, "swiglu")
     assert_matches_eager(y, ref, _ops.input_act_values(x, "swiglu"), qt._qdata, qt._params.scale, 256,
-                         torch.bfloat16, acts_differ="swiglu" in _ops.FUSED_ACTS)
+                         torch.bfloat16, acts_differ="swiglu" in _ops.FUSED_ACTS, x_eager=apply_input_act(x, "swiglu"))
 
 
 def test_comfyui_w4a8_layout_linear_and_lora(gen):
@@ -745,7 +757,12 @@ def test_comfyui_w4a8_layout_linear_and_lora(gen):
     assert seen == 1, "F.linear on ComfyUI's W4A8 weight did not reach qlinear"
     with registry.use_backend("eager"):
         ref = torch.nn.functional.linear(x, qt)
-    assert torch.equal(y, ref)
+    # a codebook layout, ConvRot: the int8 GEMM after a bf16 rotation, so the rule (rotations
+    # rounded to bf16 in two orders mostly agree; seed 1042 moved a code)
+    p = qt._params
+    assert p.correction is None and p.convrot_groupsize == 256
+    grid = eager_w4a8._dequant_int4_grouped_to_int8(qt._qdata, p.scale, p.codebook, p.group_size)
+    assert_matches_eager(y, ref, x, grid, p.s_channel, 256, torch.bfloat16)
     outs = {}
     for be in ("qlinear", "eager"):
         with registry.use_backend(be):
