@@ -528,27 +528,31 @@ MODES = {"codebook": dict(codebook=True, symmetric=True, bits=4), "uniform": dic
          "asym": dict(codebook=False, symmetric=False, bits=4), "6bit": dict(codebook=False, symmetric=True, bits=6)}
 
 
-def assert_wxa8_close(a, b):
+def assert_wxa8_close(a, b, row_rtol=2.0 ** -8, corr_rel=None):
     """(qdata, s_rel, s_channel, correction, codebook) against eager's: equal,
-    but that a row scale may differ in its last bit (torch's vectorized sums of
+    but that a row scale may differ in its last bits (torch's vectorized sums of
     a group's 16 terms against the library's order), and then, rarely, an e4m3
     group scale and that group's codes with it. Where a rotated weight rounded
     to a 16-bit dtype comes out one ulp apart (the two rotations sum in two
     orders) a codebook layer's least-squares group scale moves with it, and so
     may the row scale, the largest of them (seen: 2.5e-5 relative with equal
-    codes): on at most 0.2 % of the rows (and one), by at most 2^-8 relative."""
+    codes): on at most 0.2 % of the rows (and one), by at most row_rtol (2^-8;
+    a 6-bit scale search, whose candidates are 3 % apart, may pick the
+    neighbour where two candidates' errors nearly tie: 0.031)."""
     if all(_eq_bytes(u, v) for u, v in zip(a, b)):
         return
     for u, v in zip(a[:2], b[:2]):
         u, v = (u.view(torch.uint8), v.view(torch.uint8)) if u.element_size() == 1 else (u, v)
         assert u.shape == v.shape and (u != v).float().mean() <= 2e-3
     d = (a[2] - b[2]).abs()
-    far = d > 2.4e-7 * b[2].abs()
+    far = d > 1e-6 * b[2].abs()  # beyond the last bits (an fp32 rotation's sums: a few ulps)
     assert int(far.sum()) <= 2e-3 * far.numel() + 1, f"row scales: {int(far.sum())} of {far.numel()} moved"
-    assert bool((d <= 2.0 ** -8 * b[2].abs()).all()), f"a row scale moved by {float((d / b[2].abs()).max())}"
+    assert bool((d <= row_rtol * b[2].abs()).all()), f"a row scale moved by {float((d / b[2].abs()).max())}"
     assert (a[3] is None) == (b[3] is None) and _eq_bytes(a[4], b[4])
-    if a[3] is not None:
-        torch.testing.assert_close(a[3].float(), b[3].float(), rtol=torch.finfo(b[3].dtype).eps, atol=0)
+    if a[3] is not None:  # the correction (8·scale + min): its dtype's rounding, or (corr_rel) the
+        # fp32 rotation's last bits, relative to the largest correction
+        atol = 0 if corr_rel is None else corr_rel * float(b[3].float().abs().max())
+        torch.testing.assert_close(a[3].float(), b[3].float(), rtol=torch.finfo(b[3].dtype).eps, atol=atol)
 
 
 def _eq_bytes(a, b):
@@ -569,15 +573,10 @@ def test_w4a8_matches_eager(mode, dtype, gen):
                scale_search=mode == "6bit") | MODES[mode]
     assert selected("quantize_w4a8_int8_weight", **kwq) == "qlinear"
     a, b = call("qlinear", "quantize_w4a8_int8_weight", **kwq), call("eager", "quantize_w4a8_int8_weight", **kwq)
-    if dtype == torch.bfloat16:
-        assert_wxa8_close(a, b)
-    else:  # the fp32 rotation's last bits: a code (or a group's scale choice) moves rarely
-        def frac(u, v):
-            u, v = (u.view(torch.uint8), v.view(torch.uint8)) if u.dtype != v.dtype or u.element_size() == 1 else (u, v)
-            return (u != v).float().mean().item()
-        assert frac(a[0], b[0]) <= 2e-3 and frac(a[1].view(torch.uint8) if a[1].element_size() == 1 else a[1],
-                                                 b[1].view(torch.uint8) if b[1].element_size() == 1 else b[1]) <= 2e-3
-        torch.testing.assert_close(a[2], b[2], rtol=1e-6, atol=0)
+    # the rotation's last bits (fp32), or its 16-bit rounding: a code, a group's scale choice and
+    # with it a row scale move rarely
+    assert_wxa8_close(a, b, row_rtol=0.031 if mode == "6bit" else 2.0 ** -8,
+                      corr_rel=None if dtype == torch.bfloat16 else 1e-5)
     qd, sr, sc, cr, cb = b
     kwd = dict(qdata=qd, s_rel=sr, s_channel=sc, codebook=cb, correction=cr, group_size=g, convrot_groupsize=256,
                output_dtype=dtype)
