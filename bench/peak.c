@@ -97,8 +97,9 @@ double ql_bench_int8_peak_gops(ql_isa isa, int threads, long iters)
         loop_amx(iters);
         return ops / (now_s() - t0) / 1e9;
     }
-    if (isa != QL_ISA_AVX512VNNI && isa != QL_ISA_AVXVNNI) return 0.0;
-    const int zmm = isa == QL_ISA_AVX512VNNI;
+    /* avx512bf16's int8 kernels are avx512vnni's */
+    if (isa != QL_ISA_AVX512VNNI && isa != QL_ISA_AVX512BF16 && isa != QL_ISA_AVXVNNI) return 0.0;
+    const int zmm = isa != QL_ISA_AVXVNNI;
     /* 24 (zmm) or 12 (ymm) instructions per round, each lanes · 4 products · 2 ops */
     const double ops = (double)threads * (double)iters * (zmm ? 24.0 * 16 : 12.0 * 8) * 8.0;
     double t0 = now_s();

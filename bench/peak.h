@@ -4,7 +4,7 @@
 #include "qlinear.h"
 
 /* GOP/s of `threads` threads each issuing `iters` rounds of 24 (12 for ymm)
- * int8 dot-product instructions of the ISA (zmm vpdpbusd for avx512vnni, ymm
+ * int8 dot-product instructions of the ISA (zmm vpdpbusd for avx512vnni and avx512bf16, TDPBSSD for amx, ymm
  * for avxvnni; 16 SDOT or SMMLA for neondot / i8mm); 0 for ISAs without one. */
 double ql_bench_int8_peak_gops(ql_isa isa, int threads, long iters);
 
