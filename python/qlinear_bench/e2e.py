@@ -359,8 +359,9 @@ def _print_results(res, paths, best_fp32, fastest, cuda):
     print(f"\nPyTorch's best fp32 path: {best_fp32}; its fastest path of any dtype: {fastest}")
     for p in paths:
         if "first_step_s" in res[p]:
-            print(f"{p}: its first step took {res[p]['first_step_s']:.1f} s (timed apart: through the qlinear "
-                  "backend each weight is packed on its first use)")
+            why = ("through the qlinear backend each weight is packed on its first use" if p == "ck-qlinear"
+                   else "the ComfyUI paths' first steps are all timed apart")
+            print(f"{p}: its first step took {res[p]['first_step_s']:.1f} s (timed apart: {why})")
     for p in paths:
         if p not in TORCH_PATHS:
             print(f"{p}: {res[p]['speedup_vs_best_fp32']:.2f}x PyTorch's best fp32 ({best_fp32}), "
