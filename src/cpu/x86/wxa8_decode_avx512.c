@@ -90,7 +90,9 @@ void ql_wxa8_decode_avx512(const void *src, int64_t jp0, int64_t jp1, int64_t pc
             const __m512i raw = _mm512_loadu_si512((const void *)row);
             for (int o = 0; o < 2; o++) {
                 /* lanes [chunk 2o, chunk 2o, chunk 2o+1, chunk 2o+1] */
-                const __m512i S = _mm512_shuffle_i64x2(raw, raw, o ? _MM_SHUFFLE(3, 3, 2, 2) : _MM_SHUFFLE(1, 1, 0, 0));
+                /* (an immediate in each branch: clang wants a constant, not a folded ternary) */
+                const __m512i S = o ? _mm512_shuffle_i64x2(raw, raw, _MM_SHUFFLE(3, 3, 2, 2))
+                                    : _mm512_shuffle_i64x2(raw, raw, _MM_SHUFFLE(1, 1, 0, 0));
                 const __m512i H = six ? _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(row + 64 + 16 * o)))
                                       : _mm512_setzero_si512();
                 __m512i x[4];
