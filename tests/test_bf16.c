@@ -364,7 +364,8 @@ static void vfill_codes_sym(int8_t *q, int64_t count, int sym)
 {
     for (int64_t i = 0; i < count; i++) q[i] = (int8_t)(tu_next() & 0xff);
     for (int64_t i = 0; sym && i < count; i++) q[i] = q[i] == -128 ? -127 : q[i];
-    if (count > 1) q[0] = sym ? -127 : -128, q[1] = 127;
+    if (count > 0) q[0] = sym ? -127 : -128; /* one layer of 1 × 1 too */
+    if (count > 1) q[1] = 127;
 }
 static void vfill_codes(int8_t *q, int64_t count) { vfill_codes_sym(q, count, 0); }
 

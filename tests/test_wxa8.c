@@ -505,7 +505,8 @@ static void test_linear(void)
                       kind ? "packed (decode in GEMM)" : "decode once", bits, (long long)g, (long long)n, (long long)k,
                       (long long)m, ql_isa_name(isas[ii]));
                 size_t wb = ql_linear_weight_bytes(lin);
-                const int64_t npad = (n + 31) / 32 * 32, want = npad * k * bits / 8 + npad * ng + k + 4 * n;
+                /* codes, scale bytes, the decode table (256 scale bytes × 2^bits codes), the row scales */
+                const int64_t npad = (n + 31) / 32 * 32, want = npad * k * bits / 8 + npad * ng + (256 << bits) + 4 * n;
                 if (kind) CHECK(wb <= (size_t)want, "packed resident bytes %zu <= %lld for %lld weights", wb, (long long)want, (long long)(n * k));
                 ql_linear_destroy(lin);
             }
@@ -656,6 +657,69 @@ static void test_quality(void)
     free(w);
 }
 
+/* Packed layers (decoded inside the GEMM: in registers for a few rows, into
+ * a buffer for more, blocked for many) against the reference linear of the
+ * decoded grid, bit for bit, on raw random layers: every code and scale
+ * byte (zero, subnormal, clamping to ±127), every group size, K not a
+ * multiple of the kernels' 64-blocks (K padding), N off the 32-column
+ * panels, M across the paths' limits, every ISA, one and two threads. */
+static void test_packed_paths(void)
+{
+    ql_context *ctx;
+    CHECK_OK(ql_context_create(&ctx));
+    ql_isa isas[32];
+    const int n_isas = tu_isas(isas);
+    const int64_t ms[] = {1, 2, 3, 4, 7, 8, 9, 13, 40, 100};
+    int64_t cases = 0;
+    for (int c = 0; c < 24; c++) {
+        const ql_wxa8_mode mode = c % 3 == 0 ? QL_WXA8_CODEBOOK : c % 3 == 1 ? QL_WXA8_UNIFORM : QL_WXA8_6BIT;
+        const int bits = mode == QL_WXA8_6BIT ? 6 : 4;
+        const int64_t k = 32 * tu_range(1, 9), n = (int64_t[]){1, 5, 32, 33, 70}[tu_range(0, 4)];
+        int64_t g;
+        do g = bits == 6 ? 16 * tu_range(1, 4) : (int64_t[]){4, 8, 16, 32, 64}[tu_range(0, 4)];
+        while (k % g);
+        const int64_t ng = k / g, rb = ql_wxa8_row_bytes(bits, k), m = ms[tu_range(0, 9)];
+        uint8_t *q = malloc((size_t)(n * rb)), *sr = malloc((size_t)(n * ng));
+        float *sc = malloc((size_t)n * 4), cb[16], *x = malloc((size_t)(m * k) * 4);
+        for (int64_t i = 0; i < n * rb; i++) q[i] = (uint8_t)tu_next();
+        for (int64_t i = 0; i < n * ng; i++) {
+            uint8_t b = (uint8_t)tu_next();
+            sr[i] = (b & 0x7F) == 0x7F ? (uint8_t)(b - 1) : b; /* every finite e4m3 byte */
+        }
+        for (int64_t i = 0; i < n; i++) sc[i] = (float)(0.01 * (1.0 + tu_uniform()));
+        for (int i = 0; i < 16; i++) cb[i] = (float)(8.0 * tu_gauss());
+        tu_fill_gauss(QL_F32, x, m * k, 1.0);
+        ql_wxa8_weight w = {.n = n, .k = k, .bits = bits, .q = q, .ldq = rb, .s_rel = sr, .s_channel = sc,
+                            .codebook = mode == QL_WXA8_CODEBOOK ? cb : NULL, .group = g, .convrot_group = 16};
+        int8_t *grid = malloc((size_t)(n * k));
+        CHECK_OK(ql_wxa8_decode(&w, grid, k));
+        ql_int8_weight iw = {n, k, grid, k, sc, n, 16, NULL, QL_F32};
+        float *yref = malloc((size_t)(m * n) * 4), *y = malloc((size_t)(m * n) * 4);
+        CHECK_OK(ql_int8_linear_ref(&iw, x, QL_F32, m, k, yref, QL_F32, n, NULL));
+        for (int ii = 0; ii < n_isas; ii++) {
+            if (!ql_isa_supported(isas[ii])) continue;
+            CHECK_OK(ql_context_set_isa(ctx, isas[ii]));
+            for (int threads = 1; threads <= 2; threads++) {
+                CHECK_OK(ql_context_set_threads(ctx, threads));
+                ql_linear_desc d = {.kind = QL_LINEAR_WXA8_PACKED, .wxa8 = w};
+                ql_linear *lin = NULL;
+                CHECK_OK(ql_linear_create(ctx, &d, &lin));
+                memset(y, 0xAB, (size_t)(m * n) * 4);
+                CHECK_OK(ql_linear_forward(lin, x, QL_F32, m, k, y, QL_F32, n, NULL));
+                CHECK(memcmp(y, yref, (size_t)(m * n) * 4) == 0,
+                      "packed %s %d-bit g=%lld [%lld x %lld] M=%lld %s, %d threads: bit-identical to decode + reference",
+                      mode == QL_WXA8_CODEBOOK ? "codebook" : "uniform", bits, (long long)g, (long long)n, (long long)k,
+                      (long long)m, ql_isa_name(isas[ii]), threads);
+                ql_linear_destroy(lin);
+                cases++;
+            }
+        }
+        free(q), free(sr), free(sc), free(x), free(grid), free(yref), free(y);
+    }
+    printf("  packed paths: %lld layer runs, bit-identical to the reference of the decoded grid\n", (long long)cases);
+    ql_context_destroy(ctx);
+}
+
 int main(void)
 {
     tu_init("test_wxa8");
@@ -666,6 +730,7 @@ int main(void)
     test_search();
     test_quality();
     test_linear();
+    test_packed_paths();
     test_asym();
     test_bad_args();
     return tu_finish();

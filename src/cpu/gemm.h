@@ -71,6 +71,12 @@ typedef struct ql_packed_b {
      * into a per-thread buffer (panel stride kc · nr · 4). */
     void (*decode)(const void *src, int64_t jp0, int64_t jp1, int64_t pc, int64_t kc, uint8_t *dst);
     const void *src;
+    /* Or, for m <= rows_max rows (the small-M path): rows(src, a, mr, m, jp,
+     * c) writes the int32 sums c[m][nr] of panel jp against the m rows of
+     * the packed A panels a (kb = 64, mr rows per panel), decoding in
+     * registers; NULL: decode into a buffer. */
+    void (*rows)(const void *src, const int8_t *a, int mr, int64_t m, int64_t jp, int32_t *c);
+    int rows_max;
 } ql_packed_b;
 
 ql_status ql_pack_b_s8(const ql_s8_kernel *kern, const int8_t *w, int64_t n, int64_t k, int64_t ldw, ql_packed_b *out);

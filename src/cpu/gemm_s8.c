@@ -16,7 +16,7 @@ const ql_s8_kernel *ql_s8_kernel_rows(const ql_cpu_kernels *kt, int rows)
 ql_status ql_pack_b_s8(const ql_s8_kernel *kern, const int8_t *w, int64_t n, int64_t k, int64_t ldw, ql_packed_b *out)
 {
     const int nr = kern->nr;
-    ql_packed_b b = {n, k, ql_kpad(kern, k) / 4, ql_panels(n, nr), nr, kern->b_offset128, NULL, NULL, NULL};
+    ql_packed_b b = {n, k, ql_kpad(kern, k) / 4, ql_panels(n, nr), nr, kern->b_offset128, NULL, NULL, NULL, NULL, 0};
     size_t bytes = (size_t)(b.panels * b.k4 * nr * 4);
     b.data = ql_aligned_alloc(bytes);
     if (!b.data) return ql_fail(QL_ERR_OUT_OF_MEMORY, "pack weight: cannot allocate %zu bytes", bytes);
@@ -286,6 +286,19 @@ static void small_part_decoded(const ql_s8_kernel *kern, const void *packed_a, i
 void ql_gemm_s8_small_part(const ql_s8_kernel *kern, const void *packed_a, int64_t m, const ql_packed_b *b,
                            int64_t jp0, int64_t jp1, ql_tile_epilogue_fn epi, void *arg)
 {
+    if (b->rows && m <= b->rows_max) { /* decoded in registers: a few rows against each panel */
+        _Alignas(64) int32_t c[16 * 32];
+        const int mr = kern->mr, nr = kern->nr;
+        if (m * nr > (int64_t)(sizeof c / sizeof c[0])) return; /* rows_max <= 16, nr = 32: cannot happen */
+        for (int64_t jp = jp0; jp < jp1; jp++) {
+            b->rows(b->src, packed_a, mr, m, jp, c);
+            const int64_t n0 = jp * nr;
+            const int nr_eff = (int)(b->n - n0 < nr ? b->n - n0 : nr);
+            for (int64_t m0 = 0; m0 < m; m0 += mr)
+                epi(arg, c + m0 * nr, nr, m0, n0, (int)(m - m0 < mr ? m - m0 : mr), nr_eff);
+        }
+        return;
+    }
     if (b->decode) {
         small_part_decoded(kern, packed_a, m, b, jp0, jp1, epi, arg);
         return;

@@ -144,6 +144,12 @@ typedef struct ql_cpu_kernels {
     ql_prologue_fn prologue;
     ql_tile_epilogue_fn w8a8_epilogue;
     void (*wxa8_decode)(const void *src, int64_t jp0, int64_t jp1, int64_t pc, int64_t kc, uint8_t *dst);
+    /* the small-M path's register decode of packed panels (ql_packed_b.rows)
+     * for up to wxa8_rows_max rows, or NULL; it may decline a layer at
+     * packing (wxa8_rows_ok) */
+    void (*wxa8_rows)(const void *src, const int8_t *a, int mr, int64_t m, int64_t jp, int32_t *c);
+    bool (*wxa8_rows_ok)(const void *src, const struct ql_s8_kernel *kern);
+    int wxa8_rows_max;
     ql_lora_t_row_fn lora_t_row;
 
     /* float GEMM (fp32 activations; fp32, bf16 or int8 weights), the kernel

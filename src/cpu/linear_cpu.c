@@ -275,7 +275,9 @@ static ql_s8_plan w8a8_plan(const cpu_linear *l, int64_t m)
     const ql_cpu_kernels *kt = ql_cpu_kernels_for(l->s8->isa);
     if (l->corr) return (ql_s8_plan){l->s8, false};
     if (l->b8.decode) {
-        const int64_t limit = l->ctx->small_m >= 0 ? l->ctx->small_m : kt->decoded_small_m;
+        /* (and up to the register decode's rows, on every CPU that has it) */
+        const int64_t rows = l->b8.rows ? l->b8.rows_max : 0;
+        const int64_t limit = l->ctx->small_m >= 0 ? l->ctx->small_m : kt->decoded_small_m > rows ? kt->decoded_small_m : rows;
         if (kt->s8 != l->s8 || m > limit) return (ql_s8_plan){l->s8, false};
         return ql_s8_plan_limit(kt, m, l->n, l->k, limit);
     }

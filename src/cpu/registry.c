@@ -62,7 +62,8 @@ static ql_cpu_kernels over_base(const ql_cpu_kernels *t)
     r.refusal = t->refusal;
 #define QL_OVER(field) if (t->field) r.field = t->field
     QL_OVER(s8); QL_OVER(s8_rows); QL_OVER(s8_rows_max); QL_OVER(small_m); QL_OVER(s8_decoded); QL_OVER(s8_int8_a);
-    QL_OVER(prologue); QL_OVER(w8a8_epilogue); QL_OVER(wxa8_decode); QL_OVER(lora_t_row); QL_OVER(f32); QL_OVER(bf16);
+    QL_OVER(prologue); QL_OVER(w8a8_epilogue); QL_OVER(wxa8_decode); QL_OVER(wxa8_rows); QL_OVER(wxa8_rows_ok);
+    QL_OVER(wxa8_rows_max); QL_OVER(lora_t_row); QL_OVER(f32); QL_OVER(bf16);
     QL_OVER(wo_bf16); QL_OVER(f32_epilogue); QL_OVER(rows_to_f32); QL_OVER(quantize_rows); QL_OVER(sr_row);
     QL_OVER(lowrank_add);
     QL_OVER(s8_blocking.mc); QL_OVER(s8_blocking.nc); QL_OVER(s8_blocking.kc);
@@ -88,12 +89,13 @@ static ql_cpu_kernels resolve(const ql_cpu_kernels *t, const ql_cpu_kernels *g)
 }
 
 /* QLINEAR_DISABLE: a list (commas or spaces) of ISA names to hide, and
- * "avx512bf16" to hide that feature (so the paths of CPUs without it run on
- * any machine that has the rest). */
+ * "avx512bf16" or "avx512vbmi" to hide that feature (so the paths of CPUs
+ * without it run on any machine that has the rest). */
 static void apply_disable(const char *off)
 {
     if (!off) return;
     if (strstr(off, "avx512bf16")) features.avx512bf16 = false;
+    if (strstr(off, "avx512vbmi")) features.avx512vbmi = false;
     char tok[32];
     for (const char *p = off; *p;) {
         size_t n = strcspn(p, ", ");
