@@ -13,6 +13,9 @@ ql_cpu_sources(x86 "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mav
 # the VDPBF16PS kernels (their int8 -> bf16 decode: VPERMB, VPERMI2B)
 ql_cpu_sources(x86 "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mavx512vbmi;-mfma"
   bf16_avx512bf16.c)
+# W6A8 packed panels decoded by VPERMB (called only where the CPU has VBMI)
+ql_cpu_sources(x86 "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512vbmi"
+  wxa8_decode6_avx512vbmi.c)
 # the AMX tiles (GCC 11 or newer); the table's other entries are the AVX-512 files'
 ql_cpu_sources(x86 "-mamx-tile;-mamx-int8;-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni"
   ukernel_amx.c)

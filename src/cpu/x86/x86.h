@@ -34,6 +34,11 @@ void ql_sr_row_avx512(const float *v, int64_t k, float s, int64_t idx0, uint64_t
 void ql_wxa8_decode_avx512(const void *src, int64_t jp0, int64_t jp1, int64_t pc, int64_t kc, uint8_t *dst);
 void ql_wxa8_rows_avx512(const void *src, const int8_t *a, int mr, int64_t m, int64_t jp, int32_t *c);
 bool ql_wxa8_rows_ok_avx512(const void *src, const struct ql_s8_kernel *kern);
+/* the 6-bit halves of the two above (AVX512-VBMI) */
+struct ql_wxa8_panels;
+void ql_wxa8_decode6_avx512vbmi(const struct ql_wxa8_panels *p, int64_t jp0, int64_t jp1, int64_t pc, int64_t kc,
+                                uint8_t *dst);
+void ql_wxa8_rows6_avx512vbmi(const struct ql_wxa8_panels *p, const int8_t *a, int mr, int64_t m, int64_t jp, int32_t *c);
 int32_t ql_lora_t_row_s8_64__avx512(const int32_t *cb, int mr, int nr, int kb, int aes, const uint8_t *perm, int i,
                                     int64_t rt, int64_t rpad, int32_t corr, int8_t *tp, int32_t *scratch, int32_t *sum);
 void ql_lowrank_add_avx2(float *w, int64_t rows, int64_t k, int64_t ld, const float *up, int64_t rank,
