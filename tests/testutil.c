@@ -13,6 +13,7 @@ static const char *test_name;
 void tu_init(const char *name)
 {
     test_name = name;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a test killed by a timeout still shows how far it got */
     /* The suites run small shapes on 2-3 threads to exercise every split of
      * the work; the single-thread route for tiny layers would take most of
      * them, so it is off here (0 = never) and tested on its own
