@@ -7,10 +7,14 @@ static bool supported(const ql_cpu_features *f)
     return f->avx512vnni && f->avx512bw && f->avx512vl && f->avx512dq && f->fma && f->f16c;
 }
 
-static const ql_s8_kernel *const rows_eb[12] = {
+/* Zen 5: embedded broadcasts up to 8 rows; from 9 rows each of the tile's two
+ * columns of vectors re-loads the broadcast (22 loads per 22 vpdpbusd at 11
+ * rows), so a register broadcast per row is faster there (M = 77: 1.17x
+ * oneDNN int8's time against 1.27x; M = 16, 8-row tiles: eb 1.31x against 1.41x) */
+static const ql_s8_kernel *const rows_zen5[12] = {
     &ql_s8_small_eb_avx512vnni[0], &ql_s8_small_eb_avx512vnni[1], &ql_s8_small_eb_avx512vnni[2], &ql_s8_small_eb_avx512vnni[3],
     &ql_s8_small_eb_avx512vnni[4], &ql_s8_small_eb_avx512vnni[5], &ql_s8_small_eb_avx512vnni[6], &ql_s8_small_eb_avx512vnni[7],
-    &ql_s8_small_eb_avx512vnni[8], &ql_s8_small_eb_avx512vnni[9], &ql_s8_small_eb_avx512vnni[10], &ql_s8_gemm_12x32c4__avx512vnni};
+    &ql_s8_small_avx512vnni[8], &ql_s8_small_avx512vnni[9], &ql_s8_small_avx512vnni[10], &ql_s8_gemm_12x32c4__avx512vnni};
 
 static const ql_s8_kernel *const rows[12] = {
     &ql_s8_small_avx512vnni[0], &ql_s8_small_avx512vnni[1], &ql_s8_small_avx512vnni[2], &ql_s8_small_avx512vnni[3],
@@ -27,9 +31,9 @@ typedef struct tuning {
     const ql_s8_kernel *const *rows;
 } tuning;
 static const tuning tunings[] = {
-    /* Zen 5: the embedded-broadcast tiles, M = 16 1.14-1.19x oneDNN int8's time against 1.29-1.37x
-     * (the bare int8 GEMM, two paired runs; M = 1 and 77 unchanged) */
-    {QL_VENDOR_AMD, 0x1A, 0x00, 96, 96, rows_eb},
+    /* Zen 5: the embedded-broadcast tiles up to 8 rows, M = 16 1.14-1.19x oneDNN int8's time
+     * against 1.29-1.37x (the bare int8 GEMM, two paired runs); 9-11 rows: rows_zen5 */
+    {QL_VENDOR_AMD, 0x1A, 0x00, 96, 96, rows_zen5},
     /* Zen 4 (family 0x19 below model 0x10: Zen 3, no AVX-512): not measured; the decoded
      * small-M path (no padded rows at small M) as on Zen 5, the tiles as on Intel */
     {QL_VENDOR_AMD, 0x19, 0x10, 96, 96, rows},
