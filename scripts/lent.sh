@@ -10,6 +10,8 @@
 # blocking, prefetch and small-M sweeps), threads (the 1..16-thread curve of
 # w8a8-convrot and the int8 GEMM through AMX and AVX512-VNNI, beside the
 # sampled dot-product peak's: python -m qlinear_bench.threads).
+# QL_LENT_CUDA=OFF builds without the CUDA backend (the CPU work alone, a
+# quicker build); QL_LENT_TUNE names amx_tune.sh's parts (default: all).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-build-gpu/out}; mkdir -p "$out"
@@ -29,7 +31,7 @@ export PATH=/usr/local/cuda/bin:$PATH
 lscpu | grep -E "Model name|^CPU\(s\)|amx" | sed 's/Flags:.*\(amx[a-z0-9_ ]*\).*/AMX flags: \1/' | tee "$out/cpu.txt"
 if [[ $skip != *,build,* ]]; then
   gen=Ninja; command -v ninja >/dev/null || gen="Unix Makefiles"
-  cmake -S . -B build-gpu -G "$gen" -DCMAKE_BUILD_TYPE=Release -DQL_CUDA=ON "${extra[@]}" > "$out/cmake.log" 2>&1
+  cmake -S . -B build-gpu -G "$gen" -DCMAKE_BUILD_TYPE=Release -DQL_CUDA="${QL_LENT_CUDA:-ON}" "${extra[@]}" > "$out/cmake.log" 2>&1
   cmake --build build-gpu -j "$(nproc)" --target qlinear qlinear_shared test_amx test_kernels test_linear test_dispatch \
     > "$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
 fi
@@ -57,7 +59,7 @@ if [[ $skip != *,bench,* ]]; then
 fi
 if [[ $more == *,tune,* ]]; then
   echo "== amx table sweeps (scripts/amx_tune.sh)"
-  bash scripts/amx_tune.sh build-gpu/qlinear 2>&1 | tee "$out/amx_tune.txt"
+  bash scripts/amx_tune.sh build-gpu/qlinear ${QL_LENT_TUNE:-} 2>&1 | tee "$out/amx_tune.txt"
 fi
 if [[ $more == *,threads,* ]]; then
   for isa in amx avx512vnni; do
