@@ -53,7 +53,17 @@ typedef struct ql_s8_kernel {
     int kg, aes;
     ql_s8_tile_fn tile_b16;
     void (*widen)(const int8_t *src, int16_t *dst, int64_t n); /* n a multiple of 32 */
+    /* Kernels with per-thread state (AMX: the tile configuration) have
+     * begin (else NULL): a thread calls it before its first tile of a run of
+     * tiles (ql_s8_begin), since code between runs (oneDNN inside PyTorch,
+     * say) may have changed that state; inside a run the tile calls trust it. */
+    void (*begin)(void);
 } ql_s8_kernel;
+
+static inline void ql_s8_begin(const ql_s8_kernel *kern)
+{
+    if (kern->begin) kern->begin();
+}
 
 struct ql_cpu_kernels;
 /* The r-row variant of a table's kernel for small M (the same B packing:

@@ -172,6 +172,7 @@ ql_status ql_gemm_s8_run_pre(int threads, const ql_s8_kernel *kern, const void *
             pre(pre_arg, omp_get_thread_num(), omp_get_num_threads());
 #pragma omp barrier
         }
+        ql_s8_begin(kern);
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < blocks; blk++) {
             if (!cbuf) continue;
@@ -269,6 +270,7 @@ static void small_part_decoded(const ql_s8_kernel *kern, const void *packed_a, i
         if (c != cstack) ql_aligned_free(c);
         return;
     }
+    ql_s8_begin(kern);
     for (int64_t jp = jp0; jp < jp1; jp++) {
         const int64_t n0 = jp * nr;
         const int nr_eff = (int)(b->n - n0 < nr ? b->n - n0 : nr);
@@ -312,6 +314,7 @@ void ql_gemm_s8_small_part(const ql_s8_kernel *kern, const void *packed_a, int64
     const int64_t k4 = b->k4, a_panel = k4 * mr * 4 * aes, b_panel = k4 * nr * 4;
     const int64_t mpanels = ql_panels(m, mr);
     _Alignas(64) int32_t c[QL_S8_TILE_MAX];
+    ql_s8_begin(kern);
     for (int64_t jp = jp0; jp < jp1; jp++) {
         const int64_t n0 = jp * nr;
         const int nr_eff = (int)(b->n - n0 < nr ? b->n - n0 : nr);

@@ -293,6 +293,7 @@ void ql_lora_down_panel(const ql_lora_run *r, int64_t p, int64_t mc, int64_t k, 
     const int aes = kern->aes ? kern->aes : 1;
     const int8_t *a = packed + (size_t)(p * ql_kpad(kern, k) * mr) * (size_t)aes;
     int32_t *cb = r->cbuf + (size_t)th * r->cbuf_stride;
+    ql_s8_begin(kern); /* called outside the GEMM's run of tiles */
     for (int64_t jp = 0; jp < s->d.panels; jp++)
         kern->tile(s->d.k4, a, s->d.data + (size_t)(jp * s->d.k4 * nr * 4), cb + jp * mr * nr, 0);
     int8_t *tp = r->t_packed + (size_t)p * t_panel_bytes(s, kern);

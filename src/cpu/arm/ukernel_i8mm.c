@@ -51,4 +51,4 @@ static void tile_8x12c8_i8mm(int64_t k4, const int8_t *a, const uint8_t *b, int3
 }
 
 const ql_s8_kernel ql_s8_gemm_8x12c8__i8mm = {QL_ISA_I8MM, "s8_gemm_8x12c8__i8mm", 8, 12, 8, false, true, tile_8x12c8_i8mm,
-                                               8, 1, NULL, NULL};
+                                               8, 1, NULL, NULL, NULL};

@@ -41,4 +41,4 @@ static void tile_4x8c4_neon(int64_t k4, const int8_t *a, const uint8_t *b, int32
     }
 }
 
-const ql_s8_kernel ql_s8_gemm_4x8c4__neon = {QL_ISA_NEON, "s8_gemm_4x8c4__neon", 4, 8, 4, false, true, tile_4x8c4_neon, 4, 1, NULL, NULL};
+const ql_s8_kernel ql_s8_gemm_4x8c4__neon = {QL_ISA_NEON, "s8_gemm_4x8c4__neon", 4, 8, 4, false, true, tile_4x8c4_neon, 4, 1, NULL, NULL, NULL};

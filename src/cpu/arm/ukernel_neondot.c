@@ -37,4 +37,4 @@ static void tile_8x12c4_neondot(int64_t k4, const int8_t *a, const uint8_t *b, i
 }
 
 const ql_s8_kernel ql_s8_gemm_8x12c4__neondot = {QL_ISA_NEONDOT, "s8_gemm_8x12c4__neondot", 8, 12, 4, false, true,
-                                                  tile_8x12c4_neondot, 4, 1, NULL, NULL};
+                                                  tile_8x12c4_neondot, 4, 1, NULL, NULL, NULL};

@@ -14,4 +14,4 @@ static void tile_4x8c4_generic(int64_t k4, const int8_t *a, const uint8_t *b, in
 }
 
 const ql_s8_kernel ql_s8_gemm_4x8c4__generic = {QL_ISA_GENERIC, "s8_gemm_4x8c4__generic", 4, 8, 4, false, true,
-                                                 tile_4x8c4_generic, 4, 1, NULL, NULL};
+                                                 tile_4x8c4_generic, 4, 1, NULL, NULL, NULL};

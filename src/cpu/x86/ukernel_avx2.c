@@ -78,6 +78,6 @@ QL_TILES(1) QL_TILES(2) QL_TILES(3) QL_TILES(4) QL_TILES(5) QL_TILES(6)
 
 #define QL_K(R)                                                                                               \
     {QL_ISA_AVX2, "s8_gemm_" #R "x16c2__avx2", R, 16, 32, false, false, tile_##R##x16c2_avx2, 2, 2,          \
-     tile_##R##x16c2_b16_avx2, widen_avx2}
+     tile_##R##x16c2_b16_avx2, widen_avx2, NULL}
 const ql_s8_kernel ql_s8_small_avx2[6] = {QL_K(1), QL_K(2), QL_K(3), QL_K(4), QL_K(5), QL_K(6)};
 #undef QL_K

@@ -47,7 +47,7 @@ static void tile_12x32c4_avx512vnni(int64_t k4, const int8_t *a, const uint8_t *
 }
 
 const ql_s8_kernel ql_s8_gemm_12x32c4__avx512vnni = {QL_ISA_AVX512VNNI, "s8_gemm_12x32c4__avx512vnni", 12, 32, 64, true, true,
-                                                     tile_12x32c4_avx512vnni, 4, 1, NULL, NULL};
+                                                     tile_12x32c4_avx512vnni, 4, 1, NULL, NULL, NULL};
 
 /* Small-M tiles, R×32 for R = 1..11 (ql_s8_kernel_rows): the same loop with
  * R rows. Tiles of up to 3 rows keep two accumulator sets (even and odd k
@@ -129,11 +129,11 @@ QL_SMALL(1) QL_SMALL(2) QL_SMALL(3) QL_SMALL(4) QL_SMALL(5) QL_SMALL(6)
 QL_SMALL(7) QL_SMALL(8) QL_SMALL(9) QL_SMALL(10) QL_SMALL(11)
 #undef QL_SMALL
 #undef QL_SMALL_EB
-#define QL_K(R) {QL_ISA_AVX512VNNI, "s8_gemm_" #R "x32c4__avx512vnni", R, 32, 64, true, true, tile_##R##x32c4_avx512vnni, 4, 1, NULL, NULL}
+#define QL_K(R) {QL_ISA_AVX512VNNI, "s8_gemm_" #R "x32c4__avx512vnni", R, 32, 64, true, true, tile_##R##x32c4_avx512vnni, 4, 1, NULL, NULL, NULL}
 const ql_s8_kernel ql_s8_small_avx512vnni[11] = {QL_K(1), QL_K(2), QL_K(3), QL_K(4), QL_K(5), QL_K(6),
                                                  QL_K(7), QL_K(8), QL_K(9), QL_K(10), QL_K(11)};
 #undef QL_K
-#define QL_K(R) {QL_ISA_AVX512VNNI, "s8_gemm_" #R "x32c4eb__avx512vnni", R, 32, 64, true, true, tile_##R##x32c4eb_avx512vnni, 4, 1, NULL, NULL}
+#define QL_K(R) {QL_ISA_AVX512VNNI, "s8_gemm_" #R "x32c4eb__avx512vnni", R, 32, 64, true, true, tile_##R##x32c4eb_avx512vnni, 4, 1, NULL, NULL, NULL}
 const ql_s8_kernel ql_s8_small_eb_avx512vnni[11] = {QL_K(1), QL_K(2), QL_K(3), QL_K(4), QL_K(5), QL_K(6),
                                                     QL_K(7), QL_K(8), QL_K(9), QL_K(10), QL_K(11)};
 #undef QL_K

@@ -41,7 +41,7 @@ static void tile_6x16c4_avxvnni(int64_t k4, const int8_t *a, const uint8_t *b, i
 }
 
 const ql_s8_kernel ql_s8_gemm_6x16c4__avxvnni = {QL_ISA_AVXVNNI, "s8_gemm_6x16c4__avxvnni", 6, 16, 32, true, true,
-                                                 tile_6x16c4_avxvnni, 4, 1, NULL, NULL};
+                                                 tile_6x16c4_avxvnni, 4, 1, NULL, NULL, NULL};
 
 /* Small-M tiles, R×16 for R = 1..5 (ql_s8_kernel_rows); up to 2 rows keep
  * two accumulator sets (even and odd k steps) for enough independent chains. */
@@ -91,6 +91,6 @@ static inline __attribute__((always_inline)) void tile_rx16(const int R, int64_t
     }
 QL_SMALL(1) QL_SMALL(2) QL_SMALL(3) QL_SMALL(4) QL_SMALL(5)
 #undef QL_SMALL
-#define QL_K(R) {QL_ISA_AVXVNNI, "s8_gemm_" #R "x16c4__avxvnni", R, 16, 32, true, true, tile_##R##x16c4_avxvnni, 4, 1, NULL, NULL}
+#define QL_K(R) {QL_ISA_AVXVNNI, "s8_gemm_" #R "x16c4__avxvnni", R, 16, 32, true, true, tile_##R##x16c4_avxvnni, 4, 1, NULL, NULL, NULL}
 const ql_s8_kernel ql_s8_small_avxvnni[5] = {QL_K(1), QL_K(2), QL_K(3), QL_K(4), QL_K(5)};
 #undef QL_K
