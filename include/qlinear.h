@@ -127,7 +127,8 @@ ql_isa ql_context_isa(const ql_context *ctx);
  * kernels): linears created afterwards upload their weight once, and
  * ql_linear_forward / ql_gemm_s8s8s32 then take DEVICE pointers for x, y and
  * the epilogue tensors and queue the work on the context's stream without
- * waiting for it. Only QL_LINEAR_W8A8 runs on the GPU. QL_ERR_UNSUPPORTED when
+ * waiting for it. Only QL_LINEAR_W8A8 runs on the GPU (W4A8/W6A8 as W8A8: the
+ * grid decoded once at creation; symmetric only). QL_ERR_UNSUPPORTED when
  * the library was built without CUDA, no device is present or the GPU is too
  * old. Set the device before creating linears; a linear keeps its device. */
 typedef enum ql_device { QL_DEVICE_CPU = 0, QL_DEVICE_CUDA = 1 } ql_device;
@@ -273,8 +274,8 @@ ql_status ql_gemm_s8s8s32_ref(int64_t m, int64_t n, int64_t k, const int8_t *a, 
  * output dtype.
  * QL_ACTIVATION_GELU is torch.nn.GELU() (erf form), computed in fp32 within
  * a few ulps of the exact value everywhere (tail and subnormals included;
- * measured bound in docs/NUMERICS.md), -Inf -> NaN like torch. The CUDA backend
- * has no activation yet: QL_ERR_UNSUPPORTED.
+ * measured bound in docs/NUMERICS.md), -Inf -> NaN like torch; the CUDA
+ * backend computes the same operations, so its values equal the CPU's.
  *
  * bias: NULL, or n fp32 values used instead of the layer's own bias for this
  * call, treated as that bias is: rounded to the output dtype (bias.to(out_dtype)),

@@ -18,6 +18,7 @@ out=${OUT:-build-gpu/out}; mkdir -p "$out"
 skip=",${QL_LENT_SKIP:-},"
 more=",${QL_LENT_EXTRA:-},"
 if [ -d .whl ]; then
+  mkdir -p /tmp/site
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>/dev/null
   cp -r .whl/site/* /tmp/site/ 2>/dev/null
   export PYTHONPATH=/tmp/site

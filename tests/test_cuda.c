@@ -12,6 +12,7 @@
 
 #include "core/core.h"
 #include "cuda/cuda_backend.h"
+#include "quant/wxa8.h"
 #include "testutil.h"
 
 #ifdef QL_TEST_CUDA
@@ -110,6 +111,8 @@ static int codes_at_limit;
 /* set: weight scales and bias so small that outputs and bias are bf16
  * subnormals or near them (the packed bf16 bias add must keep subnormals) */
 static int tiny_outputs;
+/* set: the output GELU in the epilogue (after the bias, before the residual) */
+static int gelu_on;
 
 static void linear_case(ql_context *gpu, int64_t m, int64_t n, int64_t k, int64_t g, ql_dtype xdt, ql_dtype ydt,
                         int bias_on, int res_on, const char *kernel)
@@ -143,8 +146,10 @@ static void linear_case(ql_context *gpu, int64_t m, int64_t n, int64_t k, int64_
     tu_fill_gauss(ydt, rs, n, 1.0);
     ql_int8_weight w = {n, k, q, k, scale, nscale, g, bias_on ? bias : NULL, QL_BF16};
     void *y0 = malloc((size_t)(m * ldy + 1) * ys), *y1 = malloc((size_t)(m * ldy + 1) * ys);
-    ql_epilogue epi_h = {.residual = res, .ld_residual = ldy, .residual_scale = rs};
-    CHECK_OK(ql_int8_linear_ref(&w, x, xdt, m, ldx, y0, ydt, ldy, res_on ? &epi_h : NULL));
+    const int act = gelu_on ? QL_ACTIVATION_GELU : QL_ACTIVATION_NONE;
+    ql_epilogue epi_h = {.activation = act};
+    if (res_on) epi_h.residual = res, epi_h.ld_residual = ldy, epi_h.residual_scale = rs;
+    CHECK_OK(ql_int8_linear_ref(&w, x, xdt, m, ldx, y0, ydt, ldy, &epi_h));
 
     setenv("QLINEAR_CUDA_GEMM", kernel, 1);
     static int cases; /* every team size of the G = 256 prologue in turn (auto picks by M) */
@@ -155,23 +160,22 @@ static void linear_case(ql_context *gpu, int64_t m, int64_t n, int64_t k, int64_
     void *dx = dev_copy(x, (size_t)(m * ldx) * xs), *dy = dev_alloc((size_t)(m * ldy) * ys);
     void *dres = dev_copy(res, (size_t)(m * ldy) * ys), *drs = dev_copy(rs, (size_t)n * ys);
     cudaMemset(dy, 0x7f, (size_t)(m * ldy) * ys); /* poison: NaN-free pattern, never a valid result by chance */
-    ql_epilogue epi_d = {.residual = dres, .ld_residual = ldy, .residual_scale = drs, .activation = QL_ACTIVATION_GELU}; /* no GELU on the GPU yet: refused */
-    CHECK(!lin || ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, &epi_d) == QL_ERR_UNSUPPORTED, "GELU accepted on CUDA");
-    epi_d.activation = QL_ACTIVATION_NONE;
+    ql_epilogue epi_d = {.activation = act};
+    if (res_on) epi_d.residual = dres, epi_d.ld_residual = ldy, epi_d.residual_scale = drs;
     /* input activations and a per-call bias run on the CPU only: refused */
     ql_epilogue epi_act = {.input_act = QL_INPUT_ACT_GELU_TANH}, epi_bias = {.bias = drs};
     CHECK(!lin || ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, &epi_act) == QL_ERR_UNSUPPORTED,
           "input_act accepted on CUDA");
     CHECK(!lin || ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, &epi_bias) == QL_ERR_UNSUPPORTED,
           "a per-call bias accepted on CUDA");
-    if (lin) CHECK_OK(ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, res_on ? &epi_d : NULL));
+    if (lin) CHECK_OK(ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, res_on || act ? &epi_d : NULL));
     CHECK(cudaDeviceSynchronize() == cudaSuccess, "kernel failed: %s", cudaGetErrorString(cudaGetLastError()));
     cudaMemcpy(y1, dy, (size_t)(m * ldy) * ys, cudaMemcpyDeviceToHost);
     int64_t first = -1;
     CHECK(same_bits(ydt, y0, y1, m, n, ldy, &first),
-          "linear %s M=%lld N=%lld K=%lld g=%lld %s->%s bias %d res %d: first difference at %lld (%.9g vs ref %.9g)",
+          "linear %s M=%lld N=%lld K=%lld g=%lld %s->%s bias %d gelu %d res %d: first difference at %lld (%.9g vs ref %.9g)",
           kernel, (long long)m, (long long)n, (long long)k, (long long)g, ql_dtype_name(xdt), ql_dtype_name(ydt),
-          bias_on, res_on, (long long)first, first >= 0 ? ql_load_f(ydt, y1, first) : 0.0,
+          bias_on, gelu_on, res_on, (long long)first, first >= 0 ? ql_load_f(ydt, y1, first) : 0.0,
           first >= 0 ? ql_load_f(ydt, y0, first) : 0.0);
     ql_linear_destroy(lin);
     cudaFree(dx), cudaFree(dy), cudaFree(dres), cudaFree(drs);
@@ -190,8 +194,10 @@ static void test_linear(ql_context *gpu)
                 int64_t g = gs[gi], k = g ? g * tu_range(1, 3) : tu_range(1, 300);
                 if (g == 4) k = 4 * tu_range(1, 200);
                 int64_t n = tu_range(1, 3) == 1 ? 256 : tu_range(1, 600);
+                gelu_on = i % 5 == 2;
                 linear_case(gpu, ms[mi], n, k, g, dts[xd], dts[(xd + i) % 3], i % 2, i % 3 == 0, gemm_kernels[i % 4]);
             }
+    gelu_on = 0;
     /* the anima shapes at a real M, every output dtype */
     for (int yd = 0; yd < 3; yd++) linear_case(gpu, 1024, 2048, 2048, 256, QL_BF16, dts[yd], 1, yd == 1, "auto");
     linear_case(gpu, 1100, 6144, 256, 256, QL_BF16, QL_BF16, 1, 0, "auto");
@@ -211,6 +217,11 @@ static void test_linear(ql_context *gpu)
         linear_case(gpu, 1700, 2608, 512, 256, QL_F16, QL_BF16, t % 2, (t + 1) % 3 == 0, "sm90");
         /* K = 256, bf16 out: the small-K epilogue, random codes and codes at the limits */
         linear_case(gpu, 1700, 2608, 256, 256, QL_BF16, QL_BF16, (t + 1) % 2, 0, "sm90");
+        gelu_on = 1; /* the output GELU in each bf16 epilogue (staged, small-K, with a residual) and the generic one */
+        linear_case(gpu, 300, 1104, 512, 256, QL_BF16, QL_BF16, 1, t % 2, "sm90");
+        linear_case(gpu, 300, 1104, 256, 256, QL_BF16, QL_BF16, t % 2, 0, "sm90");
+        linear_case(gpu, 300, 1104, 512, 256, QL_BF16, dts[t % 3], 1, 0, "sm90");
+        gelu_on = 0;
         codes_at_limit = 1;
         linear_case(gpu, 300, 1104, 256, 256, QL_BF16, QL_BF16, t % 2, 0, "sm90");
         codes_at_limit = 0;
@@ -221,6 +232,78 @@ static void test_linear(ql_context *gpu)
     unsetenv("QLINEAR_CUDA_TILE");
     unsetenv("QLINEAR_CUDA_GEMM");
     unsetenv("QLINEAR_CUDA_ROWW");
+}
+
+/* W4A8 / W6A8 layers on the GPU (decoded once at creation): codebook,
+ * uniform and 6-bit weights from ql_wxa8_quantize, every output equal to
+ * the CPU reference of the decoded layer bit for bit (the decode is the
+ * CPU's own); the packed kind and an asymmetric layer are refused with a
+ * reason. */
+static void test_wxa8(ql_context *gpu)
+{
+    float lut[16];
+    ql_wxa8_fixed_lut(lut);
+    for (int c = 0; c < 9; c++) {
+        const ql_wxa8_mode mode = c % 3 == 0 ? QL_WXA8_CODEBOOK : c % 3 == 1 ? QL_WXA8_UNIFORM : QL_WXA8_6BIT;
+        const int bits = mode == QL_WXA8_6BIT ? 6 : 4;
+        const int64_t g = bits == 6 ? 16 * tu_range(1, 2) : (int64_t[]){4, 8, 16, 32}[tu_range(0, 3)];
+        const int64_t n = c == 8 ? 2048 : tu_range(1, 300), k = c == 8 ? 2048 : 256 * tu_range(1, 3);
+        const int64_t m = (int64_t[]){1, 5, 77, 300, 1024}[c % 5];
+        const ql_dtype ydt = c % 2 ? QL_BF16 : QL_F32;
+        float *wf = malloc((size_t)(n * k) * 4), *bias = malloc((size_t)n * 4);
+        tu_fill_gauss(QL_F32, wf, n * k, 0.02);
+        tu_fill_gauss(QL_F32, bias, n, 0.5);
+        const int64_t ng = k / g, rb = ql_wxa8_row_bytes(bits, k);
+        uint8_t *q = malloc((size_t)(n * rb)), *sr = malloc((size_t)(n * ng));
+        float *sc = malloc((size_t)n * 4);
+        ql_wxa8_qparams qp = {mode, g, 256, lut, 1};
+        CHECK_OK(ql_wxa8_quantize(QL_F32, wf, n, k, k, &qp, q, rb, sr, sc, NULL));
+        ql_wxa8_weight w = {.n = n, .k = k, .bits = bits, .q = q, .ldq = rb, .s_rel = sr, .s_channel = sc,
+                            .codebook = mode == QL_WXA8_CODEBOOK ? lut : NULL, .group = g, .convrot_group = 256,
+                            .bias = c % 4 ? bias : NULL, .bias_dtype = QL_F32};
+        int8_t *grid = malloc((size_t)(n * k));
+        CHECK_OK(ql_wxa8_decode(&w, grid, k));
+        const ql_int8_weight iw = {n, k, grid, k, sc, n, 256, w.bias, QL_F32};
+        uint16_t *x = malloc((size_t)(m * k) * 2);
+        tu_fill_gauss(QL_BF16, x, m * k, 1.0);
+        const size_t ys = ql_dtype_size(ydt);
+        void *y0 = malloc((size_t)(m * n) * ys), *y1 = malloc((size_t)(m * n) * ys);
+        CHECK_OK(ql_int8_linear_ref(&iw, x, QL_BF16, m, k, y0, ydt, n, NULL));
+        ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .wxa8 = w};
+        ql_linear *lin = NULL;
+        CHECK_OK(ql_linear_create(gpu, &d, &lin));
+        void *dx = dev_copy(x, (size_t)(m * k) * 2), *dy = dev_alloc((size_t)(m * n) * ys);
+        cudaMemset(dy, 0x7f, (size_t)(m * n) * ys);
+        if (lin) {
+            CHECK(ql_linear_weight_bytes(lin) >= (size_t)(n * k), "W%dA8 on CUDA: %zu resident bytes for %lld codes", bits,
+                  ql_linear_weight_bytes(lin), (long long)(n * k));
+            CHECK_OK(ql_linear_forward(lin, dx, QL_BF16, m, k, dy, ydt, n, NULL));
+        }
+        CHECK(cudaDeviceSynchronize() == cudaSuccess, "kernel failed: %s", cudaGetErrorString(cudaGetLastError()));
+        cudaMemcpy(y1, dy, (size_t)(m * n) * ys, cudaMemcpyDeviceToHost);
+        int64_t first = -1;
+        CHECK(same_bits(ydt, y0, y1, m, n, n, &first),
+              "W%dA8 mode %d M=%lld N=%lld K=%lld g=%lld on CUDA: first difference at %lld (%.9g vs ref %.9g)", bits,
+              (int)mode, (long long)m, (long long)n, (long long)k, (long long)g, (long long)first,
+              first >= 0 ? ql_load_f(ydt, y1, first) : 0.0, first >= 0 ? ql_load_f(ydt, y0, first) : 0.0);
+        ql_linear_destroy(lin);
+        if (c == 0) { /* refusals: the packed kind; an asymmetric layer */
+            d.kind = QL_LINEAR_WXA8_PACKED;
+            ql_status st = ql_linear_create(gpu, &d, &lin);
+            CHECK(st == QL_ERR_UNSUPPORTED && strstr(ql_last_error(), "CPU only"), "packed W4A8 on CUDA: %s",
+                  ql_last_error());
+            float *corr = calloc((size_t)(ng * n), 4);
+            d.kind = QL_LINEAR_W8A8;
+            d.wxa8.codebook = NULL, d.wxa8.correction = corr, d.wxa8.correction_dtype = QL_F32;
+            st = ql_linear_create(gpu, &d, &lin);
+            CHECK(st == QL_ERR_UNSUPPORTED && strstr(ql_last_error(), "asymmetric"), "asymmetric W4A8 on CUDA: %s",
+                  ql_last_error());
+            free(corr);
+        }
+        cudaFree(dx), cudaFree(dy);
+        free(wf), free(bias), free(q), free(sr), free(sc), free(grid), free(x), free(y0), free(y1);
+    }
+    printf("  W4A8/W6A8 (codebook, uniform, 6-bit; decoded at creation): bit-identical to the CPU's decoded layer\n");
 }
 
 /* A chain of layers, each reading the previous one's output, sharing the
@@ -455,6 +538,7 @@ int main(void)
     test_linear(ctx);
     test_chain(ctx);
     test_shared(ctx);
+    test_wxa8(ctx);
     test_bad_input(ctx);
 #endif
     ql_context_destroy(ctx);

@@ -3,23 +3,18 @@
  * the .cu files, or cuda_absent.c that refuses every call). */
 #include "backend/backend.h"
 #include "cuda/cuda_backend.h"
+#include "linear/check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
-static ql_status cuda_create(ql_context *ctx, const ql_linear_desc *d, void **impl, ql_layer_facts *info)
+/* A W8A8 layer from its int8 weight: bias widened to fp32, then uploaded. */
+static ql_status cuda_create_int8(ql_context *ctx, const ql_int8_weight *w, void **impl, ql_layer_facts *info)
 {
-    const char *fn = "ql_linear_create";
-    if (d->kind != QL_LINEAR_W8A8)
-        return ql_fail(QL_ERR_UNSUPPORTED, "%s: only W8A8 linears run on CUDA devices (kind %d asked)", fn, (int)d->kind);
-    if (d->wxa8.bits)
-        return ql_fail(QL_ERR_UNSUPPORTED,
-                       "%s: W4A8/W6A8 layers run on the CPU (on CUDA: decode with ql_wxa8_decode into an int8 layer)", fn);
-    const ql_int8_weight *w = &d->int8; /* checked */
     float *bias = NULL;
     if (w->bias) {
         bias = malloc((size_t)(w->n > 0 ? w->n : 1) * sizeof(float));
-        if (!bias) return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
+        if (!bias) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_create: out of memory");
         for (int64_t i = 0; i < w->n; i++) bias[i] = ql_load_f(w->bias_dtype, w->bias, i);
     }
     ql_cuda_linear *l = NULL;
@@ -29,6 +24,43 @@ static ql_status cuda_create(ql_context *ctx, const ql_linear_desc *d, void **im
     *impl = l;
     *info = (ql_layer_facts){QL_LINEAR_W8A8, w->n, w->k, w->convrot_group};
     return QL_OK;
+}
+
+/* W4A8/W6A8 as W8A8 (the kind QL_LINEAR_W8A8 with wxa8.bits): the grid
+ * decoded once on the host, exactly as the CPU's layer decodes it
+ * (ql_wxa8_decode), then resident as int8 with s_channel as the row scale. */
+static ql_status cuda_create_wxa8(ql_context *ctx, const ql_linear_desc *d, void **impl, ql_layer_facts *info)
+{
+    const char *fn = "ql_linear_create";
+    const ql_wxa8_weight *w = &d->wxa8; /* checked */
+    if (d->kind != QL_LINEAR_W8A8)
+        return ql_fail(QL_ERR_UNSUPPORTED,
+                       "%s: a W%dA8 layer runs on CUDA as QL_LINEAR_W8A8 (decoded once to int8); kind %d (packed "
+                       "codes resident) is CPU only",
+                       fn, w->bits, (int)d->kind);
+    if (w->correction)
+        return ql_fail(QL_ERR_UNSUPPORTED,
+                       "%s: an asymmetric W4A8 layer (with a correction) runs on the CPU only: the CUDA epilogue has "
+                       "no correction term",
+                       fn);
+    int8_t *grid = malloc((size_t)(w->n * w->k) + 1);
+    if (!grid) return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: cannot allocate the decoded weight (%lld x %lld)", fn,
+                              (long long)w->n, (long long)w->k);
+    ql_status st = ql_wxa8_decode(w, grid, w->k);
+    const ql_int8_weight g = {w->n, w->k, grid, w->k, w->s_channel, w->n, w->convrot_group, w->bias, w->bias_dtype};
+    if (st == QL_OK) st = ql_check_int8_weight(fn, &g);
+    if (st == QL_OK) st = cuda_create_int8(ctx, &g, impl, info);
+    free(grid); /* uploaded */
+    return st;
+}
+
+static ql_status cuda_create(ql_context *ctx, const ql_linear_desc *d, void **impl, ql_layer_facts *info)
+{
+    const char *fn = "ql_linear_create";
+    if (d->wxa8.bits) return cuda_create_wxa8(ctx, d, impl, info);
+    if (d->kind != QL_LINEAR_W8A8)
+        return ql_fail(QL_ERR_UNSUPPORTED, "%s: only W8A8 linears run on CUDA devices (kind %d asked)", fn, (int)d->kind);
+    return cuda_create_int8(ctx, &d->int8, impl, info); /* checked */
 }
 
 static void cuda_destroy(void *impl) { ql_cuda_linear_destroy(impl); }
@@ -41,9 +73,6 @@ static ql_status cuda_forward(const char *fn, ql_context *ctx, void *const *impl
 {
     for (int i = 0; epis && i < count; i++) {
         const ql_epilogue *e = epis[i];
-        if (e && e->activation)
-            return ql_fail(QL_ERR_UNSUPPORTED,
-                           "%s: the CUDA backend has no activation epilogue (GELU); apply it after the linear", fn);
         if (e && e->input_act)
             return ql_fail(QL_ERR_UNSUPPORTED,
                            "%s: the CUDA backend has no input activation (input_act %d); apply it before the linear", fn,
