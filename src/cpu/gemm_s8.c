@@ -139,9 +139,11 @@ ql_status ql_gemm_s8_run_pre(int threads, const ql_s8_kernel *kern, const void *
      * weight slice keeps the table's size and each activation panel meets
      * more weight panels per visit (6144×256 at M = 1024: +8-12 % on Zen 5) */
     int64_t ncols = bl.nc;
+    const ql_cpu_kernels *kt = ql_cpu_kernels_for(kern->isa);
+    const int64_t widen = kt->s8_short_k_widen > 0 ? kt->s8_short_k_widen : 4;
     if (a_outer && !ov->set && k4 * 4 < bl.kc) {
         const int64_t f = bl.kc / (k4 * 4);
-        ncols *= f < 4 ? f : 4;
+        ncols *= f < widen ? f : widen;
     }
     /* weights decoded in the GEMM: every block decodes its weight slice once,
      * so a block of 3× the rows decodes each weight a third as often (anima

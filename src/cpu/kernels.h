@@ -128,6 +128,9 @@ typedef struct ql_cpu_kernels {
     const ql_s8_kernel *const *s8_rows;
     int s8_rows_max;
     ql_blocking s8_blocking;
+    /* K shorter than KC: the blocked driver widens a block to up to this
+     * many times NC columns (0: 4), keeping its weight slice's size */
+    int s8_short_k_widen;
     int64_t small_m;
     /* rows up to which weights decoded in the GEMM (W4A8/W6A8 packed) take
      * the small-M path (0: always blocked); tune: set at registry init to
