@@ -328,8 +328,10 @@ typedef struct ql_epilogue {
  * contents of x and of the input activation's weight (bump it whenever either
  * is written or x's buffer is reused). One caller at a time: a cache is not
  * thread-safe. A forward the cache cannot serve — unmerged LoRAs (their down
- * projection reads the prologue), float kinds, m over one internal chunk,
- * the CUDA backend — runs as without it and leaves it as it was. */
+ * projection reads the prologue), float kinds, m over one internal chunk —
+ * runs as without it and leaves it as it was. On a CUDA context the codes
+ * stay in the context's device workspace: a hit also needs that no other
+ * forward on the context, and no other stream, came between. */
 ql_status ql_prologue_cache_create(ql_prologue_cache **out);
 void ql_prologue_cache_destroy(ql_prologue_cache *cache);
 /* Forwards served from the cache (hits) and that filled it (misses); NULLs allowed. */

@@ -58,3 +58,33 @@ def test_cuda_declines_what_it_does_not_serve(gen):
         qd, sd = q.cuda(), s.cuda()
         kw = dict(x=x.to(dt), weight=qd, weight_scale=sd)
         assert not registry.validate_backend_for_call("qlinear", "int8_linear", kw).success
+
+
+def test_prologue_cache_qkv_cuda(gen):
+    """q, k, v through qlinear's CUDA layers one by one on one x: the first
+    quantizes x, the next two reuse the codes in the GPU workspace (the
+    thread's prologue cache records 2 hits, 1 miss), every output with the
+    bits of a forward without the cache; an in-place write to x misses."""
+    from qlinear.comfy import _ops
+    if not _ops.HAS_PROLOGUE_CACHE:
+        pytest.skip("no prologue cache in this library")
+    k = 512
+    x = (torch.randn(300, k, generator=gen) * 2).to(torch.bfloat16).cuda()
+    layers = [int8_weight(n, k, gen) for n in (256, 96, 1040)]
+    kws = [dict(x=x, weight=q.cuda(), weight_scale=s.cuda(), out_dtype=torch.bfloat16, convrot=True,
+                convrot_groupsize=256) for q, s in layers]
+    want = []
+    for kw in kws:
+        _ops.prologue_cache_release()
+        want.append(call("qlinear", "int8_linear", **kw))
+    _ops.prologue_cache_release()
+    h0, m0 = _ops.prologue_cache_stats()
+    got = [call("qlinear", "int8_linear", **kw) for kw in kws]
+    h1, m1 = _ops.prologue_cache_stats()
+    assert (h1 - h0, m1 - m0) == (2, 1), f"q, k, v: {h1 - h0} hits, {m1 - m0} misses"
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    x.mul_(0.5)
+    y = call("qlinear", "int8_linear", **kws[1])
+    assert _ops.prologue_cache_stats() == (h1, m1 + 1)
+    _ops.prologue_cache_release()
+    assert torch.equal(y, call("qlinear", "int8_linear", **kws[1])) and not torch.equal(y, want[1])

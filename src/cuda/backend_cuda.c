@@ -4,6 +4,7 @@
 #include "backend/backend.h"
 #include "cuda/cuda_backend.h"
 #include "linear/check.h"
+#include "linear/prologue_cache.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +64,10 @@ static ql_status cuda_create(ql_context *ctx, const ql_linear_desc *d, void **im
     return cuda_create_int8(ctx, &d->int8, impl, info); /* checked */
 }
 
+/* The layout tag of the codes a CUDA prologue writes (the prologue cache's
+ * key: codes from the CPU's kernels never match them). */
+static const char cuda_codes_layout = 0;
+
 static void cuda_destroy(void *impl) { ql_cuda_linear_destroy(impl); }
 
 static void free_workspace(void *ws) { ql_cuda_workspace_free(ws); }
@@ -82,8 +87,27 @@ static ql_status cuda_forward(const char *fn, ql_context *ctx, void *const *impl
                            "%s: the CUDA backend takes no per-call bias (epilogue bias); use the layer's own bias", fn);
     }
     ctx->device_state_free = free_workspace; /* the activation workspace, made on first use */
-    return ql_cuda_linear_forward((ql_cuda_linear *const *)impls, count, (ql_cuda_workspace **)&ctx->device_state,
-                                  ctx->device_stream, x, xdt, m, ldx, ys, ydt, ldys, epis);
+    /* the prologue cache (qlinear.h): the codes stay in the context's device
+     * workspace; the cache keeps their key and the workspace's token */
+    ql_prologue_cache *pc = epis && epis[0] ? epis[0]->prologue_cache : NULL;
+    ql_prologue_key key;
+    uint64_t token = 0;
+    bool hit = false;
+    if (pc) {
+        int64_t k, group;
+        ql_cuda_linear_dims(impls[0], &k, &group);
+        key = ql_prologue_key_of(epis[0], x, xdt, m, ldx, k, group, &cuda_codes_layout);
+        hit = pc->valid && ql_prologue_key_equal(&pc->key, &key);
+        if (hit) token = pc->device_token;
+    }
+    const ql_status st = ql_cuda_linear_forward((ql_cuda_linear *const *)impls, count,
+                                                (ql_cuda_workspace **)&ctx->device_state, ctx->device_stream, x, xdt, m,
+                                                ldx, ys, ydt, ldys, epis, pc ? &token : NULL);
+    if (pc && st == QL_OK) {
+        if (hit && token == pc->device_token) pc->hits++;
+        else pc->key = key, pc->valid = true, pc->device_token = token, pc->misses++;
+    } /* a failed forward leaves the cache as it was: its token no longer matches the workspace's if that was overwritten */
+    return st;
 }
 
 static void cuda_describe(const void *impl, int64_t m, char *buf, size_t len)

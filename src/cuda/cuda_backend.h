@@ -31,9 +31,16 @@ size_t ql_cuda_linear_weight_bytes(const ql_cuda_linear *l);
  * epis[i] (epis or an entry NULL: none). x, the outputs and the epilogue
  * tensors are device pointers on the layers' device; the work is queued on
  * `stream` (cudaStream_t; NULL: the default stream). */
+/* token (may be NULL): the prologue cache's handle on the quantized input.
+ * In: the token a previous forward returned for this very input (0: none);
+ * when the workspace still holds that prologue's codes (no other forward on
+ * it since, same stream) the prologue is skipped. Out: the token of the
+ * codes the GEMMs read. */
 ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count, ql_cuda_workspace **ws, void *stream, const void *x,
                                  ql_dtype xdt, int64_t m, int64_t ldx, void *const *ys, ql_dtype ydt, const int64_t *ldys,
-                                 const ql_epilogue *const *epis);
+                                 const ql_epilogue *const *epis, uint64_t *token);
+/* K and the rotation group of a layer. */
+void ql_cuda_linear_dims(const ql_cuda_linear *l, int64_t *k, int64_t *group);
 /* Name of the GEMM kernel the last forward of `l` ran ("sm90 128x256", ...). */
 const char *ql_cuda_linear_kernel(const ql_cuda_linear *l);
 

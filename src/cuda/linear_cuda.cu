@@ -2,6 +2,7 @@
  * activation workspace, kernel choice, and status codes with messages. */
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <mutex>
 #include <new>
 #include <stdio.h>
@@ -28,7 +29,14 @@ struct ql_cuda_workspace {
     /* the prologue's launch shape for the last K of the bare prologue (layers keep their own) */
     PrologueFit fit;
     int64_t fit_k = -1;
+    /* the prologue whose codes q and sx hold (0: none, or no longer known) and its stream */
+    uint64_t token = 0;
+    void *token_stream = nullptr;
 };
+
+namespace {
+std::atomic<uint64_t> prologue_tokens{0}; /* unique over every workspace */
+}
 
 struct ql_cuda_linear {
     int device;
@@ -364,7 +372,8 @@ ql_status workspace_on(const char *fn, ql_cuda_workspace **wsp, int device, ql_c
 
 extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count, ql_cuda_workspace **wsp, void *stream,
                                             const void *x, ql_dtype xdt, int64_t m, int64_t ldx, void *const *ys,
-                                            ql_dtype ydt, const int64_t *ldys, const ql_epilogue *const *epis)
+                                            ql_dtype ydt, const int64_t *ldys, const ql_epilogue *const *epis,
+                                            uint64_t *token)
 {
     const char *fn = count > 1 ? "ql_linear_forward_shared" : "ql_linear_forward"; /* the caller's name */
     ql_cuda_linear *l = ls[0]; /* the input's layer: every layer shares its K and group (checked by the caller) */
@@ -402,13 +411,21 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
         QLC_CUDA(fn, "allocating the activation workspace", cudaMalloc(&ws->q, qb));
         QLC_CUDA(fn, "allocating the activation workspace", cudaMalloc(&ws->sx, (size_t)m * sizeof(float)));
         ws->q_bytes = qb, ws->rows = (size_t)m;
+        ws->token = 0; /* the codes are gone */
     }
     /* One prologue for every layer; each GEMM is a programmatic dependent
      * launch of the kernel before it, and waits for it: the codes are
      * complete before any GEMM reads them, and the next call's prologue
      * waits for the last GEMM before it overwrites them. */
-    QLC_CUDA(fn, "the prologue kernel",
-             launch_quantize_rows(x, dtype_code(xdt), ldx, m, l->k, l->group, ws->q, l->kp, ws->sx, l->force_roww, l->fit, s));
+    /* a prologue cache's hit: this workspace still holds that input's codes, queued on this stream */
+    const bool reuse = token && *token && *token == ws->token && ws->token_stream == stream;
+    if (!reuse) {
+        ws->token = 0; /* overwritten from here on, whatever happens */
+        QLC_CUDA(fn, "the prologue kernel",
+                 launch_quantize_rows(x, dtype_code(xdt), ldx, m, l->k, l->group, ws->q, l->kp, ws->sx, l->force_roww, l->fit, s));
+        ws->token = ++prologue_tokens, ws->token_stream = stream;
+    }
+    if (token) *token = ws->token;
     const size_t es = ql_dtype_size(ydt);
     for (int i = 0; i < count; i++) {
         ql_cuda_linear *li = ls[i];
@@ -425,6 +442,11 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
                           li->k, p, s, true, li->kernel, sizeof li->kernel, &cache));
     }
     return QL_OK;
+}
+
+extern "C" void ql_cuda_linear_dims(const ql_cuda_linear *l, int64_t *k, int64_t *group)
+{
+    *k = l->k, *group = l->group;
 }
 
 extern "C" int ql_cuda_sm90_tile_count(void) { return QLC_SM90_TILES; }

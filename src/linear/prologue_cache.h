@@ -24,6 +24,7 @@ struct ql_prologue_cache {
     char *buf; /* 64-byte aligned, cap bytes */
     size_t cap;
     int64_t hits, misses;
+    uint64_t device_token; /* CUDA: the workspace's token of the codes it holds (the codes stay on the device) */
 };
 
 /* The key of a forward of m rows of x with epi's input activation and

@@ -168,16 +168,31 @@ def _int8_linear_cuda(x, weight, weight_scale, bias, out_dtype, convrot, convrot
                       input_act_weight, input_act_eps, residual, residual_scale):
     """int8_linear on a GPU: qlinear's CUDA W8A8 layer; the input activation,
     bias and residual in PyTorch, in eager's order (the CUDA backend fuses
-    none of them yet)."""
+    none of them yet). Without an input activation the layer reads x
+    through this thread's prologue cache, as on the CPU: q, k and v of one x
+    quantize it once while the codes stay in the context's GPU workspace."""
     from comfy_kitchen.backends._activations import apply_input_act, apply_residual
     e = _int8_layer_cuda(weight, weight_scale, convrot_groupsize if convrot else 0)
     if e.failed is not None:
         return _eager().int8_linear(x, weight, weight_scale, bias, out_dtype, convrot, convrot_groupsize, input_act,
                                     input_act_weight, input_act_eps, residual, residual_scale)
+    act = input_act not in (None, "none")
     x = apply_input_act(x, input_act, input_act_weight, input_act_eps)
     if not x.is_contiguous():
         x = x.contiguous()
-    y = e.layer.forward(x, out_dtype=out_dtype)
+    layer = e.layer
+    k, n = layer.k, layer.n
+    m = x.numel() // k if k else 0
+    if HAS_PROLOGUE_CACHE and not act and m and x.shape[-1] == k and out_dtype in CODE and x.dtype in CODE:
+        y = torch.empty(x.shape[:-1] + (n,), dtype=out_dtype, device=x.device)
+        epi = _prologue(x, m, k)
+        epi.bias = _ffi.NULL  # the CPU path's per-call bias: the CUDA layer adds its own (none here), torch adds this one
+        layer._use_current_stream()
+        st = layer._fwd_int(layer._ptr, x.data_ptr(), CODE[x.dtype], m, k, y.data_ptr(), CODE[out_dtype], n, epi)
+        if st:
+            check(st, "ql_linear_forward")
+    else:
+        y = layer.forward(x, out_dtype=out_dtype)
     if bias is not None:
         y = y + bias.to(out_dtype)
     return apply_residual(y, residual, residual_scale)
