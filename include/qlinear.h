@@ -274,8 +274,8 @@ ql_status ql_gemm_s8s8s32_ref(int64_t m, int64_t n, int64_t k, const int8_t *a, 
  * output dtype.
  * QL_ACTIVATION_GELU is torch.nn.GELU() (erf form), computed in fp32 within
  * a few ulps of the exact value everywhere (tail and subnormals included;
- * measured bound in docs/NUMERICS.md), -Inf -> NaN like torch; the CUDA
- * backend computes the same operations, so its values equal the CPU's.
+ * measured bound in docs/NUMERICS.md), -Inf -> NaN like torch. The CUDA backend
+ * has no activation: QL_ERR_UNSUPPORTED.
  *
  * bias: NULL, or n fp32 values used instead of the layer's own bias for this
  * call, treated as that bias is: rounded to the output dtype (bias.to(out_dtype)),

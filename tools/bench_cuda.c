@@ -17,9 +17,9 @@
 #include "cuda/cuda_backend.h"
 #include "qlinear.h"
 
-enum { C_BF16, C_FP16, C_INT8, C_W8A8, C_GEMM, C_PRO, C_GELU, C_MMA, NPATHS };
+enum { C_BF16, C_FP16, C_INT8, C_W8A8, C_GEMM, C_PRO, C_MMA, NPATHS };
 static const char *names[NPATHS] = {"cublas-bf16", "cublas-fp16", "cublaslt-int8", "w8a8-convrot", "int8-gemm", "prologue",
-                                    "w8a8+gelu", "w8a8-sm80"};
+                                    "w8a8-sm80"};
 static const char *notes[NPATHS] = {
     "peer: cuBLASLt bf16 in/out, fp32 accumulate, the dequantized un-rotated weight (the same function in bf16)",
     "peer: cuBLASLt fp16 in/out, fp32 accumulate",
@@ -27,7 +27,6 @@ static const char *notes[NPATHS] = {
     "ours: full pipeline, bf16 in -> rotate + quantize (prologue kernel) -> int8 GEMM + scale restore + bias -> bf16",
     "ours: the int8 GEMM alone, s8*s8->s32 (ql_gemm_s8s8s32 on the device)",
     "ours: the prologue kernel alone (bf16 rows -> rotated int8 codes + scales); GB/s counts bytes read + written",
-    "ours: w8a8-convrot with the output GELU (erf) fused into its epilogue",
     "ours: w8a8-convrot on the sm_80 mma.sync kernel (QLINEAR_CUDA_GEMM=mma): the sm_80 kernel on Hopper, not an Ampere figure"};
 
 typedef struct { int64_t n, k, count; } shape;
@@ -216,7 +215,6 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
     void *dxb[16], *dwb[16], *dxq[16], *dwq[16], *dyb[16], *dyi[16];
     float *dsx[16];
     ql_linear *lin[16], *lin_mma[16];
-    const ql_epilogue gelu = {.activation = QL_ACTIVATION_GELU};
     ql_int8_weight w8 = {n, k, q, k, sw, n, g, bb, QL_BF16};
     ql_linear_desc desc = {.kind = QL_LINEAR_W8A8, .int8 = w8};
     for (int s = 0; s < sets; s++) {
@@ -287,7 +285,6 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
                     case C_W8A8: qs = ql_linear_forward(lin[s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, NULL); break;
                     case C_GEMM: qs = ql_gemm_s8s8s32(ctx, m, n, k, dxq[s], k, dwq[s], k, dyi[s], n); break;
                     case C_PRO: qs = ql_cuda_quantize_rows(&pro_ws, dev_index, st, dxb[s], QL_BF16, m, k, k, g, dxq[s], k, dsx[s]); break;
-                    case C_GELU: qs = ql_linear_forward(lin[s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, &gelu); break;
                     case C_MMA: qs = ql_linear_forward(lin_mma[s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, NULL); break;
                     }
                     if (qs != QL_OK) {
@@ -517,8 +514,7 @@ int ql_cmd_bench_cuda(int argc, char **argv)
                    r.ms[C_W8A8] / r.ms[C_BF16], r.ms[C_W8A8] / r.ms[C_INT8], r.ms[C_GEMM] / r.ms[C_INT8],
                    2.0 * m * sh->n * sh->k / (r.ms[C_GEMM] * 1e9), r.rel_l2, r.kernel, r.ms[C_PRO],
                    (double)m * sh->k * 3 / (r.ms[C_PRO] * 1e6));
-            printf(" | gelu %.4f (%.3fx w8a8) sm80 %.4f (%.2fx)", r.ms[C_GELU], r.ms[C_GELU] / r.ms[C_W8A8], r.ms[C_MMA],
-                   r.ms[C_MMA] / r.ms[C_W8A8]);
+            printf(" | sm80 %.4f (%.2fx)", r.ms[C_MMA], r.ms[C_MMA] / r.ms[C_W8A8]);
             if (!use_graphs) printf(" | host us w8a8 %.1f bf16 %.1f i8 %.1f", r.host_us[C_W8A8], r.host_us[C_BF16], r.host_us[C_INT8]);
             printf("\n");
             fflush(stdout);
@@ -535,10 +531,10 @@ int ql_cmd_bench_cuda(int argc, char **argv)
             }
         }
         printf("%-12s %6s | %9.3f %9.3f %9.3f | %9.3f %9.3f | %6.2f %6.2f %6.2f |  (weighted totals, ms; prologue %.3f; "
-               "w8a8+gelu %.3f = %.3fx w8a8; sm80 kernel %.3f = %.2fx w8a8, %.2fx bf16)\n", "total", "",
+               "sm80 kernel %.3f = %.2fx w8a8, %.2fx bf16)\n", "total", "",
                tot[C_BF16], tot[C_FP16], tot[C_INT8], tot[C_W8A8], tot[C_GEMM], tot[C_W8A8] / tot[C_BF16],
-               tot[C_W8A8] / tot[C_INT8], tot[C_GEMM] / tot[C_INT8], tot[C_PRO], tot[C_GELU], tot[C_GELU] / tot[C_W8A8],
-               tot[C_MMA], tot[C_MMA] / tot[C_W8A8], tot[C_MMA] / tot[C_BF16]);
+               tot[C_W8A8] / tot[C_INT8], tot[C_GEMM] / tot[C_INT8], tot[C_PRO], tot[C_MMA], tot[C_MMA] / tot[C_W8A8],
+               tot[C_MMA] / tot[C_BF16]);
         if (shapes != anima) continue;
         /* the same layers where a block's layers share their input (ql_linear_forward_shared) */
         double saved = 0;

@@ -78,6 +78,11 @@ static ql_status cuda_forward(const char *fn, ql_context *ctx, void *const *impl
 {
     for (int i = 0; epis && i < count; i++) {
         const ql_epilogue *e = epis[i];
+        /* an exact erf GELU inlined into the fast epilogues slowed every layer's epilogue, with
+         * or without it (docs/MEASUREMENTS.md §13): not served */
+        if (e && e->activation)
+            return ql_fail(QL_ERR_UNSUPPORTED,
+                           "%s: the CUDA backend has no activation epilogue (GELU); apply it after the linear", fn);
         if (e && e->input_act)
             return ql_fail(QL_ERR_UNSUPPORTED,
                            "%s: the CUDA backend has no input activation (input_act %d); apply it before the linear", fn,

@@ -6,7 +6,6 @@
 #include <stdint.h>
 
 #include "cuda_backend.h"
-#include "../quant/gelu.h" /* the GELU's constants */
 
 namespace qlc {
 
@@ -61,47 +60,7 @@ struct EpiParams {
     int64_t ldr;
     const void *rs;      /* [N] in ydt */
     int vec2;            /* y and ldy allow 2-element vector stores */
-    int gelu;            /* the output GELU (QL_ACTIVATION_GELU), after the bias, before the residual */
 };
-
-/* GELU (exact erf form): quant/gelu.h's ql_gelu_f32 operation for operation,
- * each one an explicitly rounded intrinsic (nvcc would otherwise contract a
- * product and a sum into an FMA that the CPU's code does not have), so the
- * GPU's values equal the CPU's bit for bit. */
-__device__ __forceinline__ float pow2i(int32_t n) { return __uint_as_float((uint32_t)(n + 127) << 23); }
-__device__ __forceinline__ float gelu_f32(float x)
-{
-    const float a = fminf(fabsf(x), QL_GELU_XMAX);
-    const float t = __frcp_rn(__fmaf_rn(a, QL_GELU_C, 1.0f)), u = __fsub_rn(t, QL_GELU_T0);
-    float q = QL_GELU_Q10;
-    q = __fmaf_rn(q, u, QL_GELU_Q9);
-    q = __fmaf_rn(q, u, QL_GELU_Q8);
-    q = __fmaf_rn(q, u, QL_GELU_Q7);
-    q = __fmaf_rn(q, u, QL_GELU_Q6);
-    q = __fmaf_rn(q, u, QL_GELU_Q5);
-    q = __fmaf_rn(q, u, QL_GELU_Q4);
-    q = __fmaf_rn(q, u, QL_GELU_Q3);
-    q = __fmaf_rn(q, u, QL_GELU_Q2);
-    q = __fmaf_rn(q, u, QL_GELU_Q1);
-    q = __fmaf_rn(q, u, QL_GELU_Q0);
-    const float hh = __fmul_rn(a, a), h = __fmul_rn(0.5f, hh), l = __fmul_rn(0.5f, __fmaf_rn(a, a, -hh));
-    const float n = rintf(__fmul_rn(-h, QL_GELU_LOG2E));
-    float r = __fmaf_rn(n, -QL_GELU_LN2HI, -h);
-    r = __fmaf_rn(n, -QL_GELU_LN2LO, r);
-    r = __fsub_rn(r, l);
-    float e = QL_GELU_E4;
-    e = __fmaf_rn(e, r, QL_GELU_E3);
-    e = __fmaf_rn(e, r, QL_GELU_E2);
-    e = __fmaf_rn(e, r, QL_GELU_E1);
-    e = __fmaf_rn(e, r, QL_GELU_E0);
-    e = __fadd_rn(__fmaf_rn(__fmul_rn(r, r), e, r), 1.0f);
-    const int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;
-    const float s1 = __fmul_rn(__fmul_rn(__fmul_rn(t, q), e), pow2i(n1 - 1)), s2 = pow2i(n2);
-    float g = signbit(x) ? __fmul_rn(__fmul_rn(x, s1), s2) : __fmaf_rn(-x, __fmul_rn(s1, s2), x);
-    if (x > QL_GELU_XMAX) g = x;
-    if (x < -QL_GELU_XMAX) g = x == -INFINITY ? __int_as_float(0x7fc00000) : -0.0f;
-    return isnan(x) ? x : g;
-}
 
 /* y = round(acc·(s_x·s_w)); y = round(y + round(bias)); y = round(res + rs·y):
  * ql_epilogue_scalar's roundings in its order. */
@@ -111,7 +70,6 @@ __device__ __forceinline__ float epi_value(const EpiParams &p, int32_t acc, floa
     float sw = p.sw[p.sw_per_row ? col : 0];
     float y = round_to(dt, __fmul_rn(__int2float_rn(acc), __fmul_rn(sx, sw)));
     if (p.bias) y = round_to(dt, __fadd_rn(y, round_to(dt, p.bias[col])));
-    if (p.gelu) y = round_to(dt, gelu_f32(y));
     if (p.res) {
         float r = load_f(dt, p.res, row * p.ldr + col);
         float rs = load_f(dt, p.rs, col);
@@ -202,8 +160,6 @@ __device__ __forceinline__ uint32_t epi_pair_bf16(const EpiParams &p, int32_t a0
     uint32_t r = pack_bf16x2(v0, v1);
     if (p.bias) /* plus the rounded bias (bf16 values held as fp32): one packed bf16 add */
         r = add_bf16x2_rn(r, __byte_perm(__float_as_uint(bias.x), __float_as_uint(bias.y), 0x7632));
-    if (p.gelu) /* a branch uniform over the grid: the layers without one pay a compare */
-        r = pack_bf16x2(gelu_f32(__uint_as_float(r << 16)), gelu_f32(__uint_as_float(r & 0xffff0000u)));
     if (RES && at) { /* residual + scale · y, one rounding (epi_value's operations) */
         const uint32_t rr = *(const uint32_t *)((const __nv_bfloat16 *)p.res + row * p.ldr + col);
         const uint32_t ss = *(const uint32_t *)((const __nv_bfloat16 *)p.rs + col);
@@ -227,7 +183,6 @@ __device__ __forceinline__ void epi_store_pair(const EpiParams &p, int64_t row, 
     float v1 = __fmul_rn(__int2float_rn(a1), __fmul_rn(sx, sw.y));
     v0 = round_to(dt, v0), v1 = round_to(dt, v1);
     if (p.bias) v0 = round_to(dt, __fadd_rn(v0, bias.x)), v1 = round_to(dt, __fadd_rn(v1, bias.y));
-    if (p.gelu) v0 = round_to(dt, gelu_f32(v0)), v1 = round_to(dt, gelu_f32(v1));
     if (dt == DT_BF16) *(__nv_bfloat162 *)((__nv_bfloat16 *)p.y + i) = __floats2bfloat162_rn(v0, v1);
     else if (dt == DT_F16) *(__half2 *)((__half *)p.y + i) = __floats2half2_rn(v0, v1);
     else *(float2 *)((float *)p.y + i) = make_float2(v0, v1);

@@ -434,7 +434,6 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
         p.y = ys[i], p.ldy = ldys[i], p.ydt = dtype_code(ydt);
         p.sx = ws->sx, p.sw = li->sw, p.sw_per_row = li->sw_per_row, p.bias = li->bias;
         if (epi && epi->residual) p.res = epi->residual, p.ldr = epi->ld_residual, p.rs = epi->residual_scale;
-        p.gelu = epi && epi->activation == QL_ACTIVATION_GELU;
         p.vec2 = (uintptr_t)ys[i] % (2 * es) == 0 && ldys[i] % 2 == 0;
         const MapCache cache = {&ws->amap, &ws->amap_m, &ws->amap_k, &ws->amap_tile, li->bmap, li->bmap_ok};
         QLC_CUDA(fn, "the GEMM kernel",
