@@ -22,6 +22,8 @@
 #include "cpu/x86/x86.h"
 
 #define QL_BF16_PF 1024 /* prefetch distance in the B streams, bytes */
+/* small M: B streamed once (from DRAM when large): 8 KiB ahead into L2, as the int8 kernels' QL_SMALL_PF */
+#define QL_BF16_SMALL_PF 8192
 
 static inline __attribute__((always_inline)) __m512 dp(__m512 acc, __m512i w, const uint16_t *x)
 {
@@ -171,14 +173,14 @@ static inline __attribute__((always_inline)) void small_step(const int R, const 
     for (int q = 0; q < P; q++) {
         if (i8) {
             const int8_t *bq = (const int8_t *)b + q * pe + 64 * p;
-            _mm_prefetch((const char *)bq + QL_BF16_PF, _MM_HINT_T0);
+            _mm_prefetch((const char *)bq + QL_BF16_SMALL_PF, _MM_HINT_T1);
             const __m512i rows =
                 whole ? _mm512_loadu_si512(bq) : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)bq));
             i8_pairs(i8 == 2, t, rows, &w[2 * q], &w[2 * q + 1]);
         } else {
             const uint16_t *bq = (const uint16_t *)b + q * pe + 64 * p;
-            _mm_prefetch((const char *)bq + QL_BF16_PF, _MM_HINT_T0);
-            _mm_prefetch((const char *)bq + QL_BF16_PF + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)bq + QL_BF16_SMALL_PF, _MM_HINT_T1);
+            _mm_prefetch((const char *)bq + QL_BF16_SMALL_PF + 64, _MM_HINT_T1);
             w[2 * q] = _mm512_loadu_si512(bq);
             w[2 * q + 1] = _mm512_loadu_si512(bq + 32);
         }

@@ -7,11 +7,11 @@ static bool supported(const ql_cpu_features *f)
     return f->avx512vnni && f->avx512bw && f->avx512vl && f->avx512dq && f->fma && f->f16c;
 }
 
-/* Zen 5: embedded broadcasts up to 8 rows; from 9 rows each of the tile's two
+/* AMD Zen 4 and 5: embedded broadcasts up to 8 rows; from 9 rows each of the tile's two
  * columns of vectors re-loads the broadcast (22 loads per 22 vpdpbusd at 11
  * rows), so a register broadcast per row is faster there (M = 77: 1.17x
  * oneDNN int8's time against 1.27x; M = 16, 8-row tiles: eb 1.31x against 1.41x) */
-static const ql_s8_kernel *const rows_zen5[12] = {
+static const ql_s8_kernel *const rows_eb8[12] = {
     &ql_s8_small_eb_avx512vnni[0], &ql_s8_small_eb_avx512vnni[1], &ql_s8_small_eb_avx512vnni[2], &ql_s8_small_eb_avx512vnni[3],
     &ql_s8_small_eb_avx512vnni[4], &ql_s8_small_eb_avx512vnni[5], &ql_s8_small_eb_avx512vnni[6], &ql_s8_small_eb_avx512vnni[7],
     &ql_s8_small_avx512vnni[8], &ql_s8_small_avx512vnni[9], &ql_s8_small_avx512vnni[10], &ql_s8_gemm_12x32c4__avx512vnni};
@@ -32,11 +32,12 @@ typedef struct tuning {
 } tuning;
 static const tuning tunings[] = {
     /* Zen 5: the embedded-broadcast tiles up to 8 rows, M = 16 1.14-1.19x oneDNN int8's time
-     * against 1.29-1.37x (the bare int8 GEMM, two paired runs); 9-11 rows: rows_zen5 */
-    {QL_VENDOR_AMD, 0x1A, 0x00, 96, 96, rows_zen5},
-    /* Zen 4 (family 0x19 below model 0x10: Zen 3, no AVX-512): not measured; the decoded
-     * small-M path (no padded rows at small M) as on Zen 5, the tiles as on Intel */
-    {QL_VENDOR_AMD, 0x19, 0x10, 96, 96, rows},
+     * against 1.29-1.37x (the bare int8 GEMM, two paired runs); 9-11 rows: rows_eb8's register broadcasts */
+    {QL_VENDOR_AMD, 0x1A, 0x00, 96, 96, rows_eb8},
+    /* Zen 4 (family 0x19 from model 0x10; below it Zen 3, no AVX-512): as Zen 5, the
+     * embedded-broadcast tiles up to 8 rows (qwen3-te M = 16: 0.97-1.00x oneDNN int8's
+     * time against 1.11x with the Intel tiles, docs/MEASUREMENTS.md §14) */
+    {QL_VENDOR_AMD, 0x19, 0x10, 96, 96, rows_eb8},
 };
 
 static void tune(ql_cpu_kernels *kt, const ql_cpu_features *f)

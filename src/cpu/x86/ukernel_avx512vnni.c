@@ -53,7 +53,14 @@ const ql_s8_kernel ql_s8_gemm_12x32c4__avx512vnni = {QL_ISA_AVX512VNNI, "s8_gemm
  * R rows. Tiles of up to 3 rows keep two accumulator sets (even and odd k
  * steps, summed at the end: exact integers) so at least four vpdpbusd
  * chains cover its latency while the weights stream past. */
-#define QL_SMALL_PF 1024 /* prefetch distance in bytes of the weight stream */
+/* The weight stream's software prefetch: 8 KiB ahead into L2. At M = 1 the
+ * stream comes from DRAM and one core's hardware prefetch alone keeps too
+ * few lines in flight (Zen 4, qwen3-te M = 1 from DRAM: the GEMM 0.75-0.89x
+ * oneDNN int8's time on one thread against 1.42-1.65x with 1 KiB into L1;
+ * 0.79-0.80x against 1.18x on two); the distance is past the end of the
+ * panel for its last 8 KiB, which costs nothing (a prefetch never faults). */
+#define QL_SMALL_PF 8192
+#define QL_SMALL_HINT _MM_HINT_T1
 /* EB (the "eb" variants, chosen per CPU by the table's tuning): each row's
  * activation dword as an embedded-broadcast memory operand of both its
  * vpdpbusd ({1to16}, written in assembly: GCC otherwise loads it once with a
@@ -78,7 +85,7 @@ static inline __attribute__((always_inline)) void tile_rx32(const int R, const i
 #pragma GCC unroll 16
         for (int u = 0; u < 16; u++, b += 128) {
             const __m512i b0 = _mm512_load_si512((const void *)b), b1 = _mm512_load_si512((const void *)(b + 64));
-            _mm_prefetch((const char *)(b + QL_SMALL_PF), _MM_HINT_T0);
+            _mm_prefetch((const char *)(b + QL_SMALL_PF), QL_SMALL_HINT);
 #pragma GCC unroll 12
             for (int r = 0; r < R; r++) {
                 if (EB) {

@@ -104,7 +104,7 @@ QL_INLINE void ql_wxa8_transpose4(__m512i a, __m512i b, __m512i c, __m512i d, __
         __m512i acc0[8], acc1[8];                                                                                     \
         for (int i = 0; i < 8; i++) acc0[i] = acc1[i] = _mm512_setzero_si512();                                       \
         _Alignas(64) int8_t nat[2][64]; /* a 64-block of each row in natural k order */                               \
-        const int64_t blocks = p->k / 16, ahead = 8 * p->block_bytes;                                                 \
+        const int64_t blocks = p->k / 16, ahead = (8192 / p->block_bytes + 1) * p->block_bytes; /* into L2, as QL_SMALL_PF */                                                 \
         for (int64_t b = 0; b < blocks; b++) {                                                                        \
             if (b % 4 == 0) {                                                                                         \
                 const int64_t at = (b / 4) * a_step;                                                                  \
@@ -116,7 +116,7 @@ QL_INLINE void ql_wxa8_transpose4(__m512i a, __m512i b, __m512i c, __m512i d, __
             const __m512i x1 = nrow > 1 ? _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(nat[1] + 16 * (b % 4)))) \
                                         : _mm512_setzero_si512();                                                     \
             const uint8_t *blk = codes + b * p->block_bytes, *s = sidx + (16 * b / p->group) * 32;                    \
-            for (int64_t o = 0; o < p->block_bytes; o += 64) _mm_prefetch((const char *)(blk + ahead + o), _MM_HINT_T0); \
+            for (int64_t o = 0; o < p->block_bytes; o += 64) _mm_prefetch((const char *)(blk + ahead + o), _MM_HINT_T1); \
             _Pragma("GCC unroll 4") for (int h = 0; h < 4; h++)                                                       \
             {                                                                                                         \
                 __m512i v[2];                                                                                         \
