@@ -98,7 +98,7 @@ static void tile_8x8c4_generic(int64_t k, const float *a, int64_t lda, const flo
     memcpy(c, acc, sizeof acc);
 }
 
-const ql_f32_kernel ql_bf16_gemm_8x8c4__generic = {QL_ISA_GENERIC, "bf16_gemm_8x8c4__generic", 8, 8, tile_8x8c4_generic, NULL, NULL, 0, NULL, 0, 4, 0, NULL, 0};
+const ql_f32_kernel ql_bf16_gemm_8x8c4__generic = {QL_ISA_GENERIC, "bf16_gemm_8x8c4__generic", 8, 8, tile_8x8c4_generic, NULL, NULL, 0, NULL, 0, 4, 0, NULL, 0, 0, NULL};
 
 /* ---- The portable twins of the VDPBF16PS kernels (x86 AVX512_BF16):
  * bf16_gemm_12x32c2__avx512bf16 (B bf16 pairs [K/2][32][2]) and
@@ -126,6 +126,18 @@ static uint32_t ubits(float f)
     return u;
 }
 
+/* d (a finite or infinite double, or NaN) rounded to fp32, nearest even,
+ * a result that is tiny after rounding flushed to signed zero. */
+static float rn_ftz(double d)
+{
+    if (isnan(d)) return fbits(0xffc00000u);
+    if (fabs(d) < 0x1p-126) { /* tiny unless it rounds (unbounded exponent) to 2^-126 */
+        const float t = (float)(d * 0x1p100);
+        return fabsf(t) < 0x1p-26f ? copysignf(0.0f, (float)d) : copysignf(0x1p-126f, (float)d);
+    }
+    return (float)d;
+}
+
 static float vdp_step(float acc, uint16_t w, uint16_t x)
 {
     const float fw = ql_bf16_to_fp32(w), fx = ql_bf16_to_fp32(x);
@@ -135,12 +147,7 @@ static float vdp_step(float acc, uint16_t w, uint16_t x)
     /* the product is exact in double, and RN_24(RN_53(acc + p)) = RN_24(acc + p)
      * (a 24-bit and a 16-bit significand: 53 >= 2·24 + 2) */
     const double p = (double)flush(fw) * (double)flush(fx), d = (double)flush(acc) + p;
-    if (isnan(d)) return fbits(0xffc00000u);
-    if (fabs(d) < 0x1p-126) { /* tiny unless it rounds (unbounded exponent) to 2^-126 */
-        const float t = (float)(d * 0x1p100);
-        return fabsf(t) < 0x1p-26f ? copysignf(0.0f, (float)d) : copysignf(0x1p-126f, (float)d);
-    }
-    return (float)d;
+    return rn_ftz(d);
 }
 
 /* a: a packed A panel's slice ([ceil(k/2)][12][2], K padded with 0);
@@ -177,6 +184,7 @@ static void decode_i8_pairs_generic(ql_dtype dt, const void *src, int64_t n, flo
 }
 
 const ql_f32_kernel ql_bf16_gemm_12x32c2__generic = {QL_ISA_GENERIC, "bf16_gemm_12x32c2__generic", 12, 32,
-                                                     tile_12x32c2_generic, NULL, NULL, 0, NULL, 0, 2, 1, NULL, 0};
+                                                     tile_12x32c2_generic, NULL, NULL, 0, NULL, 0, 2, 1, NULL, 0, 0, NULL};
 const ql_f32_kernel ql_bf16_gemm_12x32c2i8__generic = {QL_ISA_GENERIC, "bf16_gemm_12x32c2i8__generic", 12, 32,
-                                                       tile_12x32c2_generic, decode_i8_pairs_generic, NULL, 0, NULL, 0, 0, 1, NULL, 0};
+                                                       tile_12x32c2_generic, decode_i8_pairs_generic, NULL, 0, NULL, 0, 0, 1, NULL, 0, 0, NULL};
+
