@@ -24,3 +24,8 @@ else()
 endif()
 add_test(NAME test_dispatch_disable COMMAND test_dispatch)
 set_tests_properties(test_dispatch_disable PROPERTIES ENVIRONMENT "QLINEAR_DISABLE=${QL_DISABLE_TOP}")
+if(QL_ARCH STREQUAL "x86")
+  # AMX-BF16 hidden: amx keeps its int8 tiles, its float paths take avx512bf16's VDPBF16PS kernels
+  add_test(NAME test_dispatch_no_amx_bf16 COMMAND test_dispatch)
+  set_tests_properties(test_dispatch_no_amx_bf16 PROPERTIES ENVIRONMENT "QLINEAR_DISABLE=amx_bf16")
+endif()

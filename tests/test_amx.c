@@ -20,8 +20,18 @@
  *  - W8A8 linears (fp32/fp16/bf16, ConvRot groups, bias, residual, GELU)
  *    bit-identical to the generic table's, from M = 1 to 512×2048×2048,
  *    on 1, 3 and all threads;
+ *  - the float paths on AMX-BF16 tiles: dense bf16-compute linears and
+ *    weight-only linears with bf16 activations within the float64 bound of
+ *    docs/NUMERICS.md §4.2 (TDPBF16PS: exact products, fp32 sums in the
+ *    instruction's order), for every tail of M (1..200 across the small-M
+ *    limit of 64 and the 32-row panels), N (16/32-column tiles) and K (odd,
+ *    < 32, not a multiple of 32, across the 512-k slices), on 1, 3 and all
+ *    threads, NaN/Inf and denormal activations; a row gives the same bits
+ *    alone (small-M, 1-row tiles) as in its batch; the layers name the
+ *    tile kernels where AMX-BF16 runs;
  *  - with AMX: the same results after this thread's tiles were configured
- *    another way or released (other AMX code in the thread, e.g. oneDNN).
+ *    another way or released (other AMX code in the thread, e.g. oneDNN),
+ *    int8 and bf16.
  * The comparisons run on amx where this CPU runs it, else on the best ISA
  * (so the test's own code runs everywhere). */
 #include <errno.h>
@@ -342,6 +352,126 @@ static void test_linears(ql_context *ctx, ql_context *gen, int big, int all_thre
            all_threads);
 }
 
+/* ---------------------------------------------------- bf16 float paths */
+
+/* The float64 bound of docs/NUMERICS.md §4.2 on y = s·Σ x·w (s = 1 for
+ * dense) with the final fp32 rounding of s·acc: NaN where float64 gives NaN,
+ * the signed Inf where it leaves the fp32 range. x: m bf16 rows (stride ldx),
+ * w: the n × k weight values; y: m × n fp32 (stride ldy). */
+static int64_t bf16_off_bound(const uint16_t *x, int64_t m, int64_t ldx, const float *w, const float *s, int64_t n,
+                              int64_t k, const float *y, int64_t ldy, int64_t *first)
+{
+    const double u = 0x1p-24, g = (double)(k + 1) * u / (1 - (double)(k + 1) * u);
+    const double f = (double)(k + 2 * ((k + 31) / 32)) * 0x1p-126;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double ref = 0, sum = 0, d = 0;
+            for (int64_t p = 0; p < k; p++) {
+                const float xv = ql_bf16_to_fp32(x[i * ldx + p]);
+                const double t = (double)xv * w[j * k + p];
+                ref += t;
+                sum += fabs(t);
+                if (xv != 0 && fabsf(xv) < 0x1p-126f) d += fabs(t);
+            }
+            const double sc = s ? s[j] : 1.0, got = y[i * ldy + j];
+            const int ok = isnan(ref) ? isnan(got)
+                           : fabs(ref * sc) >= 0x1p128 ? got == copysign(INFINITY, ref * sc)
+                                                        : fabs(got - sc * ref) <= sc * (g * sum + d + (1 + g) * f) + 0x1p-23 * fabs(got) + 0x1p-149;
+            if (!ok && !bad++) *first = i * ldy + j;
+        }
+    return bad;
+}
+
+static int same_or_nan(float a, float b) { return !memcmp(&a, &b, 4) || (isnan(a) && isnan(b)); }
+
+/* One dense bf16 (wo = 0) or weight-only (wo = 1) layer of m × n × k on ctx. */
+static void bf16_linear_case(ql_context *ctx, int wo, int64_t m, int64_t n, int64_t k, int special)
+{
+    const int64_t ldx = k + tu_range(0, 3), ldy = n + tu_range(0, 3);
+    uint16_t *x = malloc((size_t)(m * ldx) * 2);
+    float *w = malloc((size_t)(n * k) * 4), *s = malloc((size_t)n * 4), *y = malloc((size_t)(m * ldy) * 4), *y1 = malloc((size_t)ldy * 4);
+    int8_t *q = malloc((size_t)(n * k));
+    tu_fill_gauss(QL_BF16, x, m * ldx, 1.0);
+    for (int64_t i = 0; i < n * k; i++) {
+        q[i] = (int8_t)(tu_next() & 0xff);
+        w[i] = wo ? (float)q[i] : ql_bf16_to_fp32(ql_fp32_to_bf16((float)(0.05 * tu_gauss())));
+    }
+    for (int64_t j = 0; j < n; j++) s[j] = (float)((0.5 + tu_uniform()) * 1e-2);
+    if (special && m > 2) {
+        x[(m - 1) * ldx + tu_range(0, k - 1)] = 0x7fc0;                                    /* a NaN row */
+        x[(m / 2) * ldx + k - 1] = tu_next() & 1 ? 0x7f80 : 0xff80;                        /* ±Inf at the last k */
+        for (int64_t p = tu_range(0, 2); p < k; p += 3) x[ldx + p] = (uint16_t)tu_range(1, 0x807f) & 0x807f; /* denormals */
+    }
+    ql_linear_desc d = {.kind = QL_LINEAR_DENSE, .n = n, .k = k, .weight = w, .ld_weight = k, .weight_dtype = QL_F32,
+                        .compute_dtype = QL_BF16};
+    if (wo) d = (ql_linear_desc){.kind = QL_LINEAR_WEIGHT_ONLY, .int8 = {n, k, q, k, s, n, 0, NULL, QL_F32}};
+    ql_linear *lin = NULL;
+    CHECK_OK(ql_linear_create(ctx, &d, &lin));
+    if (lin) {
+        for (int64_t i = 0; i < m * ldy; i++) y[i] = -7.0f; /* poisoned: an unwritten output shows */
+        CHECK_OK(ql_linear_forward(lin, x, QL_BF16, m, ldx, y, QL_F32, ldy, NULL));
+        char kn[200];
+        ql_linear_describe(lin, m, kn, sizeof kn);
+        int64_t first = -1;
+        const int64_t bad = bf16_off_bound(x, m, ldx, w, wo ? s : NULL, n, k, y, ldy, &first);
+        int64_t gaps = 0;
+        for (int64_t i = 0; i + 1 < m; i++)
+            for (int64_t j = n; j < ldy; j++) gaps += y[i * ldy + j] != -7.0f;
+        CHECK(bad == 0 && gaps == 0,
+              "%s %s bf16 x (%s) t%d M=%lld N=%lld K=%lld%s: %lld outputs off the float64 bound (first [%lld,%lld] = %a), %lld "
+              "gap elements written",
+              ql_isa_name(ql_context_isa(ctx)), wo ? "weight-only" : "dense bf16", kn, ql_context_threads(ctx), (long long)m,
+              (long long)n, (long long)k, special ? " NaN/Inf/denormal rows" : "", (long long)bad,
+              (long long)(bad ? first / ldy : 0), (long long)(bad ? first % ldy : 0), bad ? y[first] : 0.0f, (long long)gaps);
+        /* the first and last rows alone (M = 1: the small-M path, 1-row tiles) */
+        for (int r = 0; r < 2 && m > 1; r++) {
+            const int64_t row = r ? m - 1 : 0;
+            CHECK_OK(ql_linear_forward(lin, x + row * ldx, QL_BF16, 1, ldx, y1, QL_F32, ldy, NULL));
+            int64_t diff = 0;
+            for (int64_t j = 0; j < n; j++) diff += !same_or_nan(y1[j], y[row * ldy + j]);
+            CHECK(diff == 0, "%s %s M=%lld N=%lld K=%lld: row %lld alone differs from the batch at %lld outputs",
+                  ql_isa_name(ql_context_isa(ctx)), wo ? "weight-only" : "dense bf16", (long long)m, (long long)n, (long long)k,
+                  (long long)row, (long long)diff);
+        }
+        if (target == QL_ISA_AMX && ql_isa_supported(QL_ISA_AMX) && ql_cpu()->amx_bf16)
+            CHECK(strstr(kn, wo ? "c2i7__amx" : "c2__amx") || strstr(kn, "c2i8__amx"), "%s layer of %lld rows runs %s, not a tile kernel",
+                  wo ? "a weight-only" : "a dense bf16", (long long)m, kn);
+    }
+    ql_linear_destroy(lin);
+    free(x); free(w); free(s); free(y); free(y1); free(q);
+}
+
+static void test_bf16_linears(ql_context *ctx, int all_threads)
+{
+    static const int64_t ms[] = {1, 2, 5, 15, 16, 17, 31, 32, 33, 40, 63, 64, 65, 77, 100, 200};
+    static const int64_t ns[] = {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 70, 257};
+    static const int64_t ks[] = {1, 2, 3, 5, 17, 31, 32, 33, 63, 64, 65, 300, 511, 512, 513, 1025};
+    const int threads[] = {1, 3, all_threads};
+    int cases = 0;
+    for (int t = 0; t < 3; t++) {
+        CHECK_OK(ql_context_set_threads(ctx, threads[t]));
+        for (int i = 0; i < 16; i++, cases += 2) {
+            const int64_t m = ms[i], n = ns[(i + 5 * t) % 12], k = ks[(i * 3 + t) % 16];
+            bf16_linear_case(ctx, 0, m, n, k, (i + t) % 3 == 0);
+            bf16_linear_case(ctx, 1, m, n, k, (i + t) % 3 == 1);
+        }
+    }
+    char kn[200] = "";
+    ql_linear *lin = NULL;
+    static float w[64 * 64];
+    ql_linear_desc d = {.kind = QL_LINEAR_DENSE, .n = 64, .k = 64, .weight = w, .ld_weight = 64, .weight_dtype = QL_F32,
+                        .compute_dtype = QL_BF16};
+    if (ql_linear_create(ctx, &d, &lin) == QL_OK) {
+        ql_linear_describe(lin, 1, kn, sizeof kn);
+        strcat(kn, " / ");
+        ql_linear_describe(lin, 200, kn + strlen(kn), sizeof kn - strlen(kn));
+    }
+    ql_linear_destroy(lin);
+    printf("  bf16 float paths: %d dense bf16 and weight-only layers within the float64 bound, rows alone = in batch "
+           "(M 1..200, threads 1, 3, %d; dense runs %s)\n", cases, all_threads, kn);
+}
+
 /* ------------------------------------------- tiles configured elsewhere */
 
 #if defined(__x86_64__)
@@ -373,6 +503,13 @@ static void test_foreign_tiles(void)
         gemm_vs_int64(ctx, m, 70, 300 + 64 * i, i % 3);
     }
     printf("  gemm after this thread's tiles were configured otherwise or released: exact\n");
+    /* the bf16 tile kernels: blocked (100 rows) and small-M (5, 32 rows) */
+    for (int i = 0; i < 6; i++) {
+        foreign_tiles(i % 2);
+        const int64_t m = (int64_t[]){100, 5, 32, 77, 5, 100}[i];
+        bf16_linear_case(ctx, i % 2, m, 70, 300 + 64 * i, 0);
+    }
+    printf("  bf16 linears after this thread's tiles were configured otherwise or released: within the bound\n");
     ql_context_destroy(ctx);
 }
 #endif
@@ -398,6 +535,7 @@ int main(int argc, char **argv)
     const int all = ql_context_threads(gen);
     test_gemm(ctx, gen, big);
     test_linears(ctx, gen, big, all);
+    test_bf16_linears(ctx, all);
 #if defined(__x86_64__)
     if (target == QL_ISA_AMX) test_foreign_tiles();
 #endif

@@ -13,6 +13,14 @@
  * (group 0 and ConvRot) that dispatch to them. Where the CPU lacks an
  * instruction only the twin runs (and test_dispatch checks that the ISA is
  * refused).
+ *  - TDPBF16PS (x86 AMX-BF16): the model of Intel's SDM pseudo-code
+ *    (bf16_tdp_32x32c2__generic, …i8…) meets the §4.2 bound below on every
+ *    CPU; where the amx table runs its tile kernels, bf16_gemm_32x32c2__amx
+ *    and …i8__amx (…i7… for codes within ±127) meet it too, give the same
+ *    bits blocked (1-3 threads) and small-M, and the count of outputs whose
+ *    bits differ from the model is printed (the order inside the instruction
+ *    is not architected, so it is not required to be 0); the weight-only
+ *    linear equals s·kernel bit for bit.
  *
  * The BFMMLA bound. Per output the kernel computes, for each 2-k half i of the
  * ceil(K/4) blocks (h = 2·ceil(K/4) halves, padding terms exact zeros),
@@ -31,7 +39,15 @@
  * products (k+1 before k in each pair; a padding term adds an exact 0), each
  * rounded to nearest even (u = 2^-24), denormal operands read as 0 and results
  * below 2^-126 flushed: |y - Σ x·w| <= γ_K·S + D + (1 + γ_K)·K·2^-126, inside
- * the BFMMLA bound (γ_K <= γ_{h+1}, K <= K + 2h). */
+ * the BFMMLA bound (γ_K <= γ_{h+1}, K <= K + 2h).
+ *
+ * The TDPBF16PS bound. Exact products, fp32 additions in an order of the
+ * instruction's (any tree: a term passes at most K - 1 roundings of nearest
+ * even; one more allowed), denormal operands read as 0, results below 2^-126
+ * flushed in at most K + 2·ceil(K/32) operations (a product's FMA, and per
+ * 32-k block the two chains' sum and its addition to C):
+ * |y - Σ x·w| <= γ_{K+1}·S + D + (1 + γ_{K+1})·(K + 2·ceil(K/32))·2^-126,
+ * u = 2^-24; inside the BFMMLA bound too. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,12 +87,15 @@ static void run(const ql_f32_kernel *kern, int threads, const float *x, int64_t 
 /* Outputs off the bound (or, where the float64 value is NaN or beyond the
  * fp32 range, not NaN / not that Inf). rel: a final rounding of relative
  * size rel (the output dtype's half ulp), 0 for fp32 sums. */
+enum { BOUND_BFMMLA, BOUND_VDP, BOUND_TDP };
 static int64_t off_bound_of(const float *x, int64_t m, const float *w, int64_t n, int64_t k, const float *y, double rel,
-                            int vdp)
+                            int mode)
 {
     const int64_t h = 2 * ((k + 3) / 4);
-    const double u = vdp ? 0x1p-24 : 0x1p-23, nr = vdp ? (double)k : (double)(h + 1);
-    const double g = nr * u / (1 - nr * u), f = (double)(vdp ? k : k + 2 * h) * 0x1p-126;
+    const double u = mode ? 0x1p-24 : 0x1p-23;
+    const double nr = mode == BOUND_VDP ? (double)k : mode == BOUND_TDP ? (double)(k + 1) : (double)(h + 1);
+    const double g = nr * u / (1 - nr * u);
+    const double f = (double)(mode == BOUND_VDP ? k : mode == BOUND_TDP ? k + 2 * ((k + 31) / 32) : k + 2 * h) * 0x1p-126;
     int64_t bad = 0;
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
@@ -100,7 +119,7 @@ static int64_t off_bound_of(const float *x, int64_t m, const float *w, int64_t n
 
 static int64_t off_bound(const float *x, int64_t m, const float *w, int64_t n, int64_t k, const float *y, double rel)
 {
-    return off_bound_of(x, m, w, n, k, y, rel, 0);
+    return off_bound_of(x, m, w, n, k, y, rel, BOUND_BFMMLA);
 }
 
 static int64_t diff_bits(const float *a, const float *b, int64_t count)
@@ -291,7 +310,8 @@ static const ql_cpu_kernels *vdp_table(void)
 {
     for (int i = 0; i < ql_cpu_kernels_count(); i++) {
         const ql_cpu_kernels *kt = ql_cpu_kernels_at(i);
-        if (ql_isa_supported(kt->isa) && kt->bf16->kb == 2 && kt->bf16->isa != QL_ISA_GENERIC && kt->wo_bf16) return kt;
+        if (ql_isa_supported(kt->isa) && kt->bf16->kb == 2 && !kt->bf16->tile_k && kt->bf16->isa != QL_ISA_GENERIC && kt->wo_bf16)
+            return kt;
     }
     return NULL;
 }
@@ -320,7 +340,7 @@ static void vrun(const ql_f32_kernel *kern, int threads, int small, const float 
         if (m > 0) ql_gemm_f32_small_part(kern, (const float *)xr, k, m, &b, 0, b.panels, epi_copy, &e);
     } else {
         uint16_t *pa = malloc(ql_packed_a_bf16_bytes(kern, m, k) + 2);
-        const uint16_t *rows[16];
+        const uint16_t *rows[32];
         for (int64_t ip = 0; ip * kern->mr < m; ip++) {
             for (int r = 0; r < kern->mr; r++) rows[r] = ip * kern->mr + r < m ? xr + (ip * kern->mr + r) * k : NULL;
             ql_pack_a_bf16_panel(kern, rows, k, ip, pa);
@@ -342,7 +362,7 @@ static void vcheck_case(const char *what, const float *x, int64_t m, const float
     float *yt = malloc(cnt * 4), *yf = malloc(cnt * 4), *weff = malloc((size_t)(n * k + 1) * 4);
     for (int64_t i = 0; i < n * k; i++) weff[i] = w8 ? (float)w8[i] : w[i];
     vrun(twin, 1, 0, x, m, w, w8, n, k, yt);
-    const int64_t bad = off_bound_of(x, m, weff, n, k, yt, 0, 1);
+    const int64_t bad = off_bound_of(x, m, weff, n, k, yt, 0, BOUND_VDP);
     CHECK(bad == 0, "%s M=%lld N=%lld K=%lld (%s): twin off the float64 bound at %lld of %lld outputs", what, (long long)m,
           (long long)n, (long long)k, w8 ? "int8 codes" : "bf16", (long long)bad, (long long)(m * n));
     int sym = w8 != NULL; /* codes without -128: the kernel's sym variant too */
@@ -459,15 +479,19 @@ static void test_vdp_limits(void)
  * the best ISA: exactly fl(s·twin(x̂, q)) with x̂ the activation as the
  * generic table converts it (rotated, rounded to bf16), for M = 0, 1, small
  * and blocked, threads 1-3; with fp32 activations the fp32 path (its own
- * float64 bound: test_linear). */
+ * float64 bound: test_linear). A tile kernel (TDPBF16PS: no bit-exact twin)
+ * stands for its own twin, through the blocked driver on one thread, and
+ * that is checked against the float64 bound. */
 static void test_vdp_linear(void)
 {
     ql_context *ctx;
     CHECK_OK(ql_context_create(&ctx));
     const ql_cpu_kernels *kt = ql_cpu_kernels_for(ql_context_isa(ctx)), *gen = ql_cpu_kernels_for(QL_ISA_GENERIC);
-    const int vdp = kt->wo_bf16 != NULL;
-    printf("  weight-only with bf16 x on %s: %s\n", ql_isa_name(ql_context_isa(ctx)),
-           vdp ? kt->wo_bf16->name : "the fp32 kernel (no VDPBF16PS): not compared here");
+    const int vdp = kt->wo_bf16 != NULL, tiles = vdp && kt->wo_bf16->tile_k;
+    const ql_f32_kernel *ref = tiles ? kt->wo_bf16 : &ql_bf16_gemm_12x32c2i8__generic;
+    printf("  weight-only with bf16 x on %s: %s%s\n", ql_isa_name(ql_context_isa(ctx)),
+           vdp ? kt->wo_bf16->name : "the fp32 kernel (no VDPBF16PS): not compared here",
+           tiles ? " (against itself through the blocked driver, and that against float64)" : "");
     for (int c = 0; vdp && c < 10; c++) {
         const int64_t g = c % 3 == 2 ? 256 : 0, k = g ? 256 * tu_range(1, 3) : (c == 0 ? 1 : tu_range(1, 700));
         const int64_t n = tu_range(1, 80) | 1, m = c == 1 ? 1 : c % 2 ? tu_range(2, 80) : tu_range(81, 150);
@@ -496,12 +520,20 @@ static void test_vdp_linear(void)
         float *xc = malloc((size_t)(m * k + 1) * 4);
         for (int64_t i = 0; i < m; i++)
             for (int64_t p = 0; p < k; p++) xc[i * k + p] = xh[i * ldo + p];
-        vrun(&ql_bf16_gemm_12x32c2i8__generic, 1, 0, xc, m, NULL, q, n, k, yt);
+        vrun(ref, 1, 0, xc, m, NULL, q, n, k, yt);
+        if (tiles) {
+            float *qf = malloc((size_t)(n * k + 1) * 4);
+            for (int64_t i = 0; i < n * k; i++) qf[i] = q[i];
+            const int64_t off = off_bound_of(xc, m, qf, n, k, yt, 0, BOUND_TDP);
+            CHECK(off == 0, "weight-only bf16 x G=%lld M=%lld N=%lld K=%lld: %s off the float64 bound at %lld outputs",
+                  (long long)g, (long long)m, (long long)n, (long long)k, ref->name, (long long)off);
+            free(qf);
+        }
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) yt[i * n + j] *= s[j];
         const int64_t dd = diff_bits(y, yt, m * n);
-        CHECK(dd == 0, "weight-only bf16 x G=%lld M=%lld N=%lld K=%lld t%d: %lld of %lld outputs differ from s·twin", (long long)g,
-              (long long)m, (long long)n, (long long)k, threads, (long long)dd, (long long)(m * n));
+        CHECK(dd == 0, "weight-only bf16 x G=%lld M=%lld N=%lld K=%lld t%d: %lld of %lld outputs differ from s·%s", (long long)g,
+              (long long)m, (long long)n, (long long)k, threads, (long long)dd, (long long)(m * n), ref->name);
         /* M = 0 writes nothing */
         memset(y, 0x5a, (size_t)(m * n) * 4);
         CHECK_OK(ql_linear_forward(lin, x, QL_BF16, 0, k, y, QL_F32, n, NULL));
@@ -512,6 +544,145 @@ static void test_vdp_linear(void)
         free(x); free(q); free(s); free(y); free(yt); free(xh); free(xc);
     }
     ql_context_destroy(ctx);
+}
+
+/* ---------------------------------------------------------------- TDPBF16PS */
+
+/* The table whose bf16 entry is a tile kernel (tile_k) this CPU runs, or NULL. */
+static const ql_cpu_kernels *tdp_table(void)
+{
+    for (int i = 0; i < ql_cpu_kernels_count(); i++) {
+        const ql_cpu_kernels *kt = ql_cpu_kernels_at(i);
+        if (ql_isa_supported(kt->isa) && kt->bf16->tile_k && kt->wo_bf16 && kt->wo_bf16->tile_k) return kt;
+    }
+    return NULL;
+}
+
+static int64_t tdp_outputs, tdp_model_diff; /* the tile kernels' outputs, and those with other bits than the model */
+
+/* Bits equal, or both NaN (payloads are the hardware's own). */
+static int64_t diff_nan_any(const float *a, const float *b, int64_t count)
+{
+    int64_t bad = 0;
+    for (int64_t i = 0; i < count; i++) bad += memcmp(a + i, b + i, 4) != 0 && !(isnan(a[i]) && isnan(b[i]));
+    return bad;
+}
+
+/* The model against float64; where tiles run, the kernel against float64,
+ * its paths against each other, and its bits against the model (counted). */
+static void tcheck_case(const char *what, const float *x, int64_t m, const float *w, const int8_t *w8, int64_t n, int64_t k)
+{
+    const ql_cpu_kernels *kt = tdp_table();
+    const ql_f32_kernel *model = w8 ? &ql_bf16_tdp_32x32c2i8__generic : &ql_bf16_tdp_32x32c2__generic;
+    const ql_f32_kernel *fast = kt ? (w8 ? kt->wo_bf16 : kt->bf16) : NULL;
+    const size_t cnt = (size_t)(m * n + 1);
+    float *ym = malloc(cnt * 4), *yf = malloc(cnt * 4), *yv = malloc(cnt * 4), *weff = malloc((size_t)(n * k + 1) * 4);
+    for (int64_t i = 0; i < n * k; i++) weff[i] = w8 ? (float)w8[i] : w[i];
+    vrun(model, 1, 0, x, m, w, w8, n, k, ym);
+    int64_t bad = off_bound_of(x, m, weff, n, k, ym, 0, BOUND_TDP);
+    CHECK(bad == 0, "%s M=%lld N=%lld K=%lld (%s): the TDPBF16PS model off the float64 bound at %lld of %lld outputs", what,
+          (long long)m, (long long)n, (long long)k, w8 ? "int8 codes" : "bf16", (long long)bad, (long long)(m * n));
+    int sym = w8 != NULL;
+    for (int64_t i = 0; sym && i < n * k; i++) sym = w8[i] != -128;
+    if (fast) {
+        for (size_t i = 0; i < cnt; i++) yf[i] = -1.0f;
+        vrun(fast, 1, 0, x, m, w, w8, n, k, yf);
+        bad = off_bound_of(x, m, weff, n, k, yf, 0, BOUND_TDP);
+        CHECK(bad == 0, "%s M=%lld N=%lld K=%lld: %s off the float64 bound at %lld of %lld outputs", what, (long long)m,
+              (long long)n, (long long)k, fast->name, (long long)bad, (long long)(m * n));
+        tdp_outputs += m * n;
+        tdp_model_diff += diff_nan_any(yf, ym, m * n);
+        for (int v = 1; v < (sym && fast->sym ? 8 : 4); v++) { /* blocked with 2, 3 threads; small-M; the sym variant */
+            const ql_f32_kernel *f = v < 4 ? fast : fast->sym;
+            for (size_t i = 0; i < cnt; i++) yv[i] = -1.0f;
+            vrun(f, v % 4 < 3 ? v % 4 + 1 : 1, v % 4 == 3, x, m, w, w8, n, k, yv);
+            const int64_t d = diff_nan_any(yf, yv, m * n);
+            CHECK(d == 0, "%s M=%lld N=%lld K=%lld %s: %s differs from %s t1 at %lld of %lld outputs", what, (long long)m,
+                  (long long)n, (long long)k, v % 4 == 3 ? "small-M" : v % 4 == 0 ? "t1" : v % 4 == 1 ? "t2" : "t3", f->name,
+                  fast->name, (long long)d, (long long)(m * n));
+        }
+    }
+    free(ym); free(yf); free(yv); free(weff);
+}
+
+static void test_tdp_shapes(void)
+{
+    /* every tail of the 32-k block (K < 32, odd, not a multiple of 32), K
+     * across the amx table's 512-k slices; M across 32-row panels and the
+     * small-M limit (64); N across 16- and 32-column tiles */
+    static const int64_t ks[] = {1, 2, 3, 5, 17, 31, 32, 33, 63, 64, 65, 255, 256, 257, 511, 512, 513, 1025, 1536};
+    const int nk = (int)(sizeof ks / sizeof ks[0]);
+    for (int c = 0; c < 36; c++) {
+        const int64_t m = c < 3 ? 1 : c == 3 ? 0 : c % 5 == 0 ? tu_range(60, 130) : tu_range(1, 40);
+        const int64_t n = c % 4 == 1 ? 1 : c % 4 == 2 ? 16 * tu_range(1, 4) + tu_range(-1, 1) : tu_range(1, 90) | (c % 2);
+        const int64_t k = c < nk ? ks[c] : tu_range(1, 1200);
+        float *x = malloc((size_t)(m * k + 1) * 4), *w = malloc((size_t)(n * k + 1) * 4);
+        int8_t *q = malloc((size_t)(n * k + 1));
+        fill(x, m, w, n, k);
+        vfill_codes(q, n * k);
+        tcheck_case("random", x, m, w, NULL, n, k);
+        tcheck_case("random", x, m, NULL, q, n, k);
+        vfill_codes_sym(q, n * k, 1);
+        tcheck_case("random ±127", x, m, NULL, q, n, k);
+        free(x); free(w); free(q);
+    }
+}
+
+/* The limits of test_vdp_limits through the model and the tile kernels:
+ * bf16 max and min normal, denormal activations and weights (read as 0: the
+ * D term), tiny partial sums (flushed), NaN and Inf activations (NaN rows,
+ * ±Inf by the weight's sign, NaN where Inf meets a 0 weight), a NaN weight,
+ * and sums that overflow. */
+static void test_tdp_limits(void)
+{
+    const int64_t m = 37, n = 37, k = 71;
+    float *x = malloc((size_t)(m * k) * 4), *w = malloc((size_t)(n * k) * 4), *y = malloc((size_t)(m * n) * 4);
+    int8_t *q = malloc((size_t)(n * k));
+    const float big = ql_bf16_to_fp32(0x7f7f), tiny = 0x1p-126f;
+    for (int v = 0; v < 4; v++) {
+        fill(x, m, w, n, k);
+        vfill_codes(q, n * k);
+        for (int64_t i = 0; i < m * k; i++) {
+            const double r = tu_uniform();
+            if (v == 0 && r < 0.3) x[i] = r < 0.15 ? big : -big;
+            if (v == 1 && r < 0.3) x[i] = r < 0.15 ? tiny : -tiny;
+            if (v == 2 && r < 0.3) x[i] = ql_bf16_to_fp32((uint16_t)((r < 0.15 ? 0x8000 : 0) | tu_range(1, 0x7f))); /* denormals */
+            if (v == 3) x[i] = bf(x[i] * 0x1p-124); /* products and sums near 2^-126: flushed */
+        }
+        for (int64_t i = 0; i < n * k; i++) w[i] = bf(tu_gauss() * (v == 0 ? 0x1p-120 : v == 1 ? 0x1p20 : 1.0));
+        if (v == 2)
+            for (int64_t i = 0; i < n * k; i += 3) w[i] = ql_bf16_to_fp32((uint16_t)(0x8000 | tu_range(1, 0x7f)));
+        const char *what = v == 0 ? "bf16 max" : v == 1 ? "bf16 min normal" : v == 2 ? "bf16 denormals" : "sums near 2^-126";
+        tcheck_case(what, x, m, w, NULL, n, k);
+        if (v == 0)
+            for (int64_t i = 0; i < m * k; i++) x[i] = bf(x[i] * 0x1p-20);
+        tcheck_case(what, x, m, NULL, q, n, k);
+    }
+    fill(x, m, w, n, k);
+    vfill_codes(q, n * k);
+    const int64_t k0 = 5, k1 = 30;
+    x[1 * k + 17] = NAN;
+    x[2 * k + k0] = INFINITY;
+    x[3 * k + k0] = -INFINITY;
+    x[33 * k + 70] = INFINITY; /* the last k of an odd K, in rows 16-31 of the second panel */
+    for (int64_t j = 0; j < n; j++) w[j * k + k0] = j % 3 == 0 ? 0.0f : bf(tu_gauss());
+    for (int64_t j = 0; j < n; j++) q[j * k + k0] = j % 3 == 0 ? 0 : (int8_t)(tu_range(-128, 127) | 1);
+    w[4 * k + k1] = -INFINITY;
+    w[5 * k + 9] = NAN;
+    x[6 * k + k1] = 0.0f;
+    tcheck_case("NaN/Inf", x, m, w, NULL, n, k);
+    tcheck_case("NaN/Inf", x, m, NULL, q, n, k);
+    fill(x, m, w, n, k);
+    for (int64_t p = 0; p < k; p++) w[0 * k + p] = w[1 * k + p] = 0.0f;
+    for (int64_t j = 2; j < n; j++) w[j * k + 3] = w[j * k + 8] = w[j * k + 9] = 0.0f;
+    x[0 * k + 3] = big;
+    w[0 * k + 3] = 2.0f;
+    x[0 * k + 8] = x[0 * k + 9] = big;
+    w[1 * k + 8] = w[1 * k + 9] = 1.0f;
+    tcheck_case("overflow", x, m, w, NULL, n, k);
+    vrun(&ql_bf16_tdp_32x32c2__generic, 1, 0, x, m, w, NULL, n, k, y);
+    CHECK(y[0] == INFINITY && y[1] == INFINITY, "TDPBF16PS model overflow: %g %g, expected +Inf", y[0], y[1]);
+    free(x); free(w); free(y); free(q);
 }
 
 int main(void)
@@ -529,5 +700,14 @@ int main(void)
     test_vdp_shapes();
     test_vdp_limits();
     test_vdp_linear();
+    const ql_cpu_kernels *tt = tdp_table();
+    printf("  %s\n", tt ? "TDPBF16PS tile kernels against float64, across their paths, and beside the SDM model"
+                        : "no AMX-BF16 tiles on this CPU: the TDPBF16PS model against float64 only");
+    test_tdp_shapes();
+    test_tdp_limits();
+    if (tt)
+        printf("  %s / %s: %lld of %lld outputs with other bits than the SDM pseudo-code's model (a measurement, not a "
+               "requirement: the contract is the bound)\n",
+               tt->bf16->name, tt->wo_bf16->name, (long long)tdp_model_diff, (long long)tdp_outputs);
     return tu_finish();
 }

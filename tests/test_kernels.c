@@ -36,7 +36,11 @@
  *    the blocked one where the kernel has one; kb = 4 (BFMMLA layout):
  *    bit-identical to ql_bf16_gemm_8x8c4__generic through the same driver;
  *    the VDPBF16PS kernels (a_bf16: bf16 and wo_bf16 entries) bit-identical
- *    to their twins (generic/bf16_generic.c), blocked and small-M;
+ *    to their twins (generic/bf16_generic.c), blocked and small-M; the tile
+ *    kernels (a_bf16 with tile_k: AMX-BF16) within the TDPBF16PS float64
+ *    bound (test_bf16), blocked (1, 2 threads, K across slices) and small-M
+ *    bit-identical to each other, M/N/K tails of the 32×32×32 tile, NaN/Inf
+ *    and denormal activations (their bits beside the SDM model's: counted);
  *  - rows_to_f32, quantize_rows, sr_row, lowrank_add, wxa8_decode (panels
  *    of the table's s8_decoded from library-quantized and random W4A8/W6A8
  *    weights), lora_t_row (where kt->s8 has kb 64, nr 32, aes 1): bit for
@@ -203,9 +207,13 @@ static void check_f32_kernel(const ql_cpu_kernels *kt, const ql_f32_kernel *k, c
     CHECK(k->kb == 0 || k->kb == 4 || (k->kb == 2 && k->a_bf16), "%s %s %s: kb %d (a_bf16 %d)", tname, role, k->name, k->kb,
           k->a_bf16);
     CHECK(k->kb || k->decode, "%s %s %s: a kb-0 kernel needs a decoder (bf16 / int8 slices)", tname, role, k->name);
+    CHECK(!k->tile_k || (k->a_bf16 && k->tile_k % 2 == 0 && k->mr <= 32), "%s %s %s: tile_k %d needs bf16 A, even, mr <= 32",
+          tname, role, k->name, k->tile_k);
+    CHECK(!k->a_bf16 || k->mr <= 32, "%s %s %s: %d rows exceed the A panel packers' 32", tname, role, k->name, k->mr);
     if (k->small)
-        CHECK(k->small_name && k->small_rows >= 1 && k->small_rows * 2 * k->nr <= 6 * 64,
-              "%s %s %s: small tile %d rows x 2x%d exceeds the driver's 6x64 buffer", tname, role, k->name, k->small_rows, k->nr);
+        CHECK(k->small_name && k->small_rows >= 1 && k->small_rows * (k->small_wide ? 4 : 2) * k->nr <= QL_F32_SMALL_TILE_MAX,
+              "%s %s %s: small tile %d rows x %dx%d exceeds the driver's buffer of %d", tname, role, k->name, k->small_rows,
+              k->small_wide ? 4 : 2, k->nr, QL_F32_SMALL_TILE_MAX);
     const int kb = k->kb ? k->kb : 1;
     const ql_cpu_kernels *own = ql_cpu_kernels_for(k->isa);
     CHECK(own != NULL, "%s %s %s: its isa %s has no table", tname, role, k->name, ql_isa_name(k->isa));
@@ -213,6 +221,9 @@ static void check_f32_kernel(const ql_cpu_kernels *kt, const ql_f32_kernel *k, c
                    own->f32_blocking.kc, kb);
     CHECK(kt->f32_blocking.kc % kb == 0, "%s %s %s: f32 kc %d not a multiple of kb %d", tname, role, k->name,
           kt->f32_blocking.kc, kb);
+    if (own && k->tile_k) /* the driver slices K by its table's kc: whole tile blocks */
+        CHECK(own->f32_blocking.kc % k->tile_k == 0, "%s %s %s: its table's f32 kc %d not a multiple of tile_k %d", tname, role,
+              k->name, own->f32_blocking.kc, k->tile_k);
 }
 
 static void check_sanity(const ql_cpu_kernels *kt)
@@ -814,6 +825,18 @@ static void bf16kb_case(const ql_f32_kernel *kern, int64_t m, int64_t n, int64_t
     free(a); free(w); free(y); free(yt);
 }
 
+/* m bf16 rows (stride k) as the packed A panels of an a_bf16 kernel. */
+static uint16_t *pack_a_bf16(const ql_f32_kernel *kern, const uint16_t *x, int64_t m, int64_t k)
+{
+    uint16_t *pa = malloc(ql_packed_a_bf16_bytes(kern, m, k) + 2);
+    const uint16_t *rows[32];
+    for (int64_t ip = 0; ip * kern->mr < m; ip++) {
+        for (int r = 0; r < kern->mr; r++) rows[r] = ip * kern->mr + r < m ? x + (ip * kern->mr + r) * k : NULL;
+        ql_pack_a_bf16_panel(kern, rows, k, ip, pa);
+    }
+    return pa;
+}
+
 /* VDPBF16PS kernels (a_bf16: dense kb = 2, or weight-only int8 codes) against
  * their portable twin, bit for bit: blocked (1, 2 threads) and small-M. */
 static void vdp_case(const ql_f32_kernel *kern, int64_t m, int64_t n, int64_t k, int threads)
@@ -832,12 +855,7 @@ static void vdp_case(const ql_f32_kernel *kern, int64_t m, int64_t n, int64_t k,
     ql_packed_f32 bk, bt;
     CHECK_OK(ql_pack_b_float(kern, i8 ? QL_I8 : QL_F32, i8 ? (const void *)q : (const void *)w, n, k, k, i8 ? QL_I8 : QL_BF16, 1, &bk));
     CHECK_OK(ql_pack_b_float(twin, i8 ? QL_I8 : QL_F32, i8 ? (const void *)q : (const void *)w, n, k, k, i8 ? QL_I8 : QL_BF16, 1, &bt));
-    uint16_t *pa = malloc(ql_packed_a_bf16_bytes(kern, m, k) + 2);
-    const uint16_t *rows[16];
-    for (int64_t ip = 0; ip * kern->mr < m; ip++) {
-        for (int r = 0; r < kern->mr; r++) rows[r] = ip * kern->mr + r < m ? x + (ip * kern->mr + r) * k : NULL;
-        ql_pack_a_bf16_panel(kern, rows, k, ip, pa);
-    }
+    uint16_t *pa = pack_a_bf16(kern, x, m, k);
     float *y = malloc((size_t)(m * n) * 4), *yt = malloc((size_t)(m * n) * 4), *ys = malloc((size_t)(m * n) * 4);
     copy_arg ca = {y, n}, ct = {yt, n}, cs = {ys, n};
     CHECK_OK(ql_gemm_f32_run(threads, kern, (const float *)pa, 0, m, &bk, epi_copy, &ca));
@@ -868,6 +886,100 @@ static void vdp_case(const ql_f32_kernel *kern, int64_t m, int64_t n, int64_t k,
     ql_packed_f32_free(&bk);
     ql_packed_f32_free(&bt);
     free(x); free(w); free(q); free(pa); free(y); free(yt); free(ys);
+}
+
+/* Tile kernels (a_bf16 with tile_k: TDPBF16PS) where the CPU runs them:
+ * no bit-exact twin (the instruction's order is not architected), so the
+ * float64 bound of docs/NUMERICS.md §4.2 (as test_bf16),
+ *     |y - Σ x·w| <= γ_{K+1}·S + D + (1 + γ_{K+1})·(K + 2·ceil(K/32))·2^-126,
+ * NaN where float64 gives NaN; blocked on 1 and 2 threads and small-M give
+ * the same bits (any NaN); the bits beside the SDM model's are counted. */
+static int64_t tile_outputs, tile_model_diff;
+
+static int64_t tile_off_bound(const uint16_t *x, int64_t m, const float *w, int64_t n, int64_t k, const float *y,
+                              int64_t *first)
+{
+    const double u = 0x1p-24, g = (double)(k + 1) * u / (1 - (double)(k + 1) * u);
+    const double f = (double)(k + 2 * ((k + 31) / 32)) * 0x1p-126;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double ref = 0, s = 0, d = 0;
+            for (int64_t p = 0; p < k; p++) {
+                const float xv = ql_bf16_to_fp32(x[i * k + p]), wv = w[j * k + p];
+                const double t = (double)xv * wv;
+                ref += t;
+                s += fabs(t);
+                if ((xv != 0 && fabsf(xv) < 0x1p-126f) || (wv != 0 && fabsf(wv) < 0x1p-126f)) d += fabs(t);
+            }
+            const float got = y[i * n + j];
+            const int ok = isnan(ref) ? isnan(got) : fabs(ref) >= 0x1p128 ? got == copysign(INFINITY, ref)
+                                                                          : fabs(got - ref) <= g * s + d + (1 + g) * f;
+            if (!ok && !bad++) *first = i * n + j;
+        }
+    return bad;
+}
+
+static void tile_case(const ql_f32_kernel *kern, int64_t m, int64_t n, int64_t k, int threads, int special)
+{
+    const int i8 = kern->kb == 0;
+    const ql_f32_kernel *model = i8 ? &ql_bf16_tdp_32x32c2i8__generic : &ql_bf16_tdp_32x32c2__generic;
+    uint16_t *x = malloc((size_t)(m * k) * 2 + 2);
+    float *w = malloc((size_t)(n * k) * 4 + 4), *weff = malloc((size_t)(n * k) * 4 + 4);
+    int8_t *q = malloc((size_t)(n * k) + 1);
+    const int we = (int)tu_range(-20, 20);
+    for (int64_t i = 0; i < m * k; i++) x[i] = ql_fp32_to_bf16((float)tu_gauss());
+    for (int64_t i = 0; i < n * k; i++) w[i] = bf16_value((float)ldexp(tu_gauss(), we)), q[i] = (int8_t)(tu_next() & 0xff);
+    if (special && m > 2) { /* a NaN row, an Inf row (NaN where it meets a 0 code), denormal activations in another */
+        x[(m - 1) * k + k / 2] = 0x7fc1;
+        x[(m / 2) * k + (k - 1)] = 0xff80;
+        for (int64_t p = 0; p < k; p += 3) x[1 * k + p] = (uint16_t)tu_range(1, 0x7f);
+    }
+    if (i8 && (tu_next() & 1))
+        for (int64_t i = 0; i < n * k; i++) q[i] = q[i] == -128 ? 127 : q[i]; /* the sym variant runs too */
+    for (int64_t i = 0; i < n * k; i++) weff[i] = i8 ? (float)q[i] : w[i];
+    ql_packed_f32 bk, bm;
+    CHECK_OK(ql_pack_b_float(kern, i8 ? QL_I8 : QL_F32, i8 ? (const void *)q : (const void *)w, n, k, k, i8 ? QL_I8 : QL_BF16, 1, &bk));
+    CHECK_OK(ql_pack_b_float(model, i8 ? QL_I8 : QL_F32, i8 ? (const void *)q : (const void *)w, n, k, k, i8 ? QL_I8 : QL_BF16, 1, &bm));
+    uint16_t *pa = pack_a_bf16(kern, x, m, k);
+    const size_t cnt = (size_t)(m * n) + 1;
+    float *y1 = malloc(cnt * 4), *y2 = malloc(cnt * 4), *ys = malloc(cnt * 4), *ym = malloc(cnt * 4);
+    for (size_t i = 0; i < cnt; i++) y1[i] = y2[i] = ys[i] = ym[i] = -7.0f; /* poisoned: an unwritten output shows */
+    copy_arg c1 = {y1, n}, c2 = {y2, n}, cs = {ys, n}, cm = {ym, n};
+    CHECK_OK(ql_gemm_f32_run(1, kern, (const float *)pa, 0, m, &bk, epi_copy, &c1));
+    CHECK_OK(ql_gemm_f32_run(threads, kern, (const float *)pa, 0, m, &bk, epi_copy, &c2));
+    CHECK_OK(ql_gemm_f32_run(1, model, (const float *)pa, 0, m, &bm, epi_copy, &cm));
+    if (kern->small) ql_gemm_f32_small_part(kern, (const float *)x, k, m, &bk, 0, bk.panels, epi_copy, &cs);
+    int64_t first = -1;
+    const int64_t bad = tile_off_bound(x, m, weff, n, k, y1, &first);
+    CHECK(bad == 0, "%s tile kernel %s M=%lld N=%lld K=%lld%s: %lld outputs off the float64 bound (first [%lld,%lld] = %a)", tname,
+          kern->name, (long long)m, (long long)n, (long long)k, special ? " (NaN/Inf/denormal rows)" : "", (long long)bad,
+          (long long)(first / n), (long long)(first % n), bad ? y1[first] : 0.0f);
+    int64_t d2 = 0, dsm = 0;
+    for (int64_t i = 0; i < m * n; i++) {
+        d2 += !same_f(y1[i], y2[i]);
+        dsm += kern->small && !same_f(y1[i], ys[i]);
+        tile_model_diff += !same_f(y1[i], ym[i]);
+    }
+    tile_outputs += m * n;
+    CHECK(d2 == 0 && dsm == 0, "%s tile kernel %s M=%lld N=%lld K=%lld: %lld outputs differ on %d threads, %lld on the small-M path",
+          tname, kern->name, (long long)m, (long long)n, (long long)k, (long long)d2, threads, (long long)dsm);
+    if (i8 && kern->sym) {
+        int sym = 1;
+        for (int64_t i = 0; i < n * k; i++) sym &= q[i] != -128;
+        if (sym) {
+            for (size_t i = 0; i < cnt; i++) y2[i] = ys[i] = -7.0f;
+            CHECK_OK(ql_gemm_f32_run(threads, kern->sym, (const float *)pa, 0, m, &bk, epi_copy, &c2));
+            if (kern->sym->small) ql_gemm_f32_small_part(kern->sym, (const float *)x, k, m, &bk, 0, bk.panels, epi_copy, &cs);
+            int64_t d3 = 0;
+            for (int64_t i = 0; i < m * n; i++) d3 += !same_f(y1[i], y2[i]) + (kern->sym->small && !same_f(y1[i], ys[i]));
+            CHECK(d3 == 0, "%s tile kernel %s M=%lld N=%lld K=%lld: %lld outputs differ from %s", tname, kern->sym->name,
+                  (long long)m, (long long)n, (long long)k, (long long)d3, kern->name);
+        }
+    }
+    ql_packed_f32_free(&bk);
+    ql_packed_f32_free(&bm);
+    free(x); free(w); free(weff); free(q); free(pa); free(y1); free(y2); free(ys); free(ym);
 }
 
 static void float_shape(const ql_f32_kernel *kern, int c, int64_t *m, int64_t *n, int64_t *k)
@@ -903,6 +1015,22 @@ static void test_float_kernels(const ql_cpu_kernels *kt)
         }
         if (n_f32_done < 32) f32_done[n_f32_done++] = kern;
         const int cases = 24;
+        if (kern->a_bf16 && kern->tile_k) {
+            static const int64_t tks[] = {1, 2, 3, 17, 31, 32, 33, 63, 64, 65, 511, 512, 513, 1025, 1100};
+            const int ntk = (int)(sizeof tks / sizeof tks[0]);
+            tile_outputs = tile_model_diff = 0;
+            for (int c = 0; c < 30; c++) {
+                int64_t m, n, k;
+                float_shape(kern, c, &m, &n, &k);
+                if (c < ntk) k = tks[c];
+                if (c >= 24) m = tu_range(60, 100); /* small-M limit and beyond: 2-4 row panels */
+                tile_case(kern, m, n, k, 2 + c % 2, c % 3 == 0);
+            }
+            printf("  %s %s: within the TDPBF16PS float64 bound, 1-3 threads and small-M bit-identical (30 shapes); %lld of "
+                   "%lld outputs with other bits than the SDM model\n", i == 2 ? "wo_bf16" : "bf16", kern->name,
+                   (long long)tile_model_diff, (long long)tile_outputs);
+            continue;
+        }
         if (kern->a_bf16) {
             if (kern->isa == QL_ISA_GENERIC) continue; /* a twin itself */
             for (int c = 0; c < cases; c++) {
@@ -1306,9 +1434,10 @@ static void report_entries(const ql_cpu_kernels *kt)
     }
     printf("  own entries: %s\n", *own ? own : "(none)");
     printf("  same as generic (not compared): %s\n", *same ? same : "(none)");
-    printf("  s8 %s (%dx%d kb %d%s%s), %d row variant(s), s8_decoded %s, s8_int8_a %s; f32 %s, bf16 %s\n", kt->s8->name,
-           kt->s8->mr, kt->s8->nr, kt->s8->kb, kt->s8->b_offset128 ? ", B + 128" : "", kt->s8->aes == 2 ? ", int16 A" : "",
-           kt->s8_rows ? kt->s8_rows_max : 0, kt->s8_decoded->name, kt->s8_int8_a->name, kt->f32->name, kt->bf16->name);
+    printf("  s8 %s (%dx%d kb %d%s%s), %d row variant(s), s8_decoded %s, s8_int8_a %s; f32 %s, bf16 %s, wo_bf16 %s\n",
+           kt->s8->name, kt->s8->mr, kt->s8->nr, kt->s8->kb, kt->s8->b_offset128 ? ", B + 128" : "",
+           kt->s8->aes == 2 ? ", int16 A" : "", kt->s8_rows ? kt->s8_rows_max : 0, kt->s8_decoded->name, kt->s8_int8_a->name,
+           kt->f32->name, kt->bf16->name, kt->wo_bf16 ? kt->wo_bf16->name : "(the f32 kernel)");
 }
 
 static void test_table(const ql_cpu_kernels *kt)

@@ -65,7 +65,7 @@ typedef struct {
     size_t wbytes;
     int ok;
     int dram, copies; /* weights from DRAM: rotated over this many copies */
-    char kernel[64]; /* what ran (ours: micro-kernel and path; peers: their ISA) */
+    char kernel[128]; /* what ran (ours: micro-kernel and path, weight-only both of its kernels; peers: their ISA) */
 } result;
 
 static double now_ms(void)

@@ -13,7 +13,8 @@
 /* c: tile of mr×nr fp32 (row stride nr); accumulate: add to it. b: the
  * B slice, fp32 [k][nr]; for a kernel with kb = 4 (or 2) the packed bf16
  * blocks [ceil(k/kb)][nr][kb] themselves (cast), read in place; for a kernel
- * with a_bf16 and kb = 0 the decoded slice, bf16 pairs [ceil(k/2)][nr][2].
+ * with a_bf16 and kb = 0 the decoded slice, bf16 pairs [ceil(k/2)][nr][2]
+ * (with tile_k: [ceil(k/tile_k)·tile_k/2][nr][2], the pairs past k zero).
  * With a_bf16, a points at the slice of a packed bf16 A panel (cast; see
  * ql_pack_a_bf16) and lda is unused. */
 typedef void (*ql_f32_tile_fn)(int64_t k, const float *a, int64_t lda, const float *b, float *c, int accumulate);
@@ -23,7 +24,8 @@ typedef void (*ql_f32_decode_fn)(ql_dtype dt, const void *src, int64_t n, float 
  * 1..small_rows; with small_wide, 1 row also 3 or 4 panels), the weight (panel p at b + p·panel_elems elements, dtype
  * bdt) decoded in registers; c gets the tile with row stride panels·NR.
  * Each output is the same chain of multiply-adds over k = 0, 1, ... as in
- * the blocked kernel, so both paths give the same bits. */
+ * the blocked kernel (AMX: the same tile instructions on the same blocks),
+ * so both paths give the same bits. */
 typedef void (*ql_f32_small_fn)(int rows, int panels, int64_t k, const float *a, int64_t lda, const void *b,
                                 int64_t panel_elems, ql_dtype bdt, float *c);
 
@@ -58,6 +60,15 @@ typedef struct ql_f32_kernel {
      * a row's accumulators are chains through K, so one row over 2 panels
      * (4 zmm) waits on the instruction's latency; 8 keep it busy */
     int small_wide;
+    /* 0, or the K of one tile step (the AMX kernels: 32): A panels are
+     * [kp/tile_k][mr][tile_k] bf16 (row r's tile_k values in a row of the A
+     * tile; else pairs [ceil(k/2)][mr][2]), and B's K is padded with zeros to
+     * a multiple of it (packed bf16; a decoder zeroes its slice's last block) */
+    int tile_k;
+    /* Kernels with per-thread state (AMX: the tile configuration) have
+     * begin (else NULL): the drivers call it on each thread before its first
+     * tile of a run of tiles (see ql_s8_kernel.begin in gemm.h). */
+    void (*begin)(void);
 } ql_f32_kernel;
 
 
@@ -66,7 +77,7 @@ typedef struct ql_packed_f32 {
     int nr;
     ql_dtype dtype; /* QL_F32, QL_BF16 or QL_I8 */
     void *data;     /* panels · kp · nr elements */
-    int64_t kp;     /* k rounded up to the kernel's kb */
+    int64_t kp;     /* k rounded up to the kernel's kb (and tile_k) */
 } ql_packed_f32;
 
 /* Pack w [n, k] (fp32/bf16/fp16 or int8 codes) as `store` (fp32, bf16 or
@@ -77,6 +88,10 @@ void ql_packed_f32_free(ql_packed_f32 *b);
 size_t ql_packed_f32_bytes(const ql_packed_f32 *b);
 
 typedef void (*ql_f32_epilogue_fn)(void *arg, const float *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
+
+/* The largest small-M tile of any kernel (AMX: 32 rows × 2 panels of 32),
+ * for the driver's stack buffer. */
+#define QL_F32_SMALL_TILE_MAX (32 * 64)
 
 /* The float small-M path (see ql_s8_plan in gemm.h): threads split N, every
  * weight byte is read once per row group of small_rows rows. */
@@ -94,10 +109,19 @@ ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a
 /* A for the blocked a_bf16 kernels: panels of mr rows, each [ceil(k/2)][mr][2]
  * bf16 (row r's k and k+1 side by side, the pairs of the panel's rows in
  * turn; K padded with 0, rows >= m all 0), so a tile's broadcasts read one
- * stream. ql_gemm_f32_run takes the panels as a (cast), lda unused. */
+ * stream; with tile_k, [kp/tile_k][mr][tile_k] (each block of a panel one A
+ * tile of row stride tile_k·2 bytes). ql_gemm_f32_run takes the panels as a
+ * (cast), lda unused. */
+static inline int ql_a_bf16_block(const ql_f32_kernel *kern) { return kern->tile_k ? kern->tile_k : 2; }
+/* K as the packed A panels hold it */
+static inline int64_t ql_a_bf16_kp(const ql_f32_kernel *kern, int64_t k)
+{
+    const int blk = ql_a_bf16_block(kern);
+    return (k + blk - 1) / blk * blk;
+}
 static inline size_t ql_packed_a_bf16_bytes(const ql_f32_kernel *kern, int64_t m, int64_t k)
 {
-    return (size_t)((m + kern->mr - 1) / kern->mr * kern->mr) * (size_t)((k + 1) / 2 * 2) * 2;
+    return (size_t)((m + kern->mr - 1) / kern->mr * kern->mr) * (size_t)ql_a_bf16_kp(kern, k) * 2;
 }
 /* Panel ip from its rows (k bf16 values each; rows[r] NULL: zeros), a pair
  * of each row in turn. */

@@ -14,6 +14,7 @@ typedef struct ql_cpu_features {
      * (XCR0[17] XTILECFG, [18] XTILEDATA). Linux also wants a per-process
      * permission, requested when the amx table is first asked (x86.h). */
     bool amx_tile, amx_int8, amx_palette, os_amx;
+    bool amx_bf16; /* CPUID.(7,0):EDX[22] AMX-BF16 (TDPBF16PS) */
     bool neon, asimdhp, dotprod, i8mm, bf16; /* AArch64: Advanced SIMD, fp16 arithmetic, SDOT, SMMLA, BFMMLA */
     /* x86: the vendor (CPUID leaf 0) and the display family and model of
      * leaf 1 (family = base + extended when base is 0xF; model with the

@@ -32,7 +32,8 @@ void ql_gemm_f32_small_part(const ql_f32_kernel *kern, const float *a, int64_t l
     const int nr = kern->nr, rows = ql_f32_small_rows(kern, m), step = ql_f32_small_panels(kern, m);
     const int64_t k = b->k, pe = b->kp * nr;
     const size_t es = ql_dtype_size(b->dtype);
-    _Alignas(64) float c[6 * 64]; /* the largest tile (one row of 4 panels: 128) */
+    _Alignas(64) float c[QL_F32_SMALL_TILE_MAX];
+    if (kern->begin) kern->begin(); /* this thread's run of tiles starts */
     for (int64_t jp = jp0; jp < jp1; jp += step) {
         const int panels = jp1 - jp >= step ? step : (int)(jp1 - jp);
         const int64_t n0 = jp * nr;
@@ -52,7 +53,10 @@ ql_status ql_pack_b_float(const ql_f32_kernel *kern, ql_dtype src_dt, const void
     const int nr = kern->nr, kb = kern->kb ? kern->kb : 1;
     if (kern->kb && store != QL_BF16)
         return ql_fail(QL_ERR_INVALID_ARGUMENT, "pack weight: %s takes bf16 weights, not %s", kern->name, ql_dtype_name(store));
-    const int64_t kp = (k + kb - 1) / kb * kb;
+    /* tile kernels read whole K blocks: packed bf16 is padded to them (int8
+     * codes are decoded per slice, and the decoder pads) */
+    const int kal = kern->kb && kern->tile_k > kb ? kern->tile_k : kb;
+    const int64_t kp = (k + kal - 1) / kal * kal;
     ql_packed_f32 b = {n, k, (n + nr - 1) / nr, nr, store, NULL, kp};
     const size_t es = ql_dtype_size(store);
     size_t bytes = (size_t)(b.panels * kp * nr) * es;
@@ -77,6 +81,19 @@ ql_status ql_pack_b_float(const ql_f32_kernel *kern, ql_dtype src_dt, const void
 void ql_pack_a_bf16_panel(const ql_f32_kernel *kern, const uint16_t *const *rows, int64_t k, int64_t ip, uint16_t *panels)
 {
     const int mr = kern->mr;
+    if (kern->tile_k) { /* [kp/tk][mr][tk]: row r's block b is row r of the block's A tile */
+        const int tk = kern->tile_k;
+        const int64_t kp = ql_a_bf16_kp(kern, k);
+        uint16_t *d = panels + ip * mr * kp;
+        for (int r = 0; r < mr; r++)
+            for (int64_t p = 0; p < kp; p += tk) {
+                uint16_t *dr = d + (p / tk * mr + r) * tk;
+                const int64_t have = rows[r] ? (k - p < tk ? k - p : tk) : 0;
+                if (have > 0) memcpy(dr, rows[r] + p, (size_t)have * 2);
+                if (have < tk) memset(dr + have, 0, (size_t)(tk - have) * 2);
+            }
+        return;
+    }
     const int64_t k2 = (k + 1) / 2, whole = k / 2;
     uint32_t *d = (uint32_t *)(panels + ip * mr * k2 * 2);
     for (int r = 0; r < mr; r++) {
@@ -117,7 +134,7 @@ ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a
     ql_block_grid(mpanels, npanels, threads, &mc, &nc, &mblocks, &nblocks);
     const int64_t blocks = mblocks * nblocks;
     const size_t es = ql_dtype_size(b->dtype);
-    const int64_t kp2 = (k + 1) / 2 * 2; /* a_bf16: the packed A panels' K */
+    const int64_t kpa = ql_a_bf16_kp(kern, k); /* a_bf16: the packed A panels' K */
     if (threads > blocks) threads = (int)(blocks > 0 ? blocks : 1);
     int failed = 0;
 #pragma omp parallel num_threads(threads)
@@ -133,6 +150,7 @@ ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a
 #pragma omp atomic write
             failed = 1;
         }
+        if (ok && kern->begin) kern->begin(); /* this thread's run of tiles starts */
         if (ok && tail) {
             memset(tail, 0, (size_t)(mr * k) * sizeof(float));
             for (int64_t r = 0; r < m % mr; r++) memcpy(tail + r * k, a + (m - m % mr + r) * lda, (size_t)k * sizeof(float));
@@ -157,8 +175,8 @@ ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a
                         float *c = cbuf + ((jp - jp0) * mc + (ip - ip0)) * mr * nr;
                         const int64_t m0 = ip * mr, n0 = jp * nr;
                         const int mr_eff = (int)(m - m0 < mr ? m - m0 : mr);
-                        if (kern->a_bf16) /* packed panel ip, from pair pc/2 on */
-                            kern->tile(kc, (const float *)((const uint16_t *)a + ip * mr * kp2 + pc * mr), 0, bf, c, pc > 0);
+                        if (kern->a_bf16) /* packed panel ip, from block pc / (2 or tile_k) on */
+                            kern->tile(kc, (const float *)((const uint16_t *)a + ip * mr * kpa + pc * mr), 0, bf, c, pc > 0);
                         else if (mr_eff < mr) kern->tile(kc, tail + pc, k, bf, c, pc > 0);
                         else kern->tile(kc, a + m0 * lda + pc, lda, bf, c, pc > 0);
                         if (!last) continue;

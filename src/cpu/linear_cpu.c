@@ -437,14 +437,14 @@ static void act_rows_to_bf16(const cpu_linear *l, const ql_input_act_plan *act, 
 }
 
 /* Row panel ip of the m rows of x as a packed bf16 A panel (blocked
- * VDPBF16PS kernels): a bf16 input read in place, others converted into
+ * VDPBF16PS and TDPBF16PS kernels): a bf16 input read in place, others converted into
  * the thread's rows h (mr rows of stride lda) first. */
 static void act_panel_to_bf16(const cpu_linear *l, const ql_f32_kernel *kern, const ql_input_act_plan *act,
                               const void *x, ql_dtype xdt, int64_t ldx, int64_t m, int64_t ip, int64_t group,
                               uint16_t *panels, int64_t lda, float *f, uint16_t *h, char *row)
 {
     const int mr = kern->mr;
-    const uint16_t *rows[16];
+    const uint16_t *rows[32]; /* mr <= 32 (AMX) */
     const bool plain = xdt == QL_BF16 && group == 0 && !act;
     for (int r = 0; r < mr; r++) {
         const int64_t i = ip * mr + r;
@@ -459,7 +459,8 @@ static void act_panel_to_bf16(const cpu_linear *l, const ql_f32_kernel *kern, co
 }
 
 /* The float kernel of a forward: weight-only layers with bf16 activations
- * take the table's VDPBF16PS kernel where it has one (wo_bf16). */
+ * take the table's bf16-activation kernel where it has one (wo_bf16:
+ * VDPBF16PS, or TDPBF16PS on amx). */
 static const ql_f32_kernel *float_kernel(const cpu_linear *l, ql_dtype xdt)
 {
     const ql_f32_kernel *w = l->kt->wo_bf16;

@@ -89,13 +89,14 @@ static ql_cpu_kernels resolve(const ql_cpu_kernels *t, const ql_cpu_kernels *g)
 }
 
 /* QLINEAR_DISABLE: a list (commas or spaces) of ISA names to hide, and
- * "avx512bf16" or "avx512vbmi" to hide that feature (so the paths of CPUs
- * without it run on any machine that has the rest). */
+ * "avx512bf16", "avx512vbmi" or "amx_bf16" to hide that feature (so the
+ * paths of CPUs without it run on any machine that has the rest). */
 static void apply_disable(const char *off)
 {
     if (!off) return;
     if (strstr(off, "avx512bf16")) features.avx512bf16 = false;
     if (strstr(off, "avx512vbmi")) features.avx512vbmi = false;
+    if (strstr(off, "amx_bf16")) features.amx_bf16 = false;
     char tok[32];
     for (const char *p = off; *p;) {
         size_t n = strcspn(p, ", ");

@@ -55,4 +55,4 @@ static void tile_8x8c4_neonbf16(int64_t k, const float *a, int64_t lda, const fl
 
 /* no small-M variant: small M runs the tile driver */
 const ql_f32_kernel ql_bf16_gemm_8x8c4__neonbf16 = {QL_ISA_NEONBF16, "bf16_gemm_8x8c4__neonbf16", 8, 8, tile_8x8c4_neonbf16, NULL, NULL, 0,
-                                                    NULL, 0, 4, 0, NULL, 0};
+                                                    NULL, 0, 4, 0, NULL, 0, 0, NULL};

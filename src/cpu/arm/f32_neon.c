@@ -59,4 +59,4 @@ static void decode_neon(ql_dtype dt, const void *src, int64_t n, float *dst)
 }
 
 /* no small-M (GEMV) variant yet: small M runs the tile driver */
-const ql_f32_kernel ql_f32_gemm_8x8__neon = {QL_ISA_NEON, "f32_gemm_8x8__neon", 8, 8, tile_8x8_neon, decode_neon, NULL, 0, NULL, 0, 0, 0, NULL, 0};
+const ql_f32_kernel ql_f32_gemm_8x8__neon = {QL_ISA_NEON, "f32_gemm_8x8__neon", 8, 8, tile_8x8_neon, decode_neon, NULL, 0, NULL, 0, 0, 0, NULL, 0, 0, NULL};

@@ -98,7 +98,7 @@ static void tile_8x8c4_generic(int64_t k, const float *a, int64_t lda, const flo
     memcpy(c, acc, sizeof acc);
 }
 
-const ql_f32_kernel ql_bf16_gemm_8x8c4__generic = {QL_ISA_GENERIC, "bf16_gemm_8x8c4__generic", 8, 8, tile_8x8c4_generic, NULL, NULL, 0, NULL, 0, 4, 0, NULL, 0};
+const ql_f32_kernel ql_bf16_gemm_8x8c4__generic = {QL_ISA_GENERIC, "bf16_gemm_8x8c4__generic", 8, 8, tile_8x8c4_generic, NULL, NULL, 0, NULL, 0, 4, 0, NULL, 0, 0, NULL};
 
 /* ---- The portable twins of the VDPBF16PS kernels (x86 AVX512_BF16):
  * bf16_gemm_12x32c2__avx512bf16 (B bf16 pairs [K/2][32][2]) and
@@ -126,6 +126,18 @@ static uint32_t ubits(float f)
     return u;
 }
 
+/* d (a finite or infinite double, or NaN) rounded to fp32, nearest even,
+ * a result that is tiny after rounding flushed to signed zero. */
+static float rn_ftz(double d)
+{
+    if (isnan(d)) return fbits(0xffc00000u);
+    if (fabs(d) < 0x1p-126) { /* tiny unless it rounds (unbounded exponent) to 2^-126 */
+        const float t = (float)(d * 0x1p100);
+        return fabsf(t) < 0x1p-26f ? copysignf(0.0f, (float)d) : copysignf(0x1p-126f, (float)d);
+    }
+    return (float)d;
+}
+
 static float vdp_step(float acc, uint16_t w, uint16_t x)
 {
     const float fw = ql_bf16_to_fp32(w), fx = ql_bf16_to_fp32(x);
@@ -135,12 +147,7 @@ static float vdp_step(float acc, uint16_t w, uint16_t x)
     /* the product is exact in double, and RN_24(RN_53(acc + p)) = RN_24(acc + p)
      * (a 24-bit and a 16-bit significand: 53 >= 2·24 + 2) */
     const double p = (double)flush(fw) * (double)flush(fx), d = (double)flush(acc) + p;
-    if (isnan(d)) return fbits(0xffc00000u);
-    if (fabs(d) < 0x1p-126) { /* tiny unless it rounds (unbounded exponent) to 2^-126 */
-        const float t = (float)(d * 0x1p100);
-        return fabsf(t) < 0x1p-26f ? copysignf(0.0f, (float)d) : copysignf(0x1p-126f, (float)d);
-    }
-    return (float)d;
+    return rn_ftz(d);
 }
 
 /* a: a packed A panel's slice ([ceil(k/2)][12][2], K padded with 0);
@@ -177,6 +184,64 @@ static void decode_i8_pairs_generic(ql_dtype dt, const void *src, int64_t n, flo
 }
 
 const ql_f32_kernel ql_bf16_gemm_12x32c2__generic = {QL_ISA_GENERIC, "bf16_gemm_12x32c2__generic", 12, 32,
-                                                     tile_12x32c2_generic, NULL, NULL, 0, NULL, 0, 2, 1, NULL, 0};
+                                                     tile_12x32c2_generic, NULL, NULL, 0, NULL, 0, 2, 1, NULL, 0, 0, NULL};
 const ql_f32_kernel ql_bf16_gemm_12x32c2i8__generic = {QL_ISA_GENERIC, "bf16_gemm_12x32c2i8__generic", 12, 32,
-                                                       tile_12x32c2_generic, decode_i8_pairs_generic, NULL, 0, NULL, 0, 0, 1, NULL, 0};
+                                                       tile_12x32c2_generic, decode_i8_pairs_generic, NULL, 0, NULL, 0, 0, 1, NULL, 0, 0, NULL};
+
+/* ---- A model of TDPBF16PS (x86 AMX-BF16), the arithmetic Intel's SDM writes
+ * for it, in the layouts of bf16_gemm_32x32c2__amx and …i8__amx (A panels
+ * [kp/32][32][32], B bf16 pairs of whole 32-k blocks; f32.h, tile_k = 32).
+ * Per output and 32-k block (one instruction), two fp32 FMA chains from 0
+ * over the block's 16 pairs, one of the even k and one of the odd, then
+ *     c = c + (even + odd)
+ * every step rounded to nearest even with bf16-denormal operands and denormal
+ * fp32 inputs read as 0 and tiny results flushed (as vdp_step); NaN payloads
+ * not modelled (any NaN). The hardware's internal order is not architected
+ * beyond this pseudo-code: the contract is the float64 bound of
+ * docs/NUMERICS.md §4.2, which this model meets (test_bf16), and the tests
+ * report how many outputs of the real instruction differ from the model
+ * instead of requiring none. Not a fast path: only tests use it. */
+
+static float ftz_add(float x, float y)
+{
+    if (isnan(x) || isnan(y)) return fbits(0xffc00000u);
+    return rn_ftz((double)flush(x) + (double)flush(y)); /* exact in double but for far exponents: RN_24(RN_53) = RN_24 */
+}
+
+/* a: a packed A panel's slice ([ceil(k/32)][32][32]); b: bf16 pairs [ceil(k/32)·16][32][2]. */
+static void tile_32x32c2_tdp(int64_t k, const float *av, int64_t lda, const float *bv, float *c, int accumulate)
+{
+    (void)lda;
+    const uint16_t *a = (const uint16_t *)av, *b = (const uint16_t *)bv;
+    for (int r = 0; r < 32; r++)
+        for (int j = 0; j < 32; j++) {
+            float acc = accumulate ? c[r * 32 + j] : 0.0f;
+            for (int64_t blk = 0; blk * 32 < k; blk++) {
+                const uint16_t *x = a + (blk * 32 + r) * 32, *w = b + blk * 16 * 64 + 2 * j;
+                float even = 0.0f, odd = 0.0f;
+                for (int p = 0; p < 16; p++) {
+                    even = vdp_step(even, w[p * 64], x[2 * p]);
+                    odd = vdp_step(odd, w[p * 64 + 1], x[2 * p + 1]);
+                }
+                acc = ftz_add(acc, ftz_add(even, odd));
+            }
+            c[r * 32 + j] = acc;
+        }
+}
+
+/* n int8 codes [n/32][32] -> bf16 pairs of whole 32-k blocks, zero past n/32 rows. */
+static void decode_i8_tdp(ql_dtype dt, const void *src, int64_t n, float *dst)
+{
+    (void)dt;
+    const int8_t *s = src;
+    uint16_t *d = (uint16_t *)dst;
+    const int64_t rows = n / 32, padded = (rows + 31) / 32 * 32;
+    for (int64_t r = 0; r < padded; r++)
+        for (int j = 0; j < 32; j++) d[(r / 2 * 32 + j) * 2 + r % 2] = r < rows ? ql_fp32_to_bf16((float)s[r * 32 + j]) : 0;
+}
+
+const ql_f32_kernel ql_bf16_tdp_32x32c2__generic = {QL_ISA_GENERIC, "bf16_tdp_32x32c2__generic", 32, 32, tile_32x32c2_tdp,
+                                                    NULL, NULL, 0, NULL, 0, 2, 1, NULL, 0, 32, NULL};
+const ql_f32_kernel ql_bf16_tdp_32x32c2i8__generic = {QL_ISA_GENERIC, "bf16_tdp_32x32c2i8__generic", 32, 32,
+                                                      tile_32x32c2_tdp, decode_i8_tdp, NULL, 0, NULL, 0, 0, 1, NULL, 0, 32,
+                                                      NULL};

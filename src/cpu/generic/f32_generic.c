@@ -41,5 +41,5 @@ static void small_generic(int rows, int panels, int64_t k, const float *a, int64
 }
 
 const ql_f32_kernel ql_f32_gemm_4x16__generic = {QL_ISA_GENERIC, "f32_gemm_4x16__generic", 4, 16, tile_4x16_generic, decode_generic,
-                                                 "f32_gemv_4x32__generic", 4, small_generic, 16, 0, 0, NULL, 0};
+                                                 "f32_gemv_4x32__generic", 4, small_generic, 16, 0, 0, NULL, 0, 0, NULL};
 

@@ -13,6 +13,10 @@ extern const ql_f32_kernel ql_bf16_gemm_8x8c4__generic;
 /* VDPBF16PS's arithmetic, in C: the twins of the AVX512_BF16 kernels (dense
  * bf16 pairs; weight-only int8 codes [K][32]) */
 extern const ql_f32_kernel ql_bf16_gemm_12x32c2__generic, ql_bf16_gemm_12x32c2i8__generic;
+/* TDPBF16PS's arithmetic as Intel's SDM writes it, in C: a model of the AMX-BF16
+ * kernels (dense bf16 pairs; weight-only int8 codes [K][32]); not their bits
+ * (the hardware's order is not architected): a reference for the bound */
+extern const ql_f32_kernel ql_bf16_tdp_32x32c2__generic, ql_bf16_tdp_32x32c2i8__generic;
 
 void ql_prologue_generic(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
                          int64_t r0, int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);

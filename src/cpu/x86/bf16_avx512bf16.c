@@ -19,6 +19,7 @@
  * chain per output, so all give the same bits. */
 #include <immintrin.h>
 
+#include "cpu/x86/bf16_i8_avx512.h"
 #include "cpu/x86/x86.h"
 
 #define QL_BF16_PF 1024 /* prefetch distance in the B streams, bytes */
@@ -68,84 +69,23 @@ static void tile_12x32c2(int64_t k, const float *av, int64_t lda, const float *b
 #undef QL_STORE
 }
 
-/* ---- int8 codes -> bf16 pairs, in registers
- * Rows k, k+1 of a [K][32] int8 panel are 64 contiguous bytes. VPERMB
- * interleaves them into column pairs (in the order the word unpacks below
- * undo), table lookups give each code's bf16 low byte (of |q|: L(128) = L(0))
- * and high byte (of q: two 128-entry halves by sign), and the byte unpacks
- * make the words: w[0] columns 0-15, w[1] columns 16-31, pairs (k, k+1). */
-typedef struct {
-    __m512i perm, lo0, lo1, hip0, hip1, hin0, hin1;
-} i8_tables;
-/* Codes without -128 (symmetric, the library's quantizers: the layer checks
- * once): the high byte is that of |q| (one lookup) with q's sign bit ORed
- * in (VPTERNLOGD), 7 operations instead of 9. hip: the high bytes of 0..127. */
-
-static inline __attribute__((always_inline)) i8_tables i8_tables_make(void)
-{
-    _Alignas(64) uint8_t perm[64], lo[128], hip[128], hin[128];
-    for (int i = 0; i < 4; i++)     /* 128-bit lane i */
-        for (int h = 0; h < 2; h++) /* unpack low half (columns 4i..4i+3), high half (16 + 4i..) */
-            for (int j = 0; j < 4; j++)
-                for (int r = 0; r < 2; r++) perm[16 * i + 8 * h + 2 * j + r] = (uint8_t)(32 * r + 16 * h + 4 * i + j);
-    for (int u = 0; u < 128; u++) {
-        float f = (float)u, g = (float)(u - 128);
-        uint32_t fu, gu;
-        memcpy(&fu, &f, 4);
-        memcpy(&gu, &g, 4);
-        lo[u] = (uint8_t)(fu >> 16);
-        hip[u] = (uint8_t)(fu >> 24);
-        hin[u] = (uint8_t)(gu >> 24);
-    }
-    i8_tables t;
-    t.perm = _mm512_load_si512(perm);
-    t.lo0 = _mm512_load_si512(lo);
-    t.lo1 = _mm512_load_si512(lo + 64);
-    t.hip0 = _mm512_load_si512(hip);
-    t.hip1 = _mm512_load_si512(hip + 64);
-    t.hin0 = _mm512_load_si512(hin);
-    t.hin1 = _mm512_load_si512(hin + 64);
-    return t;
-}
-
-static inline __attribute__((always_inline)) void i8_pairs(const int sym, const i8_tables *t, __m512i rows, __m512i *w0,
-                                                           __m512i *w1)
-{
-    const __m512i z = _mm512_permutexvar_epi8(t->perm, rows);
-    if (sym) {
-        const __m512i u = _mm512_abs_epi8(z);
-        const __m512i lo = _mm512_permutex2var_epi8(t->lo0, u, t->lo1);
-        const __m512i hm = _mm512_permutex2var_epi8(t->hip0, u, t->hip1);
-        const __m512i hi = _mm512_ternarylogic_epi32(hm, z, _mm512_set1_epi8((char)0x80), 0xf8); /* hm | (z & 0x80) */
-        *w0 = _mm512_unpacklo_epi8(lo, hi);
-        *w1 = _mm512_unpackhi_epi8(lo, hi);
-        return;
-    }
-    const __m512i lo = _mm512_permutex2var_epi8(t->lo0, _mm512_abs_epi8(z), t->lo1);
-    const __mmask64 neg = _mm512_movepi8_mask(z);
-    const __m512i hip = _mm512_permutex2var_epi8(t->hip0, z, t->hip1), hin = _mm512_permutex2var_epi8(t->hin0, z, t->hin1);
-    const __m512i hi = _mm512_mask_blend_epi8(neg, hip, hin);
-    *w0 = _mm512_unpacklo_epi8(lo, hi);
-    *w1 = _mm512_unpackhi_epi8(lo, hi);
-}
-
 /* The blocked path's slice decode: n codes ([n/32][32]) -> bf16 pairs. */
 static inline __attribute__((always_inline)) void decode_pairs(const int sym, const void *src, int64_t n, float *dst)
 {
     const int8_t *s = src;
     uint16_t *d = (uint16_t *)dst;
-    const i8_tables t = i8_tables_make();
+    const ql_i8_tables t = ql_i8_tables_make();
     const int64_t rows = n / 32;
     int64_t r = 0;
     for (; r + 2 <= rows; r += 2, s += 64, d += 64) {
         __m512i w0, w1;
-        i8_pairs(sym, &t, _mm512_loadu_si512(s), &w0, &w1);
+        ql_i8_pairs(sym, &t, _mm512_loadu_si512(s), &w0, &w1);
         _mm512_store_si512(d, w0);
         _mm512_store_si512(d + 32, w1);
     }
     if (r < rows) { /* an odd slice: row k+1 is 0 */
         __m512i w0, w1;
-        i8_pairs(sym, &t, _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)s)), &w0, &w1);
+        ql_i8_pairs(sym, &t, _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)s)), &w0, &w1);
         _mm512_store_si512(d, w0);
         _mm512_store_si512(d + 32, w1);
     }
@@ -165,7 +105,7 @@ static void decode_i8_pairs_sym(ql_dtype dt, const void *src, int64_t n, float *
  * P <= 2, or one row over up to 4 panels: up to 24 accumulators), B streamed: bf16 pairs loaded as they
  * are (dense) or int8 codes decoded in registers (weight-only). */
 static inline __attribute__((always_inline)) void small_step(const int R, const int P, const int i8, const int whole,
-                                                             const i8_tables *t, int64_t p, const uint16_t *a,
+                                                             const ql_i8_tables *t, int64_t p, const uint16_t *a,
                                                              int64_t lda, const void *b, int64_t pe, __m512 acc[6][8])
 {
     __m512i w[8];
@@ -176,7 +116,7 @@ static inline __attribute__((always_inline)) void small_step(const int R, const 
             _mm_prefetch((const char *)bq + QL_BF16_SMALL_PF, _MM_HINT_T1);
             const __m512i rows =
                 whole ? _mm512_loadu_si512(bq) : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)bq));
-            i8_pairs(i8 == 2, t, rows, &w[2 * q], &w[2 * q + 1]);
+            ql_i8_pairs(i8 == 2, t, rows, &w[2 * q], &w[2 * q + 1]);
         } else {
             const uint16_t *bq = (const uint16_t *)b + q * pe + 64 * p;
             _mm_prefetch((const char *)bq + QL_BF16_SMALL_PF, _MM_HINT_T1);
@@ -201,8 +141,8 @@ static inline __attribute__((always_inline)) void small_tile(const int R, const 
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
         for (int v = 0; v < 2 * P; v++) acc[r][v] = _mm512_setzero_ps();
-    i8_tables t;
-    if (i8) t = i8_tables_make();
+    ql_i8_tables t;
+    if (i8) t = ql_i8_tables_make();
     const int64_t k2 = k / 2;
     for (int64_t p = 0; p < k2; p++) small_step(R, P, i8, 1, &t, p, a, lda, b, pe, acc);
     if (k & 1) small_step(R, P, i8, 0, &t, k2, a, lda, b, pe, acc);
@@ -244,9 +184,9 @@ static void small_sym(int rows, int panels, int64_t k, const float *a, int64_t l
 }
 
 const ql_f32_kernel ql_bf16_gemm_12x32c2__avx512bf16 = {QL_ISA_AVX512BF16, "bf16_gemm_12x32c2__avx512bf16", 12, 32, tile_12x32c2,
-                                                        NULL, "bf16_gemv_6x64c2__avx512bf16", 6, small_bf16, 80, 2, 1, NULL, 1};
+                                                        NULL, "bf16_gemv_6x64c2__avx512bf16", 6, small_bf16, 80, 2, 1, NULL, 1, 0, NULL};
 static const ql_f32_kernel i7 = {QL_ISA_AVX512BF16, "bf16_gemm_12x32c2i7__avx512bf16", 12, 32, tile_12x32c2, decode_i8_pairs_sym,
-                                 "bf16_gemv_6x64c2i7__avx512bf16", 6, small_sym, 80, 0, 1, NULL, 1};
+                                 "bf16_gemv_6x64c2i7__avx512bf16", 6, small_sym, 80, 0, 1, NULL, 1, 0, NULL};
 const ql_f32_kernel ql_bf16_gemm_12x32c2i8__avx512bf16 = {QL_ISA_AVX512BF16, "bf16_gemm_12x32c2i8__avx512bf16", 12, 32,
                                                           tile_12x32c2, decode_i8_pairs, "bf16_gemv_6x64c2i8__avx512bf16", 6,
-                                                          small_bf16, 80, 0, 1, &i7, 1};
+                                                          small_bf16, 80, 0, 1, &i7, 1, 0, NULL};

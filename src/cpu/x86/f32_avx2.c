@@ -111,4 +111,4 @@ static void small_avx2(int rows, int panels, int64_t k, const float *a, int64_t 
 }
 
 const ql_f32_kernel ql_f32_gemm_6x16__avx2 = {QL_ISA_AVX2, "f32_gemm_6x16__avx2", 6, 16, tile_6x16_avx2, decode_avx2,
-                                              "f32_gemv_3x32__avx2", 3, small_avx2, 16, 0, 0, NULL, 0};
+                                              "f32_gemv_3x32__avx2", 3, small_avx2, 16, 0, 0, NULL, 0, 0, NULL};

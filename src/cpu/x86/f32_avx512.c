@@ -117,4 +117,4 @@ static void small_avx512(int rows, int panels, int64_t k, const float *a, int64_
 }
 
 const ql_f32_kernel ql_f32_gemm_12x32__avx512 = {QL_ISA_AVX512VNNI, "f32_gemm_12x32__avx512", 12, 32, tile_12x32_avx512, decode_avx512,
-                                                 "f32_gemv_6x64__avx512", 6, small_avx512, 80, 0, 0, NULL, 0};
+                                                 "f32_gemv_6x64__avx512", 6, small_avx512, 80, 0, 0, NULL, 0, 0, NULL};

@@ -54,6 +54,7 @@ void ql_cpu_detect(ql_cpu_features *f)
 #if defined(__x86_64__) /* the tile instructions exist in 64-bit mode only */
     f->amx_tile = (d >> 24) & 1;
     f->amx_int8 = f->amx_tile && ((d >> 25) & 1);
+    f->amx_bf16 = f->amx_tile && ((d >> 22) & 1);
     f->os_amx = (xcr0 & (3ull << 17)) == (3ull << 17); /* XTILECFG, XTILEDATA */
 #endif
     __cpuid_count(7, 1, a, b, c, d);

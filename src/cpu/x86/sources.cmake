@@ -19,6 +19,9 @@ ql_cpu_sources(x86 "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mav
 # the AMX tiles (GCC 11 or newer); the table's other entries are the AVX-512 files'
 ql_cpu_sources(x86 "-mamx-tile;-mamx-int8;-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni"
   ukernel_amx.c)
+# the AMX-BF16 float kernels (TDPBF16PS; their int8 -> bf16 decode: VPERMB, VPERMI2B)
+ql_cpu_sources(x86 "-mamx-tile;-mamx-bf16;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vbmi"
+  bf16_amx.c)
 # the LoRA merge's low-rank add, vectorized by the compiler at each width
 ql_cpu_sources(x86 "-mavx2" lowrank_avx2.c)
 ql_cpu_sources(x86 "-mavx512f" lowrank_avx512.c)

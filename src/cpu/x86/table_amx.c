@@ -1,13 +1,27 @@
 /* AMX-INT8 (Sapphire Rapids and later, on Linux with the tile permission):
  * the int8 GEMM on tiles of 32×32 (ukernel_amx.c: 1024 int8 MAC/cycle/core
- * at peak), exact-height variants of 1..31 rows for small M; every other
- * entry is avx512vnni's, the float kernels avx512bf16's (the prologue, decoder and LoRA helper already write
- * the 64-block layouts the tiles load; the epilogue takes any tile height).
- * Weights are stored signed (b_offset128 false): no 128·Σq correction. */
+ * at peak), exact-height variants of 1..31 rows for small M; bf16-compute
+ * dense layers and weight-only layers with bf16 activations on AMX-BF16
+ * tiles (bf16_amx.c: TDPBF16PS, 32×32, 512 bf16 MAC/cycle/core at peak);
+ * every other entry is avx512vnni's (the prologue, decoder and LoRA helper
+ * already write the 64-block layouts the tiles load; the epilogues take any
+ * tile height). Weights are stored signed (b_offset128 false): no 128·Σq
+ * correction. */
 #include "cpu/x86/x86.h"
 
 static const char *refusal(const ql_cpu_features *f) { return ql_amx_refusal(f); }
 static bool supported(const ql_cpu_features *f) { return !*ql_amx_refusal(f); }
+
+/* Without AMX-BF16 (a CPU or VM that reports AMX-INT8 alone, or
+ * QLINEAR_DISABLE=amx_bf16), or with the VDPBF16PS kernels' features hidden:
+ * avx512bf16's kernels, which the registry replaces by the fp32 kernel where
+ * those are hidden too (QLINEAR_DISABLE=avx512bf16). */
+static void tune(ql_cpu_kernels *kt, const ql_cpu_features *f)
+{
+    if (ql_x86_amx_bf16(f)) return;
+    kt->bf16 = &ql_bf16_gemm_12x32c2__avx512bf16;
+    kt->wo_bf16 = &ql_bf16_gemm_12x32c2i8__avx512bf16;
+}
 
 static const ql_s8_kernel *const rows[32] = {
     &ql_s8_amx[0],  &ql_s8_amx[1],  &ql_s8_amx[2],  &ql_s8_amx[3],  &ql_s8_amx[4],  &ql_s8_amx[5],  &ql_s8_amx[6],
@@ -37,11 +51,18 @@ const ql_cpu_kernels ql_cpu_kernels_amx = {
     .w8a8_epilogue = ql_w8a8_epilogue_avx512,
     .wxa8_decode = ql_wxa8_decode_avx512,
     .lora_t_row = ql_lora_t_row_s8_64__avx512,
+    .tune = tune,
     .f32 = &ql_f32_gemm_12x32__avx512,
-    /* every AMX CPU has AVX512_BF16 and VBMI: avx512bf16's VDPBF16PS kernels
-     * (the registry puts the fp32 kernel back when QLINEAR_DISABLE hides them) */
-    .bf16 = &ql_bf16_gemm_12x32c2__avx512bf16,
-    .wo_bf16 = &ql_bf16_gemm_12x32c2i8__avx512bf16,
+    /* TDPBF16PS: exact products, fp32 sums in the instruction's order
+     * (docs/NUMERICS.md §4.2); tune falls back to avx512bf16's VDPBF16PS */
+    .bf16 = &ql_bf16_gemm_32x32c2__amx,
+    .wo_bf16 = &ql_bf16_gemm_32x32c2i8__amx,
+    /* for the AMX-BF16 kernels (their isa's blocking), an estimate not yet
+     * measured: K slices of 512 keep a panel's B slice (32 KiB of bf16
+     * pairs, decoded once per slice for weight-only) in L1 while the block's
+     * 8 row panels (MC 256) pass; the block's weight slices (NC × KC bf16 =
+     * 512 KiB) in the 2 MiB L2 */
+    .f32_blocking = {256, 512, 512},
     .f32_epilogue = ql_f32_epilogue_avx512,
     .rows_to_f32 = ql_rows_to_f32_avx512,
     .quantize_rows = ql_quantize_rows_avx512,

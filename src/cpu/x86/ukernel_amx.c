@@ -25,29 +25,23 @@
  * rows and, for r > 16, tmm2, tmm3, tmm5 with r - 16 (unused tiles 0 × 0),
  * so no padded row is loaded or multiplied.
  *
- * Tile configuration: the drivers call begin (amx_begin) on each thread
- * before its first tile of a run of tiles, which forgets what the thread
- * had loaded: other code in the thread (oneDNN inside PyTorch, say) may
- * have configured or released the tiles since, which a per-thread
- * "configured" flag kept across runs would not notice (a tile load then
- * faults, #UD, or reads the wrong shape). Inside a run a tile loads its
- * configuration (LDTILECFG) only when it differs from the last one loaded.
- * The tiles stay configured after a run: no TILERELEASE. */
+ * Tile configuration (amx.h, shared with the bf16 kernels): the drivers
+ * call begin (ql_amx_begin) on each thread before its first tile of a run
+ * of tiles, which forgets what the thread had loaded: other code in the
+ * thread (oneDNN inside PyTorch, say) may have configured or released the
+ * tiles since, which a per-thread "configured" flag kept across runs would
+ * not notice (a tile load then faults, #UD, or reads the wrong shape).
+ * Inside a run a tile loads its configuration (LDTILECFG) only when it
+ * differs from the last one loaded. The tiles stay configured after a run:
+ * no TILERELEASE. */
 #include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cpu/x86/amx.h"
 #include "cpu/x86/x86.h"
 
 #if defined(__x86_64__)
-
-/* LDTILECFG / STTILECFG's 64-byte operand. */
-typedef struct amx_cfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16]; /* tiles 8-15: 0 */
-    uint8_t rows[16];   /* tiles 8-15: 0 */
-} amx_cfg;
-_Static_assert(sizeof(amx_cfg) == 64, "the tile configuration is 64 bytes");
 
 #define QL_R0(R) ((R) < 16 ? (R) : 16)
 #define QL_R1(R) ((R) > 16 ? (R) - 16 : 0)
@@ -55,7 +49,7 @@ _Static_assert(sizeof(amx_cfg) == 64, "the tile configuration is 64 bytes");
 #define QL_CFG(R)                                                                                                    \
     {1, 0, {0}, {64, 64, QL_CB(R), QL_CB(R), 64, QL_CB(R), 64, 64},                                                 \
      {QL_R0(R), QL_R0(R), QL_R1(R), QL_R1(R), QL_R0(R), QL_R1(R), 16, 16}}
-static _Alignas(64) const amx_cfg cfgs[33] = {
+_Alignas(64) const ql_amx_cfg ql_amx_cfgs[33] = {
     {0},         QL_CFG(1),  QL_CFG(2),  QL_CFG(3),  QL_CFG(4),  QL_CFG(5),  QL_CFG(6),  QL_CFG(7),  QL_CFG(8),
     QL_CFG(9),   QL_CFG(10), QL_CFG(11), QL_CFG(12), QL_CFG(13), QL_CFG(14), QL_CFG(15), QL_CFG(16), QL_CFG(17),
     QL_CFG(18),  QL_CFG(19), QL_CFG(20), QL_CFG(21), QL_CFG(22), QL_CFG(23), QL_CFG(24), QL_CFG(25), QL_CFG(26),
@@ -63,30 +57,12 @@ static _Alignas(64) const amx_cfg cfgs[33] = {
 #undef QL_CFG
 #undef QL_CB
 
-/* The thread's loaded configuration as these kernels know it: NULL after
- * amx_begin (the start of a run of tiles: other code in the thread, oneDNN
- * inside PyTorch say, may have configured or released the tiles since), so
- * the run's first tile loads its own. Reading the configuration back
- * (STTILECFG) on every tile instead waits for the tile unit to drain:
- * 10-17 % of the GEMM's time at M = 1024. */
-static _Thread_local const amx_cfg *amx_cur;
+/* Reading the configuration back (STTILECFG) on every tile instead of
+ * trusting ql_amx_cur waits for the tile unit to drain: 10-17 % of the
+ * GEMM's time at M = 1024. */
+_Thread_local const ql_amx_cfg *ql_amx_cur;
 
-static void amx_begin(void) { amx_cur = NULL; }
-
-/* The configuration instruction and the tile loads and stores with their
- * full memory operands ("memory": GCC 12's _tile_loadd names no memory at
- * all, and its _tile_loadconfig only 8 of the 64 bytes). */
-static inline void amx_use(const amx_cfg *want)
-{
-    if (amx_cur != want) {
-        __asm__ volatile("ldtilecfg %0" : : "m"(*want));
-        amx_cur = want;
-    }
-}
-#define QL_TLOAD(t, p, stride) \
-    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t : : "r"((const void *)(p)), "r"((int64_t)(stride)) : "memory")
-#define QL_TSTORE(t, p, stride) \
-    __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" : : "r"((void *)(p)), "r"((int64_t)(stride)) : "memory")
+void ql_amx_begin(void) { ql_amx_cur = NULL; }
 
 /* Software prefetch distances, in 64-k blocks ahead, of the B (weight) and
  * A (activation) tiles into L1 (0: none): QLINEAR_AMX_PF=b[,a], a tuning
@@ -109,7 +85,7 @@ static inline __attribute__((always_inline)) void amx_prefetch(const void *p, in
 static inline __attribute__((always_inline)) void tile_amx(const int R, int64_t k4, const int8_t *a, const uint8_t *b,
                                                            int32_t *c, int accumulate)
 {
-    amx_use(&cfgs[R]);
+    ql_amx_use(&ql_amx_cfgs[R]);
     if (accumulate) {
         QL_TLOAD(0, c, 128);
         QL_TLOAD(1, c + 16, 128);
@@ -152,6 +128,8 @@ static inline __attribute__((always_inline)) void tile_amx(const int R, int64_t 
 
 #else /* 32-bit x86: no tile instructions, and the amx table is never supported (features_x86.c) */
 
+void ql_amx_begin(void) {}
+
 static inline void tile_amx(const int R, int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int accumulate)
 {
     (void)R, (void)k4, (void)a, (void)b, (void)c, (void)accumulate;
@@ -172,7 +150,7 @@ QL_AMX(25) QL_AMX(26) QL_AMX(27) QL_AMX(28) QL_AMX(29) QL_AMX(30) QL_AMX(31) QL_
 
 /* a_outer: an activation panel slice (32 rows × KC) stays in L1 while the
  * block's weight micro-panel slices stream from L2, as on avx512vnni */
-#define QL_K(R) {QL_ISA_AMX, "s8_gemm_" #R "x32c4__amx", R, 32, 64, false, true, tile_##R##x32c4_amx, 4, 1, NULL, NULL, amx_begin}
+#define QL_K(R) {QL_ISA_AMX, "s8_gemm_" #R "x32c4__amx", R, 32, 64, false, true, tile_##R##x32c4_amx, 4, 1, NULL, NULL, ql_amx_begin}
 const ql_s8_kernel ql_s8_amx[32] = {
     QL_K(1),  QL_K(2),  QL_K(3),  QL_K(4),  QL_K(5),  QL_K(6),  QL_K(7),  QL_K(8),  QL_K(9),  QL_K(10), QL_K(11),
     QL_K(12), QL_K(13), QL_K(14), QL_K(15), QL_K(16), QL_K(17), QL_K(18), QL_K(19), QL_K(20), QL_K(21), QL_K(22),

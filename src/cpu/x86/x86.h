@@ -17,6 +17,12 @@ extern const ql_f32_kernel ql_f32_gemm_6x16__avx2, ql_f32_gemm_12x32__avx512;
 extern const ql_f32_kernel ql_bf16_gemm_12x32c2__avx512bf16, ql_bf16_gemm_12x32c2i8__avx512bf16;
 /* whether this CPU runs the VDPBF16PS kernels (features minus QLINEAR_DISABLE) */
 static inline bool ql_x86_bf16_dot(const ql_cpu_features *f) { return f->avx512bf16 && f->avx512vbmi; }
+/* TDPBF16PS (AMX-BF16; the int8 decode: VBMI): dense bf16 (B bf16 pairs, K
+ * padded to 32) and weight-only with bf16 activations (f32's int8 packing) */
+extern const ql_f32_kernel ql_bf16_gemm_32x32c2__amx, ql_bf16_gemm_32x32c2i8__amx;
+/* whether the amx table runs them: AMX-BF16 and what the VDPBF16PS kernels
+ * need (every AMX-BF16 CPU has it; QLINEAR_DISABLE=avx512bf16 hides both) */
+static inline bool ql_x86_amx_bf16(const ql_cpu_features *f) { return f->amx_bf16 && ql_x86_bf16_dot(f); }
 
 void ql_prologue_avx2(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
                       int64_t r0, int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
