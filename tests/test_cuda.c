@@ -2,7 +2,8 @@
  * equal to ql_gemm_s8s8s32_ref for every kernel (Hopper wgmma tiles, the
  * portable mma.sync kernel, the GEMV) and every tail; the full W8A8 pipeline
  * bit-identical to ql_int8_linear_ref for every dtype, group, bias, residual
- * and stride; outputs poisoned first so unwritten elements show; bad input
+ * and stride; input activations fused into the prologue against the CPU's
+ * (test_input_act); outputs poisoned first so unwritten elements show; bad input
  * (host pointers, unsupported kinds) refused with a message. Without a
  * device (or a CUDA build) it checks that device calls fail cleanly and
  * says "skipped: no CUDA device". */
@@ -12,6 +13,7 @@
 
 #include "core/core.h"
 #include "cuda/cuda_backend.h"
+#include "quant/epilogue.h"
 #include "quant/wxa8.h"
 #include "testutil.h"
 
@@ -161,10 +163,8 @@ static void linear_case(ql_context *gpu, int64_t m, int64_t n, int64_t k, int64_
     ql_epilogue epi_d = {.residual = dres, .ld_residual = ldy, .residual_scale = drs, .activation = QL_ACTIVATION_GELU}; /* no GELU on the GPU: refused */
     CHECK(!lin || ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, &epi_d) == QL_ERR_UNSUPPORTED, "GELU accepted on CUDA");
     epi_d.activation = QL_ACTIVATION_NONE;
-    /* input activations and a per-call bias run on the CPU only: refused */
-    ql_epilogue epi_act = {.input_act = QL_INPUT_ACT_GELU_TANH}, epi_bias = {.bias = drs};
-    CHECK(!lin || ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, &epi_act) == QL_ERR_UNSUPPORTED,
-          "input_act accepted on CUDA");
+    /* a per-call bias runs on the CPU only: refused (input activations: test_input_act) */
+    ql_epilogue epi_bias = {.bias = drs};
     CHECK(!lin || ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, &epi_bias) == QL_ERR_UNSUPPORTED,
           "a per-call bias accepted on CUDA");
     if (lin) CHECK_OK(ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, res_on ? &epi_d : NULL));
@@ -531,6 +531,313 @@ static void test_shared(ql_context *gpu)
     for (int i = 0; i < L; i++) ql_linear_destroy(lin[i]), free(q[i]), free(sc[i]), free(bias[i]);
 }
 
+/* ---- input activations (ql_epilogue.input_act) fused into the CUDA prologue
+ *
+ * Against the CPU: the reference codes are ql_input_act_apply's rows (the
+ * CPU's one implementation), rotated and quantized by the reference
+ * (ql_load_row_rotated + ql_quantize_row_f32); the GPU's come from the bare
+ * prologue (ql_cuda_quantize_rows with the same epilogue), the layer's own
+ * prologue. The rule (issue #25): rms_norm bit-identical (codes, scales,
+ * outputs: its sum of squares is the CPU's order); gelu_tanh and swiglu
+ * (CUDA's tanhf / expf against glibc's) codes within one step, on at most
+ * 0.1 % of the activations overall (a case of few codes may move one), row
+ * scales within 4 ulp of x's dtype. Then the GPU layer's output equals the
+ * epilogue applied to the GPU's codes (exactly), and the CPU layer's output
+ * with the same epilogue within the bound those code moves allow:
+ *   |y_gpu - y_cpu| <= (moved_r·128·s_gpu + |acc_cpu|·|s_gpu - s_cpu|)·s_w
+ *                      + 8·eps(y)·(|y_cpu| + |acc_cpu·s_cpu·s_w|) + tiny(y)
+ * (moved_r: the row's moved codes, each worth at most |w| <= 128 in the
+ * accumulator; the rest: the two sides' roundings of acc·s and of y). */
+
+static const char *const act_names[] = {"none", "gelu_tanh", "swiglu", "rms_norm"};
+
+/* the position of value j's code in a row of the prologue's output */
+static int64_t code_pos(int64_t j, int perm) { return perm ? (j & ~(int64_t)255) + (j & 15) * 16 + ((j & 255) >> 4) : j; }
+
+static double eps_of(ql_dtype dt) { return dt == QL_F32 ? 0x1p-23 : dt == QL_F16 ? 0x1p-10 : 0x1p-7; }
+
+typedef struct act_tally {
+    int64_t codes, moved; /* over every case of an (activation, dtype) */
+} act_tally;
+
+static void act_case(ql_context *gpu, ql_context *cpu, ql_cuda_workspace **ws, int act, ql_dtype xdt, int64_t g, int64_t m,
+                     int64_t k, int64_t n, int64_t pad, float eps, ql_dtype wdt, ql_dtype ydt, int bias_on, act_tally *tally)
+{
+    const int64_t cols = act == QL_INPUT_ACT_SWIGLU ? 2 * k : k, ldx = cols + pad, kp = (k + 15) / 16 * 16;
+    const int perm = g == 256 && k % 256 == 0 && kp == k;
+    const size_t xs = ql_dtype_size(xdt), ys = ql_dtype_size(ydt);
+    char what[160];
+    snprintf(what, sizeof what, "%s %s g=%lld M=%lld K=%lld ldx=%lld eps=%g w %s -> %s", act_names[act], ql_dtype_name(xdt),
+             (long long)g, (long long)m, (long long)k, (long long)ldx, (double)eps, ql_dtype_name(wdt), ql_dtype_name(ydt));
+    void *x = malloc((size_t)(m * ldx + 1) * xs), *w = malloc((size_t)k * 4 + 4);
+    const double sigma = act == QL_INPUT_ACT_RMS_NORM ? ldexp(1.0, (int)tu_range(-8, 8)) : 2.0;
+    tu_fill_gauss(xdt, x, m * ldx, sigma);
+    for (int64_t r = 0; r < m; r++) ql_store_f(xdt, x, r * ldx + (r * 13) % cols, (float)(15 * sigma)); /* outliers */
+    if (m >= 3) {
+        ql_store_f(xdt, x, 1 * ldx + (act == QL_INPUT_ACT_SWIGLU ? k + k / 3 : k / 2), NAN); /* a NaN (swiglu: in up) */
+        for (int64_t j = 0; j < cols; j++) ql_store_f(xdt, x, 2 * ldx + j, 0.0f);           /* a zero row */
+    }
+    if (m >= 77) {
+        ql_store_f(xdt, x, 5 * ldx + 3, INFINITY);
+        ql_store_f(xdt, x, 6 * ldx, -INFINITY); /* gelu, silu(-Inf) = NaN; rms_norm: Inf·0 = NaN */
+        for (int64_t j = 0; j < cols; j++) { /* a row of tiny values: fp32 squares are subnormal (fp16: zeros) */
+            ql_store_f(xdt, x, 7 * ldx + j, ql_load_f(xdt, x, 7 * ldx + j) * 0x1p-66f);
+            ql_store_f(xdt, x, 8 * ldx + j, ql_load_f(xdt, x, 8 * ldx + j) * (xdt == QL_F16 ? 100.0f : 0x1p40f));
+        }
+    }
+    for (int64_t j = 0; j < k; j++) ql_store_f(wdt, w, j, (float)(1.0 + 0.5 * tu_gauss()));
+    void *dx = dev_copy(x, (size_t)(m * ldx + 1) * xs), *dw = dev_copy(w, (size_t)k * 4 + 4);
+    ql_epilogue eh = {.input_act = act, .input_act_weight = act == QL_INPUT_ACT_RMS_NORM ? w : NULL,
+                      .input_act_weight_dtype = wdt, .input_act_eps = eps};
+    ql_epilogue ed = eh;
+    ed.input_act_weight = act == QL_INPUT_ACT_RMS_NORM ? dw : NULL;
+
+    /* the reference codes */
+    void *xa = malloc((size_t)(m * k + 1) * xs);
+    float *buf = malloc((size_t)k * 4 + 4), *s0 = malloc((size_t)m * 4 + 4), *s1 = malloc((size_t)m * 4 + 4);
+    int8_t *q0 = calloc((size_t)(m * kp + 1), 1), *q1 = malloc((size_t)(m * kp + 1));
+    CHECK_OK(ql_input_act_apply(&eh, xdt, x, m, k, ldx, xa, k));
+    for (int64_t r = 0; r < m; r++) {
+        ql_load_row_rotated(xdt, (const char *)xa + (size_t)(r * k) * xs, k, g, buf);
+        ql_quantize_row_f32(xdt, buf, k, q0 + r * kp, &s0[r]);
+    }
+    /* the GPU's: codes in their stored order, outputs poisoned first */
+    int8_t *dq = dev_alloc((size_t)(m * kp + 1));
+    float *dsx = dev_alloc((size_t)m * 4 + 4);
+    cudaMemset(dq, 0x55, (size_t)(m * kp + 1));
+    cudaMemset(dsx, 0x7f, (size_t)m * 4 + 4);
+    CHECK_OK(ql_cuda_quantize_rows(ws, 0, NULL, dx, xdt, m, k, ldx, g, dq, kp, dsx, &ed));
+    CHECK(cudaDeviceSynchronize() == cudaSuccess, "%s: prologue failed: %s", what, cudaGetErrorString(cudaGetLastError()));
+    cudaMemcpy(q1, dq, (size_t)(m * kp), cudaMemcpyDeviceToHost);
+    cudaMemcpy(s1, dsx, (size_t)m * 4, cudaMemcpyDeviceToHost);
+    int64_t moved = 0, worst = 0, bad_scale = -1, bad_pad = -1, first = -1;
+    int64_t *row_moved = calloc((size_t)m + 1, sizeof(int64_t));
+    for (int64_t r = 0; r < m; r++) {
+        const int nan0 = isnan(s0[r]), nan1 = isnan(s1[r]);
+        const double tol = act == QL_INPUT_ACT_RMS_NORM ? 0.0 : 4 * eps_of(xdt) * fabs(s0[r]);
+        if (nan0 != nan1 || (!nan0 && !(fabs((double)s1[r] - s0[r]) <= tol))) {
+            if (bad_scale < 0) bad_scale = r;
+        }
+        for (int64_t j = 0; j < k; j++) {
+            const int64_t d = llabs((int64_t)q1[r * kp + code_pos(j, perm)] - q0[r * kp + j]);
+            if (d) {
+                row_moved[r]++, moved++;
+                if (first < 0) first = r * k + j;
+            }
+            if (d > worst) worst = d;
+        }
+        for (int64_t j = k; j < kp; j++)
+            if (q1[r * kp + j] != 0 && bad_pad < 0) bad_pad = r;
+    }
+    CHECK(bad_scale < 0, "%s: row %lld scale %.9g, reference %.9g", what, (long long)bad_scale,
+          bad_scale >= 0 ? s1[bad_scale] : 0.0, bad_scale >= 0 ? s0[bad_scale] : 0.0);
+    CHECK(bad_pad < 0, "%s: row %lld has non-zero padding codes", what, (long long)bad_pad);
+    if (act == QL_INPUT_ACT_RMS_NORM)
+        CHECK(moved == 0, "%s: %lld codes differ from the CPU's (first at %lld)", what, (long long)moved, (long long)first);
+    else
+        CHECK(worst <= 1 && moved <= m * k / 1000 + 1, "%s: %lld of %lld codes moved (by up to %lld; first at %lld)", what,
+              (long long)moved, (long long)(m * k), (long long)worst, (long long)first);
+    tally->codes += m * k, tally->moved += moved;
+
+    /* the layers: the GPU's against its own codes (exact) and against the CPU's layer (the bound above) */
+    int8_t *wq = malloc((size_t)(n * k + 1));
+    float *sw = malloc((size_t)n * 4);
+    void *bias = malloc((size_t)n * 2);
+    fill_codes(wq, n * k);
+    for (int64_t c = 0; c < n; c++) sw[c] = (float)((0.5 + tu_uniform()) * 1e-3);
+    tu_fill_gauss(QL_BF16, bias, n, 0.5);
+    const ql_int8_weight iw = {n, k, wq, k, sw, n, g, bias_on ? bias : NULL, QL_BF16};
+    const ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = iw};
+    ql_linear *lg = NULL, *lc = NULL;
+    CHECK_OK(ql_linear_create(gpu, &d, &lg));
+    CHECK_OK(ql_linear_create(cpu, &d, &lc));
+    void *y0 = malloc((size_t)(m * n + 1) * ys), *y1 = malloc((size_t)(m * n + 1) * ys), *dy = dev_alloc((size_t)(m * n) * ys);
+    cudaMemset(dy, 0x7f, (size_t)(m * n) * ys); /* poison */
+    if (lg && lc) {
+        CHECK_OK(ql_linear_forward(lc, x, xdt, m, ldx, y0, ydt, n, &eh));
+        CHECK_OK(ql_linear_forward(lg, dx, xdt, m, ldx, dy, ydt, n, &ed));
+        CHECK_OK(ql_linear_forward(lg, dx, xdt, 0, ldx, dy, ydt, n, &ed)); /* M = 0: nothing to do */
+        CHECK(cudaDeviceSynchronize() == cudaSuccess, "%s: forward failed: %s", what, cudaGetErrorString(cudaGetLastError()));
+        cudaMemcpy(y1, dy, (size_t)(m * n) * ys, cudaMemcpyDeviceToHost);
+        float *b32 = NULL;
+        CHECK_OK(ql_bias_to_f32("test", bias_on ? bias : NULL, QL_BF16, n, ydt, &b32));
+        const ql_epi_plan plan = {ydt, b32, NULL, 0, NULL, 0};
+        int64_t own = -1, far = -1;
+        double excess = 0;
+        const double tiny_step = ydt == QL_F16 ? 0x1p-24 : ydt == QL_BF16 ? 0x1p-133 : 0x1p-149; /* the subnormal spacing */
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t c = 0; c < n; c++) {
+                int64_t acc0 = 0, acc1 = 0;
+                for (int64_t j = 0; j < k; j++) {
+                    acc0 += (int64_t)q0[r * kp + j] * wq[c * k + j];
+                    acc1 += (int64_t)q1[r * kp + code_pos(j, perm)] * wq[c * k + j];
+                }
+                const float want = ql_epilogue_scalar(&plan, (float)acc1 * (s1[r] * sw[c]), r, c);
+                const float got = ql_load_f(ydt, y1, r * n + c), ref = ql_load_f(ydt, y0, r * n + c);
+                if (!(memcmp(&want, &got, 4) == 0 || (isnan(want) && isnan(got))) && own < 0) own = r * n + c;
+                const double v0 = (double)acc0 * s0[r] * sw[c];
+                const double lim = ((double)row_moved[r] * 128 * s1[r] + fabs((double)acc0) * fabs((double)s1[r] - s0[r])) * sw[c] +
+                                   8 * eps_of(ydt) * (fabs(ref) + fabs(v0)) + tiny_step;
+                const double diff = fabs((double)got - ref);
+                const int ok = isnan(ref) ? isnan(got) : diff <= lim;
+                if (!ok && far < 0) far = r * n + c, excess = diff - lim;
+            }
+        CHECK(own < 0, "%s: GPU output %lld is not the epilogue of its own codes (%.9g vs %.9g)", what, (long long)own,
+              own >= 0 ? ql_load_f(ydt, y1, own) : 0.0, 0.0);
+        CHECK(far < 0, "%s: output %lld %.9g vs the CPU layer's %.9g: beyond the bound by %.3g", what, (long long)far,
+              far >= 0 ? ql_load_f(ydt, y1, far) : 0.0, far >= 0 ? ql_load_f(ydt, y0, far) : 0.0, excess);
+        if (act == QL_INPUT_ACT_RMS_NORM) {
+            int64_t f = -1;
+            CHECK(same_bits(ydt, y0, y1, m, n, n, &f), "%s: the CPU layer's output differs at %lld", what, (long long)f);
+        }
+        ql_aligned_free(b32);
+    }
+    ql_linear_destroy(lg);
+    ql_linear_destroy(lc);
+    cudaFree(dx), cudaFree(dw), cudaFree(dq), cudaFree(dsx), cudaFree(dy);
+    free(x), free(w), free(xa), free(buf), free(s0), free(s1), free(q0), free(q1), free(row_moved);
+    free(wq), free(sw), free(bias), free(y0), free(y1);
+}
+
+/* Layers sharing x with input activations: one prologue where they share
+ * it, each its own where they do not; outputs bit-identical to single
+ * forwards. Through a prologue cache the activation is part of the key
+ * (kind, weight, eps): hits and misses as it says, every output
+ * bit-identical to an uncached forward. A host weight is refused. */
+static void test_input_act_shared(ql_context *gpu)
+{
+    enum { L = 3 };
+    const int64_t m = 77, k = 1024, ns[L] = {96, 256, 40};
+    ql_linear *lin[L];
+    int8_t *q[L];
+    float *sc[L];
+    for (int i = 0; i < L; i++) {
+        q[i] = malloc((size_t)(ns[i] * k)), sc[i] = malloc((size_t)ns[i] * 4);
+        fill_codes(q[i], ns[i] * k);
+        for (int64_t j = 0; j < ns[i]; j++) sc[i][j] = (float)((0.5 + tu_uniform()) * 1e-3);
+        const ql_int8_weight w = {ns[i], k, q[i], k, sc[i], ns[i], 256, NULL, QL_BF16};
+        const ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};
+        CHECK_OK(ql_linear_create(gpu, &d, &lin[i]));
+    }
+    uint16_t *x = malloc((size_t)(m * 2 * k) * 2), *w = malloc((size_t)k * 2);
+    tu_fill_gauss(QL_BF16, x, m * 2 * k, 2.0);
+    for (int64_t j = 0; j < k; j++) ql_store_f(QL_BF16, w, j, (float)(1.0 + 0.5 * tu_gauss()));
+    void *dx = dev_copy(x, (size_t)(m * 2 * k) * 2), *dw = dev_copy(w, (size_t)k * 2);
+    const ql_epilogue none = {0}, gelu = {.input_act = QL_INPUT_ACT_GELU_TANH}, swi = {.input_act = QL_INPUT_ACT_SWIGLU},
+                      rms = {.input_act = QL_INPUT_ACT_RMS_NORM, .input_act_weight = dw, .input_act_weight_dtype = QL_BF16,
+                             .input_act_eps = 1e-6f},
+                      rms2 = {.input_act = QL_INPUT_ACT_RMS_NORM, .input_act_weight = dw, .input_act_weight_dtype = QL_BF16,
+                              .input_act_eps = 1e-5f};
+    /* (x's row stride 2K serves every activation: swiglu reads both halves, the others the first) */
+    const ql_epilogue *sets[][L] = {{&gelu, &gelu, &gelu}, {&rms, &rms, &rms}, {&swi, &swi, &swi},
+                                    {&gelu, &none, &rms}, {&rms, &rms2, &rms}, {&swi, &gelu, &swi}};
+    for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++) {
+        void *dy[L], *dr[L];
+        int64_t ld[L];
+        for (int i = 0; i < L; i++) {
+            ld[i] = ns[i];
+            dy[i] = dev_alloc((size_t)(m * ns[i]) * 2), dr[i] = dev_alloc((size_t)(m * ns[i]) * 2);
+            cudaMemset(dy[i], 0x7f, (size_t)(m * ns[i]) * 2);
+            CHECK_OK(ql_linear_forward(lin[i], dx, QL_BF16, m, 2 * k, dr[i], QL_BF16, ns[i], sets[si][i]));
+        }
+        CHECK_OK(ql_linear_forward_shared(lin, L, dx, QL_BF16, m, 2 * k, dy, QL_BF16, ld, sets[si]));
+        CHECK(cudaDeviceSynchronize() == cudaSuccess, "shared forward failed: %s", cudaGetErrorString(cudaGetLastError()));
+        for (int i = 0; i < L; i++) {
+            uint16_t *a = malloc((size_t)(m * ns[i]) * 2), *b = malloc((size_t)(m * ns[i]) * 2);
+            cudaMemcpy(a, dy[i], (size_t)(m * ns[i]) * 2, cudaMemcpyDeviceToHost);
+            cudaMemcpy(b, dr[i], (size_t)(m * ns[i]) * 2, cudaMemcpyDeviceToHost);
+            int64_t f = -1;
+            CHECK(same_bits(QL_BF16, b, a, m, ns[i], ns[i], &f), "shared forward with input activations, set %zu layer %d: "
+                  "differs at %lld", si, i, (long long)f);
+            free(a), free(b), cudaFree(dy[i]), cudaFree(dr[i]);
+        }
+    }
+    /* the prologue cache: references first (uncached forwards overwrite the workspace's codes), then the cached run */
+    const ql_epilogue *steps[] = {&gelu, &gelu, &none, &rms, &rms, &rms2};
+    const int layer_of[] = {0, 1, 2, 0, 1, 2};
+    enum { S = sizeof steps / sizeof steps[0] };
+    void *dref[S], *dout[S];
+    for (int t = 0; t < S; t++) {
+        const int i = layer_of[t];
+        dref[t] = dev_alloc((size_t)(m * ns[i]) * 2), dout[t] = dev_alloc((size_t)(m * ns[i]) * 2);
+        cudaMemset(dout[t], 0x7f, (size_t)(m * ns[i]) * 2);
+        CHECK_OK(ql_linear_forward(lin[i], dx, QL_BF16, m, 2 * k, dref[t], QL_BF16, ns[i], steps[t]));
+    }
+    ql_prologue_cache *pc = NULL;
+    CHECK_OK(ql_prologue_cache_create(&pc));
+    for (int t = 0; t < S; t++) {
+        ql_epilogue e = *steps[t];
+        e.prologue_cache = pc, e.prologue_generation = 7;
+        CHECK_OK(ql_linear_forward(lin[layer_of[t]], dx, QL_BF16, m, 2 * k, dout[t], QL_BF16, ns[layer_of[t]], &e));
+    }
+    CHECK(cudaDeviceSynchronize() == cudaSuccess, "cached forwards failed: %s", cudaGetErrorString(cudaGetLastError()));
+    for (int t = 0; t < S; t++) {
+        const int64_t n = ns[layer_of[t]];
+        uint16_t *a = malloc((size_t)(m * n) * 2), *b = malloc((size_t)(m * n) * 2);
+        cudaMemcpy(a, dout[t], (size_t)(m * n) * 2, cudaMemcpyDeviceToHost);
+        cudaMemcpy(b, dref[t], (size_t)(m * n) * 2, cudaMemcpyDeviceToHost);
+        int64_t f = -1;
+        CHECK(same_bits(QL_BF16, b, a, m, n, n, &f), "prologue cache step %d (%s): differs at %lld", t,
+              act_names[steps[t]->input_act], (long long)f);
+        free(a), free(b), cudaFree(dref[t]), cudaFree(dout[t]);
+    }
+    int64_t hits = 0, misses = 0;
+    ql_prologue_cache_stats(pc, &hits, &misses);
+    /* gelu (miss), gelu (hit), none (miss), rms_norm (miss), rms_norm (hit), rms_norm with another eps (miss) */
+    CHECK(hits == 2 && misses == 4, "CUDA prologue cache with input activations: %lld hits, %lld misses (want 2, 4)",
+          (long long)hits, (long long)misses);
+    ql_prologue_cache_destroy(pc);
+
+    /* refused with a reason: a host weight (the layer and the bare prologue) */
+    ql_epilogue host = rms;
+    host.input_act_weight = w;
+    void *dy = dev_alloc((size_t)(m * ns[0]) * 2);
+    ql_status st = ql_linear_forward(lin[0], dx, QL_BF16, m, 2 * k, dy, QL_BF16, ns[0], &host);
+    CHECK(st == QL_ERR_INVALID_ARGUMENT && strstr(ql_last_error(), "input_act_weight is host memory"),
+          "a host rms_norm weight on CUDA: %s: %s", ql_status_string(st), ql_last_error());
+    ql_cuda_workspace *ws = NULL;
+    int8_t *dq = dev_alloc((size_t)(m * k));
+    float *dsx = dev_alloc((size_t)m * 4);
+    st = ql_cuda_quantize_rows(&ws, 0, NULL, dx, QL_BF16, m, k, 2 * k, 256, dq, k, dsx, &host);
+    CHECK(st == QL_ERR_INVALID_ARGUMENT && strstr(ql_last_error(), "input_act_weight is host memory"),
+          "a host rms_norm weight, bare prologue: %s: %s", ql_status_string(st), ql_last_error());
+    ql_cuda_workspace_free(ws);
+    cudaFree(dy), cudaFree(dq), cudaFree(dsx);
+    for (int i = 0; i < L; i++) ql_linear_destroy(lin[i]), free(q[i]), free(sc[i]);
+    cudaFree(dx), cudaFree(dw), free(x), free(w);
+    printf("  input activations: shared forwards and the prologue cache exact, a host weight refused\n");
+}
+
+static void test_input_act(ql_context *gpu)
+{
+    static const ql_dtype dts[] = {QL_F32, QL_F16, QL_BF16};
+    static const int64_t ms[] = {1, 3, 77, 300};
+    /* (group, K): the fast G = 256 kernel (16-byte aligned rows) and the generic one (other groups, odd K, unaligned rows) */
+    static const int64_t shapes[][2] = {{256, 256}, {256, 512}, {256, 2048}, {256, 4096}, {0, 48}, {0, 77}, {0, 1000},
+                                        {4, 48},    {4, 212},   {16, 48},    {16, 400},   {64, 192}, {64, 1024}};
+    ql_context *cpu = NULL;
+    CHECK_OK(ql_context_create(&cpu));
+    ql_cuda_workspace *ws = NULL;
+    int c = 0;
+    for (int act = 1; act <= 3; act++)
+        for (int di = 0; di < 3; di++) {
+            act_tally t = {0, 0};
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+                for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++, c++) {
+                    const int64_t pad = (int64_t[]){0, 8, 1}[c % 3]; /* 1: unaligned rows, the generic kernel */
+                    act_case(gpu, cpu, &ws, act, dts[di], shapes[si][0], ms[mi], shapes[si][1], c % 2 ? 72 : 16, pad,
+                             c % 4 < 2 ? 0.0f : 1e-6f, dts[(c / 3) % 3], dts[(c / 5) % 3], c % 3 != 1, &t);
+                }
+            CHECK(t.moved <= t.codes / 1000, "%s %s: %lld of %lld codes moved (more than 0.1 %%)", act_names[act],
+                  ql_dtype_name(dts[di]), (long long)t.moved, (long long)t.codes);
+            printf("  input_act %s %s: %lld of %lld codes moved by one against the CPU's\n", act_names[act],
+                   ql_dtype_name(dts[di]), (long long)t.moved, (long long)t.codes);
+        }
+    ql_cuda_workspace_free(ws);
+    ql_context_destroy(cpu);
+    test_input_act_shared(gpu);
+}
+
 static void test_bad_input(ql_context *gpu)
 {
     int8_t q[256 * 4];
@@ -588,6 +895,7 @@ int main(void)
     test_shared(ctx);
     test_wxa8(ctx);
     test_prologue_cache(ctx);
+    test_input_act(ctx);
     test_bad_input(ctx);
 #endif
     ql_context_destroy(ctx);

@@ -284,7 +284,7 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
                     case C_INT8: lt_run(&gi, dwq[s], dxq[s], dyi[s], st); break;
                     case C_W8A8: qs = ql_linear_forward(lin[s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, NULL); break;
                     case C_GEMM: qs = ql_gemm_s8s8s32(ctx, m, n, k, dxq[s], k, dwq[s], k, dyi[s], n); break;
-                    case C_PRO: qs = ql_cuda_quantize_rows(&pro_ws, dev_index, st, dxb[s], QL_BF16, m, k, k, g, dxq[s], k, dsx[s]); break;
+                    case C_PRO: qs = ql_cuda_quantize_rows(&pro_ws, dev_index, st, dxb[s], QL_BF16, m, k, k, g, dxq[s], k, dsx[s], NULL); break;
                     case C_MMA: qs = ql_linear_forward(lin_mma[s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, NULL); break;
                     }
                     if (qs != QL_OK) {

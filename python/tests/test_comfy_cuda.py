@@ -88,3 +88,44 @@ def test_prologue_cache_qkv_cuda(gen):
     assert _ops.prologue_cache_stats() == (h1, m1 + 1)
     _ops.prologue_cache_release()
     assert torch.equal(y, call("qlinear", "int8_linear", **kws[1])) and not torch.equal(y, want[1])
+
+
+@pytest.mark.parametrize("act", ["gelu_tanh", "swiglu", "rms_norm"])
+@pytest.mark.parametrize("convrot", [False, True])
+def test_int8_linear_cuda_input_act_fused(act, convrot, gen, monkeypatch):
+    """input_act on CUDA runs in the layer's prologue (the library's fused
+    activation: no PyTorch pass over x first) and matches comfy-kitchen's
+    eager act-then-linear on the same GPU within comfy-kitchen's own
+    tolerance for a fused input activation (relative Frobenius error < 5 %;
+    the GPU's tanhf/expf and eager's may differ in the last ulp, which moves
+    an int8 code now and then)."""
+    from qlinear.comfy import _ops
+    if act not in _ops.FUSED_ACTS:
+        pytest.skip(f"{act} is not fused by this library")
+    fused = []
+    real = _ops._cuda_fused_act
+
+    def spy(*a, **kw):
+        y = real(*a, **kw)
+        fused.append(y is not None)
+        return y
+    monkeypatch.setattr(_ops, "_cuda_fused_act", spy)
+    dtype = torch.bfloat16
+    width = 2 if act == "swiglu" else 1
+    for m, k, n in ((1, 256, 64), (77, 1024, 130), (300, 2048, 512)):
+        x = (torch.randn(m, width * k, generator=gen) * 2).to(dtype).cuda()
+        x[m // 2, 3] = 40.0  # an outlier
+        q, s = int8_weight(n, k, gen)
+        w = (torch.rand(k, generator=gen) + 0.5).to(dtype).cuda() if act == "rms_norm" else None
+        b = torch.randn(n, generator=gen).to(dtype).cuda()
+        kw = dict(x=x, weight=q.cuda(), weight_scale=s.cuda(), bias=b, out_dtype=dtype, convrot=convrot,
+                  convrot_groupsize=256, input_act=act, input_act_weight=w, input_act_eps=1e-6)
+        assert selected("int8_linear", **kw) == "qlinear"
+        fused.clear()
+        y = call("qlinear", "int8_linear", **kw)
+        assert fused == [True], f"{act}: the library did not fuse it ({fused})"
+        ref = call("eager", "int8_linear", **kw)
+        assert y.shape == ref.shape and y.dtype == ref.dtype and y.device == x.device
+        assert torch.isfinite(y).all()
+        rel = ((y.float() - ref.float()).norm() / ref.float().norm()).item()
+        assert rel < 0.05, f"{act} M={m} K={k} N={n} convrot={convrot}: relative error {rel:.3e}"

@@ -8,6 +8,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* A W8A8 layer from its int8 weight: bias widened to fp32, then uploaded. */
 static ql_status cuda_create_int8(ql_context *ctx, const ql_int8_weight *w, void **impl, ql_layer_facts *info)
@@ -72,6 +73,17 @@ static void cuda_destroy(void *impl) { ql_cuda_linear_destroy(impl); }
 
 static void free_workspace(void *ws) { ql_cuda_workspace_free(ws); }
 
+/* The same input activation (kind, and rms_norm's weight and eps): layers
+ * sharing x on CUDA share one prologue, hence one activation. */
+static bool same_input_act(const ql_epilogue *a, const ql_epilogue *b)
+{
+    const int ca = a ? a->input_act : QL_INPUT_ACT_NONE, cb = b ? b->input_act : QL_INPUT_ACT_NONE;
+    if (ca != cb) return false;
+    return ca != QL_INPUT_ACT_RMS_NORM ||
+           (a->input_act_weight == b->input_act_weight && a->input_act_weight_dtype == b->input_act_weight_dtype &&
+            memcmp(&a->input_act_eps, &b->input_act_eps, sizeof(float)) == 0);
+}
+
 static ql_status cuda_forward(const char *fn, ql_context *ctx, void *const *impls, int count, const void *x, ql_dtype xdt,
                               int64_t m, int64_t ldx, void *const *ys, ql_dtype ydt, const int64_t *ldys,
                               const ql_epilogue *const *epis)
@@ -83,14 +95,17 @@ static ql_status cuda_forward(const char *fn, ql_context *ctx, void *const *impl
         if (e && e->activation)
             return ql_fail(QL_ERR_UNSUPPORTED,
                            "%s: the CUDA backend has no activation epilogue (GELU); apply it after the linear", fn);
-        if (e && e->input_act)
-            return ql_fail(QL_ERR_UNSUPPORTED,
-                           "%s: the CUDA backend has no input activation (input_act %d); apply it before the linear", fn,
-                           e->input_act);
         if (e && e->bias)
             return ql_fail(QL_ERR_UNSUPPORTED,
                            "%s: the CUDA backend takes no per-call bias (epilogue bias); use the layer's own bias", fn);
     }
+    /* layers sharing x but not its input activation: each its own prologue (as on the CPU) */
+    for (int i = 1; epis && i < count; i++)
+        if (!same_input_act(epis[0], epis[i])) {
+            for (int j = 0; j < count; j++)
+                QL_TRY(cuda_forward(fn, ctx, &impls[j], 1, x, xdt, m, ldx, &ys[j], ydt, &ldys[j], &epis[j]));
+            return QL_OK;
+        }
     ctx->device_state_free = free_workspace; /* the activation workspace, made on first use */
     /* the prologue cache (qlinear.h): the codes stay in the context's device
      * workspace; the cache keeps their key and the workspace's token */

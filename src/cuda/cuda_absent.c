@@ -52,9 +52,11 @@ ql_status ql_cuda_gemm_s8s8s32(int device, void *stream, int64_t m, int64_t n, i
     return absent("ql_gemm_s8s8s32");
 }
 ql_status ql_cuda_quantize_rows(ql_cuda_workspace **ws, int device, void *stream, const void *x, ql_dtype xdt,
-                                int64_t m, int64_t k, int64_t ldx, int64_t group, int8_t *q, int64_t ldq, float *sx)
+                                int64_t m, int64_t k, int64_t ldx, int64_t group, int8_t *q, int64_t ldq, float *sx,
+                                const ql_epilogue *epi)
 {
-    (void)ws, (void)device, (void)stream, (void)x, (void)xdt, (void)m, (void)k, (void)ldx, (void)group, (void)q, (void)ldq, (void)sx;
+    (void)ws, (void)device, (void)stream, (void)x, (void)xdt, (void)m, (void)k, (void)ldx, (void)group, (void)q, (void)ldq, (void)sx,
+        (void)epi;
     return absent("ql_cuda_quantize_rows");
 }
 int ql_cuda_sm90_tile_count(void) { return 0; }

@@ -27,7 +27,8 @@ ql_status ql_cuda_linear_create(int device, const ql_int8_weight *w, const float
 void ql_cuda_linear_destroy(ql_cuda_linear *l);
 size_t ql_cuda_linear_weight_bytes(const ql_cuda_linear *l);
 /* count layers (sharing K and the rotation group) on one input x: one
- * prologue, then each layer's GEMM into ys[i] (row stride ldys[i]) with
+ * prologue (with epis[0]'s input activation, which every epis[i] must
+ * share), then each layer's GEMM into ys[i] (row stride ldys[i]) with
  * epis[i] (epis or an entry NULL: none). x, the outputs and the epilogue
  * tensors are device pointers on the layers' device; the work is queued on
  * `stream` (cudaStream_t; NULL: the default stream). */
@@ -48,12 +49,17 @@ const char *ql_cuda_linear_kernel(const ql_cuda_linear *l);
  * ("" on the CPU; src/linear/linear.c, through the backend interface). */
 const char *ql_linear_cuda_kernel(const ql_linear *l);
 
-/* The prologue alone (for the bench): x [m, k] (ldx elements, device) ->
- * codes q [m, ldq] and scales sx [m], rotated with `group` (0: none). *ws:
- * a workspace (made on first use; ql_cuda_workspace_free) that keeps the
- * launch shape of the last K. */
+/* The prologue alone (for the bench and tests): x [m, k] (ldx elements,
+ * device) -> codes q [m, ldq] and scales sx [m], rotated with `group`
+ * (0: none); where group = 256, k % 256 = 0 and ldq = k the codes of each
+ * group are in the layer's permuted order (value i + 16·t at 16·i + t).
+ * epi: NULL, or a ql_epilogue whose input activation alone is applied to
+ * each row first (x [m, 2k] for swiglu; the rms_norm weight a device
+ * pointer). *ws: a workspace (made on first use; ql_cuda_workspace_free)
+ * that keeps the launch shape of the last K and rms_norm's row factors. */
 ql_status ql_cuda_quantize_rows(ql_cuda_workspace **ws, int device, void *stream, const void *x, ql_dtype xdt,
-                                int64_t m, int64_t k, int64_t ldx, int64_t group, int8_t *q, int64_t ldq, float *sx);
+                                int64_t m, int64_t k, int64_t ldx, int64_t group, int8_t *q, int64_t ldq, float *sx,
+                                const ql_epilogue *epi);
 
 /* How many Hopper GEMM tiles QLINEAR_CUDA_TILE can force (0 without CUDA). */
 int ql_cuda_sm90_tile_count(void);

@@ -4,13 +4,17 @@
 #include <cuda_runtime.h>
 
 #include "common.cuh"
+#include "input_act.cuh"
 
 namespace qlc {
 
 int log4_of(int64_t g);
 
 /* Prologue: x [m, k] (ldx elements) -> codes q [m, ldq] (zero-padded past k)
- * and scales sx [m]. group 0: no rotation. Where codes_permuted(k, group,
+ * and scales sx [m]. group 0: no rotation. act: the input activation of
+ * each row first (x [m, 2k] for swiglu, ldx the caller's stride; rms_norm:
+ * act.rms a device buffer of m floats for the row factors, filled here by
+ * launch_rms_factors before the prologue runs). Where codes_permuted(k, group,
  * ldq), each group of 256 codes is stored transposed as 16 x 16 (value
  * i + 16·t at 16·i + t): the weight must be uploaded in that order too.
  * force_roww: warps per row of the G = 256 kernel (1, 2, 4; 0 = choose). */
@@ -32,8 +36,9 @@ inline cudaLaunchConfig_t launch_config(dim3 grid, dim3 block, size_t smem, cuda
     return cfg;
 }
 
+#define QLC_INPUT_ACTS 4 /* ql_input_act codes: none, gelu_tanh, swiglu, rms_norm */
 struct PrologueFit {
-    int resident[3][3];
+    int resident[3][QLC_INPUT_ACTS][3]; /* [dtype f32 / f16 / bf16][input activation][team size 1, 2, 4] */
     int regs_resident[3]; /* resident blocks of the register-resident G = 256 kernel per dtype */
     int kernel;           /* QLINEAR_CUDA_PROLOGUE: 0 auto, 1 the row-buffer kernel, 2 the register-resident one */
     bool pdl; /* the fast prologue is a programmatic dependent launch (sm_90+) */
@@ -46,8 +51,14 @@ cudaError_t launch_quantize_rows_g256_regs(const void *x, int xdt, int64_t ldx_b
                                            int8_t *q, float *sx, int resident_blocks, bool pdl, cudaStream_t stream);
 cudaError_t prepare_quantize_rows(int64_t k, PrologueFit *fit);
 cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m, int64_t k, int64_t group,
-                                 int8_t *q, int64_t ldq, float *sx, int force_roww, const PrologueFit &fit,
-                                 cudaStream_t stream);
+                                 const InputAct &act, int8_t *q, int64_t ldq, float *sx, int force_roww,
+                                 const PrologueFit &fit, cudaStream_t stream);
+/* rms_norm's row factors: out[r] = 1/sqrt(Σ x[r]²/k + eps) for x [m, k]
+ * (ldx elements), the sum in the CPU's order (bit-identical); a warp per
+ * row. pdl: a programmatic dependent launch that waits for the kernel
+ * before it (launch_quantize_rows calls it; a prologue of its own may too). */
+cudaError_t launch_rms_factors(const void *x, int xdt, int64_t ldx, int64_t m, int64_t k, float eps, float *out,
+                               bool pdl, cudaStream_t stream);
 /* Shared memory the prologue needs for a row of k (it refuses rows that do not fit). */
 size_t quantize_rows_smem(int64_t k);
 

@@ -21,6 +21,8 @@ struct ql_cuda_workspace {
     int8_t *q = nullptr;
     float *sx = nullptr;
     size_t q_bytes = 0, rows = 0;
+    float *rms = nullptr; /* rms_norm's row factors (input_act), made on first use */
+    size_t rms_rows = 0;
     std::mutex lock; /* one call's prologue + GEMM are queued as a unit */
     /* TMA descriptor of the codes for the last (m, k, tile) (encoding one costs microseconds of host time) */
     CUtensorMap amap;
@@ -200,6 +202,7 @@ extern "C" void ql_cuda_workspace_free(ql_cuda_workspace *ws)
         DeviceScope ds(ws->device);
         cudaFree(ws->q);
         cudaFree(ws->sx);
+        cudaFree(ws->rms);
     }
     delete ws;
 }
@@ -368,6 +371,56 @@ ql_status workspace_on(const char *fn, ql_cuda_workspace **wsp, int device, ql_c
     *out = *wsp;
     return QL_OK;
 }
+
+bool capturing(cudaStream_t s)
+{
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    return cudaStreamIsCapturing(s, &cap) == cudaSuccess && cap != cudaStreamCaptureStatusNone;
+}
+
+ql_status refuse_growth_in_capture(const char *fn, int64_t m)
+{
+    return ql_fail(QL_ERR_INVALID_ARGUMENT,
+                   "%s: M = %lld needs a larger activation workspace, which cannot be allocated while the stream "
+                   "is being captured into a CUDA graph: run one forward at the largest M before capturing",
+                   fn, (long long)m);
+}
+
+/* The input activation of epi (NULL or input_act 0: none) for the prologue,
+ * its weight a pointer on `device` (k > 0). The rest of its terms were
+ * checked with the forward's arguments (ql_check_forward_args). */
+ql_status input_act_of(const char *fn, const ql_epilogue *epi, int device, int64_t k, InputAct *a)
+{
+    *a = InputAct{QL_INPUT_ACT_NONE, nullptr, DT_F32, 0.0f, nullptr};
+    if (!epi || epi->input_act == QL_INPUT_ACT_NONE) return QL_OK;
+    if (epi->input_act < 0 || epi->input_act >= QLC_INPUT_ACTS)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: unknown input_act %d (0 none, 1 gelu_tanh, 2 swiglu, 3 rms_norm)",
+                       fn, epi->input_act);
+    a->code = epi->input_act;
+    if (a->code != QL_INPUT_ACT_RMS_NORM) return QL_OK;
+    const ql_dtype wdt = epi->input_act_weight_dtype;
+    if (wdt != QL_F32 && wdt != QL_F16 && wdt != QL_BF16)
+        return ql_fail(QL_ERR_UNSUPPORTED, "%s: input_act_weight dtype %d is not supported (fp32, fp16 or bf16)", fn,
+                       (int)wdt);
+    if (k > 0 && !epi->input_act_weight)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: input_act rms_norm needs input_act_weight ([K] values)", fn);
+    ql_status st = check_device_ptr(fn, "input_act_weight", epi->input_act_weight, device);
+    if (st != QL_OK) return st;
+    a->w = epi->input_act_weight, a->wdt = dtype_code(wdt), a->eps = epi->input_act_eps;
+    return QL_OK;
+}
+
+/* rms_norm's row factors: the workspace's buffer grown to m rows. */
+ql_status reserve_rms(const char *fn, ql_cuda_workspace *ws, int64_t m, cudaStream_t s)
+{
+    if ((size_t)m <= ws->rms_rows) return QL_OK;
+    if (capturing(s)) return refuse_growth_in_capture(fn, m);
+    cudaFree(ws->rms); /* waits for queued work that may still read it */
+    ws->rms = nullptr, ws->rms_rows = 0;
+    QLC_CUDA(fn, "allocating the rms_norm row factors", cudaMalloc(&ws->rms, (size_t)m * sizeof(float)));
+    ws->rms_rows = (size_t)m;
+    return QL_OK;
+}
 } // namespace
 
 extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count, ql_cuda_workspace **wsp, void *stream,
@@ -389,7 +442,18 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
             if ((st = check_device_ptr(fn, "residual", epi->residual, l->device)) != QL_OK) return st;
             if ((st = check_device_ptr(fn, "residual_scale", epi->residual_scale, l->device)) != QL_OK) return st;
         }
+        /* one prologue for every layer: one input activation (the backend runs layers with different ones apart) */
+        const ql_epilogue *e0 = epis ? epis[0] : nullptr;
+        const int a0 = e0 ? e0->input_act : 0, ai = epi ? epi->input_act : 0;
+        if (ai != a0 || (ai == QL_INPUT_ACT_RMS_NORM &&
+                         (epi->input_act_weight != e0->input_act_weight ||
+                          epi->input_act_weight_dtype != e0->input_act_weight_dtype ||
+                          memcmp(&epi->input_act_eps, &e0->input_act_eps, sizeof(float)) != 0)))
+            return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: layer %d's input activation differs from layer 0's (one prologue)",
+                           fn, i);
     }
+    InputAct act;
+    if ((st = input_act_of(fn, epis ? epis[0] : nullptr, l->device, l->k, &act)) != QL_OK) return st;
     ql_cuda_workspace *ws;
     if ((st = workspace_on(fn, wsp, l->device, &ws)) != QL_OK) return st;
     DeviceScope ds(l->device);
@@ -397,12 +461,7 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
     const size_t q_bytes = (size_t)(m * l->kp);
     cudaStream_t s = (cudaStream_t)stream;
     if (q_bytes > ws->q_bytes || (size_t)m > ws->rows) {
-        cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-        if (cudaStreamIsCapturing(s, &cap) == cudaSuccess && cap != cudaStreamCaptureStatusNone)
-            return ql_fail(QL_ERR_INVALID_ARGUMENT,
-                           "%s: M = %lld needs a larger activation workspace, which cannot be allocated while the stream "
-                           "is being captured into a CUDA graph: run one forward at the largest M before capturing",
-                           fn, (long long)m);
+        if (capturing(s)) return refuse_growth_in_capture(fn, m);
         /* Grown once per larger M; cudaFree waits for queued work that may still read the old one. */
         cudaFree(ws->q), cudaFree(ws->sx);
         ws->q = nullptr, ws->sx = nullptr, ws->q_bytes = ws->rows = 0;
@@ -420,9 +479,14 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
     /* a prologue cache's hit: this workspace still holds that input's codes, queued on this stream */
     const bool reuse = token && *token && *token == ws->token && ws->token_stream == stream;
     if (!reuse) {
+        if (act.code == QL_INPUT_ACT_RMS_NORM) {
+            if ((st = reserve_rms(fn, ws, m, s)) != QL_OK) return st;
+            act.rms = ws->rms;
+        }
         ws->token = 0; /* overwritten from here on, whatever happens */
         QLC_CUDA(fn, "the prologue kernel",
-                 launch_quantize_rows(x, dtype_code(xdt), ldx, m, l->k, l->group, ws->q, l->kp, ws->sx, l->force_roww, l->fit, s));
+                 launch_quantize_rows(x, dtype_code(xdt), ldx, m, l->k, l->group, act, ws->q, l->kp, ws->sx,
+                                      l->force_roww, l->fit, s));
         ws->token = ++prologue_tokens, ws->token_stream = stream;
     }
     if (token) *token = ws->token;
@@ -452,13 +516,19 @@ extern "C" int ql_cuda_sm90_tile_count(void) { return QLC_SM90_TILES; }
 
 extern "C" ql_status ql_cuda_quantize_rows(ql_cuda_workspace **wsp, int device, void *stream, const void *x,
                                            ql_dtype xdt, int64_t m, int64_t k, int64_t ldx, int64_t group, int8_t *q,
-                                           int64_t ldq, float *sx)
+                                           int64_t ldq, float *sx, const ql_epilogue *epi)
 {
     const char *fn = "ql_cuda_quantize_rows";
     ql_status st = ql_cuda_check_device(fn, device);
     if (st != QL_OK) return st;
     if ((st = check_device_ptr(fn, "x", x, device)) != QL_OK) return st;
     if ((st = check_device_ptr(fn, "q", q, device)) != QL_OK) return st;
+    if ((st = check_device_ptr(fn, "sx", sx, device)) != QL_OK) return st;
+    InputAct act;
+    if ((st = input_act_of(fn, epi, device, k, &act)) != QL_OK) return st;
+    if (act.code == QL_INPUT_ACT_SWIGLU && m > 1 && ldx < 2 * k)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: x row stride %lld is smaller than 2K = %lld (swiglu)", fn,
+                       (long long)ldx, (long long)(2 * k));
     if (m == 0) return QL_OK;
     DeviceScope ds(device);
     ql_cuda_workspace *ws;
@@ -468,8 +538,13 @@ extern "C" ql_status ql_cuda_quantize_rows(ql_cuda_workspace **wsp, int device, 
         QLC_CUDA(fn, "preparing the prologue", prepare_quantize_rows(k, &ws->fit));
         ws->fit_k = k;
     }
+    if (act.code == QL_INPUT_ACT_RMS_NORM) {
+        if ((st = reserve_rms(fn, ws, m, (cudaStream_t)stream)) != QL_OK) return st;
+        act.rms = ws->rms;
+    }
     QLC_CUDA(fn, "the prologue kernel",
-             launch_quantize_rows(x, dtype_code(xdt), ldx, m, k, group, q, ldq, sx, 0, ws->fit, (cudaStream_t)stream));
+             launch_quantize_rows(x, dtype_code(xdt), ldx, m, k, group, act, q, ldq, sx, 0, ws->fit,
+                                  (cudaStream_t)stream));
     return QL_OK;
 }
 

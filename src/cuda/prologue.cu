@@ -11,6 +11,7 @@
 
 #include "common.cuh"
 #include "cuda_internal.h"
+#include "input_act.cuh"
 
 namespace qlc {
 namespace {
@@ -27,37 +28,14 @@ __device__ __forceinline__ void bfly(float &a, float &b, float &c, float &d)
     d = __fsub_rn(t1, t2);
 }
 
-/* 16 consecutive elements of a row as fp32 (16-byte loads where aligned). */
-__device__ __forceinline__ void load16(int dt, const char *row, int64_t j, bool vec, float (&v)[16])
-{
-    if (vec && dt != DT_F32) {
-        const uint4 *p = (const uint4 *)(row + j * 2);
-        uint4 u[2] = {p[0], p[1]};
-        const uint16_t *h = (const uint16_t *)u;
-#pragma unroll
-        for (int i = 0; i < 16; i++)
-            v[i] = dt == DT_BF16 ? __bfloat162float(__ushort_as_bfloat16(h[i])) : __half2float(__ushort_as_half(h[i]));
-        return;
-    }
-    if (vec) {
-        const float4 *p = (const float4 *)(row + j * 4);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float4 f = p[i];
-            v[4 * i] = f.x, v[4 * i + 1] = f.y, v[4 * i + 2] = f.z, v[4 * i + 3] = f.w;
-        }
-        return;
-    }
-#pragma unroll
-    for (int i = 0; i < 16; i++) v[i] = load_f(dt, row, j + i);
-}
-
 __device__ __forceinline__ float tiny_of(int dt) { return dt == DT_F16 ? 6.103515625e-05f : 1.17549435e-38f; }
 
-/* log4 of the group (0: no rotation). */
+/* log4 of the group (0: no rotation). act: the input activation, applied
+ * to each value as it is loaded (the row's rms_norm factor comes from the
+ * pre-pass, act.rms). */
 __global__ void __launch_bounds__(PRO_THREADS) quantize_rows_kernel(const char *x, int xdt, int64_t ldx_bytes,
                                                                      int64_t k, int log4g, bool vec, int8_t *q,
-                                                                     int64_t ldq, float *sx, bool perm)
+                                                                     int64_t ldq, float *sx, bool perm, InputAct act)
 {
     extern __shared__ float v[]; /* the row, fp32, rotated in place */
     __shared__ float red_max[PRO_THREADS / 32];
@@ -65,6 +43,7 @@ __global__ void __launch_bounds__(PRO_THREADS) quantize_rows_kernel(const char *
     const int64_t r = blockIdx.x;
     const char *row = x + r * ldx_bytes;
     const int tid = threadIdx.x;
+    const float rfac = act.code == QL_INPUT_ACT_RMS_NORM ? act.rms[r] : 0.0f;
     const int64_t g = log4g ? (int64_t)1 << (2 * log4g) : 0;
     const float norm = log4g ? ldexpf(1.0f, -log4g) : 1.0f; /* 1/sqrt(G), exact */
 
@@ -72,7 +51,7 @@ __global__ void __launch_bounds__(PRO_THREADS) quantize_rows_kernel(const char *
         /* Stages of stride 1 and 4 in registers on 16 consecutive values... */
         for (int64_t c = tid; c < k / 16; c += PRO_THREADS) {
             float e[16];
-            load16(xdt, row, c * 16, vec, e);
+            load16_act(act, xdt, row, rfac, k, c * 16, vec, e);
 #pragma unroll
             for (int i = 0; i < 16; i++) e[i] = __fmul_rn(e[i], norm);
 #pragma unroll
@@ -98,7 +77,7 @@ __global__ void __launch_bounds__(PRO_THREADS) quantize_rows_kernel(const char *
             for (int t = 0; t < 16; t++) p[16 * t] = e[t];
         }
     } else {
-        for (int64_t j = tid; j < k; j += PRO_THREADS) v[j] = __fmul_rn(load_f(xdt, row, j), norm);
+        for (int64_t j = tid; j < k; j += PRO_THREADS) v[j] = __fmul_rn(act_value(act, xdt, row, rfac, k, j), norm);
         /* Any other group: one butterfly per thread and stage, through shared memory. */
         for (int t = 0; t < log4g; t++) {
             const int64_t s = (int64_t)1 << (2 * t);
@@ -250,9 +229,12 @@ __device__ __forceinline__ uint4 quantize16(const typename Stored<DT>::T *v, flo
     return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
-template <int DT, int ROWW>
+/* ACT: the input activation (ql_input_act), a template parameter so that
+ * the kernels without one are unchanged; swiglu's items carry the up half
+ * too (twice the registers per item: half the items in flight). */
+template <int DT, int ROWW, int ACT>
 __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(const char *x, int64_t ldx_bytes, int64_t m,
-                                                                          int k, int8_t *q, float *sx)
+                                                                          int k, int8_t *q, float *sx, InputAct act)
 {
     constexpr int roww = ROWW;
     /* Programmatic dependent launch: the GEMM may start its preamble now (it
@@ -266,7 +248,9 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
     using T = typename Stored<DT>::T;
     constexpr int RAW = raw_words<DT>();
     constexpr int ESZ = DT == DT_F32 ? 4 : 2;
-    constexpr int DEPTH = 8 / ESZ; /* items loading while one is computed: 4 KiB per warp in flight */
+    constexpr bool SWI = ACT == QL_INPUT_ACT_SWIGLU;
+    constexpr int NRAW = SWI ? 2 * RAW : RAW; /* uint4 of an item: its 16 values (swiglu: gate, then up) */
+    constexpr int DEPTH = (SWI ? 4 : 8) / ESZ; /* items loading while one is computed: 4 KiB per warp in flight */
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, half = lane / 16, i = lane % 16;
     unsigned char *mine = smem_raw + (size_t)warp * wp_warp_bytes<DT>(k, roww);
@@ -283,33 +267,32 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
     int parity = 0;
 
     /* item (u, p): the row and group this lane's half rotates; zeros where there is none */
-    auto load = [&](int64_t u, int p, uint4 (&r)[RAW]) {
+    auto load = [&](int64_t u, int p, uint4 (&r)[NRAW]) {
         const int64_t row = halves ? 2 * u + half : u;
         const int g = halves ? 0 : 2 * p + half;
         if (row < m && g < G) {
             const uint4 *src = (const uint4 *)(x + row * ldx_bytes + (size_t)(g * 256 + i * 16) * ESZ);
 #pragma unroll
             for (int j = 0; j < RAW; j++) r[j] = __ldcs(src + j);
+            if constexpr (SWI) { /* the up half, k values on (k·ESZ is a multiple of 16 bytes) */
+                const uint4 *up = (const uint4 *)((const char *)src + (size_t)k * ESZ);
+#pragma unroll
+                for (int j = 0; j < RAW; j++) r[RAW + j] = __ldcs(up + j);
+            }
         } else {
 #pragma unroll
-            for (int j = 0; j < RAW; j++) r[j] = make_uint4(0, 0, 0, 0);
+            for (int j = 0; j < NRAW; j++) r[j] = make_uint4(0, 0, 0, 0);
         }
     };
 
-    /* running absmax of the row: packed pairs for 16-bit dtypes, a float for fp32 */
-    __nv_bfloat162 amax_b = __float2bfloat162_rn(0.0f);
-    __half2 amax_h = __float2half2_rn(0.0f);
-    float amax_f = 0.0f;
-    unsigned bad_f = 0;
-
-    auto process = [&](const uint4 (&raw)[RAW], const int64_t u, const int p) {
-        float e[16];
+    /* 16 values of an item, its raw words w -> fp32 */
+    auto unpack = [&](const uint4 *words, float (&e)[16]) {
         if constexpr (DT == DT_F32) {
-            const float *f = (const float *)raw;
+            const float *f = (const float *)words;
 #pragma unroll
             for (int t = 0; t < 16; t++) e[t] = f[t];
         } else {
-            const uint32_t *w = (const uint32_t *)raw;
+            const uint32_t *w = (const uint32_t *)words;
 #pragma unroll
             for (int t = 0; t < 8; t++) {
                 if constexpr (DT == DT_BF16) {
@@ -319,6 +302,28 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
                     e[2 * t] = __half2float(__ushort_as_half((uint16_t)(w[t] & 0xffff)));
                     e[2 * t + 1] = __half2float(__ushort_as_half((uint16_t)(w[t] >> 16)));
                 }
+            }
+        }
+    };
+
+    /* running absmax of the row: packed pairs for 16-bit dtypes, a float for fp32 */
+    __nv_bfloat162 amax_b = __float2bfloat162_rn(0.0f);
+    __half2 amax_h = __float2half2_rn(0.0f);
+    float amax_f = 0.0f;
+    unsigned bad_f = 0;
+
+    auto process = [&](const uint4 (&raw)[NRAW], const int64_t u, const int p) {
+        float e[16];
+        unpack(raw, e);
+        if constexpr (ACT != QL_INPUT_ACT_NONE) {
+            /* the activation of a real item (padding stays zeros: rms_norm's 0·Inf would poison the row) */
+            const int64_t row = halves ? 2 * u + half : u;
+            const int g = halves ? 0 : 2 * p + half;
+            if (row < m && g < G) {
+                float up[16];
+                if constexpr (SWI) unpack(raw + RAW, up);
+                const float r = ACT == QL_INPUT_ACT_RMS_NORM ? act.rms[row] : 0.0f;
+                activate16(ACT, act, DT, e, SWI ? up : e, r, (int64_t)g * 256 + i * 16);
             }
         }
 #pragma unroll
@@ -425,7 +430,7 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
     auto advance = [&](int64_t &uu, int &pp) {
         if (++pp == p0 + PW) pp = p0, uu += nw;
     };
-    uint4 raw[DEPTH][RAW];
+    uint4 raw[DEPTH][NRAW];
     int64_t lu = gw, u = gw; /* the next item to load, the item to process */
     int lp = p0, p = p0;
 #pragma unroll
@@ -437,9 +442,9 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
 #pragma unroll
         for (int d = 0; d < DEPTH; d++) {
             if (u >= units) break;
-            uint4 cur[RAW];
+            uint4 cur[NRAW];
 #pragma unroll
-            for (int j = 0; j < RAW; j++) cur[j] = raw[d][j];
+            for (int j = 0; j < NRAW; j++) cur[j] = raw[d][j];
             if (lu < units) load(lu, lp, raw[d]);
             advance(lu, lp);
             process(cur, u, p);
@@ -463,45 +468,80 @@ static int pick_roww(int64_t m, int k, int64_t resident_warps, int force)
     return roww;
 }
 
-template <int DT> void *const *g256_kernels()
+/* The kernels of a dtype: [input activation][team size 1, 2, 4]. */
+template <int DT, int ACT> void *const *g256_kernels_act()
 {
-    static void *const k[3] = {(void *)quantize_rows_g256_kernel<DT, 1>, (void *)quantize_rows_g256_kernel<DT, 2>,
-                               (void *)quantize_rows_g256_kernel<DT, 4>};
+    static void *const k[3] = {(void *)quantize_rows_g256_kernel<DT, 1, ACT>,
+                               (void *)quantize_rows_g256_kernel<DT, 2, ACT>,
+                               (void *)quantize_rows_g256_kernel<DT, 4, ACT>};
     return k;
 }
-
-/* The shared-memory limit of each team size raised to what the largest fast
- * row (K = 8192) needs, and the resident blocks at this K. */
-template <int DT> cudaError_t fit_g256(int k, int sms, int (&resident)[3])
+template <int DT> const void *g256_kernel(int act, int r)
 {
-    for (int r = 0; r < 3; r++) {
-        const void *kern = g256_kernels<DT>()[r];
-        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)(WP_WARPS * wp_warp_bytes<DT>(8192, 1 << r)));
-        if (e != cudaSuccess) return e;
-        int per_sm = 0;
-        if (k % 256 == 0 && k > 0 && k <= 8192)
-            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, WP_WARPS * 32,
-                                                              WP_WARPS * wp_warp_bytes<DT>(k, 1 << r));
-        if (e != cudaSuccess) return e;
-        resident[r] = (sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1);
+    switch (act) {
+    case QL_INPUT_ACT_GELU_TANH: return g256_kernels_act<DT, QL_INPUT_ACT_GELU_TANH>()[r];
+    case QL_INPUT_ACT_SWIGLU: return g256_kernels_act<DT, QL_INPUT_ACT_SWIGLU>()[r];
+    case QL_INPUT_ACT_RMS_NORM: return g256_kernels_act<DT, QL_INPUT_ACT_RMS_NORM>()[r];
+    default: return g256_kernels_act<DT, QL_INPUT_ACT_NONE>()[r];
     }
+}
+
+/* The shared-memory limit of each kernel raised to what the largest fast
+ * row (K = 8192) needs, and the resident blocks at this K (per input
+ * activation: their register counts differ). */
+template <int DT> cudaError_t fit_g256(int k, int sms, int (&resident)[QLC_INPUT_ACTS][3])
+{
+    for (int a = 0; a < QLC_INPUT_ACTS; a++)
+        for (int r = 0; r < 3; r++) {
+            const void *kern = g256_kernel<DT>(a, r);
+            cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)(WP_WARPS * wp_warp_bytes<DT>(8192, 1 << r)));
+            if (e != cudaSuccess) return e;
+            int per_sm = 0;
+            if (k % 256 == 0 && k > 0 && k <= 8192)
+                e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, WP_WARPS * 32,
+                                                                  WP_WARPS * wp_warp_bytes<DT>(k, 1 << r));
+            if (e != cudaSuccess) return e;
+            resident[a][r] = (sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1);
+        }
     return cudaSuccess;
 }
 
-template <int DT> cudaError_t launch_g256(const void *x, int64_t ldx_bytes, int64_t m, int k, int8_t *q, float *sx,
-                                          int force_roww, const int (&resident)[3], bool pdl, cudaStream_t stream)
+template <int DT> cudaError_t launch_g256(const void *x, int64_t ldx_bytes, int64_t m, int k, const InputAct &act,
+                                          int8_t *q, float *sx, int force_roww, const int (&resident)[QLC_INPUT_ACTS][3],
+                                          bool pdl, cudaStream_t stream)
 {
-    const int roww = pick_roww(m, k, (int64_t)resident[0] * WP_WARPS, force_roww);
+    const int a = act.code;
+    const int roww = pick_roww(m, k, (int64_t)resident[a][0] * WP_WARPS, force_roww);
     const int r = roww == 1 ? 0 : roww == 2 ? 1 : 2;
     const int64_t units = k == 256 ? (m + 1) / 2 : m;
     int64_t blocks = (units * roww + WP_WARPS - 1) / WP_WARPS;
-    if (blocks > resident[r]) blocks = resident[r];
-    auto kern = (void (*)(const char *, int64_t, int64_t, int, int8_t *, float *))g256_kernels<DT>()[r];
+    if (blocks > resident[a][r]) blocks = resident[a][r];
+    auto kern = (void (*)(const char *, int64_t, int64_t, int, int8_t *, float *, InputAct))g256_kernel<DT>(a, r);
     cudaLaunchAttribute attr[1];
     cudaLaunchConfig_t cfg = launch_config(dim3((unsigned)blocks), dim3(WP_WARPS * 32),
                                            WP_WARPS * wp_warp_bytes<DT>(k, roww), stream, pdl, attr);
-    return cudaLaunchKernelEx(&cfg, kern, (const char *)x, ldx_bytes, m, k, q, sx);
+    return cudaLaunchKernelEx(&cfg, kern, (const char *)x, ldx_bytes, m, k, q, sx, act);
+}
+
+/* rms_norm's pre-pass: a warp per row computes the row's factor
+ * 1/sqrt(Σx²/k + eps) into out[row]. A pass of its own because every
+ * value of a row needs it before the rotation, and the fast kernel streams
+ * a row through once (it holds only rotated values); one extra read of X,
+ * for rms_norm layers only, which the fast kernel's read then finds in L2
+ * where X is small. */
+constexpr int RMS_WARPS = 4;
+__global__ void __launch_bounds__(RMS_WARPS * 32) rms_factors_kernel(const char *x, int xdt, int64_t ldx_bytes,
+                                                                      int64_t m, int64_t k, float eps, float *out)
+{
+    /* as the fast prologue: the next kernel may launch now (it waits for this
+     * grid); wait for the kernel that wrote x */
+    pdl_trigger();
+    pdl_wait();
+    const int64_t row = (int64_t)blockIdx.x * RMS_WARPS + threadIdx.x / 32;
+    if (row >= m) return; /* a whole warp */
+    const float s = rms_sum_squares_warp(xdt, x + row * ldx_bytes, k);
+    if (threadIdx.x % 32 == 0) out[row] = rms_factor(s, k, eps);
 }
 
 } // namespace
@@ -542,27 +582,48 @@ cudaError_t prepare_quantize_rows(int64_t k, PrologueFit *fit)
     return e;
 }
 
-cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m, int64_t k, int64_t group,
-                                 int8_t *q, int64_t ldq, float *sx, int force_roww, const PrologueFit &fit,
-                                 cudaStream_t stream)
+cudaError_t launch_rms_factors(const void *x, int xdt, int64_t ldx, int64_t m, int64_t k, float eps, float *out,
+                               bool pdl, cudaStream_t stream)
 {
+    if (m == 0) return cudaSuccess;
     const int esize = xdt == DT_F32 ? 4 : 2;
+    cudaLaunchAttribute attr[1];
+    cudaLaunchConfig_t cfg =
+        launch_config(dim3((unsigned)((m + RMS_WARPS - 1) / RMS_WARPS)), dim3(RMS_WARPS * 32), 0, stream, pdl, attr);
+    return cudaLaunchKernelEx(&cfg, rms_factors_kernel, (const char *)x, xdt, ldx * esize, m, k, eps, out);
+}
+
+cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m, int64_t k, int64_t group,
+                                 const InputAct &act, int8_t *q, int64_t ldq, float *sx, int force_roww,
+                                 const PrologueFit &fit, cudaStream_t stream)
+{
+    if (act.code < 0 || act.code >= QLC_INPUT_ACTS) return cudaErrorInvalidValue;
+    const int esize = xdt == DT_F32 ? 4 : 2;
+    if (act.code == QL_INPUT_ACT_RMS_NORM) {
+        cudaError_t e = launch_rms_factors(x, xdt, ldx, m, k, act.eps, act.rms, fit.pdl, stream);
+        if (e != cudaSuccess) return e;
+    }
+    /* swiglu's up half starts k values into the row: 16-byte aligned wherever k is a multiple of 256 (the fast
+     * kernel's); the generic kernel checks it itself */
     const bool vec = ((uintptr_t)x % 16 == 0) && ((ldx * esize) % 16 == 0);
     if (vec && fast_ok(k, group, ldq)) {
-        /* the register-resident kernel wherever it takes the row (QLINEAR_CUDA_PROLOGUE=smem: the row-buffer one) */
+        /* the register-resident kernel wherever it takes the row, without an input activation
+         * (QLINEAR_CUDA_PROLOGUE=smem: the row-buffer one) */
         const int d = xdt == DT_BF16 ? 2 : xdt == DT_F16 ? 1 : 0;
-        const int roww = fit.kernel == 1 ? 0 : g256_regs_roww(xdt, m, k, (int64_t)fit.regs_resident[d] * 4, force_roww);
+        const int roww = fit.kernel == 1 || act.code ? 0 : g256_regs_roww(xdt, m, k, (int64_t)fit.regs_resident[d] * 4, force_roww);
         if (roww)
             return launch_quantize_rows_g256_regs(x, xdt, ldx * esize, m, (int)k, roww, q, sx, fit.regs_resident[d],
                                                   fit.pdl, stream);
         if (xdt == DT_BF16)
-            return launch_g256<DT_BF16>(x, ldx * esize, m, (int)k, q, sx, force_roww, fit.resident[2], fit.pdl, stream);
+            return launch_g256<DT_BF16>(x, ldx * esize, m, (int)k, act, q, sx, force_roww, fit.resident[2], fit.pdl,
+                                        stream);
         if (xdt == DT_F16)
-            return launch_g256<DT_F16>(x, ldx * esize, m, (int)k, q, sx, force_roww, fit.resident[1], fit.pdl, stream);
-        return launch_g256<DT_F32>(x, ldx * esize, m, (int)k, q, sx, force_roww, fit.resident[0], fit.pdl, stream);
+            return launch_g256<DT_F16>(x, ldx * esize, m, (int)k, act, q, sx, force_roww, fit.resident[1], fit.pdl,
+                                       stream);
+        return launch_g256<DT_F32>(x, ldx * esize, m, (int)k, act, q, sx, force_roww, fit.resident[0], fit.pdl, stream);
     }
     quantize_rows_kernel<<<(unsigned)m, PRO_THREADS, quantize_rows_smem(k), stream>>>(
-        (const char *)x, xdt, ldx * esize, k, log4_of(group), vec, q, ldq, sx, codes_permuted(k, group, ldq));
+        (const char *)x, xdt, ldx * esize, k, log4_of(group), vec, q, ldq, sx, codes_permuted(k, group, ldq), act);
     return cudaGetLastError();
 }
 

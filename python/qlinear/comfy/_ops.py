@@ -166,36 +166,84 @@ def _int8_layer_cuda(weight, weight_scale, group):
 
 def _int8_linear_cuda(x, weight, weight_scale, bias, out_dtype, convrot, convrot_groupsize, input_act,
                       input_act_weight, input_act_eps, residual, residual_scale):
-    """int8_linear on a GPU: qlinear's CUDA W8A8 layer; the input activation,
-    bias and residual in PyTorch, in eager's order (the CUDA backend fuses
-    none of them yet). Without an input activation the layer reads x
-    through this thread's prologue cache, as on the CPU: q, k and v of one x
-    quantize it once while the codes stay in the context's GPU workspace."""
+    """int8_linear on a GPU: qlinear's CUDA W8A8 layer, the input activation
+    fused into its prologue (the library's activations, FUSED_ACTS; applied
+    first in PyTorch where the library declines it: a build without it, or
+    an activation it lacks); bias and residual in PyTorch, in eager's order.
+    The layer reads x through this thread's prologue cache, as on the CPU:
+    q, k and v of one x quantize it once while the codes stay in the
+    context's GPU workspace."""
     from comfy_kitchen.backends._activations import apply_input_act, apply_residual
     e = _int8_layer_cuda(weight, weight_scale, convrot_groupsize if convrot else 0)
     if e.failed is not None:
         return _eager().int8_linear(x, weight, weight_scale, bias, out_dtype, convrot, convrot_groupsize, input_act,
                                     input_act_weight, input_act_eps, residual, residual_scale)
-    act = input_act not in (None, "none")
-    x = apply_input_act(x, input_act, input_act_weight, input_act_eps)
-    if not x.is_contiguous():
-        x = x.contiguous()
     layer = e.layer
-    k, n = layer.k, layer.n
-    m = x.numel() // k if k else 0
-    if HAS_PROLOGUE_CACHE and not act and m and x.shape[-1] == k and out_dtype in CODE and x.dtype in CODE:
-        y = torch.empty(x.shape[:-1] + (n,), dtype=out_dtype, device=x.device)
-        epi = _prologue(x, m, k)
-        epi.bias = _ffi.NULL  # the CPU path's per-call bias: the CUDA layer adds its own (none here), torch adds this one
-        layer._use_current_stream()
-        st = layer._fwd_int(layer._ptr, x.data_ptr(), CODE[x.dtype], m, k, y.data_ptr(), CODE[out_dtype], n, epi)
-        if st:
-            check(st, "ql_linear_forward")
-    else:
-        y = layer.forward(x, out_dtype=out_dtype)
+    act = input_act not in (None, "none")
+    y = None
+    if act and input_act in FUSED_ACTS and out_dtype in CODE and x.dtype in CODE:
+        y = _cuda_fused_act(layer, x, out_dtype, input_act, input_act_weight, input_act_eps)
+    if y is None:
+        x = apply_input_act(x, input_act, input_act_weight, input_act_eps)
+        if not x.is_contiguous():
+            x = x.contiguous()
+        k, n = layer.k, layer.n
+        m = x.numel() // k if k else 0
+        if HAS_PROLOGUE_CACHE and not act and m and x.shape[-1] == k and out_dtype in CODE and x.dtype in CODE:
+            y = torch.empty(x.shape[:-1] + (n,), dtype=out_dtype, device=x.device)
+            epi = _prologue(x, m, k)
+            epi.bias = _ffi.NULL  # the CPU path's per-call bias: the CUDA layer adds its own (none here), torch adds this one
+            layer._use_current_stream()
+            st = layer._fwd_int(layer._ptr, x.data_ptr(), CODE[x.dtype], m, k, y.data_ptr(), CODE[out_dtype], n, epi)
+            if st:
+                check(st, "ql_linear_forward")
+        else:
+            y = layer.forward(x, out_dtype=out_dtype)
     if bias is not None:
         y = y + bias.to(out_dtype)
     return apply_residual(y, residual, residual_scale)
+
+
+def _cuda_fused_act(layer, x, out_dtype, act, act_weight, act_eps):
+    """y = layer(act(x)) on the GPU with the activation in the layer's
+    prologue (rows of x read at their stride, through this thread's prologue
+    cache when x is read in place), or None where the library declines it
+    (QL_ERR_UNSUPPORTED: a build whose CUDA backend has no input activations):
+    the caller then applies it in PyTorch."""
+    k, n = layer.k, layer.n
+    cols = 2 * k if act == "swiglu" else k
+    x_in = x
+    if x.stride(-1) != 1 and cols > 1:
+        x = x.contiguous()
+    x2 = x.reshape(-1, cols)
+    if x2.shape[0] > 1 and x2.stride(0) < cols:
+        x2 = x2.contiguous()
+    m = x2.shape[0]
+    y = torch.empty(x.shape[:-1] + (n,), dtype=out_dtype, device=x.device)
+    if m == 0:
+        return y
+    ldx = x2.stride(0) if m > 1 else cols
+    epi = _ffi.new("ql_epilogue *")
+    epi.input_act = FUSED_ACTS[act]
+    extra = ()
+    if act == "rms_norm":
+        w = act_weight.detach()  # on x's device (the call rule)
+        if w.dtype not in CODE:
+            w = w.float()
+        w = w.contiguous()  # a copy is freed in the stream's order, after the kernel that reads it
+        epi.input_act_weight, epi.input_act_weight_dtype = _ptr(w), CODE[w.dtype]
+        epi.input_act_eps = float(act_eps if act_eps is not None else torch.finfo(x.dtype).eps)
+        extra = (act_weight.data_ptr(), act_weight._version)
+    if HAS_PROLOGUE_CACHE and x2.data_ptr() == x_in.data_ptr():  # x as the caller gave it, not a copy
+        c = _prologue(x_in, m, ldx, extra)
+        epi.prologue_cache, epi.prologue_generation = c.prologue_cache, c.prologue_generation
+    layer._use_current_stream()
+    st = layer._fwd_int(layer._ptr, x2.data_ptr(), CODE[x2.dtype], m, ldx, y.data_ptr(), CODE[out_dtype], n, epi)
+    if st == C.QL_ERR_UNSUPPORTED:
+        return None
+    if st:
+        check(st, "ql_linear_forward")
+    return y
 
 
 def int8_linear(x, weight, weight_scale, bias=None, out_dtype=torch.bfloat16, convrot=False, convrot_groupsize=256,
