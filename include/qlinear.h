@@ -127,8 +127,11 @@ ql_isa ql_context_isa(const ql_context *ctx);
  * kernels): linears created afterwards upload their weight once, and
  * ql_linear_forward / ql_gemm_s8s8s32 then take DEVICE pointers for x, y and
  * the epilogue tensors and queue the work on the context's stream without
- * waiting for it. Only QL_LINEAR_W8A8 runs on the GPU (W4A8/W6A8 as W8A8: the
- * grid decoded once at creation; symmetric only). QL_ERR_UNSUPPORTED when
+ * waiting for it. QL_LINEAR_W8A8 runs on the GPU, and W4A8/W6A8 as W8A8 (the
+ * grid decoded once at creation) or QL_LINEAR_WXA8_PACKED (the 4/6-bit codes
+ * resident with e4m3 scales, decoded on the device every forward: the
+ * decoded layer's outputs, bit for bit), asymmetric ones included.
+ * QL_ERR_UNSUPPORTED when
  * the library was built without CUDA, no device is present or the GPU is too
  * old. Set the device before creating linears; a linear keeps its device. */
 typedef enum ql_device { QL_DEVICE_CPU = 0, QL_DEVICE_CUDA = 1 } ql_device;

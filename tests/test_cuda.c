@@ -3,7 +3,10 @@
  * portable mma.sync kernel, the GEMV) and every tail; the full W8A8 pipeline
  * bit-identical to ql_int8_linear_ref for every dtype, group, bias, residual
  * and stride; input activations fused into the prologue against the CPU's
- * (test_input_act); outputs poisoned first so unwritten elements show; bad input
+ * (test_input_act); W4A8/W6A8 layers decoded once or kept packed (the
+ * packed GEMV, the decode kernel + GEMM, the asymmetric correction)
+ * bit-identical to the CPU's; outputs poisoned first so unwritten elements
+ * show; bad input
  * (host pointers, unsupported kinds) refused with a message. Without a
  * device (or a CUDA build) it checks that device calls fail cleanly and
  * says "skipped: no CUDA device". */
@@ -229,8 +232,8 @@ static void test_linear(ql_context *gpu)
 /* W4A8 / W6A8 layers on the GPU (decoded once at creation): codebook,
  * uniform and 6-bit weights from ql_wxa8_quantize, every output equal to
  * the CPU reference of the decoded layer bit for bit (the decode is the
- * CPU's own); the packed kind and an asymmetric layer are refused with a
- * reason. */
+ * CPU's own); the packed kind with fp32 group scales and the float kinds
+ * are refused with a reason; the packed layer's resident bytes. */
 static void test_wxa8(ql_context *gpu)
 {
     float lut[16];
@@ -279,23 +282,364 @@ static void test_wxa8(ql_context *gpu)
               (int)mode, (long long)m, (long long)n, (long long)k, (long long)g, (long long)first,
               first >= 0 ? ql_load_f(ydt, y1, first) : 0.0, first >= 0 ? ql_load_f(ydt, y0, first) : 0.0);
         ql_linear_destroy(lin);
-        if (c == 0) { /* refusals: the packed kind; an asymmetric layer */
+        if (c == 0) { /* refusals: the packed kind with fp32 group scales (as on the CPU); a float kind */
+            float *sr32 = malloc((size_t)(n * ng) * 4);
+            for (int64_t i = 0; i < n * ng; i++) sr32[i] = ql_e4m3_to_fp32(sr[i]);
             d.kind = QL_LINEAR_WXA8_PACKED;
+            d.wxa8.s_rel = sr32, d.wxa8.s_rel_f32 = 1;
             ql_status st = ql_linear_create(gpu, &d, &lin);
-            CHECK(st == QL_ERR_UNSUPPORTED && strstr(ql_last_error(), "CPU only"), "packed W4A8 on CUDA: %s",
+            CHECK(st == QL_ERR_UNSUPPORTED && strstr(ql_last_error(), "fp32"), "packed W4A8 with fp32 s_rel on CUDA: %s",
                   ql_last_error());
-            float *corr = calloc((size_t)(ng * n), 4);
-            d.kind = QL_LINEAR_W8A8;
-            d.wxa8.codebook = NULL, d.wxa8.correction = corr, d.wxa8.correction_dtype = QL_F32;
+            d.kind = QL_LINEAR_WEIGHT_ONLY;
+            d.wxa8.s_rel = sr, d.wxa8.s_rel_f32 = 0;
             st = ql_linear_create(gpu, &d, &lin);
-            CHECK(st == QL_ERR_UNSUPPORTED && strstr(ql_last_error(), "asymmetric"), "asymmetric W4A8 on CUDA: %s",
+            CHECK(st == QL_ERR_UNSUPPORTED && strstr(ql_last_error(), "CPU only"), "weight-only W4A8 on CUDA: %s",
                   ql_last_error());
-            free(corr);
+            free(sr32);
+        }
+        if (c == 8) { /* resident bytes of the packed layer: 0.56x / 0.81x of the int8 layer's */
+            ql_linear *pk = NULL;
+            d.kind = QL_LINEAR_W8A8;
+            CHECK_OK(ql_linear_create(gpu, &d, &lin));
+            d.kind = QL_LINEAR_WXA8_PACKED;
+            CHECK_OK(ql_linear_create(gpu, &d, &pk));
+            if (lin && pk) {
+                const double r = (double)ql_linear_weight_bytes(pk) / (double)ql_linear_weight_bytes(lin);
+                CHECK(g == 16 ? fabs(r - (bits == 6 ? 0.8125 : 0.5625)) < 0.005 : r < (bits == 6 ? 0.82 : 0.57),
+                      "W%dA8 packed on CUDA g=%lld: %.4f of the int8 layer's bytes", bits, (long long)g, r);
+            }
+            ql_linear_destroy(lin), ql_linear_destroy(pk);
+            lin = NULL;
         }
         cudaFree(dx), cudaFree(dy);
         free(wf), free(bias), free(q), free(sr), free(sc), free(grid), free(x), free(y0), free(y1);
     }
     printf("  W4A8/W6A8 (codebook, uniform, 6-bit; decoded at creation): bit-identical to the CPU's decoded layer\n");
+
+}
+
+/* A W4A8/W6A8 weight for the packed tests: quantized from a Gaussian
+ * weight (realistic scales) or random bytes (every code, every finite e4m3
+ * scale byte: subnormals and the ±127 clamp), mode 0 codebook, 1 uniform,
+ * 2 6-bit, 3 asymmetric (uniform + a correction in corr_dt). */
+typedef struct {
+    ql_wxa8_weight w;
+    uint8_t *q, *sr;
+    float *sc, cb[16];
+    void *bias, *corr;
+} wx_weight;
+
+static void wx_make(wx_weight *c, int mode, int64_t n, int64_t k, int64_t g, int64_t cr, int random_bytes, int bias_on,
+                    ql_dtype corr_dt)
+{
+    memset(c, 0, sizeof *c);
+    const int bits = mode == 2 ? 6 : 4;
+    const int64_t ng = k / g, rb = ql_wxa8_row_bytes(bits, k);
+    c->q = malloc((size_t)(n * rb) + 1), c->sr = malloc((size_t)(n * ng) + 1), c->sc = malloc((size_t)n * 4 + 4);
+    c->bias = malloc((size_t)n * 2 + 2);
+    tu_fill_gauss(QL_BF16, c->bias, n, 0.5);
+    float *corr = mode == 3 ? malloc((size_t)(n * ng) * 4 + 4) : NULL; /* [n, ng] as the quantizer writes it */
+    if (random_bytes) {
+        for (int64_t i = 0; i < n * rb; i++) c->q[i] = (uint8_t)tu_next();
+        for (int64_t i = 0; i < n * ng; i++) {
+            uint8_t b = (uint8_t)tu_next();
+            c->sr[i] = (b & 0x7f) == 0x7f ? (uint8_t)(b ^ 1) : b; /* no NaN bytes */
+        }
+        for (int64_t i = 0; i < n; i++) c->sc[i] = (float)((0.5 + tu_uniform()) * 1e-4);
+        for (int i = 0; i < 16; i++) c->cb[i] = (float)(tu_gauss() * 2.0);
+        for (int64_t i = 0; corr && i < n * ng; i++) corr[i] = (float)(tu_gauss() * 0.01);
+    } else {
+        float *wf = malloc((size_t)(n * k) * 4);
+        tu_fill_gauss(QL_F32, wf, n * k, 0.02);
+        ql_wxa8_fixed_lut(c->cb);
+        const ql_wxa8_mode qm = mode == 0 ? QL_WXA8_CODEBOOK : mode == 1 ? QL_WXA8_UNIFORM : mode == 2 ? QL_WXA8_6BIT : QL_WXA8_ASYM;
+        ql_wxa8_qparams qp = {qm, g, cr, c->cb, 1};
+        CHECK_OK(ql_wxa8_quantize(QL_F32, wf, n, k, k, &qp, c->q, rb, c->sr, c->sc, corr));
+        free(wf);
+    }
+    if (corr) { /* stored transposed, [ng, n], in corr_dt */
+        c->corr = malloc((size_t)(n * ng) * ql_dtype_size(corr_dt) + 4);
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t j = 0; j < ng; j++) ql_store_f(corr_dt, c->corr, j * n + r, corr[r * ng + j]);
+        free(corr);
+    }
+    c->w = (ql_wxa8_weight){.n = n, .k = k, .bits = bits, .q = c->q, .ldq = rb, .s_rel = c->sr, .s_channel = c->sc,
+                            .codebook = mode == 0 ? c->cb : NULL, .correction = c->corr, .correction_dtype = corr_dt,
+                            .group = g, .convrot_group = cr, .bias = bias_on ? c->bias : NULL, .bias_dtype = QL_BF16};
+}
+
+static void wx_free(wx_weight *c) { free(c->q), free(c->sr), free(c->sc), free(c->bias), free(c->corr); }
+
+/* The resident bytes a packed CUDA layer reports (cuda_backend.h's layout). */
+static size_t wx_packed_bytes(const ql_wxa8_weight *w)
+{
+    const int64_t gs = w->group < 16 ? w->group : 16, r16 = 15;
+    size_t b = (size_t)(w->n * ((w->k / 2 + r16) / 16 * 16) + w->n * ((w->k / gs + r16) / 16 * 16));
+    if (w->bits == 6) b += (size_t)(w->n * ((w->k / 4 + r16) / 16 * 16)) + 512;
+    else b += 4096;
+    b += (size_t)w->n * 4; /* s_channel */
+    if (w->correction) b += (size_t)(w->k / w->group * w->n) * 4;
+    return b;
+}
+
+static const char *wx_modes[] = {"codebook", "uniform", "6-bit", "asymmetric"};
+
+/* One forward of the packed GPU layer and the decoded (W8A8) GPU layer of
+ * the same weight against the CPU: ql_int8_linear_ref of the decoded grid
+ * (symmetric) or the CPU's W8A8 layer (asymmetric: its corrected epilogue),
+ * bit for bit, and packed against decoded bit for bit (same prologue). */
+static void wx_forward_case(ql_linear *pk, ql_linear *dec, ql_linear *cpu, const wx_weight *c, int mode, int64_t m,
+                            ql_dtype ydt, int res_on, const char *tag)
+{
+    const ql_wxa8_weight *w = &c->w;
+    const int64_t n = w->n, k = w->k, ldx = k + (int64_t[]){0, 8, 1}[tu_range(0, 2)], ldy = n + tu_range(0, 1) * 2;
+    const size_t ys = ql_dtype_size(ydt);
+    uint16_t *x = malloc((size_t)(m * ldx) * 2 + 2);
+    tu_fill_gauss(QL_BF16, x, m * ldx, 1.0);
+    for (int64_t r = 0; r < m; r++) ql_store_f(QL_BF16, x, r * ldx + (r * 13) % k, 60.0f); /* outliers */
+    if (m > 3) {
+        ql_store_f(QL_BF16, x, 2 * ldx + k / 2, NAN); /* a NaN row */
+        for (int64_t j = 0; j < k; j++) ql_store_f(QL_BF16, x, 3 * ldx + j, 0.0f); /* a zero row */
+    }
+    void *res = malloc((size_t)(m * ldy) * ys + 4), *rs = malloc((size_t)n * ys + 4);
+    tu_fill_gauss(ydt, res, m * ldy, 1.0);
+    tu_fill_gauss(ydt, rs, n, 1.0);
+    void *y0 = malloc((size_t)(m * ldy) * ys + 4), *y1 = malloc((size_t)(m * ldy) * ys + 4), *y2 = malloc((size_t)(m * ldy) * ys + 4);
+    ql_epilogue eh = {.residual = res, .ld_residual = ldy, .residual_scale = rs};
+    if (mode == 3) CHECK_OK(ql_linear_forward(cpu, x, QL_BF16, m, ldx, y0, ydt, ldy, res_on ? &eh : NULL));
+    else {
+        int8_t *grid = malloc((size_t)(n * k) + 1);
+        CHECK_OK(ql_wxa8_decode(w, grid, k));
+        const ql_int8_weight iw = {n, k, grid, k, w->s_channel, n, w->convrot_group, w->bias, w->bias_dtype};
+        CHECK_OK(ql_int8_linear_ref(&iw, x, QL_BF16, m, ldx, y0, ydt, ldy, res_on ? &eh : NULL));
+        free(grid);
+    }
+    void *dx = dev_copy(x, (size_t)(m * ldx) * 2), *dres = dev_copy(res, (size_t)(m * ldy) * ys), *drs = dev_copy(rs, (size_t)n * ys);
+    void *dy1 = dev_alloc((size_t)(m * ldy) * ys), *dy2 = dev_alloc((size_t)(m * ldy) * ys);
+    cudaMemset(dy1, 0x7f, (size_t)(m * ldy) * ys); /* poison */
+    cudaMemset(dy2, 0x7f, (size_t)(m * ldy) * ys);
+    ql_epilogue ed = {.residual = dres, .ld_residual = ldy, .residual_scale = drs};
+    CHECK_OK(ql_linear_forward(pk, dx, QL_BF16, m, ldx, dy1, ydt, ldy, res_on ? &ed : NULL));
+    const char *kern = ql_linear_cuda_kernel(pk);
+    char kname[96];
+    snprintf(kname, sizeof kname, "%s", kern);
+    CHECK_OK(ql_linear_forward(dec, dx, QL_BF16, m, ldx, dy2, ydt, ldy, res_on ? &ed : NULL));
+    CHECK(cudaDeviceSynchronize() == cudaSuccess, "kernel failed: %s", cudaGetErrorString(cudaGetLastError()));
+    cudaMemcpy(y1, dy1, (size_t)(m * ldy) * ys, cudaMemcpyDeviceToHost);
+    cudaMemcpy(y2, dy2, (size_t)(m * ldy) * ys, cudaMemcpyDeviceToHost);
+    int64_t f1 = -1, f2 = -1, f3 = -1;
+    CHECK(same_bits(ydt, y0, y1, m, n, ldy, &f1),
+          "%s packed %s M=%lld N=%lld K=%lld g=%lld cr=%lld %s res %d [%s]: first difference from the CPU at %lld (%.9g vs ref %.9g)",
+          tag, wx_modes[mode], (long long)m, (long long)n, (long long)k, (long long)w->group, (long long)w->convrot_group,
+          ql_dtype_name(ydt), res_on, kname, (long long)f1, f1 >= 0 ? ql_load_f(ydt, y1, f1) : 0.0,
+          f1 >= 0 ? ql_load_f(ydt, y0, f1) : 0.0);
+    CHECK(same_bits(ydt, y0, y2, m, n, ldy, &f2),
+          "%s decoded %s M=%lld N=%lld K=%lld g=%lld %s res %d [%s]: first difference from the CPU at %lld (%.9g vs ref %.9g)", tag,
+          wx_modes[mode], (long long)m, (long long)n, (long long)k, (long long)w->group, ql_dtype_name(ydt), res_on,
+          ql_linear_cuda_kernel(dec), (long long)f2, f2 >= 0 ? ql_load_f(ydt, y2, f2) : 0.0,
+          f2 >= 0 ? ql_load_f(ydt, y0, f2) : 0.0);
+    CHECK(same_bits(ydt, y2, y1, m, n, ldy, &f3), "%s packed vs decoded on the GPU, %s M=%lld K=%lld: first difference at %lld",
+          tag, wx_modes[mode], (long long)m, (long long)k, (long long)f3);
+    /* the path taken: the packed GEMV for a few rows (auto), the decode + GEMM above; the correction */
+    const char *want = !strcmp(tag, "auto") ? (m <= 8 ? "wxa8 gemv" : "wxa8 decode") : "wxa8 decode";
+    CHECK(strstr(kname, want) && (mode != 3) == !strstr(kname, "correction"), "%s M=%lld %s: kernel '%s' (want '%s')", tag,
+          (long long)m, wx_modes[mode], kname, want);
+    cudaFree(dx), cudaFree(dres), cudaFree(drs), cudaFree(dy1), cudaFree(dy2);
+    free(x), free(res), free(rs), free(y0), free(y1), free(y2);
+}
+
+/* Packed W4A8/W6A8 (QL_LINEAR_WXA8_PACKED) on the GPU: codebook, uniform,
+ * 6-bit and asymmetric layers; groups 4 .. 64 (48: a group of three
+ * decode steps); K = 32 .. 4608 (not a multiple of 256, one or two
+ * staging passes of the GEMV; ConvRot groups 4 .. 256, with and without the
+ * prologue's permuted order); N tails; M = 1 .. 8 (the packed GEMV), 9, 77,
+ * 300, 1024 (the decode kernel and the int8 GEMM; forced mma / sm90 kernels
+ * at small M too). The decode kernel's grid equals ql_wxa8_decode's (in
+ * the permuted order where the prologue permutes); resident bytes as the
+ * layout says. */
+static void test_wxa8_packed(ql_context *gpu)
+{
+    ql_context *cpu = NULL;
+    CHECK_OK(ql_context_create(&cpu));
+    static const struct { int mode, random; int64_t n, k, g, cr; } cfgs[] = {
+        {0, 0, 300, 768, 16, 256},  {0, 1, 33, 48, 4, 16},     {0, 1, 129, 1024, 8, 64},  {1, 0, 257, 4352, 64, 256},
+        {1, 1, 7, 80, 16, 16},      {1, 1, 200, 768, 48, 256}, {2, 0, 300, 512, 16, 256}, {2, 1, 65, 96, 32, 16},
+        {2, 1, 130, 4608, 48, 256}, {2, 1, 17, 1280, 64, 256}, {3, 0, 260, 1024, 16, 256}, {3, 1, 40, 48, 4, 16},
+        {3, 1, 96, 512, 8, 256},    {3, 0, 150, 2048, 32, 64}, {0, 1, 1, 256, 16, 256},  {2, 1, 2, 32, 32, 16}};
+    static const int64_t ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 77, 300, 1024};
+    static const ql_dtype dts[] = {QL_F32, QL_BF16, QL_F16};
+    int iter = 0;
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
+        wx_weight c;
+        wx_make(&c, cfgs[ci].mode, cfgs[ci].n, cfgs[ci].k, cfgs[ci].g, cfgs[ci].cr, cfgs[ci].random, ci % 3 != 1,
+                ci % 2 ? QL_BF16 : QL_F32);
+        ql_linear_desc d = {.kind = QL_LINEAR_WXA8_PACKED, .wxa8 = c.w};
+        ql_linear *pk = NULL, *dec = NULL, *cl = NULL;
+        CHECK_OK(ql_linear_create(gpu, &d, &pk));
+        d.kind = QL_LINEAR_W8A8;
+        CHECK_OK(ql_linear_create(gpu, &d, &dec));
+        if (cfgs[ci].mode == 3) CHECK_OK(ql_linear_create(cpu, &d, &cl));
+        if (!pk || !dec || (cfgs[ci].mode == 3 && !cl)) {
+            ql_linear_destroy(pk), ql_linear_destroy(dec), ql_linear_destroy(cl), wx_free(&c);
+            continue;
+        }
+        const int64_t n = c.w.n, k = c.w.k;
+        CHECK(ql_linear_weight_bytes(pk) == wx_packed_bytes(&c.w), "packed %s N=%lld K=%lld g=%lld: %zu resident bytes, want %zu",
+              wx_modes[cfgs[ci].mode], (long long)n, (long long)k, (long long)c.w.group, ql_linear_weight_bytes(pk),
+              wx_packed_bytes(&c.w));
+        /* the decode kernel's grid: ql_wxa8_decode's, in the prologue's order */
+        int8_t *ref = malloc((size_t)(n * k)), *got = malloc((size_t)(n * k)), *perm = malloc((size_t)(n * k));
+        CHECK_OK(ql_wxa8_decode(&c.w, ref, k));
+        const int permuted = ql_cuda_codes_permuted(k, c.w.convrot_group);
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t j = 0; j < k; j++)
+                perm[r * k + (permuted ? (j & ~(int64_t)255) | ((j & 15) << 4) | ((j >> 4) & 15) : j)] = ref[r * k + j];
+        memset(got, 0x55, (size_t)(n * k));
+        CHECK_OK(ql_linear_cuda_decoded_weight(pk, got, k));
+        int64_t bad = 0, first = -1;
+        for (int64_t i = 0; i < n * k; i++)
+            if (got[i] != perm[i] && bad++ == 0) first = i;
+        CHECK(bad == 0, "packed %s N=%lld K=%lld g=%lld cr=%lld (%s): decoded grid differs in %lld of %lld (first at %lld: %d vs %d)",
+              wx_modes[cfgs[ci].mode], (long long)n, (long long)k, (long long)c.w.group, (long long)c.w.convrot_group,
+              permuted ? "permuted" : "natural", (long long)bad, (long long)(n * k), (long long)first,
+              first >= 0 ? got[first] : 0, first >= 0 ? perm[first] : 0);
+        memset(got, 0x55, (size_t)(n * k));
+        CHECK_OK(ql_linear_cuda_decoded_weight(dec, got, k)); /* the decoded layer's resident weight: the same bytes */
+        CHECK(memcmp(got, perm, (size_t)(n * k)) == 0, "decoded %s N=%lld K=%lld: resident grid differs", wx_modes[cfgs[ci].mode],
+              (long long)n, (long long)k);
+        free(ref), free(got), free(perm);
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++, iter++) {
+            if (ms[mi] * k > (int64_t)1 << 22 && ms[mi] > 300) continue; /* the CPU reference's time */
+            wx_forward_case(pk, dec, cl, &c, cfgs[ci].mode, ms[mi], dts[iter % 3], iter % 4 == 1, "auto");
+        }
+        ql_linear_destroy(pk), ql_linear_destroy(dec);
+        /* the decode path at few rows and the GEMV's refusal of many: forced kernels (read at creation) */
+        if (ci % 4 == 0) {
+            static const char *forced[] = {"mma", "sm90", "gemv"};
+            for (int f = 0; f < 3; f++) {
+                setenv("QLINEAR_CUDA_GEMM", forced[f], 1);
+                d.kind = QL_LINEAR_WXA8_PACKED;
+                CHECK_OK(ql_linear_create(gpu, &d, &pk));
+                d.kind = QL_LINEAR_W8A8;
+                CHECK_OK(ql_linear_create(gpu, &d, &dec));
+                unsetenv("QLINEAR_CUDA_GEMM");
+                if (pk && dec)
+                    wx_forward_case(pk, dec, cl, &c, cfgs[ci].mode, f == 2 ? 77 : (int64_t[]){1, 5, 8}[tu_range(0, 2)],
+                                    dts[f], f == 1, forced[f]);
+                ql_linear_destroy(pk), ql_linear_destroy(dec);
+            }
+        }
+        ql_linear_destroy(cl);
+        wx_free(&c);
+    }
+    ql_context_destroy(cpu);
+    printf("  packed W4A8/W6A8 (codebook, uniform, 6-bit, asymmetric): grids and outputs bit-identical to the CPU's\n");
+}
+
+/* Packed, asymmetric and int8 layers sharing one input
+ * (ql_linear_forward_shared: one prologue, each its own path) equal to
+ * separate forwards bit for bit; a packed layer's forwards captured in a
+ * CUDA graph replay exactly; a capture that would have to grow the
+ * decoded-weight workspace is refused with a reason. */
+static void test_wxa8_shared(ql_context *gpu)
+{
+    enum { L = 3 };
+    const int64_t k = 1024;
+    wx_weight c[L];
+    wx_make(&c[0], 0, 300, k, 16, 256, 0, 1, QL_F32);
+    wx_make(&c[1], 3, 129, k, 8, 256, 1, 0, QL_BF16);
+    wx_make(&c[2], 2, 64, k, 32, 256, 0, 1, QL_F32);
+    ql_linear *lin[L];
+    for (int i = 0; i < L; i++) {
+        ql_linear_desc d = {.kind = i == 2 ? QL_LINEAR_W8A8 : QL_LINEAR_WXA8_PACKED, .wxa8 = c[i].w};
+        CHECK_OK(ql_linear_create(gpu, &d, &lin[i]));
+        if (!lin[i]) return;
+    }
+    static const int64_t ms[] = {5, 300};
+    for (size_t mi = 0; mi < 2; mi++) {
+        const int64_t m = ms[mi];
+        uint16_t *x = malloc((size_t)(m * k) * 2);
+        tu_fill_gauss(QL_BF16, x, m * k, 1.0);
+        void *dx = dev_copy(x, (size_t)(m * k) * 2), *dy[L], *dr[L];
+        int64_t ldy[L];
+        for (int i = 0; i < L; i++) {
+            ldy[i] = c[i].w.n;
+            dy[i] = dev_alloc((size_t)(m * ldy[i]) * 2), dr[i] = dev_alloc((size_t)(m * ldy[i]) * 2);
+            cudaMemset(dy[i], 0x7f, (size_t)(m * ldy[i]) * 2);
+            CHECK_OK(ql_linear_forward(lin[i], dx, QL_BF16, m, k, dr[i], QL_BF16, ldy[i], NULL));
+        }
+        CHECK_OK(ql_linear_forward_shared(lin, L, dx, QL_BF16, m, k, dy, QL_BF16, ldy, NULL));
+        CHECK(cudaDeviceSynchronize() == cudaSuccess, "shared forward failed: %s", cudaGetErrorString(cudaGetLastError()));
+        for (int i = 0; i < L; i++) {
+            uint16_t *a = malloc((size_t)(m * ldy[i]) * 2), *b = malloc((size_t)(m * ldy[i]) * 2);
+            cudaMemcpy(a, dy[i], (size_t)(m * ldy[i]) * 2, cudaMemcpyDeviceToHost);
+            cudaMemcpy(b, dr[i], (size_t)(m * ldy[i]) * 2, cudaMemcpyDeviceToHost);
+            int64_t first = -1;
+            CHECK(same_bits(QL_BF16, b, a, m, ldy[i], ldy[i], &first), "W4A8 shared forward M=%lld layer %d: first difference at %lld",
+                  (long long)m, i, (long long)first);
+            free(a), free(b);
+        }
+        /* captured and replayed: the same bits */
+        cudaStream_t stream;
+        CHECK(cudaStreamCreate(&stream) == cudaSuccess, "cudaStreamCreate");
+        CHECK_OK(ql_context_set_cuda_stream(gpu, stream));
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
+        CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed) == cudaSuccess, "begin capture");
+        for (int i = 0; i < L; i++) CHECK_OK(ql_linear_forward(lin[i], dx, QL_BF16, m, k, dy[i], QL_BF16, ldy[i], NULL));
+        CHECK(cudaStreamEndCapture(stream, &graph) == cudaSuccess, "end capture");
+        CHECK(graph && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess, "instantiate");
+        for (int rep = 0; rep < 3 && exec; rep++) {
+            for (int i = 0; i < L; i++) cudaMemset(dy[i], 0x7f, (size_t)(m * ldy[i]) * 2);
+            CHECK(cudaGraphLaunch(exec, stream) == cudaSuccess, "graph launch");
+            CHECK(cudaStreamSynchronize(stream) == cudaSuccess, "graph failed: %s", cudaGetErrorString(cudaGetLastError()));
+            for (int i = 0; i < L; i++) {
+                uint16_t *a = malloc((size_t)(m * ldy[i]) * 2), *b = malloc((size_t)(m * ldy[i]) * 2);
+                cudaMemcpy(a, dy[i], (size_t)(m * ldy[i]) * 2, cudaMemcpyDeviceToHost);
+                cudaMemcpy(b, dr[i], (size_t)(m * ldy[i]) * 2, cudaMemcpyDeviceToHost);
+                int64_t first = -1;
+                CHECK(same_bits(QL_BF16, b, a, m, ldy[i], ldy[i], &first), "W4A8 graph M=%lld rep %d layer %d: first difference at %lld",
+                      (long long)m, rep, i, (long long)first);
+                free(a), free(b);
+            }
+        }
+        if (exec) cudaGraphExecDestroy(exec);
+        if (graph) cudaGraphDestroy(graph);
+        CHECK_OK(ql_context_set_cuda_stream(gpu, NULL));
+        cudaStreamDestroy(stream);
+        for (int i = 0; i < L; i++) cudaFree(dy[i]), cudaFree(dr[i]);
+        cudaFree(dx), free(x);
+    }
+    /* a fresh context whose activation workspace is large enough but whose decoded-weight workspace is not */
+    ql_context *fresh = NULL;
+    ql_linear *pk = NULL, *i8 = NULL;
+    CHECK_OK(ql_context_create(&fresh));
+    CHECK_OK(ql_context_set_device(fresh, QL_DEVICE_CUDA, 0));
+    ql_linear_desc d = {.kind = QL_LINEAR_WXA8_PACKED, .wxa8 = c[0].w};
+    CHECK_OK(ql_linear_create(fresh, &d, &pk));
+    d.kind = QL_LINEAR_W8A8;
+    CHECK_OK(ql_linear_create(fresh, &d, &i8));
+    cudaStream_t stream;
+    CHECK(cudaStreamCreate(&stream) == cudaSuccess, "cudaStreamCreate");
+    CHECK_OK(ql_context_set_cuda_stream(fresh, stream));
+    void *dx = dev_alloc((size_t)(64 * k) * 2), *dy = dev_alloc((size_t)(64 * c[0].w.n) * 2);
+    cudaMemset(dx, 0, (size_t)(64 * k) * 2);
+    if (i8) CHECK_OK(ql_linear_forward(i8, dx, QL_BF16, 64, k, dy, QL_BF16, c[0].w.n, NULL));
+    cudaStreamSynchronize(stream);
+    cudaGraph_t g0 = NULL;
+    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed) == cudaSuccess, "begin capture");
+    ql_status st = pk ? ql_linear_forward(pk, dx, QL_BF16, 64, k, dy, QL_BF16, c[0].w.n, NULL) : QL_ERR_INVALID_ARGUMENT;
+    cudaStreamEndCapture(stream, &g0);
+    if (g0) cudaGraphDestroy(g0);
+    CHECK(st == QL_ERR_INVALID_ARGUMENT && strstr(ql_last_error(), "captured") && strstr(ql_last_error(), "decoded-weight"),
+          "growing the decoded-weight workspace in a capture: %s: %s", ql_status_string(st), ql_last_error());
+    cudaGetLastError();
+    ql_linear_destroy(pk), ql_linear_destroy(i8);
+    ql_context_destroy(fresh);
+    cudaStreamDestroy(stream);
+    cudaFree(dx), cudaFree(dy);
+    for (int i = 0; i < L; i++) ql_linear_destroy(lin[i]), wx_free(&c[i]);
+    printf("  packed, asymmetric and int8 layers on one input, and in a CUDA graph: bit-identical to separate forwards\n");
 }
 
 /* The prologue cache on the GPU: three layers on one input through one
@@ -894,6 +1238,8 @@ int main(void)
     test_chain(ctx);
     test_shared(ctx);
     test_wxa8(ctx);
+    test_wxa8_packed(ctx);
+    test_wxa8_shared(ctx);
     test_prologue_cache(ctx);
     test_input_act(ctx);
     test_bad_input(ctx);

@@ -1,5 +1,5 @@
-/* qlinear bench --device cuda: the W8A8 ConvRot pipeline and our int8 GEMM
- * on the GPU, side by side with cuBLASLt bf16, fp16 and int8 (s8·s8→s32, TN)
+/* qlinear bench --device cuda: the W8A8 ConvRot pipeline (and W4A8 / W6A8,
+ * decoded once or kept packed) and our int8 GEMM on the GPU, side by side with cuBLASLt bf16, fp16 and int8 (s8·s8→s32, TN)
  * in the same run. Each cuBLASLt shape uses the fastest of its heuristic's
  * top 8 algorithms (64 MB workspace). CUDA events; median of samples; every
  * sample cycles through several input/weight sets larger than twice the L2,
@@ -15,11 +15,12 @@
 #include "commands.h"
 #include "core/core.h"
 #include "cuda/cuda_backend.h"
+#include "quant/wxa8.h"
 #include "qlinear.h"
 
-enum { C_BF16, C_FP16, C_INT8, C_W8A8, C_GEMM, C_PRO, C_MMA, NPATHS };
+enum { C_BF16, C_FP16, C_INT8, C_W8A8, C_GEMM, C_PRO, C_MMA, C_W4A8, C_W4A8P, C_W6A8, C_W6A8P, NPATHS };
 static const char *names[NPATHS] = {"cublas-bf16", "cublas-fp16", "cublaslt-int8", "w8a8-convrot", "int8-gemm", "prologue",
-                                    "w8a8-sm80"};
+                                    "w8a8-sm80", "w4a8", "w4a8-packed", "w6a8", "w6a8-packed"};
 static const char *notes[NPATHS] = {
     "peer: cuBLASLt bf16 in/out, fp32 accumulate, the dequantized un-rotated weight (the same function in bf16)",
     "peer: cuBLASLt fp16 in/out, fp32 accumulate",
@@ -27,7 +28,11 @@ static const char *notes[NPATHS] = {
     "ours: full pipeline, bf16 in -> rotate + quantize (prologue kernel) -> int8 GEMM + scale restore + bias -> bf16",
     "ours: the int8 GEMM alone, s8*s8->s32 (ql_gemm_s8s8s32 on the device)",
     "ours: the prologue kernel alone (bf16 rows -> rotated int8 codes + scales); GB/s counts bytes read + written",
-    "ours: w8a8-convrot on the sm_80 mma.sync kernel (QLINEAR_CUDA_GEMM=mma): the sm_80 kernel on Hopper, not an Ampere figure"};
+    "ours: w8a8-convrot on the sm_80 mma.sync kernel (QLINEAR_CUDA_GEMM=mma): the sm_80 kernel on Hopper, not an Ampere figure",
+    "ours: W4A8 (codebook, g16 e4m3) decoded once at load to the int8 grid, then the w8a8 pipeline",
+    "ours: W4A8 (codebook, g16) kept 4-bit: M <= 8 the packed GEMV (decoded in registers), else decoded each call, then the int8 GEMM",
+    "ours: W6A8 (g16 e4m3) decoded once at load, then the w8a8 pipeline",
+    "ours: W6A8 kept 6-bit: M <= 8 the packed GEMV, else decoded each call, then the int8 GEMM"};
 
 typedef struct { int64_t n, k, count; } shape;
 static const shape anima[] = {{2048, 2048, 168}, {256, 2048, 84}, {6144, 256, 84},
@@ -157,7 +162,30 @@ static int cmpf(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-typedef struct { double ms[NPATHS], host_us[NPATHS]; double rel_l2; char kernel[48]; } shape_result;
+typedef struct {
+    double ms[NPATHS], host_us[NPATHS];
+    double rel_l2;
+    char kernel[48];
+    size_t wbytes[NPATHS]; /* resident weight bytes (ql_linear_weight_bytes) of the layer paths */
+    char wx_kernel[2][96]; /* what the packed w4a8 / w6a8 layers ran */
+} shape_result;
+
+/* Packed W4A8 (b = 0, codebook) / W6A8 (b = 1) weights of [n, k], group 16:
+ * random codes and scale bytes near 1 (the timing does not depend on the
+ * values; ql_wxa8_check accepts them). Host arrays, caller frees. */
+static ql_wxa8_weight wx_weight(int b, int64_t n, int64_t k, float *cb, const uint16_t *bias)
+{
+    const int64_t rb = b ? 3 * k / 4 : k / 2, ng = k / 16;
+    uint8_t *q = malloc((size_t)(n * rb)), *sr = malloc((size_t)(n * ng));
+    float *sc = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n * rb; i++) q[i] = (uint8_t)next();
+    for (int64_t i = 0; i < n * ng; i++) sr[i] = (uint8_t)(0x30 + (next() & 15)); /* 0.5 .. 1.94 */
+    for (int64_t i = 0; i < n; i++) sc[i] = 2e-4f * (0.5f + (float)(next() >> 40) * 0x1.0p-24f);
+    ql_wxa8_fixed_lut(cb);
+    return (ql_wxa8_weight){.n = n, .k = k, .bits = b ? 6 : 4, .q = q, .ldq = rb, .s_rel = sr, .s_channel = sc,
+                            .codebook = b ? NULL : cb, .group = 16, .convrot_group = 256, .bias = bias,
+                            .bias_dtype = QL_BF16};
+}
 
 static double rel_l2_bf16(const uint16_t *a, const uint16_t *b, size_t n)
 {
@@ -207,14 +235,17 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
     const int64_t fresh = (m < 2048 ? m : 2048) * k; /* random rows, then repeated: timing needs no more */
     for (int64_t i = 0; i < m * k; i++) xb[i] = i < fresh ? ql_fp32_to_bf16(gauss()) : xb[i % fresh];
     (void)bias;
+    /* W4A8 / W6A8 of the same shape (decoded once: int8 resident; packed: 0.5 / 0.75 byte per weight + scales) */
+    float cb[16];
+    const ql_wxa8_weight wx[2] = {wx_weight(0, n, k, cb, bb), wx_weight(1, n, k, cb, bb)};
     /* enough sets that one round's data is larger than twice the L2 */
-    const size_t set_bytes = (size_t)(m * k) * 3 + (size_t)(n * k) * 3 + (size_t)(m * n) * 6;
+    const size_t set_bytes = (size_t)(m * k) * 3 + (size_t)(n * k) * 3 + (size_t)(m * n) * 6 + (size_t)(n * k) * 33 / 10;
     int sets = (int)((2 * l2 + set_bytes - 1) / set_bytes);
     if (sets < 2) sets = 2;
     if (sets > 16) sets = 16;
     void *dxb[16], *dwb[16], *dxq[16], *dwq[16], *dyb[16], *dyi[16];
     float *dsx[16];
-    ql_linear *lin[16], *lin_mma[16];
+    ql_linear *lin[16], *lin_mma[16], *lin_wx[4][16];
     ql_int8_weight w8 = {n, k, q, k, sw, n, g, bb, QL_BF16};
     ql_linear_desc desc = {.kind = QL_LINEAR_W8A8, .int8 = w8};
     for (int s = 0; s < sets; s++) {
@@ -234,6 +265,10 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
         if (saved) setenv("QLINEAR_CUDA_GEMM", saved, 1);
         else unsetenv("QLINEAR_CUDA_GEMM");
         free(saved);
+        for (int i = 0; i < 4 && cs == QL_OK; i++) { /* w4a8, w4a8-packed, w6a8, w6a8-packed */
+            ql_linear_desc dw = {.kind = i % 2 ? QL_LINEAR_WXA8_PACKED : QL_LINEAR_W8A8, .wxa8 = wx[i / 2]};
+            cs = ql_linear_create(ctx, &dw, &lin_wx[i][s]);
+        }
         if (cs != QL_OK) {
             fprintf(stderr, "qlinear bench: %s\n", ql_last_error());
             exit(1);
@@ -286,6 +321,9 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
                     case C_GEMM: qs = ql_gemm_s8s8s32(ctx, m, n, k, dxq[s], k, dwq[s], k, dyi[s], n); break;
                     case C_PRO: qs = ql_cuda_quantize_rows(&pro_ws, dev_index, st, dxb[s], QL_BF16, m, k, k, g, dxq[s], k, dsx[s], NULL); break;
                     case C_MMA: qs = ql_linear_forward(lin_mma[s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, NULL); break;
+                    default: /* C_W4A8 .. C_W6A8P */
+                        qs = ql_linear_forward(lin_wx[p - C_W4A8][s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, NULL);
+                        break;
                     }
                     if (qs != QL_OK) {
                         fprintf(stderr, "qlinear bench: %s\n", ql_last_error());
@@ -317,6 +355,11 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
     ql_linear_forward(lin[0], dxb[0], QL_BF16, m, k, dyb[0], QL_BF16, n, NULL);
     CK(cudaMemcpy(y0, dyb[0], (size_t)(m * n) * 2, cudaMemcpyDeviceToHost));
     snprintf(out->kernel, sizeof out->kernel, "%s", ql_linear_cuda_kernel(lin[0]));
+    for (int p = 0; p < NPATHS; p++) out->wbytes[p] = 0;
+    out->wbytes[C_W8A8] = ql_linear_weight_bytes(lin[0]);
+    for (int i = 0; i < 4; i++) out->wbytes[C_W4A8 + i] = ql_linear_weight_bytes(lin_wx[i][0]);
+    snprintf(out->wx_kernel[0], sizeof out->wx_kernel[0], "%s", ql_linear_cuda_kernel(lin_wx[1][0]));
+    snprintf(out->wx_kernel[1], sizeof out->wx_kernel[1], "%s", ql_linear_cuda_kernel(lin_wx[3][0]));
     /* cuBLAS has no bias: add it on the host to its output */
     lt_run(&gb, dwb[0], dxb[0], dyb[0], st);
     CK(cudaMemcpy(y1, dyb[0], (size_t)(m * n) * 2, cudaMemcpyDeviceToHost));
@@ -330,9 +373,11 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
     if (have[C_INT8]) lt_free(&gi);
     for (int s = 0; s < sets; s++) {
         ql_linear_destroy(lin[s]), ql_linear_destroy(lin_mma[s]);
+        for (int i = 0; i < 4; i++) ql_linear_destroy(lin_wx[i][s]);
         cudaFree(dxb[s]), cudaFree(dwb[s]), cudaFree(dxq[s]), cudaFree(dwq[s]), cudaFree(dyb[s]), cudaFree(dyi[s]), cudaFree(dsx[s]);
     }
     free(q), free(sw), free(bias), free(wb), free(xb), free(bb);
+    for (int b = 0; b < 2; b++) free((void *)wx[b].q), free((void *)wx[b].s_rel), free((void *)wx[b].s_channel);
 }
 
 /* Layers of an anima block that read one input: with
@@ -517,6 +562,12 @@ int ql_cmd_bench_cuda(int argc, char **argv)
             printf(" | sm80 %.4f (%.2fx)", r.ms[C_MMA], r.ms[C_MMA] / r.ms[C_W8A8]);
             if (!use_graphs) printf(" | host us w8a8 %.1f bf16 %.1f i8 %.1f", r.host_us[C_W8A8], r.host_us[C_BF16], r.host_us[C_INT8]);
             printf("\n");
+            /* W4A8 / W6A8: time and resident bytes against w8a8-convrot's */
+            printf("%-12s %6s   wxa8 ms (x w8a8; MB resident, x int8):", "", "");
+            for (int p = C_W4A8; p <= C_W6A8P; p++)
+                printf(" %s %.4f (%.2fx; %.1f MB, %.2fx)", names[p], r.ms[p], r.ms[p] / r.ms[C_W8A8], r.wbytes[p] / 1e6,
+                       (double)r.wbytes[p] / (double)r.wbytes[C_W8A8]);
+            printf(" | %s | %s\n", r.wx_kernel[0], r.wx_kernel[1]);
             fflush(stdout);
             for (int p = 0; p < NPATHS; p++) tot[p] += r.ms[p] * (double)sh->count;
             if (js) {
@@ -524,6 +575,9 @@ int ql_cmd_bench_cuda(int argc, char **argv)
                         first_js ? "" : ",\n", (long long)m, (long long)sh->n, (long long)sh->k, (long long)sh->count,
                         r.kernel, r.rel_l2);
                 for (int p = 0; p < NPATHS; p++) fprintf(js, ", \"%s_ms\": %.6f", names[p], r.ms[p]);
+                for (int p = C_W8A8; p < NPATHS; p++)
+                    if (r.wbytes[p]) fprintf(js, ", \"%s_weight_bytes\": %zu", names[p], r.wbytes[p]);
+                fprintf(js, ", \"w4a8-packed_kernel\": \"%s\", \"w6a8-packed_kernel\": \"%s\"", r.wx_kernel[0], r.wx_kernel[1]);
                 if (!use_graphs)
                     for (int p = 0; p < NPATHS; p++) fprintf(js, ", \"%s_host_us\": %.2f", names[p], r.host_us[p]);
                 fprintf(js, "}");
@@ -535,6 +589,9 @@ int ql_cmd_bench_cuda(int argc, char **argv)
                tot[C_BF16], tot[C_FP16], tot[C_INT8], tot[C_W8A8], tot[C_GEMM], tot[C_W8A8] / tot[C_BF16],
                tot[C_W8A8] / tot[C_INT8], tot[C_GEMM] / tot[C_INT8], tot[C_PRO], tot[C_MMA], tot[C_MMA] / tot[C_W8A8],
                tot[C_MMA] / tot[C_BF16]);
+        printf("%-12s %6s   wxa8 totals, ms (x w8a8):", "", "");
+        for (int p = C_W4A8; p <= C_W6A8P; p++) printf(" %s %.3f (%.2fx)", names[p], tot[p], tot[p] / tot[C_W8A8]);
+        printf("\n");
         if (shapes != anima) continue;
         /* the same layers where a block's layers share their input (ql_linear_forward_shared) */
         double saved = 0;

@@ -1,59 +1,143 @@
-/* The CUDA backend behind the backend interface: W8A8 layers whose weight,
- * scales and bias live on the context's device (cuda_backend.h, built from
+/* The CUDA backend behind the backend interface: W8A8 layers (W4A8/W6A8
+ * decoded once or kept packed) whose weight, scales and bias live on the
+ * context's device (cuda_backend.h, built from
  * the .cu files, or cuda_absent.c that refuses every call). */
 #include "backend/backend.h"
 #include "cuda/cuda_backend.h"
 #include "linear/check.h"
 #include "linear/prologue_cache.h"
+#include "quant/wxa8.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* A W8A8 layer from its int8 weight: bias widened to fp32, then uploaded. */
-static ql_status cuda_create_int8(ql_context *ctx, const ql_int8_weight *w, void **impl, ql_layer_facts *info)
+/* The bias widened to fp32 (NULL when there is none; caller frees). */
+static ql_status bias_f32(const void *bias, ql_dtype dt, int64_t n, float **out)
 {
-    float *bias = NULL;
-    if (w->bias) {
-        bias = malloc((size_t)(w->n > 0 ? w->n : 1) * sizeof(float));
-        if (!bias) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_create: out of memory");
-        for (int64_t i = 0; i < w->n; i++) bias[i] = ql_load_f(w->bias_dtype, w->bias, i);
-    }
-    ql_cuda_linear *l = NULL;
-    ql_status st = ql_cuda_linear_create(ctx->device_index, w, bias, &l);
-    free(bias);
-    if (st != QL_OK) return st;
-    *impl = l;
-    *info = (ql_layer_facts){QL_LINEAR_W8A8, w->n, w->k, w->convrot_group};
+    *out = NULL;
+    if (!bias) return QL_OK;
+    float *b = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (!b) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_create: out of memory");
+    for (int64_t i = 0; i < n; i++) b[i] = ql_load_f(dt, bias, i);
+    *out = b;
     return QL_OK;
 }
 
-/* W4A8/W6A8 as W8A8 (the kind QL_LINEAR_W8A8 with wxa8.bits): the grid
- * decoded once on the host, exactly as the CPU's layer decodes it
- * (ql_wxa8_decode), then resident as int8 with s_channel as the row scale. */
+/* A W8A8 layer from its int8 weight: bias widened to fp32, then uploaded. */
+static ql_status cuda_create_int8(ql_context *ctx, const ql_int8_weight *w, ql_cuda_linear **out)
+{
+    float *bias = NULL;
+    QL_TRY(bias_f32(w->bias, w->bias_dtype, w->n, &bias));
+    ql_status st = ql_cuda_linear_create(ctx->device_index, w, bias, out);
+    free(bias);
+    return st;
+}
+
+static int64_t round16(int64_t x) { return (x + 15) / 16 * 16; }
+
+/* A W4A8/W6A8 weight kept packed: the file's rows repacked into the layout
+ * the CUDA decoders read (cuda_backend.h, ql_cuda_packed_desc), with the
+ * 4-bit table made by the reference's own decode (ql_wxa8_grid), so the
+ * device's grid is the CPU's by construction. */
+static ql_status cuda_create_packed(ql_context *ctx, const ql_wxa8_weight *w, ql_cuda_linear **out)
+{
+    const char *fn = "ql_linear_create";
+    const int bits = w->bits;
+    const int64_t n = w->n, k = w->k, ng = k / w->group, gs = w->group < 16 ? w->group : 16;
+    ql_cuda_packed_desc pd = {.bits = bits, .gs = (int)gs, .n = n, .k = k, .convrot_group = w->convrot_group,
+                              .ldn = round16(k / 2), .ldh = bits == 6 ? round16(k / 4) : 0, .lds = round16(k / gs),
+                              .s_channel = w->s_channel};
+    uint8_t *nib = calloc((size_t)(n * pd.ldn) + 1, 1), *hi = bits == 6 ? calloc((size_t)(n * pd.ldh) + 1, 1) : NULL;
+    uint8_t *sb = calloc((size_t)(n * pd.lds) + 1, 1), *codes = malloc((size_t)k + 1), *table = malloc(256 * 16);
+    float *bias = NULL;
+    ql_status st = QL_OK;
+    if (!nib || (bits == 6 && !hi) || !sb || !codes || !table)
+        st = ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: cannot stage the packed %lld x %lld weight", fn, (long long)n, (long long)k);
+    for (int64_t r = 0; st == QL_OK && r < n; r++) {
+        const uint8_t *row = w->q + r * w->ldq;
+        memcpy(nib + r * pd.ldn, row, (size_t)(k / 2)); /* the file's nibbles, natural order */
+        if (bits == 6) {
+            ql_wxa8_unpack_row(6, row, k, codes);
+            for (int64_t c = 0; c < k / 16; c++) {
+                uint32_t word = 0;
+                for (int j = 0; j < 16; j++)
+                    word |= (uint32_t)(codes[16 * c + j] >> 4) << (2 * (j % 4) + 16 * ((j / 4) % 2) + 8 * (j / 8));
+                for (int b = 0; b < 4; b++) hi[r * pd.ldh + 4 * c + b] = (uint8_t)(word >> (8 * b));
+            }
+        }
+        const uint8_t *srel = (const uint8_t *)w->s_rel + r * ng;
+        for (int64_t u = 0; u < k / gs; u++) sb[r * pd.lds + u] = srel[u * gs / w->group];
+    }
+    if (st == QL_OK) {
+        float values[64];
+        ql_wxa8_values(w, values);
+        for (int b = 0; b < 256; b++) { /* NaN scale bytes never reach a layer (ql_wxa8_check) */
+            const float e = ql_e4m3_to_fp32((uint8_t)b);
+            if (bits == 4)
+                for (int c = 0; c < 16; c++) table[16 * b + c] = isnan(e) ? 0 : (uint8_t)ql_wxa8_grid(values[c], e);
+            else {
+                const uint16_t h = isnan(e) ? 0 : ql_fp32_to_fp16(e); /* exact: e4m3 values are fp16 values */
+                memcpy(table + 2 * b, &h, 2);
+            }
+        }
+        pd.nib = nib, pd.hi = hi, pd.sb = sb, pd.table = table;
+        st = bias_f32(w->bias, w->bias_dtype, n, &bias);
+    }
+    if (st == QL_OK) st = ql_cuda_linear_create_packed(ctx->device_index, &pd, bias, out);
+    free(nib), free(hi), free(sb), free(codes), free(table), free(bias);
+    return st;
+}
+
+/* W4A8/W6A8: kind QL_LINEAR_W8A8 decodes the grid once on the host, exactly
+ * as the CPU's layer does (ql_wxa8_decode), resident as int8 with s_channel
+ * as the row scale; QL_LINEAR_WXA8_PACKED keeps the 4/6-bit codes and
+ * decodes them on the device every forward. An asymmetric layer's
+ * correction is added in a corrected epilogue (either kind). Both run as
+ * W8A8 (the kind they report). */
 static ql_status cuda_create_wxa8(ql_context *ctx, const ql_linear_desc *d, void **impl, ql_layer_facts *info)
 {
     const char *fn = "ql_linear_create";
     const ql_wxa8_weight *w = &d->wxa8; /* checked */
-    if (d->kind != QL_LINEAR_W8A8)
+    const int packed = d->kind == QL_LINEAR_WXA8_PACKED;
+    if (d->kind != QL_LINEAR_W8A8 && !packed)
         return ql_fail(QL_ERR_UNSUPPORTED,
-                       "%s: a W%dA8 layer runs on CUDA as QL_LINEAR_W8A8 (decoded once to int8); kind %d (packed "
-                       "codes resident) is CPU only",
+                       "%s: a W%dA8 layer runs on CUDA as QL_LINEAR_W8A8 (decoded once to int8) or QL_LINEAR_WXA8_PACKED "
+                       "(codes resident); kind %d is CPU only",
                        fn, w->bits, (int)d->kind);
-    if (w->correction)
+    if (packed && w->s_rel_f32)
         return ql_fail(QL_ERR_UNSUPPORTED,
-                       "%s: an asymmetric W4A8 layer (with a correction) runs on the CPU only: the CUDA epilogue has "
-                       "no correction term",
-                       fn);
-    int8_t *grid = malloc((size_t)(w->n * w->k) + 1);
-    if (!grid) return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: cannot allocate the decoded weight (%lld x %lld)", fn,
-                              (long long)w->n, (long long)w->k);
-    ql_status st = ql_wxa8_decode(w, grid, w->k);
-    const ql_int8_weight g = {w->n, w->k, grid, w->k, w->s_channel, w->n, w->convrot_group, w->bias, w->bias_dtype};
-    if (st == QL_OK) st = ql_check_int8_weight(fn, &g);
-    if (st == QL_OK) st = cuda_create_int8(ctx, &g, impl, info);
-    free(grid); /* uploaded */
-    return st;
+                       "%s: WXA8_PACKED decodes e4m3 group scales; this layer's s_rel is fp32 (use W8A8: decode once)", fn);
+    ql_cuda_linear *l = NULL;
+    ql_status st = QL_OK;
+    if (packed && w->n > 0 && w->k > 0) st = cuda_create_packed(ctx, w, &l);
+    else {
+        int8_t *grid = malloc((size_t)(w->n * w->k) + 1);
+        if (!grid)
+            return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: cannot allocate the decoded weight (%lld x %lld)", fn,
+                           (long long)w->n, (long long)w->k);
+        st = ql_wxa8_decode(w, grid, w->k);
+        const ql_int8_weight g = {w->n, w->k, grid, w->k, w->s_channel, w->n, w->convrot_group, w->bias, w->bias_dtype};
+        if (st == QL_OK) st = ql_check_int8_weight(fn, &g);
+        if (st == QL_OK) st = cuda_create_int8(ctx, &g, &l);
+        free(grid); /* uploaded */
+    }
+    if (st == QL_OK && w->correction && w->n > 0 && w->k > 0) {
+        const int64_t count = w->k / w->group * w->n;
+        float *corr = malloc((size_t)count * sizeof(float));
+        if (!corr) st = ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: cannot stage the correction", fn);
+        for (int64_t i = 0; corr && i < count; i++) corr[i] = ql_load_f(w->correction_dtype, w->correction, i);
+        if (st == QL_OK) st = ql_cuda_linear_set_correction(l, corr, w->group);
+        free(corr);
+    }
+    if (st != QL_OK) {
+        ql_cuda_linear_destroy(l);
+        return st;
+    }
+    *impl = l;
+    *info = (ql_layer_facts){QL_LINEAR_W8A8, w->n, w->k, w->convrot_group};
+    return QL_OK;
 }
 
 static ql_status cuda_create(ql_context *ctx, const ql_linear_desc *d, void **impl, ql_layer_facts *info)
@@ -62,7 +146,11 @@ static ql_status cuda_create(ql_context *ctx, const ql_linear_desc *d, void **im
     if (d->wxa8.bits) return cuda_create_wxa8(ctx, d, impl, info);
     if (d->kind != QL_LINEAR_W8A8)
         return ql_fail(QL_ERR_UNSUPPORTED, "%s: only W8A8 linears run on CUDA devices (kind %d asked)", fn, (int)d->kind);
-    return cuda_create_int8(ctx, &d->int8, impl, info); /* checked */
+    ql_cuda_linear *l = NULL;
+    QL_TRY(cuda_create_int8(ctx, &d->int8, &l)); /* checked */
+    *impl = l;
+    *info = (ql_layer_facts){QL_LINEAR_W8A8, d->int8.n, d->int8.k, d->int8.convrot_group};
+    return QL_OK;
 }
 
 /* The layout tag of the codes a CUDA prologue writes (the prologue cache's

@@ -21,6 +21,28 @@ ql_status ql_cuda_linear_create(int device, const ql_int8_weight *w, const float
     *out = NULL;
     return absent("ql_linear_create");
 }
+ql_status ql_cuda_linear_create_packed(int device, const ql_cuda_packed_desc *d, const float *bias_f32,
+                                       ql_cuda_linear **out)
+{
+    (void)device, (void)d, (void)bias_f32;
+    *out = NULL;
+    return absent("ql_linear_create");
+}
+ql_status ql_cuda_linear_set_correction(ql_cuda_linear *l, const float *corr, int64_t group)
+{
+    (void)l, (void)corr, (void)group;
+    return absent("ql_linear_create");
+}
+ql_status ql_cuda_linear_decoded_weight(const ql_cuda_linear *l, int8_t *out, int64_t ldo)
+{
+    (void)l, (void)out, (void)ldo;
+    return absent("ql_cuda_linear_decoded_weight");
+}
+int ql_cuda_codes_permuted(int64_t k, int64_t group)
+{
+    (void)k, (void)group;
+    return 0;
+}
 void ql_cuda_linear_destroy(ql_cuda_linear *l) { (void)l; }
 size_t ql_cuda_linear_weight_bytes(const ql_cuda_linear *l)
 {

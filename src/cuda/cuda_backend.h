@@ -24,6 +24,34 @@ void ql_cuda_workspace_free(ql_cuda_workspace *ws);
  * the bias once. The caller has validated the weight (ql_check_int8_weight)
  * and converted the bias to fp32 (bias_f32: NULL or n values). */
 ql_status ql_cuda_linear_create(int device, const ql_int8_weight *w, const float *bias_f32, ql_cuda_linear **out);
+/* A W4A8/W6A8 layer kept packed on the device, in the layout the CUDA
+ * decoders read (backend_cuda.c repacks the file's rows into it), all
+ * arrays host memory here, uploaded once:
+ *   nib [n, ldn]: code j's low 4 bits in byte j/2 (low half for even j): the
+ *     file's first k/2 bytes of a row; ldn >= k/2, a multiple of 16;
+ *   hi [n, ldh] (6 bits): per 16 codes one little-endian 32-bit word of the
+ *     top two bits, code j (0..3) at bits 2j, j + 4 at 16 + 2j, j + 8 at
+ *     8 + 2j, j + 12 at 24 + 2j; ldh >= k/4, a multiple of 16;
+ *   sb [n, lds]: the e4m3 s_rel byte of codes [u·gs, u·gs + gs) at u, gs =
+ *     min(group, 16) (a group longer than 16 repeats its byte); lds >= k/gs,
+ *     a multiple of 16; zero padding everywhere;
+ *   table: 4 bits: int8 [256][16] = ql_wxa8_grid(value(code), e4m3(byte))
+ *     (0 for the NaN bytes); 6 bits: fp16 bits [256] of e4m3(byte).
+ * s_channel [n] is the weight scale; k % 16 == 0 (6 bits: % 32). */
+typedef struct ql_cuda_packed_desc {
+    int bits, gs;
+    int64_t n, k, convrot_group;
+    const uint8_t *nib, *hi, *sb;
+    int64_t ldn, ldh, lds;
+    const void *table;
+    const float *s_channel;
+} ql_cuda_packed_desc;
+ql_status ql_cuda_linear_create_packed(int device, const ql_cuda_packed_desc *d, const float *bias_f32,
+                                       ql_cuda_linear **out);
+/* An asymmetric layer's correction, fp32 [k/group, n], uploaded (either kind
+ * of layer): y gets s_x·Σ_g (Σ_{k in g} x_q[k])·corr[g, n] before its first
+ * rounding, as the CPU adds it (bit for bit). */
+ql_status ql_cuda_linear_set_correction(ql_cuda_linear *l, const float *corr, int64_t group);
 void ql_cuda_linear_destroy(ql_cuda_linear *l);
 size_t ql_cuda_linear_weight_bytes(const ql_cuda_linear *l);
 /* count layers (sharing K and the rotation group) on one input x: one
@@ -44,6 +72,16 @@ ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count, ql_cuda_w
 void ql_cuda_linear_dims(const ql_cuda_linear *l, int64_t *k, int64_t *group);
 /* Name of the GEMM kernel the last forward of `l` ran ("sm90 128x256", ...). */
 const char *ql_cuda_linear_kernel(const ql_cuda_linear *l);
+
+/* The int8 grid a layer multiplies, copied to host rows out [n, ldo >= k]
+ * (test hook): a packed layer's decode kernel output, an int8 layer's
+ * resident weight; in the prologue's code order (ql_cuda_codes_permuted). */
+ql_status ql_cuda_linear_decoded_weight(const ql_cuda_linear *l, int8_t *out, int64_t ldo);
+/* Whether the prologue stores a row of k codes rotated with `group` in its
+ * permuted order (value i + 16·t of each group of 256 at 16·i + t). */
+int ql_cuda_codes_permuted(int64_t k, int64_t group);
+/* ql_cuda_linear_decoded_weight of a ql_linear on a CUDA context. */
+ql_status ql_linear_cuda_decoded_weight(const ql_linear *l, int8_t *out, int64_t ldo);
 
 /* The GEMM kernel the last forward of a ql_linear ran on its CUDA device
  * ("" on the CPU; src/linear/linear.c, through the backend interface). */

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cuda_internal.h"
+#include "wxa8_cuda.h"
 
 extern "C" ql_status ql_fail(ql_status status, const char *fmt, ...);
 
@@ -34,6 +35,12 @@ struct ql_cuda_workspace {
     /* the prologue whose codes q and sx hold (0: none, or no longer known) and its stream */
     uint64_t token = 0;
     void *token_stream = nullptr;
+    /* W4A8/W6A8: the decoded weight of the packed layer the GEMM reads (M > 8);
+     * asymmetric layers: the raw accumulators and the activation's group sums */
+    int8_t *wdec = nullptr;
+    int32_t *acc = nullptr;
+    float *gsum = nullptr;
+    size_t wdec_bytes = 0, acc_bytes = 0, gsum_bytes = 0;
 };
 
 namespace {
@@ -48,13 +55,24 @@ struct ql_cuda_linear {
     float *sw;
     int sw_per_row;
     float *bias;
+    /* W4A8/W6A8 kept packed (bits 4 or 6; w is NULL): the codes, scale bytes
+     * and table in pbuf (pbytes), decoded per forward into the workspace's
+     * wdec (M > 8) or inside the GEMV */
+    int bits;
+    PackedW pw;
+    uint8_t *pbuf;
+    size_t pbytes;
+    const int8_t *bmap_base; /* the B the bmap entries describe (the layer's w, or the workspace's wdec) */
+    /* asymmetric: fp32 [k/corr_group, n] */
+    float *corr;
+    int64_t corr_group;
     bool sm90;   /* Hopper kernels usable on this device */
     int sms;
     int pairs;   /* two-block clusters resident at once (the multicast kernels) */
     int force;   /* QLINEAR_CUDA_GEMM: 0 auto, 1 sm90, 2 mma, 3 gemv */
     int force_tile; /* QLINEAR_CUDA_TILE: -1 auto, else a Hopper tile (sm90_tile) */
     int force_roww; /* QLINEAR_CUDA_ROWW: 0 auto, else the prologue's warps per row (1, 2, 4) */
-    char kernel[48];
+    char kernel[96];
     PrologueFit fit; /* the prologue's launch shape at this K, on this device */
     CUtensorMap bmap[QLC_SM90_TILES]; /* the weight's TMA descriptor per Hopper tile, made on first use */
     bool bmap_ok[QLC_SM90_TILES];
@@ -203,6 +221,9 @@ extern "C" void ql_cuda_workspace_free(ql_cuda_workspace *ws)
         cudaFree(ws->q);
         cudaFree(ws->sx);
         cudaFree(ws->rms);
+        cudaFree(ws->wdec);
+        cudaFree(ws->acc);
+        cudaFree(ws->gsum);
     }
     delete ws;
 }
@@ -214,25 +235,29 @@ extern "C" void ql_cuda_linear_destroy(ql_cuda_linear *l)
     cudaFree(l->w);
     cudaFree(l->sw);
     cudaFree(l->bias);
+    cudaFree(l->pbuf);
+    cudaFree(l->corr);
     free(l);
 }
 
-extern "C" ql_status ql_cuda_linear_create(int device, const ql_int8_weight *w, const float *bias_f32,
-                                           ql_cuda_linear **out)
+namespace {
+
+/* A layer's common part: device checks, launch overrides, scales and bias
+ * uploaded, the launch shapes at this K prepared. The weight comes after. */
+ql_status linear_begin(const char *fn, int device, int64_t n, int64_t k, int64_t group, const float *scale,
+                       int64_t n_scale, const float *bias_f32, ql_cuda_linear **out)
 {
-    const char *fn = "ql_linear_create";
     *out = nullptr;
     ql_status st = ql_cuda_check_device(fn, device);
     if (st != QL_OK) return st;
-    if (quantize_rows_smem(w->k) == 0)
+    if (quantize_rows_smem(k) == 0)
         return ql_fail(QL_ERR_UNSUPPORTED, "%s: K = %lld is too long for the CUDA prologue (a row must fit in shared memory)",
-                       fn, (long long)w->k);
-    DeviceScope ds(device);
+                       fn, (long long)k);
     ql_cuda_linear *l = (ql_cuda_linear *)calloc(1, sizeof *l);
     if (!l) return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: out of memory", fn);
     l->device = device;
-    l->n = w->n, l->k = w->k, l->kp = (w->k + 15) / 16 * 16, l->group = w->convrot_group;
-    l->sw_per_row = w->n_scale != 1;
+    l->n = n, l->k = k, l->kp = (k + 15) / 16 * 16, l->group = group;
+    l->sw_per_row = n_scale != 1;
     cudaDeviceProp prop;
     cudaGetDeviceProperties(&prop, device);
     l->sm90 = prop.major == 9;
@@ -244,6 +269,35 @@ extern "C" ql_status ql_cuda_linear_create(int device, const ql_int8_weight *w, 
     static const char *const rowws[] = {"auto", "1", "2", "4"};
     l->force_roww = (1 << env_choice("QLINEAR_CUDA_ROWW", rowws, 4)) >> 1;
     snprintf(l->kernel, sizeof l->kernel, "none");
+    cudaError_t e = cudaMalloc(&l->sw, (size_t)n_scale * sizeof(float) + 4);
+    if (e == cudaSuccess) e = cudaMemcpy(l->sw, scale, (size_t)n_scale * sizeof(float), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess && bias_f32) {
+        e = cudaMalloc(&l->bias, (size_t)n * sizeof(float) + 4);
+        if (e == cudaSuccess) e = cudaMemcpy(l->bias, bias_f32, (size_t)n * sizeof(float), cudaMemcpyHostToDevice);
+    }
+    if (e == cudaSuccess) e = prepare_quantize_rows(k, &l->fit);
+    if (e == cudaSuccess && l->sm90) e = prepare_s8_gemm_sm90(&l->pairs);
+    if (e != cudaSuccess) {
+        ql_cuda_linear_destroy(l);
+        return cuda_fail(fn, "uploading the layer", e);
+    }
+    *out = l;
+    return QL_OK;
+}
+
+} // namespace
+
+extern "C" ql_status ql_cuda_linear_create(int device, const ql_int8_weight *w, const float *bias_f32,
+                                           ql_cuda_linear **out)
+{
+    const char *fn = "ql_linear_create";
+    *out = nullptr;
+    ql_cuda_linear *l = nullptr;
+    ql_status st = ql_cuda_check_device(fn, device);
+    if (st != QL_OK) return st;
+    DeviceScope ds(device);
+    if ((st = linear_begin(fn, device, w->n, w->k, w->convrot_group, w->scale, w->n_scale, bias_f32, &l)) != QL_OK)
+        return st;
 
     /* The codes, each row padded with zeros to the 16-byte pitch TMA wants. */
     std::vector<int8_t> host;
@@ -254,9 +308,9 @@ extern "C" ql_status ql_cuda_linear_create(int device, const ql_int8_weight *w, 
         try {
             host.assign((size_t)(l->n * l->kp), 0);
         } catch (const std::bad_alloc &) {
-            free(l);
-            return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: cannot stage a %lld x %lld weight", fn, (long long)l->n,
-                           (long long)l->kp);
+            ql_cuda_linear_destroy(l);
+            return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: cannot stage a %lld x %lld weight", fn, (long long)w->n,
+                           (long long)((w->k + 15) / 16 * 16));
         }
         for (int64_t r = 0; r < l->n; r++) {
             int8_t *dst = &host[(size_t)(r * l->kp)];
@@ -274,25 +328,65 @@ extern "C" ql_status ql_cuda_linear_create(int device, const ql_int8_weight *w, 
     }
     cudaError_t e = cudaMalloc(&l->w, (size_t)(l->n * l->kp > 0 ? l->n * l->kp : 16));
     if (e == cudaSuccess && l->n > 0) e = cudaMemcpy(l->w, src, (size_t)(l->n * ld), cudaMemcpyHostToDevice);
-    if (e == cudaSuccess) e = cudaMalloc(&l->sw, (size_t)w->n_scale * sizeof(float) + 4);
-    if (e == cudaSuccess) e = cudaMemcpy(l->sw, w->scale, (size_t)w->n_scale * sizeof(float), cudaMemcpyHostToDevice);
-    if (e == cudaSuccess && bias_f32) {
-        e = cudaMalloc(&l->bias, (size_t)l->n * sizeof(float) + 4);
-        if (e == cudaSuccess) e = cudaMemcpy(l->bias, bias_f32, (size_t)l->n * sizeof(float), cudaMemcpyHostToDevice);
-    }
-    if (e == cudaSuccess) e = prepare_quantize_rows(l->k, &l->fit);
-    if (e == cudaSuccess && l->sm90) e = prepare_s8_gemm_sm90(&l->pairs);
     if (e != cudaSuccess) {
         ql_cuda_linear_destroy(l);
         return cuda_fail(fn, "uploading the weight", e);
     }
+    l->bmap_base = l->w;
     *out = l;
+    return QL_OK;
+}
+
+extern "C" ql_status ql_cuda_linear_create_packed(int device, const ql_cuda_packed_desc *d, const float *bias_f32,
+                                                  ql_cuda_linear **out)
+{
+    const char *fn = "ql_linear_create";
+    *out = nullptr;
+    ql_status st = ql_cuda_check_device(fn, device);
+    if (st != QL_OK) return st;
+    if ((d->bits != 4 && d->bits != 6) || (d->gs != 4 && d->gs != 8 && d->gs != 16) || d->k % (d->bits == 6 ? 32 : 16) ||
+        d->ldn % 16 || d->lds % 16 || (d->bits == 6 && (d->ldh % 16 || d->gs != 16)))
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: bad packed W%dA8 layout (internal)", fn, d->bits);
+    DeviceScope ds(device);
+    ql_cuda_linear *l = nullptr;
+    if ((st = linear_begin(fn, device, d->n, d->k, d->convrot_group, d->s_channel, d->n, bias_f32, &l)) != QL_OK) return st;
+    const size_t nib = (size_t)(d->n * d->ldn), hi = d->bits == 6 ? (size_t)(d->n * d->ldh) : 0, sb = (size_t)(d->n * d->lds),
+                 tab = d->bits == 6 ? 256 * 2 : 256 * 16;
+    l->bits = d->bits;
+    l->pbytes = nib + hi + sb + tab;
+    cudaError_t e = cudaMalloc(&l->pbuf, l->pbytes + 16);
+    uint8_t *p = l->pbuf;
+    if (e == cudaSuccess) e = cudaMemcpy(p, d->table, tab, cudaMemcpyHostToDevice); /* 16-byte rows first: aligned */
+    if (e == cudaSuccess && nib) e = cudaMemcpy(p + tab, d->nib, nib, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess && hi) e = cudaMemcpy(p + tab + nib, d->hi, hi, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess && sb) e = cudaMemcpy(p + tab + nib + hi, d->sb, sb, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+        ql_cuda_linear_destroy(l);
+        return cuda_fail(fn, "uploading the packed weight", e);
+    }
+    l->pw = PackedW{d->bits, d->gs, d->n, d->k, p + tab, d->ldn, hi ? p + tab + nib : nullptr, d->ldh,
+                    p + tab + nib + hi, d->lds, p};
+    *out = l;
+    return QL_OK;
+}
+
+extern "C" ql_status ql_cuda_linear_set_correction(ql_cuda_linear *l, const float *corr, int64_t group)
+{
+    const char *fn = "ql_linear_create";
+    DeviceScope ds(l->device);
+    const size_t bytes = (size_t)(l->k / group * l->n) * sizeof(float);
+    cudaFree(l->corr);
+    l->corr = nullptr;
+    QLC_CUDA(fn, "uploading the correction", cudaMalloc(&l->corr, bytes + 4));
+    QLC_CUDA(fn, "uploading the correction", cudaMemcpy(l->corr, corr, bytes, cudaMemcpyHostToDevice));
+    l->corr_group = group;
     return QL_OK;
 }
 
 extern "C" size_t ql_cuda_linear_weight_bytes(const ql_cuda_linear *l)
 {
-    return (size_t)(l->n * l->kp) + (size_t)(l->sw_per_row ? l->n : 1) * 4;
+    const size_t corr = l->corr ? (size_t)(l->k / l->corr_group * l->n) * 4 : 0;
+    return (l->bits ? l->pbytes : (size_t)(l->n * l->kp)) + (size_t)(l->sw_per_row ? l->n : 1) * 4 + corr;
 }
 
 extern "C" const char *ql_cuda_linear_kernel(const ql_cuda_linear *l) { return l ? l->kernel : ""; }
@@ -421,6 +515,28 @@ ql_status reserve_rms(const char *fn, ql_cuda_workspace *ws, int64_t m, cudaStre
     ws->rms_rows = (size_t)m;
     return QL_OK;
 }
+
+/* A workspace buffer grown to `need` bytes (its contents are not kept). */
+ql_status grow(const char *fn, cudaStream_t s, void **buf, size_t *have, size_t need, const char *what)
+{
+    if (need <= *have) return QL_OK;
+    if (capturing(s))
+        return ql_fail(QL_ERR_INVALID_ARGUMENT,
+                       "%s: this call needs a larger %s, which cannot be allocated while the stream is being captured "
+                       "into a CUDA graph: run one forward of every layer at the largest M before capturing",
+                       fn, what);
+    cudaFree(*buf); /* waits for queued work that may still read it */
+    *buf = nullptr, *have = 0;
+    QLC_CUDA(fn, what, cudaMalloc(buf, need));
+    *have = need;
+    return QL_OK;
+}
+
+/* A packed layer's forward of m rows decodes in registers (the packed GEMV)
+ * rather than into the workspace. */
+bool packed_gemv(const ql_cuda_linear *l, int64_t m) { return m <= QLC_GEMV_MAX_M && (l->force == 0 || l->force == 3); }
+
+int64_t acc_pitch(int64_t n) { return (n + 3) / 4 * 4; }
 } // namespace
 
 extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count, ql_cuda_workspace **wsp, void *stream,
@@ -472,6 +588,20 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
         ws->q_bytes = qb, ws->rows = (size_t)m;
         ws->token = 0; /* the codes are gone */
     }
+    /* the decoded weight of a packed layer and an asymmetric layer's buffers */
+    for (int i = 0; i < count; i++) {
+        const ql_cuda_linear *li = ls[i];
+        if (li->bits && !packed_gemv(li, m) &&
+            (st = grow(fn, s, (void **)&ws->wdec, &ws->wdec_bytes, (size_t)(li->n * li->kp), "decoded-weight workspace")) !=
+                QL_OK)
+            return st;
+        if (li->corr &&
+            ((st = grow(fn, s, (void **)&ws->acc, &ws->acc_bytes, (size_t)(m * acc_pitch(li->n)) * 4,
+                        "accumulator workspace (asymmetric layer)")) != QL_OK ||
+             (st = grow(fn, s, (void **)&ws->gsum, &ws->gsum_bytes, (size_t)(m * (li->k / li->corr_group)) * 4,
+                        "group-sum workspace (asymmetric layer)")) != QL_OK))
+            return st;
+    }
     /* One prologue for every layer; each GEMM is a programmatic dependent
      * launch of the kernel before it, and waits for it: the codes are
      * complete before any GEMM reads them, and the next call's prologue
@@ -491,6 +621,7 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
     }
     if (token) *token = ws->token;
     const size_t es = ql_dtype_size(ydt);
+    const bool perm = codes_permuted(l->k, l->group, l->kp); /* the order the prologue wrote */
     for (int i = 0; i < count; i++) {
         ql_cuda_linear *li = ls[i];
         const ql_epilogue *epi = epis ? epis[i] : nullptr;
@@ -499,11 +630,73 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
         p.sx = ws->sx, p.sw = li->sw, p.sw_per_row = li->sw_per_row, p.bias = li->bias;
         if (epi && epi->residual) p.res = epi->residual, p.ldr = epi->ld_residual, p.rs = epi->residual_scale;
         p.vec2 = (uintptr_t)ys[i] % (2 * es) == 0 && ldys[i] % 2 == 0;
-        const MapCache cache = {&ws->amap, &ws->amap_m, &ws->amap_k, &ws->amap_tile, li->bmap, li->bmap_ok};
-        QLC_CUDA(fn, "the GEMM kernel",
-                 run_gemm(li->force, li->force_tile, li->sm90, li->sms, li->pairs, ws->q, li->kp, li->w, li->kp, m, li->n,
-                          li->k, p, s, true, li->kernel, sizeof li->kernel, &cache));
+        /* an asymmetric layer's GEMM leaves its raw accumulators; the corrected epilogue follows */
+        EpiParams pg = p;
+        const int64_t ldacc = acc_pitch(li->n);
+        if (li->corr) {
+            pg = EpiParams{};
+            pg.y = ws->acc, pg.ldy = ldacc, pg.ydt = DT_I32, pg.sx = ws->sx, pg.sw = li->sw, pg.sw_per_row = li->sw_per_row;
+            pg.vec2 = 1;
+        }
+        char name[80];
+        if (li->bits && packed_gemv(li, m)) {
+            QLC_CUDA(fn, "the packed GEMV kernel", launch_wxa8_gemv(ws->q, li->kp, li->pw, perm, m, pg, s, li->sm90));
+            snprintf(name, sizeof name, "wxa8 gemv %d-bit dp4a", li->bits);
+        } else {
+            const int8_t *b = li->w;
+            if (li->bits) {
+                /* an ordinary launch: it waits for the GEMM still reading the buffer; so does the
+                 * GEMM after it (its producer loads B before waiting on a programmatic launch) */
+                QLC_CUDA(fn, "the W4A8/W6A8 decode kernel", launch_wxa8_decode(li->pw, perm, ws->wdec, li->kp, s));
+                b = ws->wdec;
+            }
+            if (li->bmap_base != b) { /* the workspace's decoded weight moved (it grew) */
+                for (int t = 0; t < QLC_SM90_TILES; t++) li->bmap_ok[t] = false;
+                li->bmap_base = b;
+            }
+            const MapCache cache = {&ws->amap, &ws->amap_m, &ws->amap_k, &ws->amap_tile, li->bmap, li->bmap_ok};
+            char gemm[64];
+            QLC_CUDA(fn, "the GEMM kernel",
+                     run_gemm(li->force, li->force_tile, li->sm90, li->sms, li->pairs, ws->q, li->kp, b, li->kp, m, li->n,
+                              li->k, pg, s, !li->bits, gemm, sizeof gemm, &cache));
+            if (li->bits) snprintf(name, sizeof name, "wxa8 decode %d-bit + %s", li->bits, gemm);
+            else snprintf(name, sizeof name, "%s", gemm);
+        }
+        if (li->corr) {
+            QLC_CUDA(fn, "the group-sum kernel",
+                     launch_group_sums(ws->q, li->kp, m, li->k, li->corr_group, perm, ws->gsum, s));
+            QLC_CUDA(fn, "the corrected epilogue kernel",
+                     launch_corr_epilogue(ws->acc, ldacc, ws->gsum, li->corr, m, li->n, li->k / li->corr_group, p, s));
+            snprintf(li->kernel, sizeof li->kernel, "%s + correction", name);
+        } else snprintf(li->kernel, sizeof li->kernel, "%s", name);
     }
+    return QL_OK;
+}
+
+extern "C" int ql_cuda_codes_permuted(int64_t k, int64_t group) { return codes_permuted(k, group, (k + 15) / 16 * 16); }
+
+extern "C" ql_status ql_cuda_linear_decoded_weight(const ql_cuda_linear *l, int8_t *out, int64_t ldo)
+{
+    const char *fn = "ql_cuda_linear_decoded_weight";
+    if (!l || !out || ldo < l->k) return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: no layer, no output or ldo < K", fn);
+    if (l->n == 0 || l->k == 0) return QL_OK;
+    DeviceScope ds(l->device);
+    const int8_t *d = l->w;
+    int8_t *tmp = nullptr;
+    if (l->bits) {
+        QLC_CUDA(fn, "cudaMalloc", cudaMalloc(&tmp, (size_t)(l->n * l->kp)));
+        cudaError_t e = cudaMemset(tmp, 0x55, (size_t)(l->n * l->kp)); /* poison: unwritten bytes show */
+        if (e == cudaSuccess) e = launch_wxa8_decode(l->pw, codes_permuted(l->k, l->group, l->kp), tmp, l->kp, nullptr);
+        if (e == cudaSuccess) e = cudaDeviceSynchronize();
+        if (e != cudaSuccess) {
+            cudaFree(tmp);
+            return cuda_fail(fn, "the decode kernel", e);
+        }
+        d = tmp;
+    }
+    const cudaError_t e = cudaMemcpy2D(out, (size_t)ldo, d, (size_t)l->kp, (size_t)l->k, (size_t)l->n, cudaMemcpyDeviceToHost);
+    cudaFree(tmp);
+    if (e != cudaSuccess) return cuda_fail(fn, "copying the weight back", e);
     return QL_OK;
 }
 

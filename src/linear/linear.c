@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "backend/backend.h"
+#include "cuda/cuda_backend.h"
 #include "linear/check.h"
 #include "linear/linear.h"
 
@@ -43,6 +44,13 @@ void ql_linear_destroy(ql_linear *l)
 }
 
 size_t ql_linear_weight_bytes(const ql_linear *l) { return l ? l->be->weight_bytes(l->impl) : 0; }
+
+ql_status ql_linear_cuda_decoded_weight(const ql_linear *l, int8_t *out, int64_t ldo)
+{
+    if (!l || l->be != &ql_backend_cuda)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "ql_linear_cuda_decoded_weight: not a layer of a CUDA context");
+    return ql_cuda_linear_decoded_weight(l->impl, out, ldo);
+}
 
 const char *ql_linear_cuda_kernel(const ql_linear *l)
 {

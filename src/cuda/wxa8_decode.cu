@@ -1,0 +1,440 @@
+/* W4A8 / W6A8 weights kept packed on the GPU (layout: ql_cuda_packed_desc
+ * in cuda_backend.h) and decoded to the int8 grid: for many rows into a
+ * workspace that the int8 GEMM then reads, for a few rows in registers
+ * inside a GEMV. Plus the asymmetric correction (group sums of the
+ * activation codes and the CPU's corrected epilogue).
+ *
+ * Both decoders give the reference's grid = clamp(rne(value·s), ±127)
+ * exactly, 16 natural codes at a time:
+ *   4 bits: a table lookup, lut[scale byte][code] made on the host by the
+ *     reference's own function; the 16-byte row of one scale byte sits in
+ *     four registers and three byte permutes pick four codes' entries (the
+ *     low three bits of each code index an 8-byte half, the fourth picks
+ *     the half);
+ *   6 bits: fp16 arithmetic on pairs, exact: (code − 32) has at most 6
+ *     significant bits and an e4m3 scale 4, so their product (|x| <= 14336,
+ *     lowest bit >= 2^-9) is an fp16 normal number with no rounding; it is
+ *     clamped to ±127 and 1536 added, which rounds it to nearest even (ulp 1
+ *     in [1024, 2048)) and leaves the integer in the low byte. The same
+ *     value as the fp32 product rounded by rintf. */
+#include <cuda_fp16.h>
+
+#include "cuda_internal.h"
+#include "wxa8_cuda.h"
+
+namespace qlc {
+namespace {
+
+/* Four int8 entries of the 16-entry table T (row of one scale byte) for the
+ * four codes in the low 16 bits of q (code u in bits 4u..4u+3). Selectors
+ * keep bit 3 of every nibble clear (prmt's sign mode stays off). */
+__device__ __forceinline__ uint32_t lut16(const uint4 &t, uint32_t q)
+{
+    const uint32_t sel = q & 0x7777u;
+    const uint32_t lo = __byte_perm(t.x, t.y, sel), hi = __byte_perm(t.z, t.w, sel);
+    return __byte_perm(lo, hi, ((q >> 1) & 0x4444u) | 0x3210u);
+}
+
+/* 16 codes of 4 bits (nib.x: codes 0-7, nib.y: 8-15) -> 16 int8 (o[u]: codes
+ * 4u..4u+3). sbv: the scale bytes of the 16 codes, 16/GS of them (byte 0
+ * first). lut: [256] rows of 16 bytes. */
+template <int GS>
+__device__ __forceinline__ void decode16_4(uint2 nib, uint32_t sbv, const uint4 *lut, uint32_t (&o)[4])
+{
+    if constexpr (GS == 16) {
+        const uint4 t = lut[sbv & 0xff];
+        o[0] = lut16(t, nib.x), o[1] = lut16(t, nib.x >> 16), o[2] = lut16(t, nib.y), o[3] = lut16(t, nib.y >> 16);
+    } else if constexpr (GS == 8) {
+        const uint4 t0 = lut[sbv & 0xff], t1 = lut[(sbv >> 8) & 0xff];
+        o[0] = lut16(t0, nib.x), o[1] = lut16(t0, nib.x >> 16), o[2] = lut16(t1, nib.y), o[3] = lut16(t1, nib.y >> 16);
+    } else {
+        o[0] = lut16(lut[sbv & 0xff], nib.x), o[1] = lut16(lut[(sbv >> 8) & 0xff], nib.x >> 16);
+        o[2] = lut16(lut[(sbv >> 16) & 0xff], nib.y), o[3] = lut16(lut[sbv >> 24], nib.y >> 16);
+    }
+}
+
+__device__ __forceinline__ __half2 as_h2(uint32_t u)
+{
+    __half2 h;
+    memcpy(&h, &u, 4);
+    return h;
+}
+__device__ __forceinline__ uint32_t h2_bits(__half2 h)
+{
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
+}
+
+/* 16 codes of 6 bits -> 16 int8. nib as for 4 bits; hw: the top two bits,
+ * code j (0..3) at bits 2j, j + 4 at 16 + 2j, j + 8 at 8 + 2j, j + 12 at
+ * 24 + 2j, so that codes (j, j + 4) of each half come out as an fp16 pair
+ * with one shift and mask; s2: the group scale in both halves (fp16). */
+__device__ __forceinline__ void decode16_6(uint2 nib, uint32_t hw, __half2 s2, uint32_t (&o)[4])
+{
+    const __half2 off = as_h2(0x64206420u);   /* 1056 = 1024 + 32 */
+    const __half2 lo = as_h2(0xD7F0D7F0u);    /* -127 */
+    const __half2 hi = as_h2(0x57F057F0u);    /* 127 */
+    const __half2 magic = as_h2(0x66006600u); /* 1536 */
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const uint32_t nw = h ? nib.y : nib.x, hb = hw >> (8 * h);
+        uint32_t y[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            /* fp16 bits 0x6400 | code: the value 1024 + code */
+            const uint32_t c = ((nw >> (4 * j)) & 0x000F000Fu) | (((hb >> (2 * j)) & 0x00030003u) << 4) | 0x64006400u;
+            __half2 x = __hmul2_rn(__hsub2_rn(as_h2(c), off), s2); /* (code - 32)·s, exact */
+            x = __hmin2(__hmax2(x, lo), hi);
+            y[j] = h2_bits(__hadd2_rn(x, magic)); /* low byte of each half: rne(x) */
+        }
+        /* y[j] holds codes (j, j + 4) of this half in bytes 0 and 2 */
+        const uint32_t t01 = __byte_perm(y[0], y[1], 0x6240), t23 = __byte_perm(y[2], y[3], 0x6240);
+        o[2 * h] = __byte_perm(t01, t23, 0x5410);
+        o[2 * h + 1] = __byte_perm(t01, t23, 0x7632);
+    }
+}
+
+/* The fp16 scale of a byte, in both halves. */
+__device__ __forceinline__ __half2 scale_h2(const uint16_t *tab, uint32_t b)
+{
+    const uint32_t s = tab[b & 0xff];
+    return as_h2(s | (s << 16));
+}
+
+/* The scale bytes of natural codes [kn, kn + 16) of a row (16/GS bytes, aligned). */
+template <int GS> __device__ __forceinline__ uint32_t load_scales(const uint8_t *srow, int64_t kn)
+{
+    if constexpr (GS == 16) return __ldg(srow + kn / 16);
+    else if constexpr (GS == 8) return __ldg((const uint16_t *)(srow + kn / 8));
+    else return __ldg((const uint32_t *)(srow + kn / 4));
+}
+
+/* Natural codes [kn, kn + 16) of row `col` decoded into o. */
+template <int BITS, int GS>
+__device__ __forceinline__ void decode_chunk(const PackedW &w, int64_t col, int64_t kn, const uint4 *lut4,
+                                             const uint16_t *tab6, uint32_t (&o)[4])
+{
+    const uint2 nib = __ldg((const uint2 *)(w.nib + col * w.ldn + kn / 2));
+    const uint32_t sbv = load_scales<GS>(w.sb + col * w.lds, kn);
+    if constexpr (BITS == 4) decode16_4<GS>(nib, sbv, lut4, o);
+    else decode16_6(nib, __ldg((const uint32_t *)(w.hi + col * w.ldh + kn / 4)), scale_h2(tab6, sbv), o);
+}
+
+/* Tables into shared memory (every thread of the block takes part). */
+template <int BITS> __device__ __forceinline__ void load_tables(const PackedW &w, uint4 *lut4, uint16_t *tab6)
+{
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) {
+        if constexpr (BITS == 4) lut4[i] = __ldg((const uint4 *)w.table + i);
+        else tab6[i] = __ldg((const uint16_t *)w.table + i);
+    }
+}
+
+/* ------------------------------------------------------------ decode */
+
+constexpr int DEC_THREADS = 256;
+
+template <int BITS, int GS>
+__global__ void __launch_bounds__(DEC_THREADS) wxa8_decode_kernel(PackedW w, bool permuted, int8_t *out, int64_t ldo)
+{
+    __shared__ uint4 lut4[BITS == 4 ? 256 : 1];
+    __shared__ uint16_t tab6[BITS == 6 ? 256 : 1];
+    /* per warp two groups of 256 decoded codes (natural order), 16 bytes apart in banks */
+    __shared__ __align__(16) uint8_t tr[DEC_THREADS / 32][2][272];
+    load_tables<BITS>(w, lut4, tab6);
+    __syncthreads();
+    const int64_t chunks = w.k / 16, t = (int64_t)blockIdx.x * DEC_THREADS + threadIdx.x;
+    const bool valid = t < w.n * chunks;
+    const int64_t row = valid ? t / chunks : 0, c = valid ? t % chunks : 0;
+    uint32_t o[4] = {0, 0, 0, 0};
+    if (valid) decode_chunk<BITS, GS>(w, row, 16 * c, lut4, tab6, o);
+    int8_t *dst = out + row * ldo + 16 * c;
+    if (!permuted) {
+        if (valid) *(uint4 *)dst = make_uint4(o[0], o[1], o[2], o[3]);
+        return;
+    }
+    /* k % 256 == 0: the 16 threads of a half-warp hold the 16 chunks of one
+     * group of 256 (natural chunk i = lane % 16), all valid or none. The
+     * group is transposed as 16 x 16 bytes: stored row i = values i + 16·t. */
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, h = lane / 16, i = lane % 16;
+    uint8_t *g = tr[warp][h];
+    *(uint4 *)(g + 16 * i) = make_uint4(o[0], o[1], o[2], o[3]);
+    __syncwarp();
+    uint32_t r[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        const uint8_t *p = g + i + 64 * u; /* values i + 16·(4u + j), j = 0..3 */
+        r[u] = (uint32_t)p[0] | (uint32_t)p[16] << 8 | (uint32_t)p[32] << 16 | (uint32_t)p[48] << 24;
+    }
+    if (valid) *(uint4 *)dst = make_uint4(r[0], r[1], r[2], r[3]);
+}
+
+/* -------------------------------------------------------------- GEMV */
+
+constexpr int PG_WARPS = 8;
+constexpr int PG_KC = 4096;                  /* activation codes per row staged per pass */
+constexpr int PG_PITCH = PG_KC / 256 * 272;  /* a row in shared memory: groups of 256 16 bytes apart in banks */
+
+__device__ __forceinline__ int xs_off(int kk) { return kk / 256 * 272 + kk % 256; }
+
+/* Rows [0, MR) of the activation codes, natural codes [c0, c0 + kc), into
+ * xs in natural order. Permuted codes come as 16 x 16 byte tiles (stored
+ * row i = values i + 16·t): a thread takes four stored rows (64 bytes) and
+ * transposes them 4 x 4 bytes at a time into words of four consecutive
+ * values. */
+template <int MR>
+__device__ __forceinline__ void stage_rows(const int8_t *a, int64_t lda, int64_t c0, int kc, bool permuted, int8_t *xs)
+{
+    if (!permuted) {
+        const int per_row = kc / 16;
+        for (int i = threadIdx.x; i < MR * per_row; i += blockDim.x) {
+            const int r = i / per_row, u = i % per_row;
+            *(int4 *)(xs + r * PG_PITCH + xs_off(16 * u)) = *(const int4 *)(a + r * lda + c0 + 16 * u);
+        }
+        return;
+    }
+    const int per_row = kc / 64; /* units of four stored rows */
+    for (int i = threadIdx.x; i < MR * per_row; i += blockDim.x) {
+        const int r = i / per_row, rem = i % per_row, b = rem / 4, q = rem % 4;
+        const int4 *src = (const int4 *)(a + r * lda + c0 + 256 * b + 64 * q);
+        const int4 x0 = src[0], x1 = src[1], x2 = src[2], x3 = src[3];
+        const uint32_t xw[4][4] = {{(uint32_t)x0.x, (uint32_t)x0.y, (uint32_t)x0.z, (uint32_t)x0.w},
+                                   {(uint32_t)x1.x, (uint32_t)x1.y, (uint32_t)x1.z, (uint32_t)x1.w},
+                                   {(uint32_t)x2.x, (uint32_t)x2.y, (uint32_t)x2.z, (uint32_t)x2.w},
+                                   {(uint32_t)x3.x, (uint32_t)x3.y, (uint32_t)x3.z, (uint32_t)x3.w}};
+        int8_t *dst = xs + r * PG_PITCH + 272 * b + 4 * q;
+#pragma unroll
+        for (int wd = 0; wd < 4; wd++) { /* bytes t = 4wd..4wd+3 of stored rows 4q..4q+3 */
+            const uint32_t t0 = __byte_perm(xw[0][wd], xw[1][wd], 0x5140), t1 = __byte_perm(xw[0][wd], xw[1][wd], 0x7362);
+            const uint32_t t2 = __byte_perm(xw[2][wd], xw[3][wd], 0x5140), t3 = __byte_perm(xw[2][wd], xw[3][wd], 0x7362);
+            /* values 4q..4q+3 + 16·t */
+            *(uint32_t *)(dst + 16 * (4 * wd + 0)) = __byte_perm(t0, t2, 0x5410);
+            *(uint32_t *)(dst + 16 * (4 * wd + 1)) = __byte_perm(t0, t2, 0x7632);
+            *(uint32_t *)(dst + 16 * (4 * wd + 2)) = __byte_perm(t1, t3, 0x5410);
+            *(uint32_t *)(dst + 16 * (4 * wd + 3)) = __byte_perm(t1, t3, 0x7632);
+        }
+    }
+}
+
+template <int MR, int BITS, int GS>
+__global__ void __launch_bounds__(PG_WARPS * 32) wxa8_gemv_kernel(const int8_t *a, int64_t lda, PackedW w, bool permuted,
+                                                                   EpiParams p)
+{
+    __shared__ __align__(16) int8_t xs[MR * PG_PITCH];
+    __shared__ uint4 lut4[BITS == 4 ? 256 : 1];
+    __shared__ uint16_t tab6[BITS == 6 ? 256 : 1];
+    pdl_trigger(); /* the next layer's prologue may launch (it waits for this grid) */
+    const int lane = threadIdx.x % 32;
+    const int64_t col = (int64_t)blockIdx.x * PG_WARPS + threadIdx.x / 32;
+    const bool active = col < w.n;
+    load_tables<BITS>(w, lut4, tab6); /* layer constants: before waiting */
+#if __CUDA_ARCH__ >= 900
+    /* the packed row on its way from DRAM into L2 while the prologue finishes */
+    if (active) {
+        for (int64_t o = (int64_t)lane * 128; o < w.k / 2; o += 32 * 128)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(w.nib + col * w.ldn + o));
+        if (BITS == 6)
+            for (int64_t o = (int64_t)lane * 128; o < w.k / 4; o += 32 * 128)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(w.hi + col * w.ldh + o));
+    }
+#endif
+    pdl_wait(); /* the activation codes are the prologue's */
+    int32_t acc[MR] = {};
+    for (int64_t c0 = 0; c0 < w.k; c0 += PG_KC) {
+        const int kc = (int)(w.k - c0 < PG_KC ? w.k - c0 : PG_KC);
+        __syncthreads(); /* the tables are in; the last pass's rows are read */
+        stage_rows<MR>(a, lda, c0, kc, permuted, xs);
+        __syncthreads();
+        if (!active) continue;
+#pragma unroll 4
+        for (int kk = lane * 16; kk < kc; kk += 32 * 16) {
+            uint32_t o[4];
+            decode_chunk<BITS, GS>(w, col, c0 + kk, lut4, tab6, o);
+            const int8_t *xp = xs + xs_off(kk);
+#pragma unroll
+            for (int r = 0; r < MR; r++) {
+                const int4 xv = *(const int4 *)(xp + r * PG_PITCH);
+                acc[r] = __dp4a(xv.x, (int)o[0], acc[r]);
+                acc[r] = __dp4a(xv.y, (int)o[1], acc[r]);
+                acc[r] = __dp4a(xv.z, (int)o[2], acc[r]);
+                acc[r] = __dp4a(xv.w, (int)o[3], acc[r]);
+            }
+        }
+    }
+    if (!active) return;
+#pragma unroll
+    for (int r = 0; r < MR; r++)
+        for (int o = 16; o; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+    if (lane < MR) { /* the int8 GEMV's epilogue */
+        int32_t v = acc[0];
+#pragma unroll
+        for (int r = 1; r < MR; r++)
+            if (lane == r) v = acc[r];
+        if (p.ydt == DT_I32) store_one(p, lane, col, 0.f, v);
+        else store_one(p, lane, col, epi_value(p, v, p.sx[lane], lane, col), v);
+    }
+}
+
+/* -------------------------------------------------- asymmetric layers */
+
+__global__ void group_sums_kernel(const int8_t *a, int64_t lda, int64_t m, int64_t k, int64_t group, bool permuted,
+                                  float *s)
+{
+    const int64_t ng = k / group, i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= m * ng) return;
+    const int64_t r = i / ng, g = i % ng;
+    const int8_t *row = a + r * lda;
+    int32_t sum = 0;
+    for (int64_t kn = g * group; kn < (g + 1) * group; kn++) /* natural kn = 256b + i + 16t is stored at 256b + 16i + t */
+        sum += row[permuted ? (kn & ~(int64_t)255) | ((kn & 15) << 4) | ((kn >> 4) & 15) : kn];
+    s[i] = (float)sum; /* exact: |sum| <= 128·group */
+}
+
+/* epi_value after its product: the same roundings in the same order. */
+__device__ __forceinline__ float epi_after(const EpiParams &p, float v, int64_t row, int64_t col)
+{
+    const int dt = p.ydt;
+    float y = round_to(dt, v);
+    if (p.bias) y = round_to(dt, __fadd_rn(y, round_to(dt, p.bias[col])));
+    if (p.res) {
+        const float r = load_f(dt, p.res, row * p.ldr + col), rs = load_f(dt, p.rs, col);
+        y = round_to(dt, __fadd_rn(r, __fmul_rn(rs, y)));
+    }
+    return y;
+}
+
+/* A tile of BY·RT rows × BX·CT columns per block (BX·BY threads; thread
+ * (ty, tx) owns rows ty·RT.., columns tx·CT..); s and corr pass through
+ * shared memory GC groups at a time. Every t is summed in group order. */
+template <int BY, int BX, int RT, int CT>
+__global__ void __launch_bounds__(BX *BY) corr_epilogue_kernel(const int32_t *acc, int64_t ldacc, const float *s,
+                                                               const float *corr, int64_t m, int64_t n, int64_t ng,
+                                                               EpiParams p)
+{
+    constexpr int NT = BX * BY, TM = BY * RT, TN = BX * CT, GC = 16;
+    __shared__ __align__(16) float ss[GC][TM];
+    __shared__ __align__(16) float cs[GC][TN];
+    const int tx = threadIdx.x % BX, ty = threadIdx.x / BX;
+    const int64_t m0 = (int64_t)blockIdx.y * TM, n0 = (int64_t)blockIdx.x * TN;
+    float t[RT][CT];
+#pragma unroll
+    for (int i = 0; i < RT; i++)
+#pragma unroll
+        for (int j = 0; j < CT; j++) t[i][j] = 0.0f;
+    for (int64_t g0 = 0; g0 < ng; g0 += GC) {
+        const int gc = (int)(ng - g0 < GC ? ng - g0 : GC);
+        __syncthreads();
+        for (int i = threadIdx.x; i < GC * TM; i += NT) {
+            const int gg = i % GC, rr = i / GC; /* a row's groups are contiguous in s */
+            ss[gg][rr] = gg < gc && m0 + rr < m ? s[(m0 + rr) * ng + g0 + gg] : 0.0f;
+        }
+        for (int i = threadIdx.x; i < GC * TN; i += NT) {
+            const int gg = i / TN, cc = i % TN;
+            cs[gg][cc] = gg < gc && n0 + cc < n ? corr[(g0 + gg) * n + n0 + cc] : 0.0f;
+        }
+        __syncthreads();
+        for (int gg = 0; gg < gc; gg++) {
+            float sv[RT], cv[CT];
+#pragma unroll
+            for (int i = 0; i < RT; i++) sv[i] = ss[gg][ty * RT + i];
+#pragma unroll
+            for (int j = 0; j < CT; j++) cv[j] = cs[gg][tx * CT + j];
+#pragma unroll
+            for (int i = 0; i < RT; i++)
+#pragma unroll
+                for (int j = 0; j < CT; j++) t[i][j] = __fadd_rn(t[i][j], __fmul_rn(sv[i], cv[j]));
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < RT; i++) {
+        const int64_t row = m0 + ty * RT + i;
+        if (row >= m) continue;
+        const float sx = p.sx[row];
+#pragma unroll
+        for (int j = 0; j < CT; j++) {
+            const int64_t col = n0 + tx * CT + j;
+            if (col >= n) continue;
+            const float sxw = __fmul_rn(sx, p.sw[p.sw_per_row ? col : 0]);
+            const float v = __fadd_rn(__fmul_rn(__int2float_rn(acc[row * ldacc + col]), sxw), __fmul_rn(sx, t[i][j]));
+            store_one(p, row, col, epi_after(p, v, row, col), 0);
+        }
+    }
+}
+
+/* The kernel for a packed layer's bits and codes per scale byte. */
+template <template <int, int> class F, typename... Args> cudaError_t with_format(const PackedW &w, Args &&...args)
+{
+    if (w.bits == 6) return F<6, 16>::run(w, args...);
+    if (w.gs == 16) return F<4, 16>::run(w, args...);
+    if (w.gs == 8) return F<4, 8>::run(w, args...);
+    return F<4, 4>::run(w, args...);
+}
+
+template <int BITS, int GS> struct DecodeLaunch {
+    static cudaError_t run(const PackedW &w, bool permuted, int8_t *out, int64_t ldo, cudaStream_t stream)
+    {
+        const int64_t threads = w.n * (w.k / 16);
+        wxa8_decode_kernel<BITS, GS>
+            <<<(unsigned)((threads + DEC_THREADS - 1) / DEC_THREADS), DEC_THREADS, 0, stream>>>(w, permuted, out, ldo);
+        return cudaGetLastError();
+    }
+};
+
+template <int BITS, int GS> struct GemvLaunch {
+    static cudaError_t run(const PackedW &w, const int8_t *a, int64_t lda, bool permuted, int64_t m, const EpiParams &p,
+                           cudaStream_t stream, bool pdl)
+    {
+        cudaLaunchAttribute attr[1];
+        cudaLaunchConfig_t cfg = launch_config(dim3((unsigned)((w.n + PG_WARPS - 1) / PG_WARPS)), dim3(PG_WARPS * 32), 0,
+                                               stream, pdl, attr);
+        switch (m) {
+#define QLC_PG_CASE(R)                                                                                                \
+    case R: return cudaLaunchKernelEx(&cfg, wxa8_gemv_kernel<R, BITS, GS>, a, lda, w, permuted, p);
+            QLC_PG_CASE(1) QLC_PG_CASE(2) QLC_PG_CASE(3) QLC_PG_CASE(4)
+            QLC_PG_CASE(5) QLC_PG_CASE(6) QLC_PG_CASE(7) QLC_PG_CASE(8)
+#undef QLC_PG_CASE
+        default: return cudaErrorInvalidValue;
+        }
+    }
+};
+
+} // namespace
+
+cudaError_t launch_wxa8_decode(const PackedW &w, bool permuted, int8_t *out, int64_t ldo, cudaStream_t stream)
+{
+    if (w.n == 0 || w.k == 0) return cudaSuccess;
+    if (permuted && w.k % 256 != 0) return cudaErrorInvalidValue;
+    return with_format<DecodeLaunch>(w, permuted, out, ldo, stream);
+}
+
+cudaError_t launch_wxa8_gemv(const int8_t *a, int64_t lda, const PackedW &w, bool permuted, int64_t m,
+                             const EpiParams &p, cudaStream_t stream, bool pdl)
+{
+    if ((uintptr_t)a % 16 != 0 || lda % 16 != 0 || w.k % 16 != 0 || (permuted && w.k % 256 != 0))
+        return cudaErrorInvalidValue;
+    return with_format<GemvLaunch>(w, a, lda, permuted, m, p, stream, pdl);
+}
+
+cudaError_t launch_group_sums(const int8_t *a, int64_t lda, int64_t m, int64_t k, int64_t group, bool permuted, float *s,
+                              cudaStream_t stream)
+{
+    const int64_t count = m * (k / group);
+    if (count == 0) return cudaSuccess;
+    group_sums_kernel<<<(unsigned)((count + 255) / 256), 256, 0, stream>>>(a, lda, m, k, group, permuted, s);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_corr_epilogue(const int32_t *acc, int64_t ldacc, const float *s, const float *corr, int64_t m,
+                                 int64_t n, int64_t ng, const EpiParams &p, cudaStream_t stream)
+{
+    if (m <= 8) { /* few rows: 8 × 64 tiles, a column per thread */
+        corr_epilogue_kernel<1, 64, 8, 1>
+            <<<dim3((unsigned)((n + 63) / 64), (unsigned)((m + 7) / 8)), 64, 0, stream>>>(acc, ldacc, s, corr, m, n, ng, p);
+    } else { /* 64 × 64 tiles, 4 × 4 per thread */
+        corr_epilogue_kernel<16, 16, 4, 4>
+            <<<dim3((unsigned)((n + 63) / 64), (unsigned)((m + 63) / 64)), 256, 0, stream>>>(acc, ldacc, s, corr, m, n, ng, p);
+    }
+    return cudaGetLastError();
+}
+
+} // namespace qlc
