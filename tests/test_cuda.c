@@ -538,7 +538,8 @@ static void test_wxa8_packed(ql_context *gpu)
 
 /* Packed, asymmetric and int8 layers sharing one input
  * (ql_linear_forward_shared: one prologue, each its own path) equal to
- * separate forwards bit for bit; a packed layer's forwards captured in a
+ * separate forwards bit for bit; with a fused input activation (gelu_tanh)
+ * the packed layer equals the decoded one; a packed layer's forwards captured in a
  * CUDA graph replay exactly; a capture that would have to grow the
  * decoded-weight workspace is refused with a reason. */
 static void test_wxa8_shared(ql_context *gpu)
@@ -609,6 +610,31 @@ static void test_wxa8_shared(ql_context *gpu)
         cudaStreamDestroy(stream);
         for (int i = 0; i < L; i++) cudaFree(dy[i]), cudaFree(dr[i]);
         cudaFree(dx), free(x);
+    }
+    /* an input activation fused into the shared prologue: the packed layer equals the decoded one */
+    {
+        ql_linear *dec0 = NULL;
+        ql_linear_desc d0 = {.kind = QL_LINEAR_W8A8, .wxa8 = c[0].w};
+        CHECK_OK(ql_linear_create(gpu, &d0, &dec0));
+        const int64_t n0 = c[0].w.n;
+        for (int mi = 0; dec0 && mi < 2; mi++) {
+            const int64_t m = ms[mi];
+            uint16_t *x = malloc((size_t)(m * k) * 2), *a = malloc((size_t)(m * n0) * 2), *b = malloc((size_t)(m * n0) * 2);
+            tu_fill_gauss(QL_BF16, x, m * k, 1.0);
+            void *dx = dev_copy(x, (size_t)(m * k) * 2), *dy0 = dev_alloc((size_t)(m * n0) * 2), *dy1 = dev_alloc((size_t)(m * n0) * 2);
+            cudaMemset(dy0, 0x7f, (size_t)(m * n0) * 2), cudaMemset(dy1, 0x7f, (size_t)(m * n0) * 2);
+            const ql_epilogue e = {.input_act = QL_INPUT_ACT_GELU_TANH};
+            CHECK_OK(ql_linear_forward(lin[0], dx, QL_BF16, m, k, dy0, QL_BF16, n0, &e));
+            CHECK_OK(ql_linear_forward(dec0, dx, QL_BF16, m, k, dy1, QL_BF16, n0, &e));
+            CHECK(cudaDeviceSynchronize() == cudaSuccess, "kernel failed: %s", cudaGetErrorString(cudaGetLastError()));
+            cudaMemcpy(a, dy0, (size_t)(m * n0) * 2, cudaMemcpyDeviceToHost);
+            cudaMemcpy(b, dy1, (size_t)(m * n0) * 2, cudaMemcpyDeviceToHost);
+            int64_t first = -1;
+            CHECK(same_bits(QL_BF16, b, a, m, n0, n0, &first), "packed W4A8 with gelu_tanh M=%lld: first difference from the decoded layer at %lld",
+                  (long long)m, (long long)first);
+            cudaFree(dx), cudaFree(dy0), cudaFree(dy1), free(x), free(a), free(b);
+        }
+        ql_linear_destroy(dec0);
     }
     /* a fresh context whose activation workspace is large enough but whose decoded-weight workspace is not */
     ql_context *fresh = NULL;
