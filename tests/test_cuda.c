@@ -154,9 +154,7 @@ static void linear_case(ql_context *gpu, int64_t m, int64_t n, int64_t k, int64_
 
     setenv("QLINEAR_CUDA_GEMM", kernel, 1);
     static int cases; /* every team size of the G = 256 prologue in turn (auto picks by M) */
-    setenv("QLINEAR_CUDA_ROWW", (const char *[]){"auto", "1", "2", "4"}[cases % 4], 1);
-    /* both G = 256 kernels: the register-resident one (auto, where it takes the row) and the row-buffer one */
-    setenv("QLINEAR_CUDA_PROLOGUE", cases++ % 3 == 2 ? "smem" : "auto", 1);
+    setenv("QLINEAR_CUDA_ROWW", (const char *[]){"auto", "1", "2", "4"}[cases++ % 4], 1);
     ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};
     ql_linear *lin = NULL;
     CHECK_OK(ql_linear_create(gpu, &d, &lin));

@@ -39,16 +39,8 @@ inline cudaLaunchConfig_t launch_config(dim3 grid, dim3 block, size_t smem, cuda
 #define QLC_INPUT_ACTS 4 /* ql_input_act codes: none, gelu_tanh, swiglu, rms_norm */
 struct PrologueFit {
     int resident[3][QLC_INPUT_ACTS][3]; /* [dtype f32 / f16 / bf16][input activation][team size 1, 2, 4] */
-    int regs_resident[3]; /* resident blocks of the register-resident G = 256 kernel per dtype */
-    int kernel;           /* QLINEAR_CUDA_PROLOGUE: 0 auto, 1 the row-buffer kernel, 2 the register-resident one */
     bool pdl; /* the fast prologue is a programmatic dependent launch (sm_90+) */
 };
-/* The register-resident G = 256 prologue (prologue_regs.cu): the team size
- * for a row of k (0: it cannot take the row), its resident blocks, its launch. */
-int g256_regs_roww(int xdt, int64_t m, int64_t k, int64_t resident_warps, int force);
-cudaError_t g256_regs_resident_blocks(int xdt, int64_t k, int sms, int *blocks);
-cudaError_t launch_quantize_rows_g256_regs(const void *x, int xdt, int64_t ldx_bytes, int64_t m, int k, int roww,
-                                           int8_t *q, float *sx, int resident_blocks, bool pdl, cudaStream_t stream);
 cudaError_t prepare_quantize_rows(int64_t k, PrologueFit *fit);
 cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m, int64_t k, int64_t group,
                                  const InputAct &act, int8_t *q, int64_t ldq, float *sx, int force_roww,

@@ -6,9 +6,6 @@
  * with G = 256 each group's codes are stored 16x16-transposed (see
  * codes_permuted). Codes and scales bit-identical to ql_load_row_rotated +
  * ql_quantize_row_f32. */
-#include <stdlib.h>
-#include <string.h>
-
 #include "common.cuh"
 #include "cuda_internal.h"
 #include "input_act.cuh"
@@ -576,9 +573,6 @@ cudaError_t prepare_quantize_rows(int64_t k, PrologueFit *fit)
     if (e == cudaSuccess) e = fit_g256<DT_F32>((int)k, sms, fit->resident[0]);
     if (e == cudaSuccess) e = fit_g256<DT_F16>((int)k, sms, fit->resident[1]);
     if (e == cudaSuccess) e = fit_g256<DT_BF16>((int)k, sms, fit->resident[2]);
-    for (int d = 0; d < 3 && e == cudaSuccess; d++) e = g256_regs_resident_blocks(d, k, sms, &fit->regs_resident[d]);
-    const char *pk = getenv("QLINEAR_CUDA_PROLOGUE");
-    fit->kernel = pk && !strcmp(pk, "smem") ? 1 : pk && !strcmp(pk, "regs") ? 2 : 0;
     return e;
 }
 
@@ -607,13 +601,6 @@ cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m,
      * kernel's); the generic kernel checks it itself */
     const bool vec = ((uintptr_t)x % 16 == 0) && ((ldx * esize) % 16 == 0);
     if (vec && fast_ok(k, group, ldq)) {
-        /* the register-resident kernel wherever it takes the row, without an input activation
-         * (QLINEAR_CUDA_PROLOGUE=smem: the row-buffer one) */
-        const int d = xdt == DT_BF16 ? 2 : xdt == DT_F16 ? 1 : 0;
-        const int roww = fit.kernel == 1 || act.code ? 0 : g256_regs_roww(xdt, m, k, (int64_t)fit.regs_resident[d] * 4, force_roww);
-        if (roww)
-            return launch_quantize_rows_g256_regs(x, xdt, ldx * esize, m, (int)k, roww, q, sx, fit.regs_resident[d],
-                                                  fit.pdl, stream);
         if (xdt == DT_BF16)
             return launch_g256<DT_BF16>(x, ldx * esize, m, (int)k, act, q, sx, force_roww, fit.resident[2], fit.pdl,
                                         stream);
