@@ -89,6 +89,23 @@ __device__ __forceinline__ void store_one(const EpiParams &p, int64_t row, int64
     }
 }
 
+/* The end of a GEMV warp's column: each lane's MR partial dot products
+ * summed over the warp, row r's result stored (through the epilogue) by lane r. */
+template <int MR> __device__ __forceinline__ void gemv_finish(int32_t (&acc)[MR], const EpiParams &p, int lane, int64_t col)
+{
+#pragma unroll
+    for (int r = 0; r < MR; r++)
+        for (int o = 16; o; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+    if (lane < MR) {
+        int32_t v = acc[0];
+#pragma unroll
+        for (int r = 1; r < MR; r++)
+            if (lane == r) v = acc[r];
+        if (p.ydt == DT_I32) store_one(p, lane, col, 0.f, v);
+        else store_one(p, lane, col, epi_value(p, v, p.sx[lane], lane, col), v);
+    }
+}
+
 /* Two adjacent outputs (col, col+1) of one row; col+1 may be past N. */
 __device__ __forceinline__ void epi_store2(const EpiParams &p, int64_t row, int64_t col, int64_t n, int32_t a0,
                                            int32_t a1, float sx)

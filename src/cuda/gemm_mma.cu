@@ -131,17 +131,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) s8_gemv_kernel(const int8_t *
             acc[r] = __dp4a(xv.w, wv.w, acc[r]);
         }
     }
-#pragma unroll
-    for (int r = 0; r < MR; r++)
-        for (int o = 16; o; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
-    if (lane < MR) {
-        int32_t v = acc[0];
-#pragma unroll
-        for (int r = 1; r < MR; r++)
-            if (lane == r) v = acc[r];
-        if (p.ydt == DT_I32) store_one(p, lane, col, 0.f, v);
-        else store_one(p, lane, col, epi_value(p, v, p.sx[lane], lane, col), v);
-    }
+    gemv_finish<MR>(acc, p, lane, col);
 }
 
 } // namespace
