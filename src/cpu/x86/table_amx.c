@@ -37,14 +37,14 @@ const ql_cpu_kernels ql_cpu_kernels_amx = {
     .s8 = &ql_s8_amx[31],
     .s8_rows = rows,
     .s8_rows_max = 32,
-    /* Blocks of 64 rows × 256 columns, K slices of 512, the weight panel
-     * outer (ukernel_amx.c): one 32×32 tile call's two operand slices
-     * (16 KiB each) fit L1 together, and the weight slice stays there for
-     * the block's two row panels. Measured on the lent 16-core Xeon (anima
-     * M = 1024, 16 threads, five interleaved rounds over two leases):
-     * w8a8 median 484 ms against 580 for {128, 512, 2048} activation-outer,
-     * the int8 GEMM 478 against 550 (docs/MEASUREMENTS.md §15). */
-    .s8_blocking = {64, 256, 512},
+    /* K slices of 2048: each 32×32 tile call runs 32 64-k blocks before its
+     * C tiles drain to memory (the stores wait for the last TDPBSSD), the
+     * block's weight slices (NC × KC = 1 MiB) in the 2 MiB L2; no widening
+     * for short K (6144×256 at M = 1024: 1.73 ms against 2.56 widened).
+     * Measured on a 2-core Sapphire Rapids VM (anima M = 1024, w8a8,
+     * interleaved rounds): 1.28-1.32 s against 1.36-1.46 s for
+     * {128, 512, 1024} widened, the previous entry. */
+    .s8_blocking = {128, 512, 2048},
     .s8_short_k_widen = 1,
     .small_m = 64, /* an estimate: two 32-row panels against each streamed weight panel */
     .prologue = ql_prologue_avx512,

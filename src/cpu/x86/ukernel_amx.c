@@ -148,10 +148,9 @@ QL_AMX(17) QL_AMX(18) QL_AMX(19) QL_AMX(20) QL_AMX(21) QL_AMX(22) QL_AMX(23) QL_
 QL_AMX(25) QL_AMX(26) QL_AMX(27) QL_AMX(28) QL_AMX(29) QL_AMX(30) QL_AMX(31) QL_AMX(32)
 #undef QL_AMX
 
-/* weight panel outer (a_outer false): a weight micro-panel slice (KC × 32,
- * 16 KiB at the table's KC = 512) stays in L1 while the block's activation
- * panel slices stream past it from L2 */
-#define QL_K(R) {QL_ISA_AMX, "s8_gemm_" #R "x32c4__amx", R, 32, 64, false, false, tile_##R##x32c4_amx, 4, 1, NULL, NULL, ql_amx_begin}
+/* a_outer: an activation panel slice (32 rows × KC) stays in L1 while the
+ * block's weight micro-panel slices stream from L2, as on avx512vnni */
+#define QL_K(R) {QL_ISA_AMX, "s8_gemm_" #R "x32c4__amx", R, 32, 64, false, true, tile_##R##x32c4_amx, 4, 1, NULL, NULL, ql_amx_begin}
 const ql_s8_kernel ql_s8_amx[32] = {
     QL_K(1),  QL_K(2),  QL_K(3),  QL_K(4),  QL_K(5),  QL_K(6),  QL_K(7),  QL_K(8),  QL_K(9),  QL_K(10), QL_K(11),
     QL_K(12), QL_K(13), QL_K(14), QL_K(15), QL_K(16), QL_K(17), QL_K(18), QL_K(19), QL_K(20), QL_K(21), QL_K(22),
