@@ -190,13 +190,14 @@ class Linear:
 
     @classmethod
     def from_wxa8(cls, qdata, s_rel, s_channel, codebook=None, correction=None, group=16, convrot_group=256,
-                  bias=None, packed=True, threads=None, _context=None):
+                  bias=None, packed=True, threads=None, _context=None, device=None):
         """A W4A8 / W6A8 layer from ComfyUI's tensors (CPU torch tensors or numpy
         arrays, read in place): qdata [N, K/2] (4 bits) or [N, 3K/4] (6 bits)
         bytes, s_rel [N, K/group] (float8_e4m3fn bytes or fp32), s_channel [N]
         fp32, codebook [16] fp32 or None, correction [K/group, N] or None.
         packed: keep the codes packed (decoded inside the GEMM) or decode them
-        once to int8 (twice the bytes, the W8A8 kernels)."""
+        once to int8 (twice the bytes, the W8A8 kernels). device="cuda[:N]": the
+        layer is uploaded to that GPU (the tensors are read on the host)."""
         ffi, lib = load()
         qp, n, cols, ldq = _int8_matrix(qdata, "qdata", any_byte=True)
         srp, srshape, sr_f32 = _scale_matrix(s_rel, "s_rel")
@@ -225,7 +226,7 @@ class Linear:
             w.correction, w.correction_dtype = ffi.cast("void *", crp), ccode
         w.group, w.convrot_group = int(group), int(convrot_group)
         w.bias, w.bias_dtype = _bias_view(ffi, bias, n)
-        return cls._create(desc, _context, threads, f"w{bits}a8", int(convrot_group), bias is not None, None)
+        return cls._create(desc, _context, threads, f"w{bits}a8", int(convrot_group), bias is not None, device)
 
     # -- properties
     @property

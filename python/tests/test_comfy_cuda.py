@@ -129,3 +129,75 @@ def test_int8_linear_cuda_input_act_fused(act, convrot, gen, monkeypatch):
         assert torch.isfinite(y).all()
         rel = ((y.float() - ref.float()).norm() / ref.float().norm()).item()
         assert rel < 0.05, f"{act} M={m} K={k} N={n} convrot={convrot}: relative error {rel:.3e}"
+
+
+@pytest.mark.parametrize("mode", ["codebook", "uniform", "6bit", "asym"])
+@pytest.mark.parametrize("packed", [True, False])
+def test_w4a8_linear_cuda_matches_eager(mode, packed, gen, monkeypatch):
+    """w4a8_int8_linear on CUDA tensors through qlinear's CUDA layer (codes
+    kept packed on the GPU, or decoded once to int8) against comfy-kitchen's
+    eager on the same GPU: the int8 GEMM after a rotation under the rule of
+    int8_linear; asymmetric layers (eager's float linear of the dequantized
+    weight, dequantized once here) within bf16's rounding. Shapes: 1 row, a
+    tail of M and N, K of several rotation groups."""
+    from test_comfy import LUT, MODES, eager_w4a8
+    from qlinear.comfy import _ops
+    monkeypatch.setattr(_ops, "PACKED", [packed])
+    dtype = torch.bfloat16
+    g = 32 if mode == "6bit" else 16
+    for m, k, n in ((1, 512, 64), (77, 1024, 130), (300, 768, 96)):
+        w = torch.randn(n, k, generator=gen).to(dtype)
+        kwq = dict(weight=w, group_size=g, convrot_groupsize=256, codebook_tensor=LUT if mode == "codebook" else None,
+                   scale_search=mode == "6bit") | MODES[mode]
+        qd, sr, sc, cr, cb = call("eager", "quantize_w4a8_int8_weight", **kwq)
+        x = (torch.randn(m, k, generator=gen) * 2).to(dtype)
+        bias = torch.randn(n, generator=gen).to(dtype)
+        cuda = [None if t is None else t.cuda() for t in (x, qd, sr, sc, cb, cr, bias)]
+        kw = dict(x=cuda[0], qdata=cuda[1], s_rel=cuda[2], s_channel=cuda[3], codebook=cuda[4], correction=cuda[5],
+                  bias=cuda[6], group_size=g, convrot_groupsize=256, out_dtype=dtype)
+        assert selected("w4a8_int8_linear", **kw) == "qlinear"
+        y, ref = call("qlinear", "w4a8_int8_linear", **kw), call("eager", "w4a8_int8_linear", **kw)
+        assert y.device == kw["x"].device and y.shape == ref.shape and y.dtype == ref.dtype
+        if mode == "asym":
+            torch.testing.assert_close(y.cpu(), ref.cpu(), rtol=1e-2, atol=1e-3)
+        else:
+            grid = eager_w4a8._dequant_int4_grouped_to_int8(qd, sr, cb, g)
+            assert_matches_eager(y.cpu(), ref.cpu(), x, grid, sc, 256, dtype, bias)
+        if mode != "asym":  # served by qlinear's CUDA layer, not by a fallback
+            e = _ops._wxa8_layer_cuda(kw["qdata"], kw["s_rel"], kw["s_channel"], kw["codebook"], g, 256)
+            assert e.failed is None and e.layer.device == str(kw["x"].device)
+            assert e.layer.kind == ("wxa8-packed" if packed else "w8a8")
+
+
+def test_w4a8_linear_cuda_input_act_and_residual(gen):
+    """The W4A8 CUDA path takes the same input activation (fused) and
+    residual as int8_linear, within comfy-kitchen's tolerance for a fused
+    input activation (relative Frobenius error < 5 %)."""
+    from test_comfy import MODES
+    dtype = torch.bfloat16
+    n, k, m = 160, 512, 33
+    w = torch.randn(n, k, generator=gen).to(dtype)
+    qd, sr, sc, cr, cb = call("eager", "quantize_w4a8_int8_weight", weight=w, group_size=16, convrot_groupsize=256,
+                              **MODES["uniform"])
+    x = (torch.randn(m, 2 * k, generator=gen) * 2).to(dtype).cuda()
+    res = torch.randn(m, n, generator=gen).to(dtype).cuda()
+    rs = torch.rand(n, generator=gen).to(dtype).cuda()
+    kw = dict(x=x, qdata=qd.cuda(), s_rel=sr.cuda(), s_channel=sc.cuda(), group_size=16, convrot_groupsize=256,
+              out_dtype=dtype, input_act="swiglu", residual=res, residual_scale=rs)
+    assert selected("w4a8_int8_linear", **kw) == "qlinear"
+    y, ref = call("qlinear", "w4a8_int8_linear", **kw), call("eager", "w4a8_int8_linear", **kw)
+    assert y.shape == ref.shape and torch.isfinite(y).all()
+    rel = ((y.float() - ref.float()).norm() / ref.float().norm()).item()
+    assert rel < 0.05, f"relative error {rel:.3e}"
+
+
+def test_w4a8_cuda_declines_mixed_devices(gen):
+    from test_comfy import MODES
+    w = torch.randn(64, 256, generator=gen)
+    qd, sr, sc, cr, cb = call("eager", "quantize_w4a8_int8_weight", weight=w, group_size=16, convrot_groupsize=256,
+                              **MODES["uniform"])
+    x = torch.randn(3, 256, generator=gen).to(torch.bfloat16).cuda()
+    kw = dict(x=x, qdata=qd, s_rel=sr.cuda(), s_channel=sc.cuda(), group_size=16)  # codes on the host
+    assert not registry.validate_backend_for_call("qlinear", "w4a8_int8_linear", kw).success
+    kw = dict(x=x.float(), qdata=qd.cuda(), s_rel=sr.cuda(), s_channel=sc.cuda(), group_size=16)  # fp32 x on the GPU
+    assert not registry.validate_backend_for_call("qlinear", "w4a8_int8_linear", kw).success

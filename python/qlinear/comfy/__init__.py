@@ -72,14 +72,15 @@ def register(first=True):
 
 
 def _cuda_reason():
-    """None when int8_linear is served on CUDA tensors, else why not. Opt-in
+    """None when int8_linear and w4a8_int8_linear are served on CUDA tensors,
+    else why not. Opt-in
     (QLINEAR_COMFY_CUDA=1): the CUDA layer holds a second, permuted copy of
     each weight on the GPU beside ComfyUI's, which a user sizing VRAM for
     the model alone does not expect."""
     import os
     import torch
     if os.environ.get("QLINEAR_COMFY_CUDA", "0") != "1":
-        return "off (QLINEAR_COMFY_CUDA=1 serves int8_linear on CUDA, with a second copy of each weight on the GPU)"
+        return "off (QLINEAR_COMFY_CUDA=1 serves int8_linear and w4a8_int8_linear on CUDA, with a second copy of each weight on the GPU)"
     if not torch.cuda.is_available():
         return "torch sees no CUDA device"
     from .._lib import load

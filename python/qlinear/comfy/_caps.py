@@ -70,7 +70,7 @@ _CPU = torch.device("cpu")
 _T = torch.Tensor
 
 
-CUDA = [False]  # int8_linear on CUDA tensors too (set by register() when asked for and a GPU is there)
+CUDA = [False]  # int8_linear and w4a8_int8_linear on CUDA tensors too (set by register() when asked for and a GPU is there)
 
 
 def _tensors_rule(kw, spec, cuda_ok=False):
@@ -180,7 +180,7 @@ _W4A8_LINEAR = (("x", FLOATS, True), ("qdata", INT8, True), ("s_rel", frozenset(
 
 
 def w4a8_int8_linear_rule(kw):
-    r = _tensors_rule(kw, _W4A8_LINEAR)
+    r = _tensors_rule(kw, _W4A8_LINEAR, cuda_ok=True)
     if r is not None:
         return r
     if type(kw.get("input_act_eps", 0.0)) not in (float, int):
@@ -288,7 +288,8 @@ def embedding_rule(kw):
 
 def capabilities(devices):
     """The op -> FunctionConstraints dict qlinear registers with: every op on
-    the CPU, int8_linear also on the other `devices` (CUDA)."""
+    the CPU, int8_linear and w4a8_int8_linear also on the other `devices`
+    (CUDA)."""
     devs = frozenset({"cpu"})
     linear_devs = frozenset(devices)
     f = ParamConstraint(dtypes=FLOATS)
@@ -310,7 +311,7 @@ def capabilities(devices):
     # the two linears check every argument in their call rules (fast: they run on every call)
     return {
         "int8_linear": fc({}, int8_linear_rule, on=linear_devs),
-        "w4a8_int8_linear": fc({}, w4a8_int8_linear_rule),
+        "w4a8_int8_linear": fc({}, w4a8_int8_linear_rule, on=linear_devs),
         "quantize_int8_tensorwise": fc({"x": f, "stochastic_rounding": sr}, quantize_rule),
         "quantize_int8_rowwise": fc({"x": f, "stochastic_rounding": sr}, quantize_rule),
         "quantize_int8_convrot_weight": fc({"weight": ParamConstraint(dtypes=FLOATS, shape_rules=(ExactDims(2),)),

@@ -166,19 +166,23 @@ def _int8_layer_cuda(weight, weight_scale, group):
 
 def _int8_linear_cuda(x, weight, weight_scale, bias, out_dtype, convrot, convrot_groupsize, input_act,
                       input_act_weight, input_act_eps, residual, residual_scale):
-    """int8_linear on a GPU: qlinear's CUDA W8A8 layer, the input activation
-    fused into its prologue (the library's activations, FUSED_ACTS; applied
-    first in PyTorch where the library declines it: a build without it, or
-    an activation it lacks); bias and residual in PyTorch, in eager's order.
-    The layer reads x through this thread's prologue cache, as on the CPU:
-    q, k and v of one x quantize it once while the codes stay in the
-    context's GPU workspace."""
-    from comfy_kitchen.backends._activations import apply_input_act, apply_residual
     e = _int8_layer_cuda(weight, weight_scale, convrot_groupsize if convrot else 0)
     if e.failed is not None:
         return _eager().int8_linear(x, weight, weight_scale, bias, out_dtype, convrot, convrot_groupsize, input_act,
                                     input_act_weight, input_act_eps, residual, residual_scale)
-    layer = e.layer
+    return _run_cuda(e.layer, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual,
+                     residual_scale)
+
+
+def _run_cuda(layer, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual, residual_scale):
+    """y = layer(act(x)) + bias, then the residual, on a GPU: the input
+    activation fused into the CUDA layer's prologue (the library's
+    activations, FUSED_ACTS; applied first in PyTorch where the library
+    declines it: a build without it, or an activation it lacks); bias and
+    residual in PyTorch, in eager's order. The layer reads x through this
+    thread's prologue cache, as on the CPU: q, k and v of one x quantize it
+    once while the codes stay in the context's GPU workspace."""
+    from comfy_kitchen.backends._activations import apply_input_act, apply_residual
     act = input_act not in (None, "none")
     y = None
     if act and input_act in FUSED_ACTS and out_dtype in CODE and x.dtype in CODE:
@@ -422,6 +426,22 @@ def _wxa8_layer(qdata, s_rel, s_channel, codebook, correction, group_size, convr
 PACKED = [True]  # W4A8/W6A8 codes stay packed (decoded inside the GEMM); False: decoded once to int8
 
 
+def _wxa8_layer_cuda(qdata, s_rel, s_channel, codebook, group_size, convrot_groupsize):
+    def make():
+        # the CUDA layer keeps its own copy (packed codes, or the int8 grid), uploaded from the host
+        def host(t):
+            return t.detach().to("cpu").contiguous()
+        q = host(qdata).view(torch.uint8)
+        sr = host(s_rel)
+        if sr.dtype != torch.float32:
+            sr = sr.view(torch.uint8)
+        cb = host(codebook).to(torch.float32) if codebook is not None else None
+        return qlinear.Linear.from_wxa8(q, sr, host(s_channel).to(torch.float32), cb, None, group_size,
+                                        convrot_groupsize, packed=PACKED[0], device=str(qdata.device))
+    return weights.get(qdata, ("wxa8-cuda", group_size, convrot_groupsize, PACKED[0]),
+                       (s_rel, s_channel, codebook), make)
+
+
 def w4a8_int8_linear(x, qdata, s_rel, s_channel, codebook=None, correction=None, bias=None, group_size=16,
                      convrot_groupsize=256, out_dtype=torch.bfloat16, input_act=None, input_act_weight=None,
                      input_act_eps=0.0, residual=None, residual_scale=None):
@@ -429,11 +449,17 @@ def w4a8_int8_linear(x, qdata, s_rel, s_channel, codebook=None, correction=None,
         return _w4a8_asym_linear(x, qdata, s_rel, s_channel, codebook, correction, bias, group_size,
                                  convrot_groupsize, out_dtype, input_act, input_act_weight, input_act_eps, residual,
                                  residual_scale)
-    e = _wxa8_layer(qdata, s_rel, s_channel, codebook, correction, group_size, convrot_groupsize)
+    if x.is_cuda:
+        e = _wxa8_layer_cuda(qdata, s_rel, s_channel, codebook, group_size, convrot_groupsize)
+    else:
+        e = _wxa8_layer(qdata, s_rel, s_channel, codebook, correction, group_size, convrot_groupsize)
     if e.failed is not None:
         return _eager().w4a8_int8_linear(x, qdata, s_rel, s_channel, codebook, correction, bias, group_size,
                                          convrot_groupsize, out_dtype, input_act, input_act_weight, input_act_eps,
                                          residual, residual_scale)
+    if x.is_cuda:
+        return _run_cuda(e.layer, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual,
+                         residual_scale)
     return _run(e.layer, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual, residual_scale)
 
 
@@ -452,8 +478,13 @@ def _w4a8_asym_linear(x, qdata, s_rel, s_channel, codebook, correction, bias, gr
     from comfy_kitchen.backends._activations import apply_input_act, apply_residual
 
     def make():
-        return _Dense(dequantize_w4a8_int8_weight(qdata, s_rel, s_channel, codebook, correction, group_size,
-                                                  convrot_groupsize, x.dtype))
+        if not x.is_cuda:
+            return _Dense(dequantize_w4a8_int8_weight(qdata, s_rel, s_channel, codebook, correction, group_size,
+                                                      convrot_groupsize, x.dtype))
+        # dequantized once on the host, kept on the GPU
+        parts = [None if t is None else t.detach().to("cpu") for t in (qdata, s_rel, s_channel, codebook, correction)]
+        w = dequantize_w4a8_int8_weight(*parts, group_size, convrot_groupsize, x.dtype)
+        return _Dense(w.to(x.device))
     e = weights.get(qdata, ("w4a8-asym", group_size, convrot_groupsize, x.dtype),
                     (s_rel, s_channel, codebook, correction), make)
     if e.failed is not None:
