@@ -7,6 +7,14 @@ round; then the dispatch overhead per call at M = 1.
 
     python3 -m qlinear_bench.comfy [--profile anima|qwen3-te] [--m 1024] [--reps 5] [--threads N]
                                    [--dtype bf16|fp32] [--paths LIST] [--calls N] [--json FILE]
+    python3 -m qlinear_bench.comfy --device cuda [--profile ...] [--m 1024] [--reps 5] [--paths LIST]
+
+--device cuda: the same on a GPU, where ComfyUI's alternative is comfy-kitchen's
+own CUDA backend (ck-cuda, its compiled kernels) besides eager and PyTorch
+bf16, and W4A8 layers (w4a8_int8_linear, 4-bit codebook codes, group 16)
+through qlinear (codes kept packed on the GPU) and through comfy-kitchen
+(whose CUDA backend hands W4A8 to eager code); bf16 activations, each
+sample a run of calls between two CUDA events.
 
 Weights: random int8 ConvRot codes (group 256) with per-row scales; the
 float peers get the dequantized weights. Totals weight each shape by its
@@ -42,15 +50,18 @@ def _parse(argv):
     p.add_argument("--reps", type=int, default=5, help="timed rounds (median)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"), help="activations in and out")
-    p.add_argument("--paths", default=",".join(PATHS))
+    p.add_argument("--paths", default=None, help="comma-separated, from: " + ", ".join(PATHS)
+                   + " (--device cuda: " + ", ".join(CUDA_PATHS) + "; the default: all of them)")
     p.add_argument("--calls", type=int, default=3000, help="calls per entry point in the M = 1 overhead test")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", metavar="FILE")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     a = p.parse_args(argv)
-    a.paths = [x for x in a.paths.split(",") if x]
-    bad = [x for x in a.paths if x not in PATHS]
+    allowed = CUDA_PATHS if a.device == "cuda" else PATHS
+    a.paths = [x for x in (a.paths or ",".join(allowed)).split(",") if x]
+    bad = [x for x in a.paths if x not in allowed]
     if bad:
-        p.error(f"unknown path(s) {', '.join(bad)}; choose from {', '.join(PATHS)}")
+        p.error(f"unknown path(s) {', '.join(bad)} for --device {a.device}; choose from {', '.join(allowed)}")
     if a.m is None:
         a.m = PROFILES[a.profile][0]
     return a
@@ -245,9 +256,129 @@ def overhead(torch, ck, a, dt):
     return out
 
 
+CUDA_PATHS = ["ck-qlinear", "ck-cuda", "ck-eager", "torch-bf16", "ck-qlinear-w4a8", "ck-cuda-w4a8", "ck-eager-w4a8"]
+CUDA_NOTES = {
+    "ck-qlinear": "comfy_kitchen.int8_linear (ConvRot G=256) through the qlinear backend's CUDA layers",
+    "ck-cuda": "comfy_kitchen.int8_linear (ConvRot G=256) through comfy-kitchen's CUDA backend (its kernels)",
+    "ck-eager": "comfy_kitchen.int8_linear (ConvRot G=256) through comfy-kitchen's eager backend (torch._int_mm)",
+    "torch-bf16": "torch.nn.functional.linear, bf16 weights and activations (cuBLAS)",
+    "ck-qlinear-w4a8": "comfy_kitchen.w4a8_int8_linear (4-bit codebook, group 16, ConvRot G=256) through qlinear "
+                       "(codes packed on the GPU)",
+    "ck-cuda-w4a8": "comfy_kitchen.w4a8_int8_linear through comfy-kitchen's CUDA backend",
+    "ck-eager-w4a8": "comfy_kitchen.w4a8_int8_linear through comfy-kitchen's eager backend (decode per call, "
+                     "then torch._int_mm)",
+}
+
+
+def _cuda_backend_ok(registry, name, op, kw):
+    """None if comfy-kitchen's backend `name` takes this call, else why not."""
+    try:
+        with registry.use_backend(name):
+            pass
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    r = registry.validate_backend_for_call(name, op, kw)
+    return None if r.success else str(r)
+
+
+def run_cuda(a):
+    import torch
+    if not torch.cuda.is_available():
+        print("qlinear comfy bench: --device cuda, but torch sees no CUDA device", file=sys.stderr)
+        return 2
+    os.environ.setdefault("QLINEAR_COMFY_CUDA", "1")
+    import comfy_kitchen as ck
+    from comfy_kitchen.registry import registry
+
+    import qlinear
+    import qlinear.comfy as qc
+    st = qc.register()
+    dev = torch.device("cuda")
+    dt = torch.bfloat16
+    ffi, lib = qlinear._lib.load()
+    name = ffi.new("char[]", 256)
+    lib.ql_cuda_device_name(torch.cuda.current_device(), name, 256)
+    print(f"qlinear comfy bench (GPU): profile {a.profile}, M = {a.m}, bf16 activations in and out, {a.reps} rounds "
+          f"(median), seed {a.seed}; device {ffi.string(name).decode()}")
+    print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), comfy-kitchen {_version('comfy-kitchen')}, "
+          f"qlinear {qlinear.version()} ({st['library']}); qlinear serves {', '.join(st['devices'])}; "
+          f"priority {st['priority']}")
+    from qlinear.comfy import _ops
+    cache_was, _ops.HAS_PROLOGUE_CACHE = _ops.HAS_PROLOGUE_CACHE, False  # lone layers (as the CPU rows)
+    g = torch.Generator().manual_seed(a.seed)
+    backend = {"ck-qlinear": "qlinear", "ck-cuda": "cuda", "ck-eager": "eager", "ck-qlinear-w4a8": "qlinear",
+               "ck-cuda-w4a8": "cuda", "ck-eager-w4a8": "eager"}
+    paths = list(a.paths)
+    rows, shapes = [], PROFILES[a.profile][1]
+    for n, k, count in shapes:
+        q, s, b = _layer(torch, n, k, g)
+        x = (torch.randn(1, a.m, k, generator=g)).to(dev, dt)
+        qd, sd, bd = q.to(dev), s.to(dev), b.to(dev, dt)
+        w = torch.ops.comfy_kitchen.dequantize_int8_convrot_weight(q, s, 256)  # the float model of the codes
+        with registry.use_backend("qlinear"):  # the CPU quantizer (the same codes as eager's)
+            w4 = ck.quantize_w4a8_int8_weight(w, group_size=16, convrot_groupsize=256)
+        w4d = [None if t is None else t.to(dev) for t in w4]
+        kw8 = dict(x=x, weight=qd, weight_scale=sd, bias=bd, out_dtype=dt, convrot=True, convrot_groupsize=256)
+        kw4 = dict(x=x, qdata=w4d[0], s_rel=w4d[1], s_channel=w4d[2], correction=w4d[3], codebook=w4d[4], bias=bd,
+                   group_size=16, convrot_groupsize=256, out_dtype=dt)
+        fns = {}
+        for p in paths:
+            if p == "torch-bf16":
+                wb = w.to(dev, dt)
+                fns[p] = lambda wb=wb: torch.nn.functional.linear(x, wb, bd)
+                continue
+            op, kw = ("w4a8_int8_linear", kw4) if p.endswith("w4a8") else ("int8_linear", kw8)
+            why = _cuda_backend_ok(registry, backend[p], op, kw)
+            if why:
+                if not rows:
+                    print(f"  {p}: left out ({why})")
+                continue
+            f = getattr(ck, op)
+
+            def call(f=f, kw=kw, bk=backend[p]):
+                with registry.use_backend(bk):
+                    return f(**kw)
+            fns[p] = call
+        with torch.no_grad():
+            outs = {p: f().float() for p, f in fns.items()}  # warm-up: packs each weight once
+        ref8, ref4 = outs.get("ck-eager"), outs.get("ck-eager-w4a8")
+        rel = {p: float((y - (ref4 if p.endswith("w4a8") else ref8)).norm() / (ref4 if p.endswith("w4a8") else
+                                                                              ref8).norm())
+               for p, y in outs.items() if p != "torch-bf16" and (ref4 if p.endswith("w4a8") else ref8) is not None}
+        iters = max(3, min(200, int(2e9 / max(1, 2 * a.m * n * k))))
+        times = {p: [] for p in fns}
+        ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        with torch.no_grad():
+            for _ in range(a.reps):
+                for p, f in fns.items():
+                    torch.cuda.synchronize()
+                    ev0.record()
+                    for _ in range(iters):
+                        f()
+                    ev1.record()
+                    ev1.synchronize()
+                    times[p].append(ev0.elapsed_time(ev1) / iters)
+        med = {p: median(v) for p, v in times.items()}
+        rows.append({"n": n, "k": k, "count": count, "ms": med, "rel_l2_vs_eager": rel, "iters": iters})
+        line = "  ".join(f"{p} {med[p]:8.4f}" for p in fns)
+        print(f"  {n:>5}x{k:<5} x{count:<3} ms: {line}")
+        print("  " + " " * 16 + "rel-L2 vs eager: " + "  ".join(f"{p} {v:.1e}" for p, v in rel.items()))
+    _ops.HAS_PROLOGUE_CACHE = cache_was
+    common = [p for p in rows[0]["ms"] if all(p in r["ms"] for r in rows)]
+    tot = {p: sum(r["ms"][p] * r["count"] for r in rows) for p in common}
+    print(f"\nweighted totals over the profile's {sum(c for _, _, c in shapes)} linears at M = {a.m}:")
+    for p, t in tot.items():
+        rel = "  ".join(f"{t / tot[o]:.2f}x {o}" for o in tot if o != p)
+        print(f"  {p:<16} {t:10.2f} ms   ({rel})")
+    if a.json:
+        write_json(a.json, {"profile": a.profile, "m": a.m, "device": "cuda", "reps": a.reps,
+                            "torch": torch.__version__, "shapes": rows, "totals_ms": tot})
+    return 0
+
+
 def main(argv=None):
     a = _parse(sys.argv[1:] if argv is None else argv)
-    return run(a)
+    return run_cuda(a) if a.device == "cuda" else run(a)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,8 @@ class LinearMaker:
         if self.device != "cpu":
             if path == "w8a8-convrot" and not (sel and not sel.search(role)):
                 return qt.QLinear.from_linear(lin, format="int8-convrot", device=self.device)
+            if path in CK_BACKENDS:
+                return CkInt8Linear(lin, CK_BACKENDS[path], self.device)
             return lin.to(device=self.device, dtype=torch.float32 if path == "fp32" else torch.bfloat16)
         if path == "onednn-fp32":
             return mk.MkldnnLinear(lin, torch.float32)
@@ -73,9 +75,12 @@ class LinearMaker:
             return qt.QLinear.from_linear(lin, format="int8-convrot", kind="weight-only", activation=act)
         if path == "bf16":
             return lin.to(torch.bfloat16)
-        if path in ("ck-qlinear", "ck-eager"):
-            return CkInt8Linear(lin, "qlinear" if path == "ck-qlinear" else "eager")
+        if path in CK_BACKENDS:
+            return CkInt8Linear(lin, CK_BACKENDS[path])
         return lin
+
+
+CK_BACKENDS = {"ck-qlinear": "qlinear", "ck-eager": "eager", "ck-cuda": "cuda"}  # path -> comfy-kitchen backend
 
 
 class CkInt8Linear(nn.Module):
@@ -83,9 +88,11 @@ class CkInt8Linear(nn.Module):
     G=256, per-row scales, quantized by comfy-kitchen's eager backend) and a
     bf16 bias, called through comfy_kitchen.int8_linear on every forward, the
     registry choosing `backend` ("qlinear", or comfy-kitchen's "eager": what a
-    ComfyUI CPU user gets without qlinear)."""
+    ComfyUI CPU user gets without qlinear; on a GPU also comfy-kitchen's
+    "cuda"). device: where the codes, scales and bias live (ComfyUI's
+    weights on the GPU)."""
 
-    def __init__(self, lin, backend):
+    def __init__(self, lin, backend, device="cpu"):
         super().__init__()
         import comfy_kitchen  # noqa: F401
         from comfy_kitchen.registry import registry
@@ -94,13 +101,29 @@ class CkInt8Linear(nn.Module):
             self.q, self.s = comfy_kitchen.quantize_int8_convrot_weight(lin.weight.detach(), 256) \
                 if hasattr(comfy_kitchen, "quantize_int8_convrot_weight") else \
                 torch.ops.comfy_kitchen.quantize_int8_convrot_weight(lin.weight.detach(), 256)
-        self.b = lin.bias.detach().to(torch.bfloat16) if lin.bias is not None else None
+        self.q, self.s = self.q.to(device), self.s.to(device, torch.float32)
+        self.b = lin.bias.detach().to(device, torch.bfloat16) if lin.bias is not None else None
         self.in_features, self.out_features = lin.in_features, lin.out_features
         self._int8_linear = comfy_kitchen.int8_linear
 
     def forward(self, x):
         with self.registry.use_backend(self.backend):
             return self._int8_linear(x, self.q, self.s, self.b, x.dtype, True, 256)
+
+    def kwargs(self, x):
+        return dict(x=x, weight=self.q, weight_scale=self.s, bias=self.b, out_dtype=x.dtype, convrot=True,
+                    convrot_groupsize=256)
+
+
+def check_ck_backend(model, x):
+    """Raise unless the model's first ComfyUI linear is served by the backend
+    it names (comfy-kitchen's use_backend falls through to the next backend
+    silently where the named one declines)."""
+    lin = next(m for m in model.modules() if isinstance(m, CkInt8Linear))
+    kw = lin.kwargs(x[..., :lin.in_features].contiguous())
+    r = lin.registry.validate_backend_for_call(lin.backend, "int8_linear", kw)
+    if not r.success:
+        raise RuntimeError(f"comfy-kitchen's {lin.backend!r} backend declines this model's int8_linear: {r}")
 
 
 def gated_residual(lin, h, x, gate):
@@ -248,7 +271,7 @@ def model_bytes(path, blocks):
     per_block = (6 * HIDDEN * HIDDEN + 2 * HIDDEN * TEXT_DIM + 2 * MLP * HIDDEN
                  + 3 * (LORA * HIDDEN + 3 * HIDDEN * LORA))
     per = {"fp32": 4, "onednn-fp32": 4, "bf16": 2, "w8a8-convrot": 1, "weight-only": 1, "ck-qlinear": 1,
-           "ck-eager": 1}[path]
+           "ck-eager": 1, "ck-cuda": 1}[path]
     return per_block * blocks * per
 
 

@@ -76,12 +76,18 @@ from .env import MALLOC_ENV, POOL_ENV, mem_available, pool_config, reexec_for_op
 from .report import median, plot, write_json
 
 ALL_PATHS = ["fp32", "onednn-fp32", "bf16", "w8a8-convrot", "weight-only", "ck-qlinear", "ck-eager"]
-CK_PATHS = {"ck-qlinear", "ck-eager"}
-CUDA_PATHS = ["fp32", "bf16", "w8a8-convrot"]
+CK_PATHS = {"ck-qlinear", "ck-eager", "ck-cuda"}
+CUDA_PATHS = ["fp32", "bf16", "w8a8-convrot", "ck-qlinear", "ck-cuda", "ck-eager"]
 CUDA_NOTES = {
     "fp32": "PyTorch fp32 on the GPU (TF32 off): the rel-L2 reference",
     "bf16": "PyTorch, whole model in bf16 on the GPU (cuBLAS)",
     "w8a8-convrot": "qlinear W8A8 INT8-ConvRot G=256 linears on the GPU (bf16 in/out), rest PyTorch bf16",
+    "ck-qlinear": "the ComfyUI path on the GPU: comfy_kitchen.int8_linear (INT8-ConvRot G=256) through the qlinear "
+                  "backend (QLINEAR_COMFY_CUDA=1), rest PyTorch bf16",
+    "ck-cuda": "the ComfyUI GPU path without qlinear: comfy_kitchen.int8_linear through comfy-kitchen's own CUDA "
+               "backend (its compiled kernels), rest PyTorch bf16",
+    "ck-eager": "comfy_kitchen.int8_linear through comfy-kitchen's eager backend on the GPU (torch._int_mm), "
+                "rest PyTorch bf16",
 }
 TORCH_PATHS = {"fp32", "onednn-fp32", "bf16"}
 TORCH_FP32_PATHS = {"fp32", "onednn-fp32"}
@@ -155,14 +161,7 @@ def run(a):
     paths = ["fp32"] + [p for p in a.paths if p != "fp32"]  # fp32 is the reference of rel-L2
     cuda = a.device == "cuda"
     if any(p in CK_PATHS for p in paths):  # the ComfyUI paths: comfy-kitchen, with the qlinear backend registered
-        try:
-            import qlinear.comfy as qc
-            why = None if qc.state()["available"] else qc.state()["reason"]
-        except ImportError as e:
-            why = str(e)
-        if why or cuda:
-            print(f"qlinear e2e: the ComfyUI paths are left out: {why or 'CPU only'}")
-            paths = [p for p in paths if p not in CK_PATHS]
+        paths = [p for p in paths if p not in CK_PATHS or _ck_path_ok(p, cuda)]
     if cuda and not torch.cuda.is_available():
         print("qlinear e2e: --device cuda, but torch sees no CUDA device", file=sys.stderr)
         return 2
@@ -185,6 +184,36 @@ def run(a):
     if a.plot:
         plot(records, a, best_fp32, fastest)
     return 0
+
+
+def _ck_path_ok(p, cuda):
+    """Whether ComfyUI path p can run here (else it says why and is left out):
+    on a GPU qlinear serves comfy-kitchen's CUDA tensors once
+    QLINEAR_COMFY_CUDA=1 (set here), ck-cuda needs comfy-kitchen's compiled
+    CUDA backend."""
+    if cuda:
+        os.environ.setdefault("QLINEAR_COMFY_CUDA", "1")
+    try:
+        import qlinear.comfy as qc
+        st = qc.register()
+        why = None if st["available"] else st["reason"]
+        if why is None and cuda and p == "ck-qlinear" and "cuda" not in st["devices"]:
+            why = f"qlinear serves no CUDA tensors: {st['cuda']}"
+        if why is None and p == "ck-cuda":
+            if not cuda:
+                why = "a GPU path"
+            else:
+                from comfy_kitchen.registry import registry
+                try:
+                    with registry.use_backend("cuda"):
+                        pass
+                except Exception as e:  # not registered, or its compiled extension did not load
+                    why = f"comfy-kitchen's CUDA backend is unavailable ({type(e).__name__}: {e})"
+    except ImportError as e:
+        why = str(e)
+    if why:
+        print(f"qlinear e2e: path {p} is left out: {why}")
+    return why is None
 
 
 def _print_setup(torch, dit, a, paths, note):
@@ -235,7 +264,7 @@ class Steps:
 
     def dtype_of(self, p):
         torch = self.torch
-        return torch.bfloat16 if p in ("bf16", "ck-qlinear", "ck-eager") or (self.cuda and p == "w8a8-convrot") \
+        return torch.bfloat16 if p in ("bf16", "ck-qlinear", "ck-eager", "ck-cuda") or (self.cuda and p == "w8a8-convrot") \
             else torch.float32
 
     def measure(self, paths):
@@ -277,8 +306,11 @@ class Steps:
             if p in CK_PATHS:
                 # the ComfyUI paths get raw weights on every call: the backend packs each on its
                 # first use, once (ComfyUI's first step); that step is timed apart, not in the median
+                self.dit.check_ck_backend(model, xx)
                 t1 = time.perf_counter()
                 model(xx, tt, cc)
+                if self.cuda:
+                    torch.cuda.synchronize()
                 self.res[p]["first_step_s"] = time.perf_counter() - t1
             for blk in model.blocks[:2]:
                 xx = blk(xx, tt, cc)
