@@ -155,31 +155,42 @@ static void linear_case(ql_context *gpu, int64_t m, int64_t n, int64_t k, int64_
     setenv("QLINEAR_CUDA_GEMM", kernel, 1);
     static int cases; /* every team size of the G = 256 prologue in turn (auto picks by M) */
     setenv("QLINEAR_CUDA_ROWW", (const char *[]){"auto", "1", "2", "4"}[cases++ % 4], 1);
+    /* the bias either the layer's own or, half the time, passed per call (fp32 on the device) */
+    const int per_call = bias_on && tu_range(0, 1);
+    float *bias32 = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) bias32[i] = ql_load_f(QL_BF16, bias, i);
     ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};
+    if (per_call) d.int8.bias = NULL;
     ql_linear *lin = NULL;
     CHECK_OK(ql_linear_create(gpu, &d, &lin));
+    float *dbias = dev_copy(bias32, (size_t)n * 4);
     void *dx = dev_copy(x, (size_t)(m * ldx) * xs), *dy = dev_alloc((size_t)(m * ldy) * ys);
     void *dres = dev_copy(res, (size_t)(m * ldy) * ys), *drs = dev_copy(rs, (size_t)n * ys);
     cudaMemset(dy, 0x7f, (size_t)(m * ldy) * ys); /* poison: NaN-free pattern, never a valid result by chance */
     ql_epilogue epi_d = {.residual = dres, .ld_residual = ldy, .residual_scale = drs, .activation = QL_ACTIVATION_GELU}; /* no GELU on the GPU: refused */
     CHECK(!lin || ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, &epi_d) == QL_ERR_UNSUPPORTED, "GELU accepted on CUDA");
     epi_d.activation = QL_ACTIVATION_NONE;
-    /* a per-call bias runs on the CPU only: refused (input activations: test_input_act) */
-    ql_epilogue epi_bias = {.bias = drs};
-    CHECK(!lin || ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, &epi_bias) == QL_ERR_UNSUPPORTED,
-          "a per-call bias accepted on CUDA");
-    if (lin) CHECK_OK(ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, res_on ? &epi_d : NULL));
+    /* a per-call bias in host memory: refused, naming it */
+    ql_epilogue epi_bias = {.bias = bias32};
+    CHECK(!lin || ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, &epi_bias) == QL_ERR_INVALID_ARGUMENT,
+          "a host per-call bias accepted on CUDA");
+    CHECK(!lin || strstr(ql_last_error(), "bias"), "the error does not name the bias: %s", ql_last_error());
+    epi_d.bias = per_call ? dbias : NULL;
+    epi_bias.bias = dbias;
+    const ql_epilogue *use = res_on ? &epi_d : per_call ? &epi_bias : NULL;
+    if (lin) CHECK_OK(ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, use));
     CHECK(cudaDeviceSynchronize() == cudaSuccess, "kernel failed: %s", cudaGetErrorString(cudaGetLastError()));
     cudaMemcpy(y1, dy, (size_t)(m * ldy) * ys, cudaMemcpyDeviceToHost);
     int64_t first = -1;
     CHECK(same_bits(ydt, y0, y1, m, n, ldy, &first),
-          "linear %s M=%lld N=%lld K=%lld g=%lld %s->%s bias %d res %d: first difference at %lld (%.9g vs ref %.9g)",
+          "linear %s M=%lld N=%lld K=%lld g=%lld %s->%s bias %d (per call %d) res %d: first difference at %lld "
+          "(%.9g vs ref %.9g)",
           kernel, (long long)m, (long long)n, (long long)k, (long long)g, ql_dtype_name(xdt), ql_dtype_name(ydt),
-          bias_on, res_on, (long long)first, first >= 0 ? ql_load_f(ydt, y1, first) : 0.0,
+          bias_on, per_call, res_on, (long long)first, first >= 0 ? ql_load_f(ydt, y1, first) : 0.0,
           first >= 0 ? ql_load_f(ydt, y0, first) : 0.0);
     ql_linear_destroy(lin);
-    cudaFree(dx), cudaFree(dy), cudaFree(dres), cudaFree(drs);
-    free(q), free(scale), free(x), free(bias), free(res), free(rs), free(y0), free(y1);
+    cudaFree(dx), cudaFree(dy), cudaFree(dres), cudaFree(drs), cudaFree(dbias);
+    free(q), free(scale), free(x), free(bias), free(bias32), free(res), free(rs), free(y0), free(y1);
 }
 
 static void test_linear(ql_context *gpu)

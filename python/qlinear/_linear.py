@@ -49,6 +49,18 @@ def kind_code(kind):
     return KINDS[kind]
 
 
+_raw = []
+
+
+def _raw_stream():
+    """torch's raw current-stream query (device index -> cudaStream_t as an
+    int), or None where this torch has none."""
+    if not _raw:
+        import torch
+        _raw.append(getattr(torch._C, "_cuda_getCurrentRawStream", None))
+    return _raw[0]
+
+
 class Linear:
     """A qlinear layer: the weight packed once for this CPU, run by forward().
 
@@ -60,6 +72,7 @@ class Linear:
         self._ptr, self._ctx = ptr, ctx
         self.device = ctx.device  # "cpu" or "cuda:N"
         self._cuda = self.device != "cpu"
+        self._dev_index = int(self.device.split(":")[1]) if self._cuda else -1
         self._ffi, self._lib = load()
         self.n, self.k, self.kind, self.format, self.group, self.has_bias = n, k, kind, fmt, group, has_bias
         # Per-call constants, bound once (the M = 1 call costs a few µs in C).
@@ -385,8 +398,11 @@ class Linear:
         the context's, shared by its layers: on a change of stream the new one
         first waits for what the context queued on the previous one (calls
         from two streams never overlap on it)."""
-        import torch
         ctx = self._ctx
+        raw = _raw_stream()
+        if raw is not None and raw(self._dev_index) == ctx.stream:
+            return  # the common case, without building a torch Stream object (~µs)
+        import torch
         cur = torch.cuda.current_stream(self.device)
         if cur.cuda_stream != ctx.stream:
             # Not while a CUDA graph is being captured: a captured stream cannot

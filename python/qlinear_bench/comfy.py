@@ -370,10 +370,82 @@ def run_cuda(a):
     for p, t in tot.items():
         rel = "  ".join(f"{t / tot[o]:.2f}x {o}" for o in tot if o != p)
         print(f"  {p:<16} {t:10.2f} ms   ({rel})")
+    host = host_cost_cuda(torch, ck, registry, a, dt, dev)
     if a.json:
         write_json(a.json, {"profile": a.profile, "m": a.m, "device": "cuda", "reps": a.reps,
-                            "torch": torch.__version__, "shapes": rows, "totals_ms": tot})
+                            "torch": torch.__version__, "shapes": rows, "totals_ms": tot, "host_us": host})
     return 0
+
+
+def host_cost_cuda(torch, ck, registry, a, dt, dev, calls=2000):
+    """The host's time per call where the GPU's work is short (M = 16,
+    2048 x 2048): each path's calls enqueued back to back, the wall time per
+    call (the host's cost when it exceeds the GPU's), the qlinear call with
+    prepared arguments (ql_linear_forward through the binding) as the floor;
+    then where the qlinear path's host time goes (cProfile, own time)."""
+    import cProfile
+    import pstats
+    from qlinear.comfy import _ops
+    g = torch.Generator().manual_seed(a.seed + 3)
+    q, s, b = _layer(torch, 2048, 2048, g)
+    x = torch.randn(1, 16, 2048, generator=g).to(dev, dt)
+    qd, sd, bd = q.to(dev), s.to(dev), b.to(dev, dt)
+    wb = torch.ops.comfy_kitchen.dequantize_int8_convrot_weight(q, s, 256).to(dev, dt)
+    kw = dict(x=x, weight=qd, weight_scale=sd, bias=bd, out_dtype=dt, convrot=True, convrot_groupsize=256)
+    fns = {"torch-bf16 F.linear": lambda: torch.nn.functional.linear(x, wb, bd)}
+    for name, bk in (("ck.int8_linear -> qlinear", "qlinear"), ("ck.int8_linear -> ck cuda", "cuda")):
+        if _cuda_backend_ok(registry, bk, "int8_linear", kw) is None:  # first in the priority while timed
+            fns[name] = (lambda: ck.int8_linear(**kw), bk)
+    prio = list(registry._priority)
+    out = {}
+    print(f"\nhost time per call, M = 16, 2048x2048, {calls} calls enqueued back to back (GPU-bound below ~10 us):")
+    for name, f in fns.items():
+        bk = None
+        if isinstance(f, tuple):
+            f, bk = f
+            registry.set_priority([bk] + [p for p in prio if p != bk])
+        with torch.no_grad():
+            for _ in range(50):
+                f()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                f()
+            torch.cuda.synchronize()
+            out[name] = (time.perf_counter() - t0) / calls * 1e6
+        if bk == "qlinear":
+            e = _ops.weights.get(qd, ("int8-cuda", 256), (sd,), None)
+            lin = e.layer
+            y = torch.empty(1, 16, 2048, dtype=dt, device=dev)
+            ffi = lin._ffi
+            epi = ffi.new("ql_epilogue *")
+            b32 = bd.float()
+            epi.bias = ffi.cast("const float *", b32.data_ptr())
+            args = (lin._ptr, x.data_ptr(), _ops.CODE[dt], 16, 2048, y.data_ptr(), _ops.CODE[dt], 2048, epi)
+            fwd = lin._fwd_int
+            for _ in range(50):
+                fwd(*args)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fwd(*args)
+            torch.cuda.synchronize()
+            out["ql_linear_forward, prepared args"] = (time.perf_counter() - t0) / calls * 1e6
+            prof = cProfile.Profile()
+            with torch.no_grad():
+                prof.enable()
+                for _ in range(calls // 4):
+                    f()
+                prof.disable()
+            torch.cuda.synchronize()
+            prof_stats = pstats.Stats(prof)
+    registry.set_priority(prio)
+    for name, us in out.items():
+        print(f"  {name:<36} {us:8.1f} us")
+    if "ck.int8_linear -> qlinear" in fns:
+        print(f"where ck.int8_linear -> qlinear spends its host time ({calls // 4} calls, cProfile, own time first):")
+        prof_stats.sort_stats("tottime").print_stats(14)
+    return out
 
 
 def main(argv=None):

@@ -46,6 +46,8 @@ def test_int8_linear_cuda_matches_eager(dtype, convrot, gen):
         y, ref = call("qlinear", "int8_linear", **kw), call("eager", "int8_linear", **kw)
         assert y.device == xd.device
         assert_matches_eager(y.cpu(), ref.cpu(), x, q, s, 256 if convrot else 0, dtype, b)
+        from qlinear.comfy import _ops
+        assert _ops.CUDA_EPI_BIAS[0], "the library refused the per-call bias on CUDA (added in PyTorch instead)"
 
 
 def test_cuda_declines_what_it_does_not_serve(gen):

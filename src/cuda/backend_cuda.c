@@ -183,9 +183,6 @@ static ql_status cuda_forward(const char *fn, ql_context *ctx, void *const *impl
         if (e && e->activation)
             return ql_fail(QL_ERR_UNSUPPORTED,
                            "%s: the CUDA backend has no activation epilogue (GELU); apply it after the linear", fn);
-        if (e && e->bias)
-            return ql_fail(QL_ERR_UNSUPPORTED,
-                           "%s: the CUDA backend takes no per-call bias (epilogue bias); use the layer's own bias", fn);
     }
     /* layers sharing x but not its input activation: each its own prologue (as on the CPU) */
     for (int i = 1; epis && i < count; i++)

@@ -554,6 +554,8 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
             return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: layer %d is on CUDA device %d, layer 0 on %d", fn, i,
                            ls[i]->device, l->device);
         if ((st = check_device_ptr(fn, "y", ys[i], l->device)) != QL_OK) return st;
+        /* a per-call bias: n fp32 values on the layer's device (checked like every operand) */
+        if (epi && epi->bias && (st = check_device_ptr(fn, "bias", epi->bias, l->device)) != QL_OK) return st;
         if (epi && epi->residual) {
             if ((st = check_device_ptr(fn, "residual", epi->residual, l->device)) != QL_OK) return st;
             if ((st = check_device_ptr(fn, "residual_scale", epi->residual_scale, l->device)) != QL_OK) return st;
@@ -627,7 +629,7 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
         const ql_epilogue *epi = epis ? epis[i] : nullptr;
         EpiParams p = {};
         p.y = ys[i], p.ldy = ldys[i], p.ydt = dtype_code(ydt);
-        p.sx = ws->sx, p.sw = li->sw, p.sw_per_row = li->sw_per_row, p.bias = li->bias;
+        p.sx = ws->sx, p.sw = li->sw, p.sw_per_row = li->sw_per_row, p.bias = epi && epi->bias ? epi->bias : li->bias;
         if (epi && epi->residual) p.res = epi->residual, p.ldr = epi->ld_residual, p.rs = epi->residual_scale;
         p.vec2 = (uintptr_t)ys[i] % (2 * es) == 0 && ldys[i] % 2 == 0;
         /* an asymmetric layer's GEMM leaves its raw accumulators; the corrected epilogue follows */

@@ -85,15 +85,15 @@ def _tensors_rule(kw, spec, cuda_ok=False):
         # explained), so those are eager's
         if first.dtype != torch.bfloat16:
             return _fail(spec[0][0], "on CUDA qlinear serves bf16 activations only")
-        dev = first.device
+        dev = first.get_device()  # an int: cheaper than torch.device objects on every call
         for name, dtypes, required in spec:
             t = kw.get(name)
             if t is None:
                 if required:
                     return _fail(name, "missing")
                 continue
-            if not isinstance(t, _T) or t.dtype not in dtypes or t.device != dev:
-                return _fail(name, f"not a {sorted(map(str, dtypes))} tensor on {dev}")
+            if not isinstance(t, _T) or t.dtype not in dtypes or t.get_device() != dev:
+                return _fail(name, f"not a {sorted(map(str, dtypes))} tensor on {first.device}")
         return None
     for name, dtypes, required in spec:
         t = kw.get(name)

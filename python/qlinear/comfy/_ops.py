@@ -170,25 +170,45 @@ def _int8_linear_cuda(x, weight, weight_scale, bias, out_dtype, convrot, convrot
     if e.failed is not None:
         return _eager().int8_linear(x, weight, weight_scale, bias, out_dtype, convrot, convrot_groupsize, input_act,
                                     input_act_weight, input_act_eps, residual, residual_scale)
-    return _run_cuda(e.layer, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual,
-                     residual_scale)
+    return _run_cuda(e, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual, residual_scale)
 
 
-def _run_cuda(layer, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual, residual_scale):
-    """y = layer(act(x)) + bias, then the residual, on a GPU: the input
-    activation fused into the CUDA layer's prologue (the library's
-    activations, FUSED_ACTS; applied first in PyTorch where the library
-    declines it: a build without it, or an activation it lacks); bias and
-    residual in PyTorch, in eager's order. The layer reads x through this
-    thread's prologue cache, as on the CPU: q, k and v of one x quantize it
-    once while the codes stay in the context's GPU workspace."""
-    from comfy_kitchen.backends._activations import apply_input_act, apply_residual
+CUDA_EPI_BIAS = [True]  # the library's CUDA layers take a per-call bias (cleared on the first refusal)
+_act_fns = []
+
+
+def _acts():
+    """comfy-kitchen's (apply_input_act, apply_residual), imported once."""
+    if not _act_fns:
+        from comfy_kitchen.backends._activations import apply_input_act, apply_residual
+        _act_fns[:] = [apply_input_act, apply_residual]
+    return _act_fns
+
+
+def _run_cuda(e, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual, residual_scale):
+    """y = layer(act(x)) + bias, then the residual, on a GPU (e: the layer's
+    cache entry): the input activation fused into the CUDA layer's prologue
+    (the library's activations, FUSED_ACTS; applied first in PyTorch where
+    the library declines it: a build without it, or an activation it lacks);
+    the bias in the layer's epilogue (bias.to(out_dtype) as fp32 on the GPU,
+    kept on the entry while the caller passes the same bias: eager's
+    roundings, no pass over y); the residual in PyTorch, in eager's order.
+    The layer reads x through this thread's prologue cache, as on the CPU:
+    q, k and v of one x quantize it once while the codes stay in the
+    context's GPU workspace."""
+    layer = e.layer
     act = input_act not in (None, "none")
+    b32 = None
+    if bias is not None and CUDA_EPI_BIAS[0] and out_dtype in CODE:
+        b32 = _bias_f32(e, bias, out_dtype)
     y = None
     if act and input_act in FUSED_ACTS and out_dtype in CODE and x.dtype in CODE:
-        y = _cuda_fused_act(layer, x, out_dtype, input_act, input_act_weight, input_act_eps)
+        y = _cuda_fused_act(layer, x, out_dtype, input_act, input_act_weight, input_act_eps, b32)
+        if y is None:
+            b32 = None
     if y is None:
-        x = apply_input_act(x, input_act, input_act_weight, input_act_eps)
+        if act:
+            x = _acts()[0](x, input_act, input_act_weight, input_act_eps)
         if not x.is_contiguous():
             x = x.contiguous()
         k, n = layer.k, layer.n
@@ -196,24 +216,31 @@ def _run_cuda(layer, x, bias, out_dtype, input_act, input_act_weight, input_act_
         if HAS_PROLOGUE_CACHE and not act and m and x.shape[-1] == k and out_dtype in CODE and x.dtype in CODE:
             y = torch.empty(x.shape[:-1] + (n,), dtype=out_dtype, device=x.device)
             epi = _prologue(x, m, k)
-            epi.bias = _ffi.NULL  # the CPU path's per-call bias: the CUDA layer adds its own (none here), torch adds this one
             layer._use_current_stream()
-            st = layer._fwd_int(layer._ptr, x.data_ptr(), CODE[x.dtype], m, k, y.data_ptr(), CODE[out_dtype], n, epi)
+            args = (layer._ptr, x.data_ptr(), CODE[x.dtype], m, k, y.data_ptr(), CODE[out_dtype], n, epi)
+            epi.bias = _ffi.NULL if b32 is None else _ffi.cast("const float *", b32.data_ptr())
+            st = layer._fwd_int(*args)
+            if st == C.QL_ERR_UNSUPPORTED and b32 is not None:  # a library without the CUDA per-call bias
+                CUDA_EPI_BIAS[0], b32, epi.bias = False, None, _ffi.NULL
+                st = layer._fwd_int(*args)
+            epi.bias = _ffi.NULL  # the epilogue is this thread's, reused by the next call
             if st:
                 check(st, "ql_linear_forward")
         else:
+            b32 = None
             y = layer.forward(x, out_dtype=out_dtype)
-    if bias is not None:
+    if bias is not None and b32 is None:
         y = y + bias.to(out_dtype)
-    return apply_residual(y, residual, residual_scale)
+    return y if residual is None else _acts()[1](y, residual, residual_scale)
 
 
-def _cuda_fused_act(layer, x, out_dtype, act, act_weight, act_eps):
-    """y = layer(act(x)) on the GPU with the activation in the layer's
-    prologue (rows of x read at their stride, through this thread's prologue
-    cache when x is read in place), or None where the library declines it
-    (QL_ERR_UNSUPPORTED: a build whose CUDA backend has no input activations):
-    the caller then applies it in PyTorch."""
+def _cuda_fused_act(layer, x, out_dtype, act, act_weight, act_eps, b32=None):
+    """y = layer(act(x)) (+ b32, a per-call bias already in fp32 on the GPU)
+    on the GPU with the activation in the layer's prologue (rows of x read at
+    their stride, through this thread's prologue cache when x is read in
+    place), or None where the library declines it (QL_ERR_UNSUPPORTED: a
+    build whose CUDA backend has no input activations, or no per-call bias):
+    the caller then applies both in PyTorch."""
     k, n = layer.k, layer.n
     cols = 2 * k if act == "swiglu" else k
     x_in = x
@@ -225,10 +252,12 @@ def _cuda_fused_act(layer, x, out_dtype, act, act_weight, act_eps):
     m = x2.shape[0]
     y = torch.empty(x.shape[:-1] + (n,), dtype=out_dtype, device=x.device)
     if m == 0:
-        return y
+        return y if b32 is None else None
     ldx = x2.stride(0) if m > 1 else cols
     epi = _ffi.new("ql_epilogue *")
     epi.input_act = FUSED_ACTS[act]
+    if b32 is not None:
+        epi.bias = _ffi.cast("const float *", b32.data_ptr())
     extra = ()
     if act == "rms_norm":
         w = act_weight.detach()  # on x's device (the call rule)
@@ -458,8 +487,7 @@ def w4a8_int8_linear(x, qdata, s_rel, s_channel, codebook=None, correction=None,
                                          convrot_groupsize, out_dtype, input_act, input_act_weight, input_act_eps,
                                          residual, residual_scale)
     if x.is_cuda:
-        return _run_cuda(e.layer, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual,
-                         residual_scale)
+        return _run_cuda(e, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual, residual_scale)
     return _run(e.layer, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual, residual_scale)
 
 
