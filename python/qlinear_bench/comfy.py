@@ -333,14 +333,18 @@ def run_cuda(a):
                 if not rows:
                     print(f"  {p}: left out ({why})")
                 continue
-            f = getattr(ck, op)
+            fns[p] = (lambda f=getattr(ck, op), kw=kw: f(**kw), backend[p])
+        prio = list(registry._priority)
 
-            def call(f=f, kw=kw, bk=backend[p]):
-                with registry.use_backend(bk):
-                    return f(**kw)
-            fns[p] = call
+        def prefer(f):
+            """The path's function; its backend first in the registry's priority (as a
+            ComfyUI user's would be: no use_backend() around each call)."""
+            if isinstance(f, tuple):
+                f, bk = f
+                registry.set_priority([bk] + [b for b in prio if b != bk])
+            return f
         with torch.no_grad():
-            outs = {p: f().float() for p, f in fns.items()}  # warm-up: packs each weight once
+            outs = {p: prefer(f)().float() for p, f in fns.items()}  # warm-up: packs each weight once
         ref8, ref4 = outs.get("ck-eager"), outs.get("ck-eager-w4a8")
         rel = {p: float((y - (ref4 if p.endswith("w4a8") else ref8)).norm() / (ref4 if p.endswith("w4a8") else
                                                                               ref8).norm())
@@ -351,6 +355,7 @@ def run_cuda(a):
         with torch.no_grad():
             for _ in range(a.reps):
                 for p, f in fns.items():
+                    f = prefer(f)
                     torch.cuda.synchronize()
                     ev0.record()
                     for _ in range(iters):
@@ -358,6 +363,7 @@ def run_cuda(a):
                     ev1.record()
                     ev1.synchronize()
                     times[p].append(ev0.elapsed_time(ev1) / iters)
+        registry.set_priority(prio)
         med = {p: median(v) for p, v in times.items()}
         rows.append({"n": n, "k": k, "count": count, "ms": med, "rel_l2_vs_eager": rel, "iters": iters})
         line = "  ".join(f"{p} {med[p]:8.4f}" for p in fns)

@@ -213,9 +213,9 @@ def _run_cuda(e, x, bias, out_dtype, input_act, input_act_weight, input_act_eps,
             x = x.contiguous()
         k, n = layer.k, layer.n
         m = x.numel() // k if k else 0
-        if HAS_PROLOGUE_CACHE and not act and m and x.shape[-1] == k and out_dtype in CODE and x.dtype in CODE:
+        if not act and m and x.shape[-1] == k and out_dtype in CODE and x.dtype in CODE:
             y = torch.empty(x.shape[:-1] + (n,), dtype=out_dtype, device=x.device)
-            epi = _prologue(x, m, k)
+            epi = _prologue(x, m, k) if HAS_PROLOGUE_CACHE else _plain_epilogue()
             layer._use_current_stream()
             args = (layer._ptr, x.data_ptr(), CODE[x.dtype], m, k, y.data_ptr(), CODE[out_dtype], n, epi)
             epi.bias = _ffi.NULL if b32 is None else _ffi.cast("const float *", b32.data_ptr())
@@ -232,6 +232,14 @@ def _run_cuda(e, x, bias, out_dtype, input_act, input_act_weight, input_act_eps,
     if bias is not None and b32 is None:
         y = y + bias.to(out_dtype)
     return y if residual is None else _acts()[1](y, residual, residual_scale)
+
+
+def _plain_epilogue():
+    """This thread's ql_epilogue without a prologue cache (reused per call)."""
+    epi = getattr(_tls, "plain", None)
+    if epi is None:
+        epi = _tls.plain = _ffi.new("ql_epilogue *")
+    return epi
 
 
 def _cuda_fused_act(layer, x, out_dtype, act, act_weight, act_eps, b32=None):
