@@ -1248,6 +1248,125 @@ static void test_bad_input(ql_context *gpu)
 }
 #endif
 
+/* Unmerged LoRAs on the GPU against the CPU layer with the same LoRAs: the
+ * same codes (the CPU's own packing), the same integer sums and the same fp32
+ * operations in the same order, so every output bit for bit; several LoRAs
+ * (one of scale 0), down in fp32 or bf16, ConvRot or none, any K, bias and
+ * residual, NaN and zero rows, every GEMM kernel; adding and removing LoRAs;
+ * packed and asymmetric layers refused. */
+static void test_lora(ql_context *gpu)
+{
+    ql_context *cpu = NULL;
+    CHECK_OK(ql_context_create(&cpu));
+    static const struct { int64_t m, n, k, g; int nl; int64_t rank[3]; ql_dtype ydt; int bias, res; const char *kern; } cs[] = {
+        {1, 300, 512, 256, 1, {8}, QL_BF16, 1, 0, "auto"},
+        {5, 64, 1024, 64, 2, {32, 5}, QL_F16, 0, 1, "gemv"},
+        {77, 1104, 768, 256, 3, {16, 4, 7}, QL_BF16, 1, 1, "auto"},
+        {130, 257, 300, 0, 1, {3}, QL_F32, 1, 0, "mma"},
+        {300, 2048, 2048, 256, 1, {64}, QL_BF16, 1, 0, "sm90"},
+        {700, 513, 256, 4, 2, {48, 17}, QL_BF16, 0, 0, "auto"},
+        {1024, 3072, 2048, 256, 2, {64, 64}, QL_BF16, 1, 0, "auto"},
+    };
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+        const int64_t m = cs[ci].m, n = cs[ci].n, k = cs[ci].k, g = cs[ci].g;
+        const ql_dtype xdt = QL_BF16, ydt = cs[ci].ydt;
+        const size_t xs = 2, ys = ql_dtype_size(ydt);
+        setenv("QLINEAR_CUDA_GEMM", cs[ci].kern, 1);
+        int8_t *q = malloc((size_t)(n * k));
+        float *scale = malloc((size_t)n * 4);
+        fill_codes(q, n * k);
+        for (int64_t i = 0; i < n; i++) scale[i] = (float)((0.5 + tu_uniform()) * 1e-3);
+        void *x = malloc((size_t)(m * k) * xs), *bias = malloc((size_t)n * 2), *res = malloc((size_t)(m * n) * ys),
+             *rs = malloc((size_t)n * ys);
+        tu_fill_gauss(xdt, x, m * k, 1.0);
+        for (int64_t r = 0; r < m; r++) ql_store_f(xdt, x, r * k + (r * 13) % k, 60.0f);
+        if (m > 3) {
+            ql_store_f(xdt, x, 2 * k + k / 2, NAN);
+            for (int64_t j = 0; j < k; j++) ql_store_f(xdt, x, 3 * k + j, 0.0f);
+        }
+        tu_fill_gauss(QL_BF16, bias, n, 0.5);
+        tu_fill_gauss(ydt, res, m * n, 1.0);
+        tu_fill_gauss(ydt, rs, n, 1.0);
+        ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = {n, k, q, k, scale, n, g, cs[ci].bias ? bias : NULL, QL_BF16}};
+        ql_linear *lg = NULL, *lc = NULL;
+        CHECK_OK(ql_linear_create(gpu, &d, &lg));
+        CHECK_OK(ql_linear_create(cpu, &d, &lc));
+        void *down[3], *up[3];
+        int idg[3], idc[3];
+        for (int l = 0; l < cs[ci].nl; l++) {
+            const int64_t r = cs[ci].rank[l];
+            const ql_dtype ddt = l % 2 ? QL_BF16 : QL_F32;
+            down[l] = malloc((size_t)(r * k) * 4), up[l] = malloc((size_t)(n * r) * 4);
+            tu_fill_gauss(ddt, down[l], r * k, 0.05);
+            tu_fill_gauss(QL_F32, up[l], n * r, 0.02);
+            const double sc = l == 2 ? 0.0 : ql_lora_scale(0.5 + tu_uniform(), (double)r / 2, 1, r) * (l ? -1 : 1);
+            ql_lora_desc ld = {r, down[l], ddt, k, up[l], QL_F32, r, sc};
+            if (lg) CHECK_OK(ql_linear_add_lora(lg, &ld, &idg[l]));
+            if (lc) CHECK_OK(ql_linear_add_lora(lc, &ld, &idc[l]));
+        }
+        if (!lg || !lc) goto next;
+        CHECK(ql_linear_lora_count(lg) == cs[ci].nl && ql_linear_lora_rank(lg) == ql_linear_lora_rank(lc),
+              "LoRA on CUDA: %d LoRAs of rank %lld (want %d of %lld)", ql_linear_lora_count(lg),
+              (long long)ql_linear_lora_rank(lg), cs[ci].nl, (long long)ql_linear_lora_rank(lc));
+        void *dx = dev_copy(x, (size_t)(m * k) * xs), *dy = dev_alloc((size_t)(m * n) * ys);
+        void *dres = dev_copy(res, (size_t)(m * n) * ys), *drs = dev_copy(rs, (size_t)n * ys);
+        void *y0 = malloc((size_t)(m * n) * ys), *y1 = malloc((size_t)(m * n) * ys);
+        ql_epilogue eh = {.residual = res, .ld_residual = n, .residual_scale = rs};
+        ql_epilogue ed = {.residual = dres, .ld_residual = n, .residual_scale = drs};
+        for (int step = 0; step < 3; step++) { /* all LoRAs; the first removed; every one removed */
+            if (step == 1) {
+                CHECK_OK(ql_linear_remove_lora(lg, idg[0]));
+                CHECK_OK(ql_linear_remove_lora(lc, idc[0]));
+            }
+            if (step == 2)
+                for (int l = 1; l < cs[ci].nl; l++) {
+                    CHECK_OK(ql_linear_remove_lora(lg, idg[l]));
+                    CHECK_OK(ql_linear_remove_lora(lc, idc[l]));
+                }
+            cudaMemset(dy, 0x7f, (size_t)(m * n) * ys);
+            CHECK_OK(ql_linear_forward(lc, x, xdt, m, k, y0, ydt, n, cs[ci].res ? &eh : NULL));
+            CHECK_OK(ql_linear_forward(lg, dx, xdt, m, k, dy, ydt, n, cs[ci].res ? &ed : NULL));
+            CHECK(cudaDeviceSynchronize() == cudaSuccess, "LoRA forward failed: %s", cudaGetErrorString(cudaGetLastError()));
+            cudaMemcpy(y1, dy, (size_t)(m * n) * ys, cudaMemcpyDeviceToHost);
+            int64_t first = -1;
+            const int active = step == 0 || (step == 1 && cs[ci].nl > 1);
+            CHECK(same_bits(ydt, y0, y1, m, n, n, &first),
+                  "LoRA %s M=%lld N=%lld K=%lld g=%lld step %d: first difference at %lld (%.9g vs CPU %.9g)", cs[ci].kern,
+                  (long long)m, (long long)n, (long long)k, (long long)g, step, (long long)first,
+                  first >= 0 ? ql_load_f(ydt, y1, first) : 0.0, first >= 0 ? ql_load_f(ydt, y0, first) : 0.0);
+            const char *kname = ql_linear_cuda_kernel(lg);
+            CHECK(!active || strstr(kname, "LoRA rank"), "LoRA M=%lld step %d: kernel '%s' names no LoRA", (long long)m, step,
+                  kname);
+            CHECK(step != 2 || !strstr(kname, "LoRA"), "no LoRA left, yet the kernel is '%s'", kname);
+        }
+        cudaFree(dx), cudaFree(dy), cudaFree(dres), cudaFree(drs);
+        free(y0), free(y1);
+    next:
+        for (int l = 0; l < cs[ci].nl; l++) free(down[l]), free(up[l]);
+        ql_linear_destroy(lg), ql_linear_destroy(lc);
+        free(q), free(scale), free(x), free(bias), free(res), free(rs);
+    }
+    unsetenv("QLINEAR_CUDA_GEMM");
+    /* packed and asymmetric W4A8 layers: refused, named */
+    for (int asym = 0; asym < 2; asym++) {
+        wx_weight c;
+        wx_make(&c, asym ? 3 : 0, 64, 256, 16, 256, 0, 0, QL_F32);
+        ql_linear_desc d = {.kind = asym ? QL_LINEAR_W8A8 : QL_LINEAR_WXA8_PACKED, .wxa8 = c.w};
+        ql_linear *l = NULL;
+        CHECK_OK(ql_linear_create(gpu, &d, &l));
+        float down[256 * 2] = {0.5f}, up[64 * 2] = {0.5f};
+        ql_lora_desc ld = {2, down, QL_F32, 256, up, QL_F32, 2, 1.0};
+        const ql_status st = l ? ql_linear_add_lora(l, &ld, NULL) : QL_ERR_UNSUPPORTED;
+        CHECK(st == QL_ERR_UNSUPPORTED && strstr(ql_last_error(), asym ? "asymmetric" : "packed"),
+              "LoRA on a CUDA %s layer: %s: %s", asym ? "asymmetric" : "packed", ql_status_string(st), ql_last_error());
+        CHECK(!l || ql_linear_lora_count(l) == 0, "a refused LoRA left on the layer");
+        ql_linear_destroy(l);
+        wx_free(&c);
+    }
+    ql_context_destroy(cpu);
+    printf("  unmerged LoRA: bit-identical to the CPU's layer with the same LoRAs\n");
+}
+
 int main(void)
 {
     tu_init("test_cuda");
@@ -1276,6 +1395,7 @@ int main(void)
     test_wxa8_packed(ctx);
     test_wxa8_shared(ctx);
     test_prologue_cache(ctx);
+    test_lora(ctx);
     test_input_act(ctx);
     test_bad_input(ctx);
 #endif

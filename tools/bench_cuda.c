@@ -18,9 +18,10 @@
 #include "quant/wxa8.h"
 #include "qlinear.h"
 
-enum { C_BF16, C_FP16, C_INT8, C_W8A8, C_GEMM, C_PRO, C_MMA, C_W4A8, C_W4A8P, C_W6A8, C_W6A8P, NPATHS };
+enum { C_BF16, C_FP16, C_INT8, C_W8A8, C_GEMM, C_PRO, C_MMA, C_W4A8, C_W4A8P, C_W6A8, C_W6A8P, C_LORA, NPATHS };
 static const char *names[NPATHS] = {"cublas-bf16", "cublas-fp16", "cublaslt-int8", "w8a8-convrot", "int8-gemm", "prologue",
-                                    "w8a8-sm80", "w4a8", "w4a8-packed", "w6a8", "w6a8-packed"};
+                                    "w8a8-sm80", "w4a8", "w4a8-packed", "w6a8", "w6a8-packed", "w8a8-convrot+lora64"};
+#define LORA_RANK 64
 static const char *notes[NPATHS] = {
     "peer: cuBLASLt bf16 in/out, fp32 accumulate, the dequantized un-rotated weight (the same function in bf16)",
     "peer: cuBLASLt fp16 in/out, fp32 accumulate",
@@ -32,7 +33,9 @@ static const char *notes[NPATHS] = {
     "ours: W4A8 (codebook, g16 e4m3) decoded once at load to the int8 grid, then the w8a8 pipeline",
     "ours: W4A8 (codebook, g16) kept 4-bit: M <= 8 the packed GEMV (decoded in registers), else decoded each call, then the int8 GEMM",
     "ours: W6A8 (g16 e4m3) decoded once at load, then the w8a8 pipeline",
-    "ours: W6A8 kept 6-bit: M <= 8 the packed GEMV, else decoded each call, then the int8 GEMM"};
+    "ours: W6A8 kept 6-bit: M <= 8 the packed GEMV, else decoded each call, then the int8 GEMM",
+    "ours: w8a8-convrot with an unmerged rank-64 LoRA (the down GEMM, t requantized, the low-rank product in an epilogue "
+    "kernel after the base GEMM); its floor is the base + R/N + R/K of it"};
 
 typedef struct { int64_t n, k, count; } shape;
 static const shape anima[] = {{2048, 2048, 168}, {256, 2048, 84}, {6144, 256, 84},
@@ -245,7 +248,11 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
     if (sets > 16) sets = 16;
     void *dxb[16], *dwb[16], *dxq[16], *dwq[16], *dyb[16], *dyi[16];
     float *dsx[16];
-    ql_linear *lin[16], *lin_mma[16], *lin_wx[4][16];
+    ql_linear *lin[16], *lin_mma[16], *lin_wx[4][16], *lin_lora[16];
+    float *ldown = malloc((size_t)(LORA_RANK * k) * 4), *lup = malloc((size_t)(n * LORA_RANK) * 4);
+    for (int64_t i = 0; i < LORA_RANK * k; i++) ldown[i] = (float)(((i * 2654435761u) >> 7) % 2001) * 1e-5f - 0.01f;
+    for (int64_t i = 0; i < n * LORA_RANK; i++) lup[i] = (float)(((i * 40503u) >> 3) % 2001) * 1e-5f - 0.01f;
+    const ql_lora_desc lora = {LORA_RANK, ldown, QL_F32, k, lup, QL_F32, LORA_RANK, 1.0};
     ql_int8_weight w8 = {n, k, q, k, sw, n, g, bb, QL_BF16};
     ql_linear_desc desc = {.kind = QL_LINEAR_W8A8, .int8 = w8};
     for (int s = 0; s < sets; s++) {
@@ -265,6 +272,8 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
         if (saved) setenv("QLINEAR_CUDA_GEMM", saved, 1);
         else unsetenv("QLINEAR_CUDA_GEMM");
         free(saved);
+        if (cs == QL_OK) cs = ql_linear_create(ctx, &desc, &lin_lora[s]);
+        if (cs == QL_OK) cs = ql_linear_add_lora(lin_lora[s], &lora, NULL);
         for (int i = 0; i < 4 && cs == QL_OK; i++) { /* w4a8, w4a8-packed, w6a8, w6a8-packed */
             ql_linear_desc dw = {.kind = i % 2 ? QL_LINEAR_WXA8_PACKED : QL_LINEAR_W8A8, .wxa8 = wx[i / 2]};
             cs = ql_linear_create(ctx, &dw, &lin_wx[i][s]);
@@ -291,6 +300,7 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
         CK(cudaEventRecord(b, st));
         /* the packed layers' decode workspace grows on first use, which a graph capture refuses: one call each first */
         for (int i = 0; i < 4; i++) ql_linear_forward(lin_wx[i][0], dxb[0], QL_BF16, m, k, dyb[0], QL_BF16, n, NULL);
+        ql_linear_forward(lin_lora[0], dxb[0], QL_BF16, m, k, dyb[0], QL_BF16, n, NULL); /* so is the LoRA's */
         CK(cudaEventSynchronize(b));
         float per = event_ms(a, b) / sets;
         while (calls * per < 2.0f && calls < 4096) calls += sets;
@@ -323,6 +333,7 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
                     case C_GEMM: qs = ql_gemm_s8s8s32(ctx, m, n, k, dxq[s], k, dwq[s], k, dyi[s], n); break;
                     case C_PRO: qs = ql_cuda_quantize_rows(&pro_ws, dev_index, st, dxb[s], QL_BF16, m, k, k, g, dxq[s], k, dsx[s], NULL); break;
                     case C_MMA: qs = ql_linear_forward(lin_mma[s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, NULL); break;
+                    case C_LORA: qs = ql_linear_forward(lin_lora[s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, NULL); break;
                     default: /* C_W4A8 .. C_W6A8P */
                         qs = ql_linear_forward(lin_wx[p - C_W4A8][s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, NULL);
                         break;
@@ -362,6 +373,7 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
     for (int i = 0; i < 4; i++) out->wbytes[C_W4A8 + i] = ql_linear_weight_bytes(lin_wx[i][0]);
     snprintf(out->wx_kernel[0], sizeof out->wx_kernel[0], "%s", ql_linear_cuda_kernel(lin_wx[1][0]));
     snprintf(out->wx_kernel[1], sizeof out->wx_kernel[1], "%s", ql_linear_cuda_kernel(lin_wx[3][0]));
+    free(ldown), free(lup);
     /* cuBLAS has no bias: add it on the host to its output */
     lt_run(&gb, dwb[0], dxb[0], dyb[0], st);
     CK(cudaMemcpy(y1, dyb[0], (size_t)(m * n) * 2, cudaMemcpyDeviceToHost));
@@ -374,7 +386,7 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
     if (have[C_FP16]) lt_free(&gh);
     if (have[C_INT8]) lt_free(&gi);
     for (int s = 0; s < sets; s++) {
-        ql_linear_destroy(lin[s]), ql_linear_destroy(lin_mma[s]);
+        ql_linear_destroy(lin[s]), ql_linear_destroy(lin_mma[s]), ql_linear_destroy(lin_lora[s]);
         for (int i = 0; i < 4; i++) ql_linear_destroy(lin_wx[i][s]);
         cudaFree(dxb[s]), cudaFree(dwb[s]), cudaFree(dxq[s]), cudaFree(dwq[s]), cudaFree(dyb[s]), cudaFree(dyi[s]), cudaFree(dsx[s]);
     }
@@ -562,6 +574,8 @@ int ql_cmd_bench_cuda(int argc, char **argv)
                    2.0 * m * sh->n * sh->k / (r.ms[C_GEMM] * 1e9), r.rel_l2, r.kernel, r.ms[C_PRO],
                    (double)m * sh->k * 3 / (r.ms[C_PRO] * 1e6));
             printf(" | sm80 %.4f (%.2fx)", r.ms[C_MMA], r.ms[C_MMA] / r.ms[C_W8A8]);
+            printf(" | lora64 %.4f (+%.1f%%; floor +%.1f%%)", r.ms[C_LORA], 100.0 * (r.ms[C_LORA] / r.ms[C_W8A8] - 1.0),
+                   100.0 * ((double)LORA_RANK / (double)sh->n + (double)LORA_RANK / (double)sh->k));
             if (!use_graphs) printf(" | host us w8a8 %.1f bf16 %.1f i8 %.1f", r.host_us[C_W8A8], r.host_us[C_BF16], r.host_us[C_INT8]);
             printf("\n");
             /* W4A8 / W6A8: time and resident bytes against w8a8-convrot's */
@@ -591,6 +605,7 @@ int ql_cmd_bench_cuda(int argc, char **argv)
                tot[C_BF16], tot[C_FP16], tot[C_INT8], tot[C_W8A8], tot[C_GEMM], tot[C_W8A8] / tot[C_BF16],
                tot[C_W8A8] / tot[C_INT8], tot[C_GEMM] / tot[C_INT8], tot[C_PRO], tot[C_MMA], tot[C_MMA] / tot[C_W8A8],
                tot[C_MMA] / tot[C_BF16]);
+        printf("%-12s %6s   lora64 total %.3f ms (+%.1f%% over w8a8)\n", "", "", tot[C_LORA], 100.0 * (tot[C_LORA] / tot[C_W8A8] - 1.0));
         printf("%-12s %6s   wxa8 totals, ms (x w8a8):", "", "");
         for (int p = C_W4A8; p <= C_W6A8P; p++) printf(" %s %.3f (%.2fx)", names[p], tot[p], tot[p] / tot[C_W8A8]);
         printf("\n");

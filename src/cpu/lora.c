@@ -23,6 +23,7 @@ struct ql_lora_set {
     int64_t rtot, rpad;
     double e2; /* 2^E: U holds up / 2^E */
     ql_packed_b d, u;
+    int8_t *dq, *uq; /* kern NULL (another backend packs them): D [rtot, k] and U [n, rtot], row-major */
     float *su;
     uint8_t perm[64]; /* in-block order of the kernel's A panels (ql_a_element) */
 };
@@ -45,6 +46,8 @@ void ql_lora_set_free(ql_lora_set *s)
     free(s->items);
     ql_packed_b_free(&s->d);
     ql_packed_b_free(&s->u);
+    free(s->dq);
+    free(s->uq);
     ql_aligned_free(s->su);
     free(s);
 }
@@ -57,6 +60,13 @@ int64_t ql_lora_set_rank(const ql_lora_set *s)
     return r;
 }
 bool ql_lora_set_active(const ql_lora_set *s) { return s && s->rtot > 0; }
+
+int64_t ql_lora_set_codes(const ql_lora_set *s, const int8_t **dq, const int8_t **uq, const float **su, double *e2)
+{
+    if (!s || !s->dq) return 0;
+    *dq = s->dq, *uq = s->uq, *su = s->su, *e2 = s->e2;
+    return s->rtot;
+}
 
 /* One row of U: v (rt values) -> int8 codes with su = max|v|/127 (0 if that
  * underflows: the row is below 2^-149 of the largest up value). */
@@ -79,12 +89,15 @@ static ql_status rebuild(ql_lora_set *s)
 {
     ql_packed_b_free(&s->d);
     ql_packed_b_free(&s->u);
+    free(s->dq);
+    free(s->uq);
+    s->dq = s->uq = NULL;
     ql_aligned_free(s->su);
     s->su = NULL;
     s->rtot = 0;
     for (int i = 0; i < s->count; i++)
         if (s->items[i].scale != 0.0) s->rtot += s->items[i].rank;
-    s->rpad = ql_kpad(s->kern, s->rtot);
+    s->rpad = s->kern ? ql_kpad(s->kern, s->rtot) : s->rtot;
     if (s->rtot == 0) return QL_OK;
     const int64_t n = s->n, k = s->k, rt = s->rtot;
     int8_t *dq = malloc((size_t)(rt * k) + 1), *uq = malloc((size_t)(n * rt) + 1);
@@ -114,6 +127,11 @@ static ql_status rebuild(ql_lora_set *s)
             for (int64_t r = 0; r < it->rank; r++) row[j++] = ldexp(it->upd[c * it->rank + r], -ex);
         }
         s->su[c] = quantize_up_row(row, rt, uq + c * rt);
+    }
+    if (!s->kern) { /* kept as they are: the caller's backend lays them out */
+        s->dq = dq, s->uq = uq;
+        dq = uq = NULL;
+        goto done;
     }
     st = ql_pack_b_s8(s->kern, dq, rt, k, k, &s->d);
     if (st == QL_OK) st = ql_pack_b_s8(s->kern, uq, n, rt, rt, &s->u);
@@ -208,7 +226,7 @@ ql_status ql_lora_set_add(ql_lora_set **set, const ql_s8_kernel *kern, int64_t n
         s->group = group;
         s->kern = kern;
         s->next_id = 1;
-        for (int q = 0; q < kern->kb; q++) s->perm[q] = (uint8_t)ql_a_element(kern->kb, q);
+        for (int q = 0; kern && q < kern->kb; q++) s->perm[q] = (uint8_t)ql_a_element(kern->kb, q);
         *set = s;
     }
     lora_item it = {0};

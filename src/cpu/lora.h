@@ -19,6 +19,8 @@
 
 typedef struct ql_lora_set ql_lora_set;
 
+/* kern NULL: a set for another backend (the CUDA one), whose active LoRAs
+ * stay as plain row-major codes (ql_lora_set_codes) instead of packed. */
 ql_status ql_lora_set_add(ql_lora_set **set, const ql_s8_kernel *kern, int64_t n, int64_t k, int64_t group,
                           const ql_lora_desc *d, int *id);
 ql_status ql_lora_set_remove(ql_lora_set *set, int id);
@@ -27,6 +29,9 @@ int ql_lora_set_count(const ql_lora_set *set);
 int64_t ql_lora_set_rank(const ql_lora_set *set);
 /* A low-rank term to add (some LoRA with a non-zero scale). */
 bool ql_lora_set_active(const ql_lora_set *set);
+/* A set made without a kernel: D [R_tot, K] (rotated down codes, row-major),
+ * U [N, R_tot], su [N] and 2^E of the active LoRAs; returns R_tot (0: none). */
+int64_t ql_lora_set_codes(const ql_lora_set *set, const int8_t **dq, const int8_t **uq, const float **su, double *e2);
 
 /* Per-call state of the LoRA term for one chunk of rows. */
 typedef struct ql_lora_run {

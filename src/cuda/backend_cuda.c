@@ -3,6 +3,7 @@
  * context's device (cuda_backend.h, built from
  * the .cu files, or cuda_absent.c that refuses every call). */
 #include "backend/backend.h"
+#include "cpu/lora.h"
 #include "cuda/cuda_backend.h"
 #include "linear/check.h"
 #include "linear/prologue_cache.h"
@@ -157,7 +158,59 @@ static ql_status cuda_create(ql_context *ctx, const ql_linear_desc *d, void **im
  * key: codes from the CPU's kernels never match them). */
 static const char cuda_codes_layout = 0;
 
-static void cuda_destroy(void *impl) { ql_cuda_linear_destroy(impl); }
+static void cuda_destroy(void *impl)
+{
+    void **slot = impl ? ql_cuda_linear_lora_slot(impl) : NULL;
+    if (slot) ql_lora_set_free(*slot);
+    ql_cuda_linear_destroy(impl);
+}
+
+/* ---- unmerged LoRAs: the CPU's codes (cpu/lora.c, made without a CPU
+ * kernel to pack for), uploaded whenever the set changes */
+
+static ql_status lora_upload(ql_cuda_linear *l)
+{
+    const int8_t *dq = NULL, *uq = NULL;
+    const float *su = NULL;
+    double e2 = 1.0;
+    const int64_t rt = ql_lora_set_codes(*(ql_lora_set **)ql_cuda_linear_lora_slot(l), &dq, &uq, &su, &e2);
+    return ql_cuda_linear_set_lora(l, rt, dq, uq, su, e2);
+}
+
+static ql_status cuda_add_lora(void *impl, const ql_lora_desc *d, int *id)
+{
+    ql_cuda_linear *l = impl;
+    QL_TRY(ql_cuda_linear_lora_ok(l));
+    int64_t k, group;
+    ql_cuda_linear_dims(l, &k, &group);
+    ql_lora_set **set = (ql_lora_set **)ql_cuda_linear_lora_slot(l);
+    int nid = 0;
+    QL_TRY(ql_lora_set_add(set, NULL, ql_cuda_linear_n(l), k, group, d, &nid));
+    const ql_status st = lora_upload(l);
+    if (st != QL_OK) { /* back to the set before: a failed add changes nothing */
+        ql_lora_set_remove(*set, nid);
+        lora_upload(l);
+        return st;
+    }
+    if (id) *id = nid;
+    return QL_OK;
+}
+
+static ql_status cuda_remove_lora(void *impl, int id)
+{
+    QL_TRY(ql_lora_set_remove(*(ql_lora_set **)ql_cuda_linear_lora_slot(impl), id));
+    return lora_upload(impl);
+}
+
+static int cuda_lora_count(const void *impl)
+{
+    return ql_lora_set_count(*(ql_lora_set **)ql_cuda_linear_lora_slot((ql_cuda_linear *)impl));
+}
+
+static int64_t cuda_lora_rank(const void *impl)
+{
+    return ql_lora_set_rank(*(ql_lora_set **)ql_cuda_linear_lora_slot((ql_cuda_linear *)impl));
+}
 
 static void free_workspace(void *ws) { ql_cuda_workspace_free(ws); }
 
@@ -239,5 +292,9 @@ const ql_backend ql_backend_cuda = {
     .describe = cuda_describe,
     .last_kernel = cuda_last_kernel,
     .weight_bytes = cuda_weight_bytes,
-    .gemm_s8s8s32 = cuda_gemm_s8s8s32, /* no unmerged LoRAs on CUDA */
+    .add_lora = cuda_add_lora,
+    .remove_lora = cuda_remove_lora,
+    .lora_count = cuda_lora_count,
+    .lora_rank = cuda_lora_rank,
+    .gemm_s8s8s32 = cuda_gemm_s8s8s32,
 };

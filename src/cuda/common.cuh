@@ -62,20 +62,25 @@ struct EpiParams {
     int vec2;            /* y and ldy allow 2-element vector stores */
 };
 
-/* y = round(acc·(s_x·s_w)); y = round(y + round(bias)); y = round(res + rs·y):
- * ql_epilogue_scalar's roundings in its order. */
-__device__ __forceinline__ float epi_value(const EpiParams &p, int32_t acc, float sx, int64_t row, int64_t col)
+/* The epilogue after the product v = acc·(s_x·s_w) (plus a corrected
+ * layer's or a LoRA's term): y = round(v); y = round(y + round(bias));
+ * y = round(res + rs·y): ql_epilogue_scalar's roundings in its order. */
+__device__ __forceinline__ float epi_after(const EpiParams &p, float v, int64_t row, int64_t col)
 {
     const int dt = p.ydt;
-    float sw = p.sw[p.sw_per_row ? col : 0];
-    float y = round_to(dt, __fmul_rn(__int2float_rn(acc), __fmul_rn(sx, sw)));
+    float y = round_to(dt, v);
     if (p.bias) y = round_to(dt, __fadd_rn(y, round_to(dt, p.bias[col])));
     if (p.res) {
-        float r = load_f(dt, p.res, row * p.ldr + col);
-        float rs = load_f(dt, p.rs, col);
+        const float r = load_f(dt, p.res, row * p.ldr + col), rs = load_f(dt, p.rs, col);
         y = round_to(dt, __fadd_rn(r, __fmul_rn(rs, y)));
     }
     return y;
+}
+
+__device__ __forceinline__ float epi_value(const EpiParams &p, int32_t acc, float sx, int64_t row, int64_t col)
+{
+    const float sw = p.sw[p.sw_per_row ? col : 0];
+    return epi_after(p, __fmul_rn(__int2float_rn(acc), __fmul_rn(sx, sw)), row, col);
 }
 
 __device__ __forceinline__ void store_one(const EpiParams &p, int64_t row, int64_t col, float v, int32_t acc)

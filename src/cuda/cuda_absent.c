@@ -33,6 +33,27 @@ ql_status ql_cuda_linear_set_correction(ql_cuda_linear *l, const float *corr, in
     (void)l, (void)corr, (void)group;
     return absent("ql_linear_create");
 }
+ql_status ql_cuda_linear_lora_ok(const ql_cuda_linear *l)
+{
+    (void)l;
+    return absent("ql_linear_add_lora");
+}
+ql_status ql_cuda_linear_set_lora(ql_cuda_linear *l, int64_t rtot, const int8_t *dq, const int8_t *uq, const float *su,
+                                  double e2)
+{
+    (void)l, (void)rtot, (void)dq, (void)uq, (void)su, (void)e2;
+    return absent("ql_linear_add_lora");
+}
+int64_t ql_cuda_linear_n(const ql_cuda_linear *l)
+{
+    (void)l;
+    return 0;
+}
+void **ql_cuda_linear_lora_slot(ql_cuda_linear *l)
+{
+    (void)l;
+    return NULL; /* no layer is ever made here */
+}
 ql_status ql_cuda_linear_decoded_weight(const ql_cuda_linear *l, int8_t *out, int64_t ldo)
 {
     (void)l, (void)out, (void)ldo;

@@ -52,6 +52,18 @@ ql_status ql_cuda_linear_create_packed(int device, const ql_cuda_packed_desc *d,
  * of layer): y gets s_x·Σ_g (Σ_{k in g} x_q[k])·corr[g, n] before its first
  * rounding, as the CPU adds it (bit for bit). */
 ql_status ql_cuda_linear_set_correction(ql_cuda_linear *l, const float *corr, int64_t group);
+/* Unmerged LoRAs: QL_OK where the layer takes them (W8A8 with an int8
+ * weight; packed and asymmetric layers: QL_ERR_UNSUPPORTED, named). */
+ql_status ql_cuda_linear_lora_ok(const ql_cuda_linear *l);
+/* The active LoRAs' codes as cpu/lora.h's ql_lora_set_codes gives them
+ * (D [rtot, k] rotated down codes, U [n, rtot], su [n], e2 = 2^E), uploaded
+ * (the host arrays may be freed after); rtot 0 removes the term. */
+ql_status ql_cuda_linear_set_lora(ql_cuda_linear *l, int64_t rtot, const int8_t *dq, const int8_t *uq, const float *su,
+                                  double e2);
+/* The layer's N, and the slot where the backend keeps its host-side LoRA
+ * set (the backend frees it before the layer). */
+int64_t ql_cuda_linear_n(const ql_cuda_linear *l);
+void **ql_cuda_linear_lora_slot(ql_cuda_linear *l);
 void ql_cuda_linear_destroy(ql_cuda_linear *l);
 size_t ql_cuda_linear_weight_bytes(const ql_cuda_linear *l);
 /* count layers (sharing K and the rotation group) on one input x: one

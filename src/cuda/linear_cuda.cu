@@ -41,6 +41,11 @@ struct ql_cuda_workspace {
     int32_t *acc = nullptr;
     float *gsum = nullptr;
     size_t wdec_bytes = 0, acc_bytes = 0, gsum_bytes = 0;
+    /* unmerged LoRA: t [m, rp] int32, its codes [m, rp] and st [m] (acc holds the base GEMM's sums) */
+    int32_t *lt = nullptr;
+    int8_t *ltq = nullptr;
+    float *lst = nullptr;
+    size_t lt_bytes = 0, ltq_bytes = 0, lst_bytes = 0;
 };
 
 namespace {
@@ -66,6 +71,13 @@ struct ql_cuda_linear {
     /* asymmetric: fp32 [k/corr_group, n] */
     float *corr;
     int64_t corr_group;
+    /* unmerged LoRAs (lora_rt > 0): D [rt, kp] (down codes, in the prologue's
+     * code order), U [n, lora_rp] (rp = rt rounded up to 16, zeros past rt), su [n] */
+    int8_t *lora_d, *lora_u;
+    float *lora_su;
+    double lora_e2;
+    int64_t lora_rt, lora_rp;
+    void *lora_set; /* the backend's host-side set (backend_cuda.c) */
     bool sm90;   /* Hopper kernels usable on this device */
     int sms;
     int pairs;   /* two-block clusters resident at once (the multicast kernels) */
@@ -224,6 +236,9 @@ extern "C" void ql_cuda_workspace_free(ql_cuda_workspace *ws)
         cudaFree(ws->wdec);
         cudaFree(ws->acc);
         cudaFree(ws->gsum);
+        cudaFree(ws->lt);
+        cudaFree(ws->ltq);
+        cudaFree(ws->lst);
     }
     delete ws;
 }
@@ -237,10 +252,26 @@ extern "C" void ql_cuda_linear_destroy(ql_cuda_linear *l)
     cudaFree(l->bias);
     cudaFree(l->pbuf);
     cudaFree(l->corr);
+    cudaFree(l->lora_d);
+    cudaFree(l->lora_u);
+    cudaFree(l->lora_su);
     free(l);
 }
 
 namespace {
+
+/* One row of k codes in the prologue's order (perm: value i + 16·t of each
+ * group of 256 at 16·i + t; else as they are). */
+void stage_codes(int8_t *dst, const int8_t *row, int64_t k, bool perm)
+{
+    if (!perm) {
+        memcpy(dst, row, (size_t)k);
+        return;
+    }
+    for (int64_t g = 0; g < k; g += 256)
+        for (int i = 0; i < 16; i++)
+            for (int t = 0; t < 16; t++) dst[g + 16 * i + t] = row[g + i + 16 * t];
+}
 
 /* A layer's common part: device checks, launch overrides, scales and bias
  * uploaded, the launch shapes at this K prepared. The weight comes after. */
@@ -312,18 +343,7 @@ extern "C" ql_status ql_cuda_linear_create(int device, const ql_int8_weight *w, 
             return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: cannot stage a %lld x %lld weight", fn, (long long)w->n,
                            (long long)((w->k + 15) / 16 * 16));
         }
-        for (int64_t r = 0; r < l->n; r++) {
-            int8_t *dst = &host[(size_t)(r * l->kp)];
-            const int8_t *row = w->q + r * w->ldq;
-            if (!perm) {
-                memcpy(dst, row, (size_t)w->k);
-                continue;
-            }
-            /* the prologue's code order: value i + 16·t of a group at 16·i + t */
-            for (int64_t g = 0; g < l->k; g += 256)
-                for (int i = 0; i < 16; i++)
-                    for (int t = 0; t < 16; t++) dst[g + 16 * i + t] = row[g + i + 16 * t];
-        }
+        for (int64_t r = 0; r < l->n; r++) stage_codes(&host[(size_t)(r * l->kp)], w->q + r * w->ldq, l->k, perm);
         src = host.data(), ld = l->kp;
     }
     cudaError_t e = cudaMalloc(&l->w, (size_t)(l->n * l->kp > 0 ? l->n * l->kp : 16));
@@ -382,6 +402,55 @@ extern "C" ql_status ql_cuda_linear_set_correction(ql_cuda_linear *l, const floa
     l->corr_group = group;
     return QL_OK;
 }
+
+extern "C" ql_status ql_cuda_linear_lora_ok(const ql_cuda_linear *l)
+{
+    if (l->bits || l->corr)
+        return ql_fail(QL_ERR_UNSUPPORTED,
+                       "ql_linear_add_lora: unmerged LoRAs on CUDA take W8A8 layers with an int8 weight; this one is %s",
+                       l->corr ? "asymmetric W4A8" : "a packed W4A8/W6A8 layer");
+    return QL_OK;
+}
+
+extern "C" ql_status ql_cuda_linear_set_lora(ql_cuda_linear *l, int64_t rtot, const int8_t *dq, const int8_t *uq,
+                                             const float *su, double e2)
+{
+    const char *fn = "ql_linear_add_lora";
+    ql_status st = ql_cuda_linear_lora_ok(l);
+    if (st != QL_OK) return st;
+    DeviceScope ds(l->device);
+    /* cudaFree waits for queued forwards that still read the old codes */
+    cudaFree(l->lora_d), cudaFree(l->lora_u), cudaFree(l->lora_su);
+    l->lora_d = l->lora_u = nullptr, l->lora_su = nullptr, l->lora_rt = l->lora_rp = 0;
+    if (rtot <= 0) return QL_OK;
+    const int64_t rp = (rtot + 15) / 16 * 16;
+    std::vector<int8_t> d, u;
+    try {
+        d.assign((size_t)(rtot * l->kp), 0);
+        u.assign((size_t)(l->n * rp), 0);
+    } catch (const std::bad_alloc &) {
+        return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: cannot stage the LoRA codes (rank %lld)", fn, (long long)rtot);
+    }
+    const bool perm = codes_permuted(l->k, l->group, l->kp);
+    for (int64_t r = 0; r < rtot; r++) stage_codes(&d[(size_t)(r * l->kp)], dq + r * l->k, l->k, perm);
+    for (int64_t c = 0; c < l->n; c++) memcpy(&u[(size_t)(c * rp)], uq + c * rtot, (size_t)rtot);
+    cudaError_t e = cudaMalloc(&l->lora_d, d.size());
+    if (e == cudaSuccess) e = cudaMalloc(&l->lora_u, u.size() + 16);
+    if (e == cudaSuccess) e = cudaMalloc(&l->lora_su, (size_t)l->n * sizeof(float) + 4);
+    if (e == cudaSuccess) e = cudaMemcpy(l->lora_d, d.data(), d.size(), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaMemcpy(l->lora_u, u.data(), u.size(), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaMemcpy(l->lora_su, su, (size_t)l->n * sizeof(float), cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+        cudaFree(l->lora_d), cudaFree(l->lora_u), cudaFree(l->lora_su);
+        l->lora_d = l->lora_u = nullptr, l->lora_su = nullptr;
+        return cuda_fail(fn, "uploading the LoRA codes", e);
+    }
+    l->lora_rt = rtot, l->lora_rp = rp, l->lora_e2 = e2;
+    return QL_OK;
+}
+
+extern "C" int64_t ql_cuda_linear_n(const ql_cuda_linear *l) { return l->n; }
+extern "C" void **ql_cuda_linear_lora_slot(ql_cuda_linear *l) { return &l->lora_set; }
 
 extern "C" size_t ql_cuda_linear_weight_bytes(const ql_cuda_linear *l)
 {
@@ -597,6 +666,13 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
             (st = grow(fn, s, (void **)&ws->wdec, &ws->wdec_bytes, (size_t)(li->n * li->kp), "decoded-weight workspace")) !=
                 QL_OK)
             return st;
+        if (li->lora_rt &&
+            ((st = grow(fn, s, (void **)&ws->acc, &ws->acc_bytes, (size_t)(m * acc_pitch(li->n)) * 4,
+                        "accumulator workspace (LoRA)")) != QL_OK ||
+             (st = grow(fn, s, (void **)&ws->lt, &ws->lt_bytes, (size_t)(m * li->lora_rp) * 4, "LoRA workspace")) != QL_OK ||
+             (st = grow(fn, s, (void **)&ws->ltq, &ws->ltq_bytes, (size_t)(m * li->lora_rp), "LoRA workspace")) != QL_OK ||
+             (st = grow(fn, s, (void **)&ws->lst, &ws->lst_bytes, (size_t)m * 4, "LoRA workspace")) != QL_OK))
+            return st;
         if (li->corr &&
             ((st = grow(fn, s, (void **)&ws->acc, &ws->acc_bytes, (size_t)(m * acc_pitch(li->n)) * 4,
                         "accumulator workspace (asymmetric layer)")) != QL_OK ||
@@ -635,7 +711,7 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
         /* an asymmetric layer's GEMM leaves its raw accumulators; the corrected epilogue follows */
         EpiParams pg = p;
         const int64_t ldacc = acc_pitch(li->n);
-        if (li->corr) {
+        if (li->corr || li->lora_rt) {
             pg = EpiParams{};
             pg.y = ws->acc, pg.ldy = ldacc, pg.ydt = DT_I32, pg.sx = ws->sx, pg.sw = li->sw, pg.sw_per_row = li->sw_per_row;
             pg.vec2 = 1;
@@ -670,6 +746,17 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
             QLC_CUDA(fn, "the corrected epilogue kernel",
                      launch_corr_epilogue(ws->acc, ldacc, ws->gsum, li->corr, m, li->n, li->k / li->corr_group, p, s));
             snprintf(li->kernel, sizeof li->kernel, "%s + correction", name);
+        } else if (li->lora_rt) {
+            EpiParams pt = {};
+            pt.y = ws->lt, pt.ldy = li->lora_rp, pt.ydt = DT_I32, pt.vec2 = 1;
+            QLC_CUDA(fn, "the LoRA down GEMM",
+                     launch_s8_gemm_mma(ws->q, li->kp, li->lora_d, li->kp, m, li->lora_rt, li->k, pt, s));
+            QLC_CUDA(fn, "the LoRA requantize kernel",
+                     launch_lora_t(ws->lt, li->lora_rp, m, li->lora_rt, li->lora_rp, ws->sx, li->lora_e2, ws->ltq, ws->lst, s));
+            QLC_CUDA(fn, "the LoRA epilogue kernel",
+                     launch_lora_epilogue(ws->acc, ldacc, ws->ltq, ws->lst, li->lora_u, li->lora_su, m, li->n, li->lora_rp, p,
+                                          s));
+            snprintf(li->kernel, sizeof li->kernel, "%s + LoRA rank %lld", name, (long long)li->lora_rt);
         } else snprintf(li->kernel, sizeof li->kernel, "%s", name);
     }
     return QL_OK;

@@ -280,18 +280,6 @@ __global__ void group_sums_kernel(const int8_t *a, int64_t lda, int64_t m, int64
     s[i] = (float)sum; /* exact: |sum| <= 128·group */
 }
 
-/* epi_value after its product: the same roundings in the same order. */
-__device__ __forceinline__ float epi_after(const EpiParams &p, float v, int64_t row, int64_t col)
-{
-    const int dt = p.ydt;
-    float y = round_to(dt, v);
-    if (p.bias) y = round_to(dt, __fadd_rn(y, round_to(dt, p.bias[col])));
-    if (p.res) {
-        const float r = load_f(dt, p.res, row * p.ldr + col), rs = load_f(dt, p.rs, col);
-        y = round_to(dt, __fadd_rn(r, __fmul_rn(rs, y)));
-    }
-    return y;
-}
 
 /* A tile of BY·RT rows × BX·CT columns per block (BX·BY threads; thread
  * (ty, tx) owns rows ty·RT.., columns tx·CT..); s and corr pass through
