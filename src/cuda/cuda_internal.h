@@ -87,10 +87,13 @@ cudaError_t launch_s8_gemm_mma(const int8_t *a, int64_t lda, const int8_t *b, in
 cudaError_t launch_s8_gemv(const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m, int64_t n,
                            int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl);
 
-/* Unmerged LoRA (lora_cuda.cu): the codes and st of t [m, rt] (ldt
+/* Unmerged LoRA (lora_cuda.cu): t = codes q [m, kp] · D [rt, kp]ᵀ into t
+ * [m, ldt] (zeroed first); the codes and st of t [m, rt] (ldt
  * elements) into tq [m, rp] (zeros past rt) and st [m]; then y from the base
  * GEMM's int32 acc [m, n] (ldacc) plus the LoRA term t_q·U_qᵀ (U [n, rp]),
  * through p's epilogue. rp: a multiple of 16. */
+cudaError_t launch_lora_down(const int8_t *q, int64_t ldq, const int8_t *d, int64_t m, int64_t rt, int64_t kp, int32_t *t,
+                             int64_t ldt, cudaStream_t stream);
 cudaError_t launch_lora_t(const int32_t *t, int64_t ldt, int64_t m, int64_t rt, int64_t rp, const float *sx, double e2,
                           int8_t *tq, float *st, cudaStream_t stream);
 cudaError_t launch_lora_epilogue(const int32_t *acc, int64_t ldacc, const int8_t *tq, const float *st, const int8_t *uq,

@@ -747,10 +747,8 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
                      launch_corr_epilogue(ws->acc, ldacc, ws->gsum, li->corr, m, li->n, li->k / li->corr_group, p, s));
             snprintf(li->kernel, sizeof li->kernel, "%s + correction", name);
         } else if (li->lora_rt) {
-            EpiParams pt = {};
-            pt.y = ws->lt, pt.ldy = li->lora_rp, pt.ydt = DT_I32, pt.vec2 = 1;
-            QLC_CUDA(fn, "the LoRA down GEMM",
-                     launch_s8_gemm_mma(ws->q, li->kp, li->lora_d, li->kp, m, li->lora_rt, li->k, pt, s));
+            QLC_CUDA(fn, "the LoRA down kernel",
+                     launch_lora_down(ws->q, li->kp, li->lora_d, m, li->lora_rt, li->kp, ws->lt, li->lora_rp, s));
             QLC_CUDA(fn, "the LoRA requantize kernel",
                      launch_lora_t(ws->lt, li->lora_rp, m, li->lora_rt, li->lora_rp, ws->sx, li->lora_e2, ws->ltq, ws->lst, s));
             QLC_CUDA(fn, "the LoRA epilogue kernel",

@@ -1,5 +1,5 @@
 /* Unmerged LoRA on CUDA, the CPU's numerics (cpu/lora.h) step for step:
- * t = x_q·D_qᵀ (exact int32, the portable tensor-core GEMM), each row of t
+ * t = x_q·D_qᵀ (exact int32, split over K), each row of t
  * requantized to int8 with σ = max|t|/127 and st = s_x·σ·2^E, then an
  * epilogue kernel that reads the base GEMM's int32 accumulators, forms the
  * rank-R_tot product t_q·U_qᵀ with dp4a and adds fp32(acc2)·(st·su) to
@@ -11,6 +11,52 @@
 
 namespace qlc {
 namespace {
+
+/* t += x_q·D_qᵀ over one K slice: 32 rows × 64 columns of t per pass, the
+ * slice's codes staged in shared memory, dp4a, integer atomics into t (exact
+ * in any order). Split over K so that t, a thin [m, R] matrix, fills the
+ * GPU: a row block's whole K on one SM would take as long as the base GEMM. */
+constexpr int DR = 32, DC = 64, DKS = 256, DW = DKS / 4;
+__global__ void __launch_bounds__(256) lora_down_kernel(const int8_t *q, int64_t ldq, const int8_t *d, int64_t m,
+                                                         int64_t rt, int64_t kp, int32_t *t, int64_t ldt)
+{
+    __shared__ int32_t xs[DR][DW + 1], ds[DC][DW + 1];
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const int64_t m0 = (int64_t)blockIdx.x * DR, k0 = (int64_t)blockIdx.y * DKS;
+    const int words = (int)((kp - k0 < DKS ? kp - k0 : DKS) / 4); /* kp: a multiple of 16 */
+    for (int i = threadIdx.x; i < DR * DW; i += 256) {
+        const int r = i / DW, w = i % DW;
+        xs[r][w] = w < words && m0 + r < m ? *(const int32_t *)(q + (m0 + r) * ldq + k0 + 4 * w) : 0;
+    }
+    for (int64_t c0 = 0; c0 < rt; c0 += DC) {
+        __syncthreads();
+        for (int i = threadIdx.x; i < DC * DW; i += 256) {
+            const int c = i / DW, w = i % DW;
+            ds[c][w] = w < words && c0 + c < rt ? *(const int32_t *)(d + (c0 + c) * kp + k0 + 4 * w) : 0;
+        }
+        __syncthreads();
+        int32_t acc[2][4] = {};
+        for (int w = 0; w < words; w++) {
+            const int32_t a0 = xs[ty][w], a1 = xs[ty + 16][w];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int32_t b = ds[tx + 16 * j][w];
+                acc[0][j] = __dp4a(a0, b, acc[0][j]);
+                acc[1][j] = __dp4a(a1, b, acc[1][j]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int64_t row = m0 + ty + 16 * i;
+            if (row >= m) continue;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int64_t c = c0 + tx + 16 * j;
+                if (c < rt) atomicAdd(&t[row * ldt + c], acc[i][j]);
+            }
+        }
+    }
+}
 
 /* A warp per row: amax over the rt values of t, codes rne(t·127/amax) in
  * double (the CPU's rounding), zeros up to rp; st[row] as the CPU forms it. */
@@ -82,6 +128,16 @@ __global__ void __launch_bounds__(256) lora_epilogue_kernel(const int32_t *acc, 
 }
 
 } // namespace
+
+cudaError_t launch_lora_down(const int8_t *q, int64_t ldq, const int8_t *d, int64_t m, int64_t rt, int64_t kp, int32_t *t,
+                             int64_t ldt, cudaStream_t stream)
+{
+    cudaError_t e = cudaMemsetAsync(t, 0, (size_t)(m * ldt) * sizeof(int32_t), stream);
+    if (e != cudaSuccess) return e;
+    lora_down_kernel<<<dim3((unsigned)((m + DR - 1) / DR), (unsigned)((kp + DKS - 1) / DKS)), 256, 0, stream>>>(
+        q, ldq, d, m, rt, kp, t, ldt);
+    return cudaGetLastError();
+}
 
 cudaError_t launch_lora_t(const int32_t *t, int64_t ldt, int64_t m, int64_t rt, int64_t rp, const float *sx, double e2,
                           int8_t *tq, float *st, cudaStream_t stream)
