@@ -1246,7 +1246,6 @@ static void test_bad_input(ql_context *gpu)
     CHECK(st == QL_ERR_INVALID_ARGUMENT && strstr(ql_last_error(), "does not exist"), "device 999: %s", ql_last_error());
     cudaFree(dy), cudaFree(dx);
 }
-#endif
 
 /* Unmerged LoRAs on the GPU against the CPU layer with the same LoRAs: the
  * same codes (the CPU's own packing), the same integer sums and the same fp32
@@ -1366,6 +1365,7 @@ static void test_lora(ql_context *gpu)
     ql_context_destroy(cpu);
     printf("  unmerged LoRA: bit-identical to the CPU's layer with the same LoRAs\n");
 }
+#endif
 
 int main(void)
 {
