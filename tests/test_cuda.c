@@ -1251,26 +1251,39 @@ static void test_bad_input(ql_context *gpu)
  * same codes (the CPU's own packing), the same integer sums and the same fp32
  * operations in the same order, so every output bit for bit; several LoRAs
  * (one of scale 0), down in fp32 or bf16, ConvRot or none, any K, bias and
- * residual, NaN and zero rows, every GEMM kernel; adding and removing LoRAs;
- * packed and asymmetric layers refused. */
-static void test_lora(ql_context *gpu)
+ * residual, NaN and zero rows, every GEMM kernel and every Hopper tile (the
+ * LoRA term inside the bf16 epilogue: "fused"), total ranks past what the
+ * epilogue keeps in registers; adding and removing LoRAs; packed and
+ * asymmetric layers refused. */
+typedef struct {
+    int64_t m, n, k, g;
+    int nl;
+    int64_t rank[3];
+    ql_dtype ydt;
+    int bias, res;
+    const char *kern;
+    int fused; /* 1: the GEMM's own epilogue must take the LoRA term (checked on an sm_90 device) */
+    int tiles; /* 1: once per Hopper tile (QLINEAR_CUDA_TILE) */
+} lora_case;
+
+static int sm90_device(void)
 {
-    ql_context *cpu = NULL;
-    CHECK_OK(ql_context_create(&cpu));
-    static const struct { int64_t m, n, k, g; int nl; int64_t rank[3]; ql_dtype ydt; int bias, res; const char *kern; } cs[] = {
-        {1, 300, 512, 256, 1, {8}, QL_BF16, 1, 0, "auto"},
-        {5, 64, 1024, 64, 2, {32, 5}, QL_F16, 0, 1, "gemv"},
-        {77, 1104, 768, 256, 3, {16, 4, 7}, QL_BF16, 1, 1, "auto"},
-        {130, 257, 300, 0, 1, {3}, QL_F32, 1, 0, "mma"},
-        {300, 2048, 2048, 256, 1, {64}, QL_BF16, 1, 0, "sm90"},
-        {700, 513, 256, 4, 2, {48, 17}, QL_BF16, 0, 0, "auto"},
-        {1024, 3072, 2048, 256, 2, {64, 64}, QL_BF16, 1, 0, "auto"},
-    };
-    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
-        const int64_t m = cs[ci].m, n = cs[ci].n, k = cs[ci].k, g = cs[ci].g;
-        const ql_dtype xdt = QL_BF16, ydt = cs[ci].ydt;
-        const size_t xs = 2, ys = ql_dtype_size(ydt);
-        setenv("QLINEAR_CUDA_GEMM", cs[ci].kern, 1);
+    int dev = 0;
+    struct cudaDeviceProp prop;
+    return cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess && prop.major == 9;
+}
+
+static void test_lora_case(ql_context *gpu, ql_context *cpu, const lora_case *c, int tile)
+{
+    const int64_t m = c->m, n = c->n, k = c->k, g = c->g;
+    const ql_dtype xdt = QL_BF16, ydt = c->ydt;
+    const size_t xs = 2, ys = ql_dtype_size(ydt);
+    setenv("QLINEAR_CUDA_GEMM", c->kern, 1);
+    char tb[16];
+    snprintf(tb, sizeof tb, "%d", tile);
+    if (tile >= 0) setenv("QLINEAR_CUDA_TILE", tb, 1);
+    else unsetenv("QLINEAR_CUDA_TILE");
+    {
         int8_t *q = malloc((size_t)(n * k));
         float *scale = malloc((size_t)n * 4);
         fill_codes(q, n * k);
@@ -1286,14 +1299,14 @@ static void test_lora(ql_context *gpu)
         tu_fill_gauss(QL_BF16, bias, n, 0.5);
         tu_fill_gauss(ydt, res, m * n, 1.0);
         tu_fill_gauss(ydt, rs, n, 1.0);
-        ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = {n, k, q, k, scale, n, g, cs[ci].bias ? bias : NULL, QL_BF16}};
+        ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = {n, k, q, k, scale, n, g, c->bias ? bias : NULL, QL_BF16}};
         ql_linear *lg = NULL, *lc = NULL;
         CHECK_OK(ql_linear_create(gpu, &d, &lg));
         CHECK_OK(ql_linear_create(cpu, &d, &lc));
         void *down[3], *up[3];
         int idg[3], idc[3];
-        for (int l = 0; l < cs[ci].nl; l++) {
-            const int64_t r = cs[ci].rank[l];
+        for (int l = 0; l < c->nl; l++) {
+            const int64_t r = c->rank[l];
             const ql_dtype ddt = l % 2 ? QL_BF16 : QL_F32;
             down[l] = malloc((size_t)(r * k) * 4), up[l] = malloc((size_t)(n * r) * 4);
             tu_fill_gauss(ddt, down[l], r * k, 0.05);
@@ -1304,9 +1317,9 @@ static void test_lora(ql_context *gpu)
             if (lc) CHECK_OK(ql_linear_add_lora(lc, &ld, &idc[l]));
         }
         if (!lg || !lc) goto next;
-        CHECK(ql_linear_lora_count(lg) == cs[ci].nl && ql_linear_lora_rank(lg) == ql_linear_lora_rank(lc),
+        CHECK(ql_linear_lora_count(lg) == c->nl && ql_linear_lora_rank(lg) == ql_linear_lora_rank(lc),
               "LoRA on CUDA: %d LoRAs of rank %lld (want %d of %lld)", ql_linear_lora_count(lg),
-              (long long)ql_linear_lora_rank(lg), cs[ci].nl, (long long)ql_linear_lora_rank(lc));
+              (long long)ql_linear_lora_rank(lg), c->nl, (long long)ql_linear_lora_rank(lc));
         void *dx = dev_copy(x, (size_t)(m * k) * xs), *dy = dev_alloc((size_t)(m * n) * ys);
         void *dres = dev_copy(res, (size_t)(m * n) * ys), *drs = dev_copy(rs, (size_t)n * ys);
         void *y0 = malloc((size_t)(m * n) * ys), *y1 = malloc((size_t)(m * n) * ys);
@@ -1318,32 +1331,60 @@ static void test_lora(ql_context *gpu)
                 CHECK_OK(ql_linear_remove_lora(lc, idc[0]));
             }
             if (step == 2)
-                for (int l = 1; l < cs[ci].nl; l++) {
+                for (int l = 1; l < c->nl; l++) {
                     CHECK_OK(ql_linear_remove_lora(lg, idg[l]));
                     CHECK_OK(ql_linear_remove_lora(lc, idc[l]));
                 }
             cudaMemset(dy, 0x7f, (size_t)(m * n) * ys);
-            CHECK_OK(ql_linear_forward(lc, x, xdt, m, k, y0, ydt, n, cs[ci].res ? &eh : NULL));
-            CHECK_OK(ql_linear_forward(lg, dx, xdt, m, k, dy, ydt, n, cs[ci].res ? &ed : NULL));
+            CHECK_OK(ql_linear_forward(lc, x, xdt, m, k, y0, ydt, n, c->res ? &eh : NULL));
+            CHECK_OK(ql_linear_forward(lg, dx, xdt, m, k, dy, ydt, n, c->res ? &ed : NULL));
             CHECK(cudaDeviceSynchronize() == cudaSuccess, "LoRA forward failed: %s", cudaGetErrorString(cudaGetLastError()));
             cudaMemcpy(y1, dy, (size_t)(m * n) * ys, cudaMemcpyDeviceToHost);
             int64_t first = -1;
-            const int active = step == 0 || (step == 1 && cs[ci].nl > 1);
+            const int active = step == 0 || (step == 1 && c->nl > 1);
             CHECK(same_bits(ydt, y0, y1, m, n, n, &first),
-                  "LoRA %s M=%lld N=%lld K=%lld g=%lld step %d: first difference at %lld (%.9g vs CPU %.9g)", cs[ci].kern,
+                  "LoRA %s tile %d M=%lld N=%lld K=%lld g=%lld step %d: first difference at %lld (%.9g vs CPU %.9g)", c->kern, tile,
                   (long long)m, (long long)n, (long long)k, (long long)g, step, (long long)first,
                   first >= 0 ? ql_load_f(ydt, y1, first) : 0.0, first >= 0 ? ql_load_f(ydt, y0, first) : 0.0);
             const char *kname = ql_linear_cuda_kernel(lg);
             CHECK(!active || strstr(kname, "LoRA rank"), "LoRA M=%lld step %d: kernel '%s' names no LoRA", (long long)m, step,
                   kname);
             CHECK(step != 2 || !strstr(kname, "LoRA"), "no LoRA left, yet the kernel is '%s'", kname);
+            CHECK(!active || !c->fused || !sm90_device() || strstr(kname, "(fused)"),
+                  "LoRA M=%lld N=%lld tile %d: kernel '%s', not the fused epilogue", (long long)m, (long long)n, tile, kname);
         }
         cudaFree(dx), cudaFree(dy), cudaFree(dres), cudaFree(drs);
         free(y0), free(y1);
     next:
-        for (int l = 0; l < cs[ci].nl; l++) free(down[l]), free(up[l]);
+        for (int l = 0; l < c->nl; l++) free(down[l]), free(up[l]);
         ql_linear_destroy(lg), ql_linear_destroy(lc);
         free(q), free(scale), free(x), free(bias), free(res), free(rs);
+    }
+    unsetenv("QLINEAR_CUDA_TILE");
+}
+
+static void test_lora(ql_context *gpu)
+{
+    ql_context *cpu = NULL;
+    CHECK_OK(ql_context_create(&cpu));
+    static const lora_case cs[] = {
+        {1, 300, 512, 256, 1, {8}, QL_BF16, 1, 0, "auto", 1, 0},
+        {5, 64, 1024, 64, 2, {32, 5}, QL_F16, 0, 1, "gemv", 1, 0},
+        {8, 1000, 2048, 256, 3, {64, 64, 64}, QL_F32, 1, 1, "gemv", 1, 0},
+        {77, 1104, 768, 256, 3, {16, 4, 7}, QL_BF16, 1, 1, "auto", 1, 0},
+        {130, 257, 300, 0, 1, {3}, QL_F32, 1, 0, "mma", 0, 0},
+        {300, 2048, 2048, 256, 1, {64}, QL_BF16, 1, 0, "sm90", 1, 1},
+        {300, 1000, 512, 256, 3, {64, 64, 17}, QL_BF16, 1, 1, "sm90", 1, 1},
+        {300, 1002, 512, 256, 3, {64, 64, 17}, QL_BF16, 0, 1, "sm90", 0, 0}, /* rows not 16-byte multiples: unfused */
+        {300, 1002, 512, 256, 3, {64, 64, 17}, QL_F32, 0, 1, "sm90", 0, 0},
+        {700, 513, 256, 4, 2, {48, 17}, QL_BF16, 0, 0, "auto", 0, 0},
+        {1024, 3072, 2048, 256, 2, {64, 64}, QL_BF16, 1, 0, "auto", 1, 0},
+        {4096, 2048, 2048, 256, 1, {64}, QL_BF16, 0, 1, "auto", 1, 0},
+    };
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+        if (cs[ci].tiles && sm90_device())
+            for (int t = 0; t < ql_cuda_sm90_tile_count(); t++) test_lora_case(gpu, cpu, &cs[ci], t);
+        else test_lora_case(gpu, cpu, &cs[ci], -1);
     }
     unsetenv("QLINEAR_CUDA_GEMM");
     /* packed and asymmetric W4A8 layers: refused, named */

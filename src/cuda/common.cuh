@@ -60,7 +60,86 @@ struct EpiParams {
     int64_t ldr;
     const void *rs;      /* [N] in ydt */
     int vec2;            /* y and ldy allow 2-element vector stores */
+    /* an unmerged LoRA's term, added in the GEMM's own epilogue (lks > 0:
+     * the GEMV and the Hopper kernel's bf16 epilogue): t's codes [M,
+     * 32·lks] row-major, their scales st [M], U's codes in mma fragment
+     * order (lora_u_frag), su [N] */
+    const int8_t *ltq;
+    const float *lst;
+    const uint2 *luf;
+    const float *lsu;
+    int lks; /* k32 steps over the rank (its padding to 32) */
 };
+
+/* s32 += s8·s8 on one 16 x 8 x 32 tensor-core tile (mma.sync, sm_80+).
+ * Fragments: A row lane/4 (+8), bytes 4(lane%4) (+16); B column lane/4,
+ * the same bytes; C rows lane/4 (+8), columns 2(lane%4) + {0, 1} — per
+ * warp, the layout of a wgmma accumulator's 8-column block. */
+__device__ __forceinline__ void mma_s8(int32_t (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+/* A LoRA's t codes for one warp's 16 rows (r0 = a row of lane/4, r0 + 8),
+ * as mma A fragments: the first KR k32 steps stay in registers for all the
+ * warp's column blocks (KR = 0 where the kernel has none to spare); the
+ * rest are read per block (L1). st: the rows' scales (0 past M). */
+template <int KR> struct LoraRows {
+    uint32_t a[KR > 0 ? KR : 1][4];
+    float st0, st1;
+};
+__device__ __forceinline__ uint32_t lora_a_word(const EpiParams &p, int64_t m, int64_t r, int s, int half, int lane)
+{
+    return r < m ? *(const uint32_t *)(p.ltq + r * (32 * p.lks) + 32 * s + 16 * half + 4 * (lane % 4)) : 0u;
+}
+template <int KR>
+__device__ __forceinline__ void lora_rows(LoraRows<KR> &R, const EpiParams &p, int64_t m, int64_t r0, int lane)
+{
+    const int64_t r1 = r0 + 8;
+#pragma unroll
+    for (int s = 0; s < KR; s++) {
+        const bool in = s < p.lks;
+        R.a[s][0] = in ? lora_a_word(p, m, r0, s, 0, lane) : 0u;
+        R.a[s][1] = in ? lora_a_word(p, m, r1, s, 0, lane) : 0u;
+        R.a[s][2] = in ? lora_a_word(p, m, r0, s, 1, lane) : 0u;
+        R.a[s][3] = in ? lora_a_word(p, m, r1, s, 1, lane) : 0u;
+    }
+    R.st0 = r0 < m ? p.lst[r0] : 0.f, R.st1 = r1 < m ? p.lst[r1] : 0.f;
+}
+/* The exact int32 rank-R product t_q·U_qᵀ of the warp's 16 rows and the
+ * 8 columns of block `chunk` (columns 8·chunk ..), in the C layout. */
+template <int KR>
+__device__ __forceinline__ void lora_chunk(int32_t (&l)[4], const LoraRows<KR> &R, const EpiParams &p, int64_t m,
+                                           int64_t r0, int64_t chunk, int lane)
+{
+    l[0] = l[1] = l[2] = l[3] = 0;
+    const uint2 *u = p.luf + chunk * p.lks * 32 + lane;
+#pragma unroll
+    for (int s = 0; s < KR; s++)
+        if (s < p.lks) {
+            const uint2 b = u[32 * s];
+            const uint32_t bb[2] = {b.x, b.y};
+            mma_s8(l, R.a[s], bb);
+        }
+    for (int s = KR; s < p.lks; s++) {
+        const uint2 b = u[32 * s];
+        const uint32_t bb[2] = {b.x, b.y};
+        const uint32_t a[4] = {lora_a_word(p, m, r0, s, 0, lane), lora_a_word(p, m, r0 + 8, s, 0, lane),
+                               lora_a_word(p, m, r0, s, 1, lane), lora_a_word(p, m, r0 + 8, s, 1, lane)};
+            mma_s8(l, a, bb);
+    }
+}
+/* One output's value with its LoRA term, before the first rounding (the
+ * CPU's cpu/lora.h order): acc·(s_x·s_w) + fp32(l)·(st·su). */
+__device__ __forceinline__ float lora_value(int32_t acc, float sxw, int32_t l, float st, float su)
+{
+    return __fadd_rn(__fmul_rn(__int2float_rn(acc), sxw), __fmul_rn(__int2float_rn(l), __fmul_rn(st, su)));
+}
 
 /* The epilogue after the product v = acc·(s_x·s_w) (plus a corrected
  * layer's or a LoRA's term): y = round(v); y = round(y + round(bias));
@@ -174,11 +253,9 @@ __device__ __forceinline__ uint32_t add_bf16x2_rn(uint32_t a, uint32_t b)
  * the output: only then is the residual read (N even and the residual's
  * pairs 4-byte aligned: the launcher's condition for these paths). */
 template <bool RES>
-__device__ __forceinline__ uint32_t epi_pair_bf16(const EpiParams &p, int32_t a0, int32_t a1, float sx, float2 sw,
-                                                  float2 bias, int64_t row, int64_t col, bool at)
+__device__ __forceinline__ uint32_t epi_pair_bf16_v(const EpiParams &p, float v0, float v1, float2 bias, int64_t row,
+                                                    int64_t col, bool at)
 {
-    const float v0 = __fmul_rn(__int2float_rn(a0), __fmul_rn(sx, sw.x));
-    const float v1 = __fmul_rn(__int2float_rn(a1), __fmul_rn(sx, sw.y));
     uint32_t r = pack_bf16x2(v0, v1);
     if (p.bias) /* plus the rounded bias (bf16 values held as fp32): one packed bf16 add */
         r = add_bf16x2_rn(r, __byte_perm(__float_as_uint(bias.x), __float_as_uint(bias.y), 0x7632));
@@ -190,6 +267,13 @@ __device__ __forceinline__ uint32_t epi_pair_bf16(const EpiParams &p, int32_t a0
                                   __fmul_rn(__uint_as_float(ss & 0xffff0000u), __uint_as_float(r & 0xffff0000u))));
     }
     return r;
+}
+template <bool RES>
+__device__ __forceinline__ uint32_t epi_pair_bf16(const EpiParams &p, int32_t a0, int32_t a1, float sx, float2 sw,
+                                                  float2 bias, int64_t row, int64_t col, bool at)
+{
+    return epi_pair_bf16_v<RES>(p, __fmul_rn(__int2float_rn(a0), __fmul_rn(sx, sw.x)),
+                                __fmul_rn(__int2float_rn(a1), __fmul_rn(sx, sw.y)), bias, row, col, at);
 }
 
 __device__ __forceinline__ void epi_store_pair(const EpiParams &p, int64_t row, int64_t col, int32_t a0, int32_t a1,

@@ -87,17 +87,32 @@ cudaError_t launch_s8_gemm_mma(const int8_t *a, int64_t lda, const int8_t *b, in
 cudaError_t launch_s8_gemv(const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m, int64_t n,
                            int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl);
 
-/* Unmerged LoRA (lora_cuda.cu): t = codes q [m, kp] · D [rt, kp]ᵀ into t
- * [m, ldt] (zeroed first); the codes and st of t [m, rt] (ldt
- * elements) into tq [m, rp] (zeros past rt) and st [m]; then y from the base
- * GEMM's int32 acc [m, n] (ldacc) plus the LoRA term t_q·U_qᵀ (U [n, rp]),
- * through p's epilogue. rp: a multiple of 16. */
-cudaError_t launch_lora_down(const int8_t *q, int64_t ldq, const int8_t *d, int64_t m, int64_t rt, int64_t kp, int32_t *t,
-                             int64_t ldt, cudaStream_t stream);
-cudaError_t launch_lora_t(const int32_t *t, int64_t ldt, int64_t m, int64_t rt, int64_t rp, const float *sx, double e2,
-                          int8_t *tq, float *st, cudaStream_t stream);
-cudaError_t launch_lora_epilogue(const int32_t *acc, int64_t ldacc, const int8_t *tq, const float *st, const int8_t *uq,
-                                 const float *su, int64_t m, int64_t n, int64_t rp, const EpiParams &p,
+/* p.lks > 0 (an unmerged LoRA's term in the epilogue) is served by the
+ * bf16 epilogue only: true when p's output takes it. */
+bool sm90_fuses_lora(const EpiParams &p, int64_t n);
+
+/* Unmerged LoRA (lora_cuda.cu). Codes of the rank, rp = rt padded to 32:
+ * D in mma B-fragment order over (K, rank) (lora_frag_order with rows rp,
+ * cols kp), U over (rank, N) (rows n, cols rp); tq [m, rp] row-major.
+ * lora_down: t = q [m, kp] · Dᵀ (exact int32; split over K with integer
+ * atomics where the rows alone do not fill the GPU), then t's codes tq and
+ * st per row (the CPU's requantization). t [m, rp] and count
+ * [lora_row_blocks(m)] must be zeros; they are left zeros.
+ * lora_epilogue: y from the base GEMM's int32 acc [m, n] plus the LoRA term
+ * (p.ltq, p.lst, p.luf, p.lsu, p.lks set), for the outputs the fused
+ * epilogues do not take. */
+cudaError_t launch_lora_down(const int8_t *q, int64_t ldq, const uint2 *df, int64_t m, int64_t rt, int64_t rp, int64_t kp,
+                             int32_t *t, int *count, const float *sx, double e2, int8_t *tq, float *st, int sms,
+                             cudaStream_t stream);
+int64_t lora_row_blocks(int64_t m);
+cudaError_t launch_lora_epilogue(const int32_t *acc, int64_t ldacc, int64_t m, int64_t n, const EpiParams &p,
                                  cudaStream_t stream);
+/* codes [rows, cols] (row-major, ld) into mma.sync fragment order: for
+ * each 8-row block c and each 32-column step s, 32 lanes × 8 bytes (lane
+ * L: row 8c + L/4, columns 32s + 4(L%4) .. +3 and 16 more), blocks of one c
+ * together (c_major) or steps of one s together; zeros past rows/cols.
+ * out holds ceil(rows_pad/8)·ceil(cols/32)·256 bytes. */
+void lora_frag_order(const int8_t *codes, int64_t ld, int64_t rows, int64_t cols, int64_t rows_pad, bool c_major,
+                     uint8_t *out);
 
 } // namespace qlc

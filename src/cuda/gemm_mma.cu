@@ -26,16 +26,6 @@ __device__ __forceinline__ uint4 load_chunk(const int8_t *base, int64_t ld, int6
     return u;
 }
 
-__device__ __forceinline__ void mma_s8(int32_t (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#endif
-}
-
 __global__ void __launch_bounds__(MMA_THREADS) s8_gemm_mma_kernel(const int8_t *a, int64_t lda, const int8_t *b,
                                                                    int64_t ldb, int64_t m, int64_t n, int64_t k,
                                                                    bool vec, EpiParams p)
@@ -101,6 +91,37 @@ __global__ void __launch_bounds__(MMA_THREADS) s8_gemm_mma_kernel(const int8_t *
 
 constexpr int GEMV_WARPS = 8;
 
+/* The GEMV's end with an unmerged LoRA: l = t_q·U_qᵀ for the warp's column
+ * by dp4a, lane i taking word i of the rank (U's fragment order holds a
+ * column's 32 bytes of each k32 step together: 4 entries of two words, the
+ * second word 16 bytes on), both sums reduced over the warp, lane r storing
+ * row r through lora_value and the generic epilogue. */
+template <int MR> __device__ __forceinline__ void gemv_lora(int32_t (&acc)[MR], const EpiParams &p, int lane, int64_t col)
+{
+    int32_t l[MR] = {};
+    const uint32_t *uw = (const uint32_t *)(p.luf + (col / 8) * p.lks * 32);
+    const int64_t rp = 32 * p.lks;
+    for (int i = lane; i < 8 * p.lks; i += 32) {
+        const int s = i / 8, t = i % 8 / 2, half = i % 2;
+        const uint32_t u = uw[2 * (s * 32 + (col % 8) * 4 + t) + half];
+        const int64_t off = 32 * s + 16 * half + 4 * t;
+#pragma unroll
+        for (int r = 0; r < MR; r++) l[r] = __dp4a(*(const int32_t *)(p.ltq + r * rp + off), (int32_t)u, l[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < MR; r++)
+        for (int o = 16; o; o >>= 1) {
+            acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], o);
+        }
+#pragma unroll
+    for (int r = 0; r < MR; r++)
+        if (lane == r) {
+            const float sxw = __fmul_rn(p.sx[r], p.sw[p.sw_per_row ? col : 0]);
+            store_one(p, r, col, epi_after(p, lora_value(acc[r], sxw, l[r], p.lst[r], p.lsu[col]), r, col), 0);
+        }
+}
+
 template <int MR>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) s8_gemv_kernel(const int8_t *a, int64_t lda, const int8_t *b,
                                                                    int64_t ldb, int64_t n, int64_t k, EpiParams p)
@@ -130,6 +151,10 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) s8_gemv_kernel(const int8_t *
             acc[r] = __dp4a(xv.z, wv.z, acc[r]);
             acc[r] = __dp4a(xv.w, wv.w, acc[r]);
         }
+    }
+    if (p.lks) { /* an unmerged LoRA's term (the rows' t codes ready): see gemv_lora */
+        gemv_lora<MR>(acc, p, lane, col);
+        return;
     }
     gemv_finish<MR>(acc, p, lane, col);
 }

@@ -55,8 +55,30 @@ template <int BN> __device__ __forceinline__ void wgmma_tile(int32_t (&d)[BN / 2
  * dtype branches (the generic one, unrolled over the tile, is large enough
  * to miss the instruction cache). The fast variants stage the tile in shared
  * memory and need N even, y 16-byte aligned and rows a multiple of 16 bytes. */
-enum { EPI_GENERIC = 0, EPI_I32 = 1, EPI_BF16 = 2, EPI_BF16_RES = 3 /* bf16 with a gated residual */ };
-__host__ __device__ constexpr bool is_bf16(int epi) { return epi == EPI_BF16 || epi == EPI_BF16_RES; }
+enum {
+    EPI_GENERIC = 0,
+    EPI_I32 = 1,
+    EPI_BF16 = 2,
+    EPI_BF16_RES = 3, /* bf16 with a gated residual */
+    EPI_BF16_LORA = 4 /* bf16 plus an unmerged LoRA's rank-R term (mma.sync per 8 columns), residual if any */
+};
+__host__ __device__ constexpr bool is_bf16(int epi) { return epi == EPI_BF16 || epi == EPI_BF16_RES || epi == EPI_BF16_LORA; }
+
+#ifdef QLC_SM90A
+/* A bf16 pair of the accumulator's 8-column block j: plain, or with the
+ * LoRA term l (lora_chunk) of the same block. */
+template <int EPI>
+__device__ __forceinline__ uint32_t pair_of(const EpiParams &p, int32_t a0, int32_t a1, float sx, float2 sw,
+                                            float2 bias, int64_t row, int64_t col, bool at, const int32_t *l, float st,
+                                            float2 su)
+{
+    if constexpr (EPI == EPI_BF16_LORA) {
+        const float v0 = lora_value(a0, __fmul_rn(sx, sw.x), l[0], st, su.x);
+        const float v1 = lora_value(a1, __fmul_rn(sx, sw.y), l[1], st, su.y);
+        return epi_pair_bf16_v<true>(p, v0, v1, bias, row, col, at && p.res);
+    } else return epi_pair_bf16<EPI == EPI_BF16_RES>(p, a0, a1, sx, sw, bias, row, col, at);
+}
+#endif
 
 /* Staging of the fast epilogues: columns per pass (int32 tiles leave in two
  * passes of 128 so that the staging area stays at 64·544 bytes per
@@ -159,7 +181,7 @@ __device__ __forceinline__ void consume_tile(int32_t (&d)[MH][BN / 2], uint8_t *
  * Accumulator layout of wgmma m64nN: warp w of the group owns rows
  * 16w + lane/4 (+8); register 4j+{0,1} holds columns 8j + 2(lane%4) + {0,1}
  * of the first row, 4j+{2,3} the same columns of the second. */
-template <int BN, int EPI>
+template <int BN, int EPI, int KR = 2>
 __device__ __forceinline__ void epilogue_tile(const int32_t (&d)[BN / 2], const EpiParams &p, int m, int n,
                                               int64_t row0, int n0, int tid, const float *col_sw,
                                               const float *col_bias, uint8_t *stage, int bar)
@@ -174,6 +196,8 @@ __device__ __forceinline__ void epilogue_tile(const int32_t (&d)[BN / 2], const 
         using S = Staging<BN, EPI>;
         constexpr int ES = S::ES, HC = S::HC, PITCH = S::PITCH;
         const int lr0 = warp * 16 + lane / 4, lr1 = lr0 + 8;
+        LoraRows<KR> lr{};
+        if constexpr (EPI == EPI_BF16_LORA) lora_rows(lr, p, m, r0, lane);
 #pragma unroll
         for (int h = 0; h < BN / HC; h++) {
             if (h > 0) asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory"); /* the previous pass has left */
@@ -186,11 +210,17 @@ __device__ __forceinline__ void epilogue_tile(const int32_t (&d)[BN / 2], const 
                 } else {
                     const float2 sw = *(const float2 *)(col_sw + cl), bs = *(const float2 *)(col_bias + cl);
                     const int64_t col = n0 + cl; /* HC = BN for bf16: one pass */
+                    int32_t l[4] = {};
+                    float2 su = {};
+                    if constexpr (EPI == EPI_BF16_LORA) {
+                        lora_chunk(l, lr, p, m, r0, (n0 + j * 8) / 8, lane);
+                        su = *(const float2 *)(col_bias + BN + cl);
+                    }
                     *(uint32_t *)(stage + lr0 * PITCH + cl * 2) =
-                        epi_pair_bf16<EPI == EPI_BF16_RES>(p, d[4 * j], d[4 * j + 1], sx0, sw, bs, r0, col, r0 < m && col < n);
+                        pair_of<EPI>(p, d[4 * j], d[4 * j + 1], sx0, sw, bs, r0, col, r0 < m && col < n, l, lr.st0, su);
                     *(uint32_t *)(stage + lr1 * PITCH + cl * 2) =
-                        epi_pair_bf16<EPI == EPI_BF16_RES>(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs, r1, col,
-                                                           r1 < m && col < n);
+                        pair_of<EPI>(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs, r1, col, r1 < m && col < n, l + 2,
+                                     lr.st1, su);
                 }
             }
             asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory");
@@ -255,7 +285,7 @@ __device__ __forceinline__ float2 tile_sx(const EpiParams &p, int m, int row0, i
     return make_float2(r0 < m ? p.sx[r0] : 0.f, r1 < m ? p.sx[r1] : 0.f);
 }
 
-template <int BN, int SLOTS, bool RES>
+template <int BN, int SLOTS, int EPI, int KR>
 __device__ __forceinline__ void epilogue_bf16_tma(const int32_t (&d)[BN / 2], const EpiParams &p, int m, int n,
                                                   int row0, int n0, int tid, float2 sx, const float *col_sw,
                                                   const float *col_bias, uint8_t *stage, const CUtensorMap *tma_y)
@@ -266,6 +296,8 @@ __device__ __forceinline__ void epilogue_bf16_tma(const int32_t (&d)[BN / 2], co
     const float sx0 = sx.x, sx1 = sx.y;
     uint8_t *row_a = stage + (warp * 16 + lane / 4) * 128 + 4 * (lane % 4), *row_b = row_a + 8 * 128;
     const int xr = lane / 4; /* (row % 8) for both rows */
+    LoraRows<KR> lr{};
+    if constexpr (EPI == EPI_BF16_LORA) lora_rows(lr, p, m, r0, lane);
 #pragma unroll
     for (int q = 0; q < BOXES; q++) {
         if (lane == 0) asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(SLOTS - 1) : "memory");
@@ -275,9 +307,16 @@ __device__ __forceinline__ void epilogue_bf16_tma(const int32_t (&d)[BN / 2], co
             const int j = q * 8 + jj, cl = j * 8 + 2 * (lane % 4), off = q * 8192 + (jj ^ xr) * 16;
             const float2 sw = *(const float2 *)(col_sw + cl), bs = *(const float2 *)(col_bias + cl);
             const int col = n0 + cl;
-            *(uint32_t *)(row_a + off) = epi_pair_bf16<RES>(p, d[4 * j], d[4 * j + 1], sx0, sw, bs, r0, col, r0 < m && col < n);
+            int32_t l[4] = {};
+            float2 su = {};
+            if constexpr (EPI == EPI_BF16_LORA) {
+                lora_chunk(l, lr, p, m, r0, (n0 + j * 8) / 8, lane);
+                su = *(const float2 *)(col_bias + BN + cl);
+            }
+            *(uint32_t *)(row_a + off) =
+                pair_of<EPI>(p, d[4 * j], d[4 * j + 1], sx0, sw, bs, r0, col, r0 < m && col < n, l, lr.st0, su);
             *(uint32_t *)(row_b + off) =
-                epi_pair_bf16<RES>(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs, r1, col, r1 < m && col < n);
+                pair_of<EPI>(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs, r1, col, r1 < m && col < n, l + 2, lr.st1, su);
         }
         fence_proxy_async_smem();
         __syncwarp();
@@ -294,13 +333,14 @@ __device__ __forceinline__ void epilogue_bf16_tma(const int32_t (&d)[BN / 2], co
 /* The tile's weight scales and bias (rounded to the output dtype), read from
  * shared memory in the epilogue: no global loads between its stores. */
 __device__ __forceinline__ void fill_col_table(const EpiParams &p, int n, int n0, int bn, int t, int nt,
-                                               float *col_sw, float *col_bias)
+                                               float *col_sw, float *col_bias) /* col_su: col_bias + bn */
 {
     if (p.ydt == DT_I32) return; /* raw int32 output (the bare GEMM) has no scales */
     for (int i = t; i < bn; i += nt) {
         const int64_t col = n0 + i < n ? n0 + i : n - 1;
         col_sw[i] = p.sw[p.sw_per_row ? col : 0];
         col_bias[i] = p.bias ? round_to(p.ydt, p.bias[col]) : 0.0f;
+        if (p.lks) col_bias[bn + i] = p.lsu[col];
     }
 }
 #endif
@@ -323,7 +363,7 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     uint8_t *smem = smem_1024(smem_raw);
     uint64_t *full = (uint64_t *)(smem + STAGES * STAGE_BYTES);
     uint64_t *empty = full + STAGES;
-    float *col_sw = (float *)(empty + STAGES), *col_bias = col_sw + BN;
+    float *col_sw = (float *)(empty + STAGES), *col_bias = col_sw + BN; /* and LoRA's su */
 
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128; /* wg == NWG: the producer warp */
     const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
@@ -354,7 +394,7 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     static_assert(EPI == EPI_GENERIC || NWG * S::BYTES <= STAGES * STAGE_BYTES, "staged tile fits the ring");
     /* the staging area is the ring: every consumer's last wgmma must have read it */
     if constexpr (EPI != EPI_GENERIC) asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory");
-    epilogue_tile<BN, EPI>(d[0], p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, smem + wg * S::BYTES, 2 + wg);
+    epilogue_tile<BN, EPI, (CTAS >= 2 ? 0 : 2)>(d[0], p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, smem + wg * S::BYTES, 2 + wg);
 #endif
 }
 
@@ -386,7 +426,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
     uint8_t *staging = smem + STAGES * STAGE_BYTES;
     uint64_t *full = (uint64_t *)(staging + NWG * Staging<BN, EPI_I32>::BYTES);
     uint64_t *empty = full + STAGES;
-    float *tables = (float *)(empty + STAGES); /* two tiles' tables: [2][sw BN, bias BN] (per warpgroup, PP) */
+    float *tables = (float *)(empty + STAGES); /* two tiles' tables: [2][sw BN, bias BN, su BN] (per warpgroup, PP) */
 
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     const int kt_count = (k + BK - 1) / BK;
@@ -433,10 +473,10 @@ __global__ void __launch_bounds__(3 * 128, 1)
         const int count = first < units ? (units - first + stride - 1) / stride : 0;
         uint32_t it = wg * kt_count;
         int32_t d[MH][BN / 2];
-        float *mine = tables + wg * 4 * BN; /* this warpgroup's two tables */
+        float *mine = tables + wg * 6 * BN; /* this warpgroup's two tables */
         for (int g = wg, j = 0; g < count; g += 2, j++) {
             const int u = first + g * stride, m0 = (u / tiles_n) * BM, n0 = (u % tiles_n) * BN;
-            float *col_sw = mine + (j & 1) * 2 * BN, *col_bias = col_sw + BN;
+            float *col_sw = mine + (j & 1) * 3 * BN, *col_bias = col_sw + BN;
             fill_col_table(p, n, n0, BN, tid, 128, col_sw, col_bias);
             float2 sx[MH];
 #pragma unroll
@@ -449,7 +489,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
 #pragma unroll
             for (int h = 0; h < MH; h++) {
                 if constexpr (is_bf16(EPI)) {
-                    epilogue_bf16_tma<BN, MH * BN / 64, EPI == EPI_BF16_RES>(d[h], p, m, n, m0 + h * 64, n0, tid, sx[h], col_sw, col_bias,
+                    epilogue_bf16_tma<BN, MH * BN / 64, EPI, 0>(d[h], p, m, n, m0 + h * 64, n0, tid, sx[h], col_sw, col_bias,
                                                         staging + wg * MH * TMA_STAGE + h * TMA_STAGE, &tma_y);
                 } else {
                     if (EPI != EPI_GENERIC && h > 0) asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
@@ -470,13 +510,13 @@ __global__ void __launch_bounds__(3 * 128, 1)
         /* Double-buffered: a consumer writes tile j's table after passing
          * barrier 1 of tile j-1, which every consumer reaches only after
          * reading tile j-2's (the same buffer). */
-        float *col_sw = tables + (j & 1) * 2 * BN, *col_bias = col_sw + BN;
+        float *col_sw = tables + (j & 1) * 3 * BN, *col_bias = col_sw + BN;
         fill_col_table(p, n, n0, BN, threadIdx.x, NWG * 128, col_sw, col_bias);
         const float2 sx = is_bf16(EPI) ? tile_sx(p, m, m0 + wg * 64, tid) : make_float2(0.f, 0.f);
         consume_tile<BM, BN, BK, STAGES, CM>(d, smem, full, empty, wg, tid, kt_count, it);
         asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory"); /* the table is complete */
         if constexpr (is_bf16(EPI)) {
-            epilogue_bf16_tma<BN, BN / 64, EPI == EPI_BF16_RES>(d[0], p, m, n, m0 + wg * 64, n0, tid, sx, col_sw, col_bias,
+            epilogue_bf16_tma<BN, BN / 64, EPI, 2>(d[0], p, m, n, m0 + wg * 64, n0, tid, sx, col_sw, col_bias,
                                            staging + wg * TMA_STAGE, &tma_y);
         } else {
             epilogue_tile<BN, EPI>(d[0], p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, staging + wg * S::BYTES,
@@ -548,7 +588,7 @@ namespace {
 template <int BM, int NWG, int BN, int BK, int STAGES, bool PERSIST, bool PP> constexpr size_t smem_bytes()
 {
     return (size_t)STAGES * (BM + BN) * BK + 2 * STAGES * sizeof(uint64_t) +
-           (PERSIST ? (PP ? 4 : 2) : 1) * 2 * BN * sizeof(float) + (PERSIST ? NWG * Staging<BN, EPI_I32>::BYTES : 0) + 1024;
+           (PERSIST ? (PP ? 4 : 2) : 1) * 3 * BN * sizeof(float) + (PERSIST ? NWG * Staging<BN, EPI_I32>::BYTES : 0) + 1024;
 }
 
 /* A Hopper tile configuration as a type (with_tile lists them). */
@@ -664,8 +704,8 @@ cudaError_t prepare_s8_gemm_sm90(int *pairs)
     for (int t = 0; t < QLC_SM90_TILES; t++) {
         cudaError_t e = with_tile(t, [](auto c) {
             using C = decltype(c);
-            const gemm_kernel_fn ks[4] = {kernel_of<C, EPI_GENERIC>(), kernel_of<C, EPI_I32>(), kernel_of<C, EPI_BF16>(),
-                                          kernel_of<C, EPI_BF16_RES>()};
+            const gemm_kernel_fn ks[5] = {kernel_of<C, EPI_GENERIC>(), kernel_of<C, EPI_I32>(), kernel_of<C, EPI_BF16>(),
+                                          kernel_of<C, EPI_BF16_RES>(), kernel_of<C, EPI_BF16_LORA>()};
             for (gemm_kernel_fn kern : ks) {
                 cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
                 if (e != cudaSuccess) return e;
@@ -688,21 +728,37 @@ cudaError_t prepare_s8_gemm_sm90(int *pairs)
     return cudaOccupancyMaxActiveClusters(pairs, kernel_of<C, EPI_BF16>(), &cfg);
 }
 
+namespace {
+/* The staged variants store 16-byte chunks of rows. */
+bool staged_ok(const EpiParams &p, int64_t n)
+{
+    const int es = p.ydt == DT_I32 ? 4 : 2;
+    return (uintptr_t)p.y % 16 == 0 && (p.ldy * es) % 16 == 0 && n % 2 == 0;
+}
+} // namespace
+
+bool sm90_fuses_lora(const EpiParams &p, int64_t n)
+{
+    /* a residual is read in bf16 pairs there: 4-byte aligned, an even row pitch */
+    const bool res_pairs = !p.res || ((uintptr_t)p.res % 4 == 0 && p.ldr % 2 == 0 && (uintptr_t)p.rs % 4 == 0);
+    return p.ydt == DT_BF16 && staged_ok(p, n) && res_pairs;
+}
+
 cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorMap &mb, int64_t m, int64_t n,
                                 int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl, int sms, int pairs,
                                 bool set_attr)
 {
     const int im = (int)m, in = (int)n, ik = (int)k;
-    /* the staged variants store 16-byte chunks of rows */
-    const int es = p.ydt == DT_I32 ? 4 : 2;
-    const bool chunks = (uintptr_t)p.y % 16 == 0 && (p.ldy * es) % 16 == 0 && n % 2 == 0;
-    /* a residual is read in bf16 pairs there: 4-byte aligned, an even row pitch */
-    const bool res_pairs = !p.res || ((uintptr_t)p.res % 4 == 0 && p.ldr % 2 == 0 && (uintptr_t)p.rs % 4 == 0);
-    const int epi = chunks && p.ydt == DT_I32                  ? EPI_I32
-                    : chunks && p.ydt == DT_BF16 && res_pairs ? (p.res ? EPI_BF16_RES : EPI_BF16)
-                                                              : EPI_GENERIC;
+    const bool chunks = staged_ok(p, n), bf16 = sm90_fuses_lora(p, n);
+    if (p.lks && !bf16) return cudaErrorInvalidValue; /* a LoRA term only in the bf16 epilogue */
+    const int epi = p.lks                      ? EPI_BF16_LORA
+                    : chunks && p.ydt == DT_I32 ? EPI_I32
+                    : bf16                      ? (p.res ? EPI_BF16_RES : EPI_BF16)
+                                                : EPI_GENERIC;
     return with_tile(tile, [&](auto c) {
         using C = decltype(c);
+        if (epi == EPI_BF16_LORA)
+            return launch_epi<C, EPI_BF16_LORA>(ma, mb, im, in, ik, p, stream, pdl, sms, pairs, set_attr);
         if (epi == EPI_I32) return launch_epi<C, EPI_I32>(ma, mb, im, in, ik, p, stream, pdl, sms, pairs, set_attr);
         if (epi == EPI_BF16) return launch_epi<C, EPI_BF16>(ma, mb, im, in, ik, p, stream, pdl, sms, pairs, set_attr);
         if (epi == EPI_BF16_RES)

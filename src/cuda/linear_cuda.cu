@@ -41,11 +41,14 @@ struct ql_cuda_workspace {
     int32_t *acc = nullptr;
     float *gsum = nullptr;
     size_t wdec_bytes = 0, acc_bytes = 0, gsum_bytes = 0;
-    /* unmerged LoRA: t [m, rp] int32, its codes [m, rp] and st [m] (acc holds the base GEMM's sums) */
+    /* unmerged LoRA: t [m, rp] int32 and the down kernel's counters per
+     * row block (both zeros between calls), t's codes [m, rp] and st [m]
+     * (acc holds the base GEMM's sums where the epilogue is not fused) */
     int32_t *lt = nullptr;
+    int *lcount = nullptr;
     int8_t *ltq = nullptr;
     float *lst = nullptr;
-    size_t lt_bytes = 0, ltq_bytes = 0, lst_bytes = 0;
+    size_t lt_bytes = 0, lcount_bytes = 0, ltq_bytes = 0, lst_bytes = 0;
 };
 
 namespace {
@@ -71,9 +74,10 @@ struct ql_cuda_linear {
     /* asymmetric: fp32 [k/corr_group, n] */
     float *corr;
     int64_t corr_group;
-    /* unmerged LoRAs (lora_rt > 0): D [rt, kp] (down codes, in the prologue's
-     * code order), U [n, lora_rp] (rp = rt rounded up to 16, zeros past rt), su [n] */
-    int8_t *lora_d, *lora_u;
+    /* unmerged LoRAs (lora_rt > 0), rank padded to lora_rp (a multiple of
+     * 32): D over (rank, kp) in the prologue's code order and U over (N
+     * padded to 256, rank), both in mma fragment order (lora_frag_order); su [n] */
+    uint2 *lora_d, *lora_u;
     float *lora_su;
     double lora_e2;
     int64_t lora_rt, lora_rp;
@@ -237,6 +241,7 @@ extern "C" void ql_cuda_workspace_free(ql_cuda_workspace *ws)
         cudaFree(ws->acc);
         cudaFree(ws->gsum);
         cudaFree(ws->lt);
+        cudaFree(ws->lcount);
         cudaFree(ws->ltq);
         cudaFree(ws->lst);
     }
@@ -423,22 +428,25 @@ extern "C" ql_status ql_cuda_linear_set_lora(ql_cuda_linear *l, int64_t rtot, co
     cudaFree(l->lora_d), cudaFree(l->lora_u), cudaFree(l->lora_su);
     l->lora_d = l->lora_u = nullptr, l->lora_su = nullptr, l->lora_rt = l->lora_rp = 0;
     if (rtot <= 0) return QL_OK;
-    const int64_t rp = (rtot + 15) / 16 * 16;
-    std::vector<int8_t> d, u;
+    const int64_t rp = (rtot + 31) / 32 * 32, np = (l->n + 255) / 256 * 256; /* N: the widest Hopper tile */
+    std::vector<int8_t> d;
+    std::vector<uint8_t> df, uf;
     try {
         d.assign((size_t)(rtot * l->kp), 0);
-        u.assign((size_t)(l->n * rp), 0);
+        df.assign((size_t)(rp * ((l->kp + 31) / 32 * 32)), 0);
+        uf.assign((size_t)(np * rp), 0);
     } catch (const std::bad_alloc &) {
         return ql_fail(QL_ERR_OUT_OF_MEMORY, "%s: cannot stage the LoRA codes (rank %lld)", fn, (long long)rtot);
     }
     const bool perm = codes_permuted(l->k, l->group, l->kp);
     for (int64_t r = 0; r < rtot; r++) stage_codes(&d[(size_t)(r * l->kp)], dq + r * l->k, l->k, perm);
-    for (int64_t c = 0; c < l->n; c++) memcpy(&u[(size_t)(c * rp)], uq + c * rtot, (size_t)rtot);
-    cudaError_t e = cudaMalloc(&l->lora_d, d.size());
-    if (e == cudaSuccess) e = cudaMalloc(&l->lora_u, u.size() + 16);
+    lora_frag_order(d.data(), l->kp, rtot, l->kp, rp, false, df.data());
+    lora_frag_order(uq, rtot, l->n, rtot, np, true, uf.data());
+    cudaError_t e = cudaMalloc(&l->lora_d, df.size());
+    if (e == cudaSuccess) e = cudaMalloc(&l->lora_u, uf.size());
     if (e == cudaSuccess) e = cudaMalloc(&l->lora_su, (size_t)l->n * sizeof(float) + 4);
-    if (e == cudaSuccess) e = cudaMemcpy(l->lora_d, d.data(), d.size(), cudaMemcpyHostToDevice);
-    if (e == cudaSuccess) e = cudaMemcpy(l->lora_u, u.data(), u.size(), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaMemcpy(l->lora_d, df.data(), df.size(), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaMemcpy(l->lora_u, uf.data(), uf.size(), cudaMemcpyHostToDevice);
     if (e == cudaSuccess) e = cudaMemcpy(l->lora_su, su, (size_t)l->n * sizeof(float), cudaMemcpyHostToDevice);
     if (e != cudaSuccess) {
         cudaFree(l->lora_d), cudaFree(l->lora_u), cudaFree(l->lora_su);
@@ -473,9 +481,9 @@ struct MapCache {
 
 /* Runs C = A·Bᵀ with epilogue p: the GEMV for few rows, the Hopper kernel
  * where it can run, else the portable tensor-core kernel. */
-cudaError_t run_gemm(int force, int force_tile, bool sm90, int sms, int pairs, const int8_t *a, int64_t lda, const int8_t *b,
-                     int64_t ldb, int64_t m, int64_t n, int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl,
-                     char *name, size_t name_len, const MapCache *cache)
+/* Which GEMM run_gemm runs: 1 Hopper, 2 mma.sync, 3 GEMV. */
+int gemm_use(int force, bool sm90, const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m, int64_t n,
+             int64_t k)
 {
     const bool aligned = (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0 && lda % 16 == 0 && ldb % 16 == 0;
     const bool gemv_ok = aligned && k % 16 == 0 && m <= QLC_GEMV_MAX_M;
@@ -484,12 +492,25 @@ cudaError_t run_gemm(int force, int force_tile, bool sm90, int sms, int pairs, c
     if ((use == 1 && !sm90_ok) || (use == 3 && !gemv_ok)) use = 0;
     if (k == 0) use = 2; /* no K slices: the tile loop never runs, the epilogue sees zeros */
     if (use == 0) use = gemv_ok ? 3 : sm90_ok ? 1 : 2;
+    return use;
+}
+
+cudaError_t run_gemm(int force, int force_tile, bool sm90, int sms, int pairs, const int8_t *a, int64_t lda, const int8_t *b,
+                     int64_t ldb, int64_t m, int64_t n, int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl,
+                     char *name, size_t name_len, const MapCache *cache)
+{
+    const int use = gemm_use(force, sm90, a, lda, b, ldb, m, n, k);
     if (use == 3) {
         snprintf(name, name_len, "gemv dp4a");
         return launch_s8_gemv(a, lda, b, ldb, m, n, k, p, stream, pdl && sm90); /* PDL is Hopper's */
     }
     if (use == 1) {
-        const int t = force_tile >= 0 ? force_tile : pick_tile(m, n, k, sms);
+        int t = force_tile >= 0 ? force_tile : pick_tile(m, n, k, sms);
+        /* With a LoRA term in the epilogue the ping-pong, 128 x 256 x 8-stage
+         * and several-blocks-per-SM kernels run out of registers and spill
+         * (ptxas -v): the nearest kernel that does not (the multicast
+         * persistent one; 128 x 128, one block per SM). */
+        if (p.lks && force_tile < 0) t = t == 10 ? 9 : (t == 0 || t == 1 || t == 2 || t == 5) ? 3 : t;
         CUtensorMap ma_local, mb_local;
         CUtensorMap *ma = &ma_local, *mb = &mb_local;
         if (cache) {
@@ -601,6 +622,16 @@ ql_status grow(const char *fn, cudaStream_t s, void **buf, size_t *have, size_t 
     return QL_OK;
 }
 
+/* grow, for buffers that must hold zeros (the kernels that use them leave them so) */
+ql_status grow_zeroed(const char *fn, cudaStream_t s, void **buf, size_t *have, size_t need, const char *what)
+{
+    if (need <= *have) return QL_OK;
+    const ql_status st = grow(fn, s, buf, have, need, what);
+    if (st != QL_OK) return st;
+    QLC_CUDA(fn, what, cudaMemset(*buf, 0, need));
+    return QL_OK;
+}
+
 /* A packed layer's forward of m rows decodes in registers (the packed GEMV)
  * rather than into the workspace. */
 bool packed_gemv(const ql_cuda_linear *l, int64_t m) { return m <= QLC_GEMV_MAX_M && (l->force == 0 || l->force == 3); }
@@ -669,7 +700,10 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
         if (li->lora_rt &&
             ((st = grow(fn, s, (void **)&ws->acc, &ws->acc_bytes, (size_t)(m * acc_pitch(li->n)) * 4,
                         "accumulator workspace (LoRA)")) != QL_OK ||
-             (st = grow(fn, s, (void **)&ws->lt, &ws->lt_bytes, (size_t)(m * li->lora_rp) * 4, "LoRA workspace")) != QL_OK ||
+             (st = grow_zeroed(fn, s, (void **)&ws->lt, &ws->lt_bytes, (size_t)(m * li->lora_rp) * 4, "LoRA workspace")) !=
+                 QL_OK ||
+             (st = grow_zeroed(fn, s, (void **)&ws->lcount, &ws->lcount_bytes, (size_t)lora_row_blocks(m) * sizeof(int),
+                               "LoRA workspace")) != QL_OK ||
              (st = grow(fn, s, (void **)&ws->ltq, &ws->ltq_bytes, (size_t)(m * li->lora_rp), "LoRA workspace")) != QL_OK ||
              (st = grow(fn, s, (void **)&ws->lst, &ws->lst_bytes, (size_t)m * 4, "LoRA workspace")) != QL_OK))
             return st;
@@ -708,10 +742,23 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
         p.sx = ws->sx, p.sw = li->sw, p.sw_per_row = li->sw_per_row, p.bias = epi && epi->bias ? epi->bias : li->bias;
         if (epi && epi->residual) p.res = epi->residual, p.ldr = epi->ld_residual, p.rs = epi->residual_scale;
         p.vec2 = (uintptr_t)ys[i] % (2 * es) == 0 && ldys[i] % 2 == 0;
-        /* an asymmetric layer's GEMM leaves its raw accumulators; the corrected epilogue follows */
-        EpiParams pg = p;
         const int64_t ldacc = acc_pitch(li->n);
-        if (li->corr || li->lora_rt) {
+        /* An unmerged LoRA: t's codes first; then the Hopper GEMM adds the
+         * LoRA term in its bf16 epilogue, or the LoRA epilogue kernel reads
+         * the GEMM's raw accumulators. */
+        bool lora_fused = false;
+        if (li->lora_rt) {
+            QLC_CUDA(fn, "the LoRA down kernel",
+                     launch_lora_down(ws->q, li->kp, li->lora_d, m, li->lora_rt, li->lora_rp, li->kp, ws->lt, ws->lcount, ws->sx,
+                                      li->lora_e2, ws->ltq, ws->lst, li->sms, s));
+            p.ltq = ws->ltq, p.lst = ws->lst, p.luf = li->lora_u, p.lsu = li->lora_su, p.lks = (int)(li->lora_rp / 32);
+            /* the GEMV (few rows) and the Hopper GEMM's bf16 epilogue add the LoRA term themselves */
+            const int use = li->bits ? 0 : gemm_use(li->force, li->sm90, ws->q, li->kp, li->w, li->kp, m, li->n, li->k);
+            lora_fused = use == 3 || (use == 1 && sm90_fuses_lora(p, li->n)); /* the GEMV: any output */
+        }
+        /* an asymmetric layer's GEMM (or an unfused LoRA's) leaves its raw accumulators; an epilogue kernel follows */
+        EpiParams pg = p;
+        if (li->corr || (li->lora_rt && !lora_fused)) {
             pg = EpiParams{};
             pg.y = ws->acc, pg.ldy = ldacc, pg.ydt = DT_I32, pg.sx = ws->sx, pg.sw = li->sw, pg.sw_per_row = li->sw_per_row;
             pg.vec2 = 1;
@@ -747,14 +794,10 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
                      launch_corr_epilogue(ws->acc, ldacc, ws->gsum, li->corr, m, li->n, li->k / li->corr_group, p, s));
             snprintf(li->kernel, sizeof li->kernel, "%s + correction", name);
         } else if (li->lora_rt) {
-            QLC_CUDA(fn, "the LoRA down kernel",
-                     launch_lora_down(ws->q, li->kp, li->lora_d, m, li->lora_rt, li->kp, ws->lt, li->lora_rp, s));
-            QLC_CUDA(fn, "the LoRA requantize kernel",
-                     launch_lora_t(ws->lt, li->lora_rp, m, li->lora_rt, li->lora_rp, ws->sx, li->lora_e2, ws->ltq, ws->lst, s));
-            QLC_CUDA(fn, "the LoRA epilogue kernel",
-                     launch_lora_epilogue(ws->acc, ldacc, ws->ltq, ws->lst, li->lora_u, li->lora_su, m, li->n, li->lora_rp, p,
-                                          s));
-            snprintf(li->kernel, sizeof li->kernel, "%s + LoRA rank %lld", name, (long long)li->lora_rt);
+            if (!lora_fused)
+                QLC_CUDA(fn, "the LoRA epilogue kernel", launch_lora_epilogue(ws->acc, ldacc, m, li->n, p, s));
+            snprintf(li->kernel, sizeof li->kernel, "%s + LoRA rank %lld%s", name, (long long)li->lora_rt,
+                     lora_fused ? " (fused)" : "");
         } else snprintf(li->kernel, sizeof li->kernel, "%s", name);
     }
     return QL_OK;
