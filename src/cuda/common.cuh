@@ -112,13 +112,17 @@ __device__ __forceinline__ void lora_rows(LoraRows<KR> &R, const EpiParams &p, i
     R.st0 = r0 < m ? p.lst[r0] : 0.f, R.st1 = r1 < m ? p.lst[r1] : 0.f;
 }
 /* The exact int32 rank-R product t_q·U_qᵀ of the warp's 16 rows and the
- * 8 columns of block `chunk` (columns 8·chunk ..), in the C layout. */
+ * 8 columns of one block, in the C layout; u: that block's U fragments
+ * (lora_u_global, or a copy of them in shared memory). */
+__device__ __forceinline__ const uint2 *lora_u_global(const EpiParams &p, int64_t chunk, int lane)
+{
+    return p.luf + chunk * p.lks * 32 + lane;
+}
 template <int KR>
 __device__ __forceinline__ void lora_chunk(int32_t (&l)[4], const LoraRows<KR> &R, const EpiParams &p, int64_t m,
-                                           int64_t r0, int64_t chunk, int lane)
+                                           int64_t r0, const uint2 *u /* the block's fragments, + lane */, int lane)
 {
     l[0] = l[1] = l[2] = l[3] = 0;
-    const uint2 *u = p.luf + chunk * p.lks * 32 + lane;
 #pragma unroll
     for (int s = 0; s < KR; s++)
         if (s < p.lks) {

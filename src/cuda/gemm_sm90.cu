@@ -90,6 +90,23 @@ template <int BN, int EPI> struct Staging {
     static constexpr int BYTES = 64 * PITCH; /* per consumer warpgroup */
 };
 
+/* The ring, its barriers, the column tables (two in a persistent block) and
+ * a persistent block's own staging area; 1024 for the alignment. */
+template <int BM, int NWG, int BN, int BK, int STAGES, bool PERSIST, bool PP> constexpr size_t smem_bytes()
+{
+    return (size_t)STAGES * (BM + BN) * BK + 2 * STAGES * sizeof(uint64_t) +
+           (PERSIST ? (PP ? 4 : 2) : 1) * 3 * BN * sizeof(float) + (PERSIST ? NWG * Staging<BN, EPI_I32>::BYTES : 0) + 1024;
+}
+/* Whether a one-tile-per-block kernel's blocks per SM still fit with a
+ * LoRA's U tile (BN·LORA_U_KS·32 bytes) after the table. */
+constexpr int LORA_U_KS = 2;
+__host__ __device__ constexpr size_t single_tile_u_bytes(int bn) { return (size_t)bn * LORA_U_KS * 32; }
+__host__ __device__ constexpr bool single_tile_u_room(int nwg, int bn, int bk, int stages, int ctas)
+{
+    return ((size_t)stages * (64 * nwg + bn) * bk + 2 * stages * sizeof(uint64_t) + 3 * bn * sizeof(float) +
+            single_tile_u_bytes(bn) + 1024) * ctas <= 227 * 1024;
+}
+
 #ifdef QLC_SM90A
 /* Producer: the TMA loads of one tile's K slices into the ring. `it` counts
  * stages over the block's whole life (a persistent block runs many tiles).
@@ -181,10 +198,11 @@ __device__ __forceinline__ void consume_tile(int32_t (&d)[MH][BN / 2], uint8_t *
  * Accumulator layout of wgmma m64nN: warp w of the group owns rows
  * 16w + lane/4 (+8); register 4j+{0,1} holds columns 8j + 2(lane%4) + {0,1}
  * of the first row, 4j+{2,3} the same columns of the second. */
-template <int BN, int EPI, int KR = 2>
+template <int BN, int EPI, int KR = 2, bool USM = false>
 __device__ __forceinline__ void epilogue_tile(const int32_t (&d)[BN / 2], const EpiParams &p, int m, int n,
                                               int64_t row0, int n0, int tid, const float *col_sw,
-                                              const float *col_bias, uint8_t *stage, int bar)
+                                              const float *col_bias, uint8_t *stage, int bar,
+                                              const uint2 *usm = nullptr /* USM: the tile's U (lora_u_copy) */)
 {
     const bool scaled = p.ydt != DT_I32;
     const int warp = tid / 32, lane = tid % 32;
@@ -213,7 +231,8 @@ __device__ __forceinline__ void epilogue_tile(const int32_t (&d)[BN / 2], const 
                     int32_t l[4] = {};
                     float2 su = {};
                     if constexpr (EPI == EPI_BF16_LORA) {
-                        lora_chunk(l, lr, p, m, r0, (n0 + j * 8) / 8, lane);
+                        if constexpr (USM) lora_chunk(l, lr, p, m, r0, usm + j * p.lks * 32 + lane, lane);
+                        else lora_chunk(l, lr, p, m, r0, lora_u_global(p, (n0 + j * 8) / 8, lane), lane);
                         su = *(const float2 *)(col_bias + BN + cl);
                     }
                     *(uint32_t *)(stage + lr0 * PITCH + cl * 2) =
@@ -285,10 +304,11 @@ __device__ __forceinline__ float2 tile_sx(const EpiParams &p, int m, int row0, i
     return make_float2(r0 < m ? p.sx[r0] : 0.f, r1 < m ? p.sx[r1] : 0.f);
 }
 
-template <int BN, int SLOTS, int EPI, int KR>
+template <int BN, int SLOTS, int EPI, int KR, bool USM = false>
 __device__ __forceinline__ void epilogue_bf16_tma(const int32_t (&d)[BN / 2], const EpiParams &p, int m, int n,
                                                   int row0, int n0, int tid, float2 sx, const float *col_sw,
-                                                  const float *col_bias, uint8_t *stage, const CUtensorMap *tma_y)
+                                                  const float *col_bias, uint8_t *stage, const CUtensorMap *tma_y,
+                                                  const uint2 *usm = nullptr /* USM: the tile's U (lora_u_copy) */)
 {
     constexpr int BOXES = BN / 64;
     const int warp = tid / 32, lane = tid % 32;
@@ -304,13 +324,14 @@ __device__ __forceinline__ void epilogue_bf16_tma(const int32_t (&d)[BN / 2], co
         __syncwarp();
 #pragma unroll
         for (int jj = 0; jj < 8; jj++) {
-            const int j = q * 8 + jj, cl = j * 8 + 2 * (lane % 4), off = q * 8192 + (jj ^ xr) * 16;
+            const int j = q * 8 + jj, cl = j * 8 + 2 * (lane % 4), off = (q % SLOTS) * 8192 + (jj ^ xr) * 16;
             const float2 sw = *(const float2 *)(col_sw + cl), bs = *(const float2 *)(col_bias + cl);
             const int col = n0 + cl;
             int32_t l[4] = {};
             float2 su = {};
             if constexpr (EPI == EPI_BF16_LORA) {
-                lora_chunk(l, lr, p, m, r0, (n0 + j * 8) / 8, lane);
+                if constexpr (USM) lora_chunk(l, lr, p, m, r0, usm + j * p.lks * 32 + lane, lane);
+                else lora_chunk(l, lr, p, m, r0, lora_u_global(p, (n0 + j * 8) / 8, lane), lane);
                 su = *(const float2 *)(col_bias + BN + cl);
             }
             *(uint32_t *)(row_a + off) =
@@ -324,11 +345,26 @@ __device__ __forceinline__ void epilogue_bf16_tma(const int32_t (&d)[BN / 2], co
             /* rows wholly past the output store nothing; the group is
              * committed anyway so that the count above stays exact */
             if (row0 + warp * 16 < m && n0 + q * 64 < n)
-                tma_store_2d(tma_y, stage + q * 8192 + warp * 2048, n0 + q * 64, row0 + warp * 16);
+                tma_store_2d(tma_y, stage + (q % SLOTS) * 8192 + warp * 2048, n0 + q * 64, row0 + warp * 16);
             bulk_commit();
         }
     }
 }
+
+/* A LoRA's U fragments of the tile's columns n0 .. n0 + bn (bn·lks·32 bytes,
+ * contiguous: U is padded to whole 256-column tiles) copied to shared memory
+ * by threads t of nt (cp.async, 16 bytes each, waited for with
+ * lora_u_wait before a barrier): the epilogue then reads each fragment from
+ * shared memory instead of waiting on L2 once per 8 columns. Served where
+ * the kernel has room: up to LORA_U_KS k32 steps (total rank 64). */
+__device__ __forceinline__ void lora_u_copy(uint8_t *dst, const EpiParams &p, int n0, int bn, int t, int nt)
+{
+    const uint8_t *src = (const uint8_t *)(p.luf + (int64_t)(n0 / 8) * p.lks * 32);
+    for (int i = 16 * t; i < bn * p.lks * 32; i += 16 * nt)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst + i)), "l"(src + i) : "memory");
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+__device__ __forceinline__ void lora_u_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 /* The tile's weight scales and bias (rounded to the output dtype), read from
  * shared memory in the epilogue: no global loads between its stores. */
@@ -364,6 +400,10 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     uint64_t *full = (uint64_t *)(smem + STAGES * STAGE_BYTES);
     uint64_t *empty = full + STAGES;
     float *col_sw = (float *)(empty + STAGES), *col_bias = col_sw + BN; /* and LoRA's su */
+    /* a LoRA's U tile after the table, where the kernel's shared memory has room (Cfg) */
+    constexpr bool U_ROOM = EPI == EPI_BF16_LORA && single_tile_u_room(NWG, BN, BK, STAGES, CTAS);
+    uint2 *usm = (uint2 *)(col_sw + 3 * BN);
+    constexpr bool u_smem = U_ROOM; /* the launcher fuses a LoRA of at most LORA_U_KS steps only */
 
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128; /* wg == NWG: the producer warp */
     const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
@@ -386,15 +426,18 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     }
     /* Programmatic dependent launch: the activation scales come from the
      * prologue kernel just before; everything above overlapped its tail. */
+    if (u_smem) lora_u_copy((uint8_t *)usm, p, n0, BN, threadIdx.x, NWG * 128); /* U: written long before */
     asm volatile("griddepcontrol.wait;" ::: "memory");
     int32_t d[1][BN / 2];
     uint32_t it = 0;
     consume_tile<BM, BN, BK, STAGES>(d, smem, full, empty, wg, tid, kt_count, it);
     using S = Staging<BN, EPI>;
     static_assert(EPI == EPI_GENERIC || NWG * S::BYTES <= STAGES * STAGE_BYTES, "staged tile fits the ring");
+    if (u_smem) lora_u_wait();
     /* the staging area is the ring: every consumer's last wgmma must have read it */
     if constexpr (EPI != EPI_GENERIC) asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory");
-    epilogue_tile<BN, EPI, (CTAS >= 2 ? 0 : 2)>(d[0], p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, smem + wg * S::BYTES, 2 + wg);
+    epilogue_tile<BN, EPI, (CTAS >= 2 ? 0 : 2), U_ROOM>(d[0], p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias,
+                                                        smem + wg * S::BYTES, 2 + wg, usm);
 #endif
 }
 
@@ -505,6 +548,12 @@ __global__ void __launch_bounds__(3 * 128, 1)
     }
     uint32_t it = 0;
     int32_t d[1][BN / 2];
+    /* A LoRA's U tiles (two, by tile parity, like the tables) where the
+     * output boxes leave room: their ring of boxes is then two deep. */
+    constexpr bool U_ROOM = EPI == EPI_BF16_LORA;
+    constexpr int BOX_SLOTS = U_ROOM ? 2 : BN / 64, U_TILE = BN * LORA_U_KS * 32;
+    static_assert(!U_ROOM || NWG * BOX_SLOTS * 8192 + 2 * U_TILE <= NWG * Staging<BN, EPI_I32>::BYTES, "U tiles");
+    constexpr bool u_smem = U_ROOM; /* the launcher fuses a LoRA of at most LORA_U_KS steps only */
     for (int u = first, j = 0; u < units; u += stride, j++) {
         const int m0 = ((u / tiles_n) * CM + rank) * BM, n0 = (u % tiles_n) * BN;
         /* Double-buffered: a consumer writes tile j's table after passing
@@ -512,12 +561,16 @@ __global__ void __launch_bounds__(3 * 128, 1)
          * reading tile j-2's (the same buffer). */
         float *col_sw = tables + (j & 1) * 3 * BN, *col_bias = col_sw + BN;
         fill_col_table(p, n, n0, BN, threadIdx.x, NWG * 128, col_sw, col_bias);
+        uint2 *usm = (uint2 *)(staging + NWG * BOX_SLOTS * 8192 + (j & 1) * U_TILE);
+        if (u_smem) lora_u_copy((uint8_t *)usm, p, n0, BN, threadIdx.x, NWG * 128);
         const float2 sx = is_bf16(EPI) ? tile_sx(p, m, m0 + wg * 64, tid) : make_float2(0.f, 0.f);
         consume_tile<BM, BN, BK, STAGES, CM>(d, smem, full, empty, wg, tid, kt_count, it);
-        asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory"); /* the table is complete */
+        if (u_smem) lora_u_wait();
+        asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory"); /* the table (and U tile) is complete */
         if constexpr (is_bf16(EPI)) {
-            epilogue_bf16_tma<BN, BN / 64, EPI, 2>(d[0], p, m, n, m0 + wg * 64, n0, tid, sx, col_sw, col_bias,
-                                           staging + wg * TMA_STAGE, &tma_y);
+            epilogue_bf16_tma<BN, BOX_SLOTS, EPI, 2, U_ROOM>(d[0], p, m, n, m0 + wg * 64, n0, tid, sx, col_sw, col_bias,
+                                                             staging + wg * (U_ROOM ? BOX_SLOTS * 8192 : TMA_STAGE),
+                                                             &tma_y, usm);
         } else {
             epilogue_tile<BN, EPI>(d[0], p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, staging + wg * S::BYTES,
                                    2 + wg);
@@ -583,14 +636,6 @@ static bool make_out_map(CUtensorMap *map, void *base, int64_t rows, int64_t col
 
 namespace {
 
-/* The ring, its barriers, the column tables (two in a persistent block) and
- * a persistent block's own staging area; 1024 for the alignment. */
-template <int BM, int NWG, int BN, int BK, int STAGES, bool PERSIST, bool PP> constexpr size_t smem_bytes()
-{
-    return (size_t)STAGES * (BM + BN) * BK + 2 * STAGES * sizeof(uint64_t) +
-           (PERSIST ? (PP ? 4 : 2) : 1) * 3 * BN * sizeof(float) + (PERSIST ? NWG * Staging<BN, EPI_I32>::BYTES : 0) + 1024;
-}
-
 /* A Hopper tile configuration as a type (with_tile lists them). */
 template <int NWG_, int BN_, int BK_, int STAGES_, int CTAS_, bool PERSIST_ = false, int CM_ = 1, bool PP_ = false>
 struct Cfg {
@@ -599,7 +644,8 @@ struct Cfg {
     static constexpr int BM = PP ? 128 : 64 * NWG; /* ping-pong: a warpgroup's tile */
     static_assert(CM == 1 || PERSIST, "clusters: the persistent kernel");
     static_assert(PERSIST ? NWG == 2 && BN == (PP ? 128 : 256) : !PP, "the persistent kernel's tiles");
-    static constexpr size_t SMEM = smem_bytes<BM, NWG, BN, BK, STAGES, PERSIST, PP>();
+    static constexpr size_t SMEM = smem_bytes<BM, NWG, BN, BK, STAGES, PERSIST, PP>() +
+                                   (!PERSIST && single_tile_u_room(NWG, BN, BK, STAGES, CTAS) ? single_tile_u_bytes(BN) : 0);
     static_assert(SMEM * CTAS <= 227 * 1024, "shared memory per SM");
 };
 
@@ -739,6 +785,7 @@ bool staged_ok(const EpiParams &p, int64_t n)
 
 bool sm90_fuses_lora(const EpiParams &p, int64_t n)
 {
+    if (p.lks > LORA_U_KS) return false; /* the U tile in shared memory holds a total rank of 64 */
     /* a residual is read in bf16 pairs there: 4-byte aligned, an even row pitch */
     const bool res_pairs = !p.res || ((uintptr_t)p.res % 4 == 0 && p.ldr % 2 == 0 && (uintptr_t)p.rs % 4 == 0);
     return p.ydt == DT_BF16 && staged_ok(p, n) && res_pairs;

@@ -14,31 +14,36 @@
 namespace qlc {
 namespace {
 
-/* t = x_q·D_qᵀ, then t's codes: 4 warps, each 16 rows and every rank
- * column (64 at a time, 8 accumulator blocks), over the K steps
- * [s0, s1); A fragments read straight from the codes (kp a multiple of 16:
- * a step's second half is wholly inside or wholly past K), B fragments from
- * D's fragment order (coalesced 256-byte rows, shared by every warp
- * through L1). Where the rows alone do not fill the GPU, several blocks
- * share a row block over K, adding into t with integer atomics (exact in
- * any order); the last of them to finish (a counter per row block)
- * requantizes the block's rows. t and the counters are all zeros between
+/* t = x_q·D_qᵀ, then t's codes. A block: 32 rows (two row warps) and
+ * every rank column (64 at a time, 8 accumulator blocks) over the K steps
+ * [s0, s1), which its four K warps take in turn (steps kw, kw + 4, ..);
+ * their sums meet in shared memory. A fragments straight from the codes (kp
+ * a multiple of 16: a step's second half is wholly inside or wholly past
+ * K), B fragments from D's fragment order (coalesced 256-byte rows, shared
+ * by every warp through L1). Where the row blocks alone do not fill the
+ * GPU, several blocks share a row block over K, adding into t with integer
+ * atomics (exact in any order); the last of them to finish (a counter per
+ * row block) requantizes the rows. t and the counters are zeros between
  * calls: the requantizing block clears what it read. One launch in all. */
-constexpr int DOWN_ROWS = 64;
-__global__ void __launch_bounds__(128) lora_down_kernel(const int8_t *q, int64_t ldq, const uint2 *df, int64_t m,
-                                                         int rc, int64_t kp, int steps_per_block, int32_t *t,
-                                                         int64_t ldt, int *count, const float *sx, double e2, int8_t *tq,
-                                                         float *st)
+constexpr int DOWN_ROWS = 32, DOWN_KW = 4, DOWN_THREADS = 256;
+__global__ void __launch_bounds__(DOWN_THREADS) lora_down_kernel(const int8_t *q, int64_t ldq, const uint2 *df, int64_t m,
+                                                                  int rc, int64_t kp, int steps_per_block, int32_t *t,
+                                                                  int64_t ldt, int *count, const float *sx, double e2,
+                                                                  int8_t *tq, float *st)
 {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t r0 = (int64_t)blockIdx.x * DOWN_ROWS + warp * 16 + lane / 4, r1 = r0 + 8;
+    __shared__ int32_t red[DOWN_KW][DOWN_ROWS][64 + 4];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, rw = warp % 2, kw = warp / 2;
+    const int64_t rb0 = (int64_t)blockIdx.x * DOWN_ROWS;
+    const int lr0 = rw * 16 + lane / 4, lr1 = lr0 + 8;
+    const int64_t r0 = rb0 + lr0, r1 = rb0 + lr1;
     const int steps = (int)((kp + 31) / 32);
     const int s0 = blockIdx.y * steps_per_block, s1 = min(steps, s0 + steps_per_block);
     const bool split = gridDim.y > 1;
     const int8_t *q0 = q + (r0 < m ? r0 : 0) * ldq + 4 * (lane % 4), *q1 = q + (r1 < m ? r1 : 0) * ldq + 4 * (lane % 4);
     for (int c0 = 0; c0 < rc; c0 += 8) {
         int32_t acc[8][4] = {};
-        for (int s = s0; s < s1; s++) {
+#pragma unroll 2
+        for (int s = s0 + kw; s < s1; s += DOWN_KW) {
             const bool hi = 32 * s + 16 < kp;
             const uint32_t a[4] = {r0 < m ? *(const uint32_t *)(q0 + 32 * s) : 0u,
                                    r1 < m ? *(const uint32_t *)(q1 + 32 * s) : 0u,
@@ -55,17 +60,22 @@ __global__ void __launch_bounds__(128) lora_down_kernel(const int8_t *q, int64_t
         }
 #pragma unroll
         for (int cc = 0; cc < 8; cc++) {
-            if (c0 + cc >= rc) continue;
-            const int64_t col = 8 * (c0 + cc) + 2 * (lane % 4);
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int64_t r = h ? r1 : r0;
-                if (r >= m) continue;
-                int32_t *dst = t + r * ldt + col;
-                if (split) atomicAdd(dst, acc[cc][2 * h]), atomicAdd(dst + 1, acc[cc][2 * h + 1]);
-                else *(int2 *)dst = make_int2(acc[cc][2 * h], acc[cc][2 * h + 1]);
-            }
+            const int col = 8 * cc + 2 * (lane % 4);
+            red[kw][lr0][col] = acc[cc][0], red[kw][lr0][col + 1] = acc[cc][1];
+            red[kw][lr1][col] = acc[cc][2], red[kw][lr1][col + 1] = acc[cc][3];
         }
+        __syncthreads();
+        const int cols = min(64, 8 * (rc - c0));
+        for (int i = threadIdx.x; i < DOWN_ROWS * 64; i += DOWN_THREADS) {
+            const int r = i / 64, c = i % 64;
+            const int64_t row = rb0 + r;
+            if (row >= m || c >= cols) continue;
+            const int32_t v = red[0][r][c] + red[1][r][c] + red[2][r][c] + red[3][r][c];
+            int32_t *dst = t + row * ldt + 8 * c0 + c;
+            if (split) atomicAdd(dst, v);
+            else *dst = v;
+        }
+        __syncthreads();
     }
     __shared__ int last;
     if (split) {
@@ -75,49 +85,39 @@ __global__ void __launch_bounds__(128) lora_down_kernel(const int8_t *q, int64_t
         __syncthreads();
         if (!last) return;
         __threadfence();
-    } else __syncthreads();
-    /* the requantization, two threads per row (rank columns in 32-column
-     * pieces, alternating), loads of a pass issued together: amax over the
-     * rt values, codes rne(t·127/amax) in double (the CPU's rounding),
-     * zeros up to 8·rc; st as the CPU forms it. t read from L2 (the other
-     * blocks' atomics), then cleared. */
+    }
+    /* the requantization, eight threads per row (8-column pieces, in turn),
+     * loads of a pass issued together: amax over the row (columns past rt
+     * hold zeros), codes rne(t·127/amax) in double (the CPU's rounding),
+     * st as the CPU forms it. t read from L2 (other blocks' atomics), then
+     * cleared. */
     {
-        const int64_t row = (int64_t)blockIdx.x * DOWN_ROWS + threadIdx.x / 2;
-        const int half = threadIdx.x % 2, rp = 8 * rc;
+        const int64_t row = rb0 + threadIdx.x / 8;
+        const int part = threadIdx.x % 8, rp = 8 * rc;
         int32_t *tr = t + (row < m ? row : 0) * ldt;
         int32_t amax = 0;
         if (row < m)
-            for (int c0 = 32 * half; c0 < rp; c0 += 64) {
-                int4 v[8];
-#pragma unroll
-                for (int i = 0; i < 8; i++) v[i] = __ldcg((const int4 *)(tr + c0) + i);
-#pragma unroll
-                for (int i = 0; i < 8; i++) /* columns past rt hold zeros */
-                    amax = max(amax, max(max(abs(v[i].x), abs(v[i].y)), max(abs(v[i].z), abs(v[i].w))));
+            for (int c = 8 * part; c < rp; c += 64) {
+                const int4 v0 = __ldcg((const int4 *)(tr + c)), v1 = __ldcg((const int4 *)(tr + c) + 1);
+                amax = max(amax, max(max(max(abs(v0.x), abs(v0.y)), max(abs(v0.z), abs(v0.w))),
+                                     max(max(abs(v1.x), abs(v1.y)), max(abs(v1.z), abs(v1.w)))));
             }
-        amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+#pragma unroll
+        for (int o = 1; o < 8; o <<= 1) amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, o));
         if (row < m) {
             const double inv = amax ? 127.0 / (double)amax : 0.0;
-            for (int c0 = 32 * half; c0 < rp; c0 += 64) {
-                int4 v[8];
+            for (int c = 8 * part; c < rp; c += 64) {
+                const int4 v0 = __ldcg((const int4 *)(tr + c)), v1 = __ldcg((const int4 *)(tr + c) + 1);
+                const int32_t e[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+                uint32_t w[2] = {0, 0};
 #pragma unroll
-                for (int i = 0; i < 8; i++) v[i] = __ldcg((const int4 *)(tr + c0) + i);
-                uint32_t w[8];
-#pragma unroll
-                for (int i = 0; i < 8; i++) {
-                    const int32_t e[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
-                    uint32_t packed = 0;
-#pragma unroll
-                    for (int j = 0; j < 4; j++)
-                        packed |= (uint32_t)(uint8_t)(int8_t)__double2int_rn(__dmul_rn((double)e[j], inv)) << (8 * j);
-                    w[i] = packed;
-                    ((int4 *)(tr + c0))[i] = make_int4(0, 0, 0, 0);
-                }
-                uint4 *dst = (uint4 *)(tq + row * rp + c0);
-                dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
-                dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+                for (int j = 0; j < 8; j++)
+                    w[j / 4] |= (uint32_t)(uint8_t)(int8_t)__double2int_rn(__dmul_rn((double)e[j], inv)) << (8 * (j % 4));
+                *(uint2 *)(tq + row * rp + c) = make_uint2(w[0], w[1]);
+                ((int4 *)(tr + c))[0] = make_int4(0, 0, 0, 0);
+                ((int4 *)(tr + c))[1] = make_int4(0, 0, 0, 0);
             }
-            if (half == 0)
+            if (part == 0)
                 st[row] = amax ? (float)__dmul_rn(__dmul_rn((double)sx[row], __ddiv_rn((double)amax, 127.0)), e2) : 0.0f;
         }
     }
@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(128) lora_epilogue_kernel(const int32_t *acc, 
         const int64_t c0 = n0 + 8 * j;
         if (c0 >= n) break;
         int32_t l[4];
-        lora_chunk(l, lr, p, m, r0, c0 / 8, lane);
+        lora_chunk(l, lr, p, m, r0, lora_u_global(p, c0 / 8, lane), lane);
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int64_t row = r0 + 8 * h;
@@ -166,15 +166,16 @@ cudaError_t launch_lora_down(const int8_t *q, int64_t ldq, const uint2 *df, int6
                              int32_t *t, int *count, const float *sx, double e2, int8_t *tq, float *st, int sms,
                              cudaStream_t stream)
 {
-    /* enough blocks for two per SM, each at least 2 K steps (64 bytes: a
-     * few rows' t reads D, R·K bytes, from many SMs at once) */
+    /* about a block per SM: row blocks, each split over K where there are
+     * fewer of them than SMs (every block at least 8 K steps) */
     const int64_t row_blocks = lora_row_blocks(m), steps = (kp + 31) / 32;
-    int64_t split = (2 * (int64_t)(sms > 0 ? sms : 132) + row_blocks - 1) / row_blocks;
-    const int64_t most = steps / 2 > 1 ? steps / 2 : 1;
+    int64_t split = ((int64_t)(sms > 0 ? sms : 132) + row_blocks / 2) / row_blocks;
+    const int64_t most = steps / 8 > 1 ? steps / 8 : 1;
     if (split > most) split = most;
+    if (split < 1) split = 1;
     const int64_t per = (steps + split - 1) / split;
     split = (steps + per - 1) / per;
-    lora_down_kernel<<<dim3((unsigned)row_blocks, (unsigned)split), 128, 0, stream>>>(
+    lora_down_kernel<<<dim3((unsigned)row_blocks, (unsigned)split), DOWN_THREADS, 0, stream>>>(
         q, ldq, df, m, (int)(rp / 8), kp, (int)per, t, rp, count, sx, e2, tq, st);
     return cudaGetLastError();
 }
