@@ -78,6 +78,18 @@ __device__ __forceinline__ uint32_t pair_of(const EpiParams &p, int32_t a0, int3
         return epi_pair_bf16_v<true>(p, v0, v1, bias, row, col, at && p.res);
     } else return epi_pair_bf16<EPI == EPI_BF16_RES>(p, a0, a1, sx, sw, bias, row, col, at);
 }
+
+/* The LoRA term of the tile's 8-column accumulator block j (l, in the C
+ * layout) and the su of this thread's two columns (from the column table):
+ * U's fragments from the tile's copy in shared memory (USM) or from L2. */
+template <bool USM, int KR>
+__device__ __forceinline__ void lora_block(int32_t (&l)[4], float2 &su, const LoraRows<KR> &lr, const EpiParams &p, int64_t m,
+                                           int64_t r0, const uint2 *usm, int n0, int j, int lane, const float *col_su)
+{
+    if constexpr (USM) lora_chunk(l, lr, p, m, r0, usm + j * p.lks * 32 + lane, lane);
+    else lora_chunk(l, lr, p, m, r0, lora_u_global(p, (n0 + j * 8) / 8, lane), lane);
+    su = *(const float2 *)col_su;
+}
 #endif
 
 /* Staging of the fast epilogues: columns per pass (int32 tiles leave in two
@@ -230,11 +242,7 @@ __device__ __forceinline__ void epilogue_tile(const int32_t (&d)[BN / 2], const 
                     const int64_t col = n0 + cl; /* HC = BN for bf16: one pass */
                     int32_t l[4] = {};
                     float2 su = {};
-                    if constexpr (EPI == EPI_BF16_LORA) {
-                        if constexpr (USM) lora_chunk(l, lr, p, m, r0, usm + j * p.lks * 32 + lane, lane);
-                        else lora_chunk(l, lr, p, m, r0, lora_u_global(p, (n0 + j * 8) / 8, lane), lane);
-                        su = *(const float2 *)(col_bias + BN + cl);
-                    }
+                    if constexpr (EPI == EPI_BF16_LORA) lora_block<USM>(l, su, lr, p, m, r0, usm, n0, j, lane, col_bias + BN + cl);
                     *(uint32_t *)(stage + lr0 * PITCH + cl * 2) =
                         pair_of<EPI>(p, d[4 * j], d[4 * j + 1], sx0, sw, bs, r0, col, r0 < m && col < n, l, lr.st0, su);
                     *(uint32_t *)(stage + lr1 * PITCH + cl * 2) =
@@ -329,11 +337,7 @@ __device__ __forceinline__ void epilogue_bf16_tma(const int32_t (&d)[BN / 2], co
             const int col = n0 + cl;
             int32_t l[4] = {};
             float2 su = {};
-            if constexpr (EPI == EPI_BF16_LORA) {
-                if constexpr (USM) lora_chunk(l, lr, p, m, r0, usm + j * p.lks * 32 + lane, lane);
-                else lora_chunk(l, lr, p, m, r0, lora_u_global(p, (n0 + j * 8) / 8, lane), lane);
-                su = *(const float2 *)(col_bias + BN + cl);
-            }
+            if constexpr (EPI == EPI_BF16_LORA) lora_block<USM>(l, su, lr, p, m, r0, usm, n0, j, lane, col_bias + BN + cl);
             *(uint32_t *)(row_a + off) =
                 pair_of<EPI>(p, d[4 * j], d[4 * j + 1], sx0, sw, bs, r0, col, r0 < m && col < n, l, lr.st0, su);
             *(uint32_t *)(row_b + off) =
