@@ -60,9 +60,16 @@ __attribute__((target("avx2,avxvnni"))) static void loop_ymm(long iters)
 
 /* AMX: four independent accumulator tiles (tmm0-3, 16 × 16 int32) fed by
  * tmm4-7 (16 × 64 int8), 16 TDPBSSD per round, no loads: the tile unit's
- * own rate. The caller's ISA is amx, so the library has already been given
- * the tile data permission (per process); the configuration is per thread. */
-__attribute__((target("amx-tile,amx-int8"))) static void loop_amx(long iters)
+ * own rate. Operands: zero tiles, or tiles loaded once from a buffer of
+ * pseudo-random bytes. The two differ: a multiply array fed zeros draws
+ * less power and the core's clock follows it (the lent Xeon: on one core
+ * zero operands ran 2.5× the random ones' rate, on 16 cores 1.1-1.3×), so
+ * the random-operand rate is the one a GEMM on real data can approach; a
+ * short sample can still catch the clock mid-change (a GEMM on one core
+ * measured up to 1.09× it). The
+ * caller's ISA is amx, so the library has already been given the tile data
+ * permission (per process); the configuration is per thread. */
+__attribute__((target("amx-tile,amx-int8"))) static void loop_amx(long iters, const void *operands)
 {
     _Alignas(64) uint8_t cfg[64] = {1};
     for (int t = 0; t < 8; t++) {
@@ -70,11 +77,19 @@ __attribute__((target("amx-tile,amx-int8"))) static void loop_amx(long iters)
         cfg[48 + t] = 16;     /* rows */
     }
     __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+    __asm__ volatile("tilezero %%tmm0\n\ttilezero %%tmm1\n\ttilezero %%tmm2\n\ttilezero %%tmm3\n\t"
+                     "tilezero %%tmm4\n\ttilezero %%tmm5\n\ttilezero %%tmm6\n\ttilezero %%tmm7" ::: "memory");
+    if (operands) {
+        const int64_t stride = 64;
+        const char *o = operands;
+        __asm__ volatile("tileloadd (%0,%1,1), %%tmm4" : : "r"(o), "r"(stride) : "memory");
+        __asm__ volatile("tileloadd (%0,%1,1), %%tmm5" : : "r"(o + 1024), "r"(stride) : "memory");
+        __asm__ volatile("tileloadd (%0,%1,1), %%tmm6" : : "r"(o + 2048), "r"(stride) : "memory");
+        __asm__ volatile("tileloadd (%0,%1,1), %%tmm7" : : "r"(o + 3072), "r"(stride) : "memory");
+    }
 #define QL_TD(a, b, c) "tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c "\n\t"
 #define QL_TD4 QL_TD(4, 6, 0) QL_TD(4, 7, 1) QL_TD(5, 6, 2) QL_TD(5, 7, 3)
-    __asm__ volatile("tilezero %%tmm0\n\ttilezero %%tmm1\n\ttilezero %%tmm2\n\ttilezero %%tmm3\n\t"
-                     "tilezero %%tmm4\n\ttilezero %%tmm5\n\ttilezero %%tmm6\n\ttilezero %%tmm7\n\t"
-                     "1:\n\t" QL_TD4 QL_TD4 QL_TD4 QL_TD4
+    __asm__ volatile("1:\n\t" QL_TD4 QL_TD4 QL_TD4 QL_TD4
                      "dec %0\n\t"
                      "jnz 1b\n\t"
                      "tilerelease\n\t"
@@ -85,17 +100,29 @@ __attribute__((target("amx-tile,amx-int8"))) static void loop_amx(long iters)
 #undef QL_TD
 }
 
+double ql_bench_amx_rate_gops(int threads, long iters, int random_operands)
+{
+    _Alignas(64) static uint8_t operands[4096];
+    if (random_operands && !operands[0]) {
+        uint32_t x = 2463534242u; /* xorshift32: any bytes with both signs will do */
+        for (int i = 0; i < 4096; i++) {
+            x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+            operands[i] = (uint8_t)(x >> 24) | 1u;
+        }
+    }
+    /* 16 TDPBSSD per round, each 16·16·64 multiply-adds */
+    const double ops = (double)threads * (double)iters * 16.0 * 16384.0 * 2.0;
+    double t0 = now_s();
+#pragma omp parallel num_threads(threads)
+    loop_amx(iters, random_operands ? operands : NULL);
+    return ops / (now_s() - t0) / 1e9;
+}
+
 double ql_bench_int8_peak_gops(ql_isa isa, int threads, long iters)
 {
     if (isa == QL_ISA_AMX) {
-        /* 16 TDPBSSD per round, each 16·16·64 multiply-adds; the rounds cut
-         * so a sample takes about as long as the vpdpbusd one */
-        iters = iters / 16 > 0 ? iters / 16 : 1;
-        const double ops = (double)threads * (double)iters * 16.0 * 16384.0 * 2.0;
-        double t0 = now_s();
-#pragma omp parallel num_threads(threads)
-        loop_amx(iters);
-        return ops / (now_s() - t0) / 1e9;
+        /* the rounds cut so a sample takes about as long as the vpdpbusd one */
+        return ql_bench_amx_rate_gops(threads, iters / 16 > 0 ? iters / 16 : 1, 1);
     }
     /* avx512bf16's int8 kernels are avx512vnni's */
     if (isa != QL_ISA_AVX512VNNI && isa != QL_ISA_AVX512BF16 && isa != QL_ISA_AVXVNNI) return 0.0;

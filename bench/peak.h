@@ -8,6 +8,11 @@
  * for avxvnni; 16 SDOT or SMMLA for neondot / i8mm); 0 for ISAs without one. */
 double ql_bench_int8_peak_gops(ql_isa isa, int threads, long iters);
 
+/* x86-64 with AMX only: GOP/s of `threads` threads each issuing `iters`
+ * rounds of 16 TDPBSSD from registers, on zero tiles or on tiles of
+ * pseudo-random bytes (random_operands; the peak above uses those). */
+double ql_bench_amx_rate_gops(int threads, long iters, int random_operands);
+
 /* GB/s of `threads` threads reading `bytes` of buf once (each thread a
  * contiguous share, as the small-M GEMM splits the weight): a STREAM-like
  * read loop, sampled in the same rounds as the paths it is compared with. */
