@@ -101,7 +101,7 @@ bool sm90_fuses_lora(const EpiParams &p, int64_t n);
  * lora_epilogue: y from the base GEMM's int32 acc [m, n] plus the LoRA term
  * (p.ltq, p.lst, p.luf, p.lsu, p.lks set), for the outputs the fused
  * epilogues do not take. */
-cudaError_t launch_lora_down(const int8_t *q, int64_t ldq, const uint2 *df, int64_t m, int64_t rt, int64_t rp, int64_t kp,
+cudaError_t launch_lora_down(const int8_t *q, int64_t ldq, const uint2 *df, int64_t m, int64_t rp, int64_t kp,
                              int32_t *t, int *count, const float *sx, double e2, int8_t *tq, float *st, int sms,
                              cudaStream_t stream);
 int64_t lora_row_blocks(int64_t m);

@@ -562,6 +562,31 @@ bool capturing(cudaStream_t s)
     return cudaStreamIsCapturing(s, &cap) == cudaSuccess && cap != cudaStreamCaptureStatusNone;
 }
 
+/* Layer li's epilogue parameters for output y (its scales, bias,
+ * residual; with a LoRA, the operands the down kernel leaves in ws). */
+EpiParams layer_epi(const ql_cuda_linear *li, const ql_epilogue *epi, void *y, int64_t ldy, ql_dtype ydt,
+                    const ql_cuda_workspace *ws)
+{
+    const size_t es = ql_dtype_size(ydt);
+    EpiParams p = {};
+    p.y = y, p.ldy = ldy, p.ydt = dtype_code(ydt);
+    p.sx = ws->sx, p.sw = li->sw, p.sw_per_row = li->sw_per_row, p.bias = epi && epi->bias ? epi->bias : li->bias;
+    if (epi && epi->residual) p.res = epi->residual, p.ldr = epi->ld_residual, p.rs = epi->residual_scale;
+    p.vec2 = (uintptr_t)y % (2 * es) == 0 && ldy % 2 == 0;
+    if (li->lora_rt)
+        p.ltq = ws->ltq, p.lst = ws->lst, p.luf = li->lora_u, p.lsu = li->lora_su, p.lks = (int)(li->lora_rp / 32);
+    return p;
+}
+
+/* Whether layer li's GEMM adds its LoRA term itself: the GEMV (any
+ * output), or the Hopper GEMM's bf16 epilogue; else the LoRA epilogue
+ * kernel reads the GEMM's raw accumulators. */
+bool lora_fuses(const ql_cuda_linear *li, const EpiParams &p, const int8_t *q, int64_t m)
+{
+    const int use = li->bits ? 0 : gemm_use(li->force, li->sm90, q, li->kp, li->w, li->kp, m, li->n, li->k);
+    return use == 3 || (use == 1 && sm90_fuses_lora(p, li->n));
+}
+
 ql_status refuse_growth_in_capture(const char *fn, int64_t m)
 {
     return ql_fail(QL_ERR_INVALID_ARGUMENT,
@@ -697,9 +722,11 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
             (st = grow(fn, s, (void **)&ws->wdec, &ws->wdec_bytes, (size_t)(li->n * li->kp), "decoded-weight workspace")) !=
                 QL_OK)
             return st;
+        /* the int32 accumulators only for a LoRA term its GEMM does not add itself */
+        const bool lora_acc = li->lora_rt && !lora_fuses(li, layer_epi(li, epis ? epis[i] : nullptr, ys[i], ldys[i], ydt, ws), ws->q, m);
         if (li->lora_rt &&
-            ((st = grow(fn, s, (void **)&ws->acc, &ws->acc_bytes, (size_t)(m * acc_pitch(li->n)) * 4,
-                        "accumulator workspace (LoRA)")) != QL_OK ||
+            ((lora_acc && (st = grow(fn, s, (void **)&ws->acc, &ws->acc_bytes, (size_t)(m * acc_pitch(li->n)) * 4,
+                                     "accumulator workspace (LoRA)")) != QL_OK) ||
              (st = grow_zeroed(fn, s, (void **)&ws->lt, &ws->lt_bytes, (size_t)(m * li->lora_rp) * 4, "LoRA workspace")) !=
                  QL_OK ||
              (st = grow_zeroed(fn, s, (void **)&ws->lcount, &ws->lcount_bytes, (size_t)lora_row_blocks(m) * sizeof(int),
@@ -732,30 +759,19 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
         ws->token = ++prologue_tokens, ws->token_stream = stream;
     }
     if (token) *token = ws->token;
-    const size_t es = ql_dtype_size(ydt);
     const bool perm = codes_permuted(l->k, l->group, l->kp); /* the order the prologue wrote */
     for (int i = 0; i < count; i++) {
         ql_cuda_linear *li = ls[i];
-        const ql_epilogue *epi = epis ? epis[i] : nullptr;
-        EpiParams p = {};
-        p.y = ys[i], p.ldy = ldys[i], p.ydt = dtype_code(ydt);
-        p.sx = ws->sx, p.sw = li->sw, p.sw_per_row = li->sw_per_row, p.bias = epi && epi->bias ? epi->bias : li->bias;
-        if (epi && epi->residual) p.res = epi->residual, p.ldr = epi->ld_residual, p.rs = epi->residual_scale;
-        p.vec2 = (uintptr_t)ys[i] % (2 * es) == 0 && ldys[i] % 2 == 0;
+        EpiParams p = layer_epi(li, epis ? epis[i] : nullptr, ys[i], ldys[i], ydt, ws);
         const int64_t ldacc = acc_pitch(li->n);
-        /* An unmerged LoRA: t's codes first; then the Hopper GEMM adds the
-         * LoRA term in its bf16 epilogue, or the LoRA epilogue kernel reads
-         * the GEMM's raw accumulators. */
-        bool lora_fused = false;
-        if (li->lora_rt) {
+        /* An unmerged LoRA: t's codes first; then the GEMV or the Hopper
+         * GEMM adds the LoRA term in its epilogue, or the LoRA epilogue
+         * kernel reads the GEMM's raw accumulators. */
+        const bool lora_fused = li->lora_rt && lora_fuses(li, p, ws->q, m);
+        if (li->lora_rt)
             QLC_CUDA(fn, "the LoRA down kernel",
-                     launch_lora_down(ws->q, li->kp, li->lora_d, m, li->lora_rt, li->lora_rp, li->kp, ws->lt, ws->lcount, ws->sx,
+                     launch_lora_down(ws->q, li->kp, li->lora_d, m, li->lora_rp, li->kp, ws->lt, ws->lcount, ws->sx,
                                       li->lora_e2, ws->ltq, ws->lst, li->sms, s));
-            p.ltq = ws->ltq, p.lst = ws->lst, p.luf = li->lora_u, p.lsu = li->lora_su, p.lks = (int)(li->lora_rp / 32);
-            /* the GEMV (few rows) and the Hopper GEMM's bf16 epilogue add the LoRA term themselves */
-            const int use = li->bits ? 0 : gemm_use(li->force, li->sm90, ws->q, li->kp, li->w, li->kp, m, li->n, li->k);
-            lora_fused = use == 3 || (use == 1 && sm90_fuses_lora(p, li->n)); /* the GEMV: any output */
-        }
         /* an asymmetric layer's GEMM (or an unfused LoRA's) leaves its raw accumulators; an epilogue kernel follows */
         EpiParams pg = p;
         if (li->corr || (li->lora_rt && !lora_fused)) {

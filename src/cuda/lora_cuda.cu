@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(128) lora_epilogue_kernel(const int32_t *acc, 
 
 int64_t lora_row_blocks(int64_t m) { return (m + DOWN_ROWS - 1) / DOWN_ROWS; }
 
-cudaError_t launch_lora_down(const int8_t *q, int64_t ldq, const uint2 *df, int64_t m, int64_t rt, int64_t rp, int64_t kp,
+cudaError_t launch_lora_down(const int8_t *q, int64_t ldq, const uint2 *df, int64_t m, int64_t rp, int64_t kp,
                              int32_t *t, int *count, const float *sx, double e2, int8_t *tq, float *st, int sms,
                              cudaStream_t stream)
 {
