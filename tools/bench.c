@@ -832,7 +832,10 @@ static void print_shape(const bench_results *R, int mi, int s, const shape *sh, 
         printf("%-11s %6s %5s  weights from DRAM: copies per path %d (fp32) .. %d; the probe %d\n", "", "", "", row[P_FP32].copies,
                row[P_W4A8_PACKED].ok ? row[P_W4A8_PACKED].copies : row[P_W8A8].copies, R->bwc[mi][s]);
     if (R->peak[mi][s] > 0) {
-        printf("%-11s %6s %5s  int8 peak %.0f GOP/s (dot-product loop, median of the same rounds):", "", "", "", R->peak[mi][s]);
+        /* AMX's loop runs on tiles of random bytes (peak.c) */
+        const bool amx = (row[P_GEMM].ok && strstr(row[P_GEMM].kernel, "__amx")) || (row[P_W8A8].ok && strstr(row[P_W8A8].kernel, "__amx"));
+        printf("%-11s %6s %5s  int8 peak %.0f GOP/s (dot-product loop%s, median of the same rounds):", "", "", "", R->peak[mi][s],
+               amx ? ", TDPBSSD on random tiles" : "");
         const int int8_paths[] = {P_W8A8, P_GEMM, P_ONEDNN_INT8};
         for (int i = 0; i < 3; i++)
             if (row[int8_paths[i]].ok)
