@@ -559,8 +559,9 @@ void ql_linear_describe(const ql_linear *lin, int64_t m, char *buf, size_t len);
  * figures in docs/NUMERICS.md). Zero-scale LoRAs are ignored (bit-identical to the
  * base). Only QL_LINEAR_W8A8 linears take LoRAs (QL_ERR_UNSUPPORTED
  * otherwise; on the CPU also WXA8_PACKED ones). On a CUDA context the same
- * codes and operations run on the GPU (t split over K, the low-rank
- * product and the sum in an epilogue kernel after the base GEMM): outputs
+ * codes and operations run on the GPU (t on tensor cores, split over K; the
+ * low-rank product and the sum inside the GEMV or the Hopper GEMM's bf16
+ * epilogue, else in an epilogue kernel after the base GEMM): outputs
  * bit-identical to the CPU's; W4A8/W6A8 layers (packed or asymmetric) are
  * refused there. Not thread-safe against a concurrent forward of the same linear. */
 typedef struct ql_lora_desc {

@@ -258,6 +258,43 @@ class Linear:
                                "or set QLINEAR_THREADS", "invalid argument")
         self._ctx.set_threads(threads)
 
+    # -- unmerged LoRAs (docs/NUMERICS.md §7)
+    def add_lora(self, down, up, scale=None, strength=1.0, alpha=None):
+        """Attach y += scale·(x·downᵀ)·upᵀ to this layer without repacking its
+        weight: down [R, K] and up [N, R], float (numpy fp32 / fp16 / uint16
+        holding bf16 bits, or CPU torch tensors; rows contiguous; read here and
+        packed by the library, not kept). scale defaults to strength·alpha/R,
+        with alpha = R when None (ComfyUI's rule for files without one). The
+        low-rank term runs inside the W8A8 pipeline, on the CPU or on this
+        layer's GPU, with the base's quantized activation. W8A8 layers (on the
+        CPU also symmetric W4A8/W6A8 ones). Returns an id for remove_lora."""
+        ffi, lib = self._ffi, self._lib
+        dp, dcode, r, dld = _float_matrix(down, "LoRA down", None, self.k)
+        up_, ucode, _, uld = _float_matrix(up, "LoRA up", self.n, r)
+        if scale is None:
+            scale = lib.ql_lora_scale(float(strength), 0.0 if alpha is None else float(alpha), alpha is not None, r)
+        d = ffi.new("ql_lora_desc *")
+        d.rank, d.down, d.down_dtype, d.ld_down = r, ffi.cast("void *", dp), dcode, dld
+        d.up, d.up_dtype, d.ld_up, d.scale = ffi.cast("void *", up_), ucode, uld, float(scale)
+        idbuf = np.zeros(1, np.int32)  # both bindings take an address for int *
+        check(lib.ql_linear_add_lora(self._ptr, d, ffi.cast("int *", idbuf.__array_interface__["data"][0])),
+              "ql_linear_add_lora")
+        return int(idbuf[0])
+
+    def remove_lora(self, lora_id):
+        """Detach the LoRA add_lora returned `lora_id` for (the others stay)."""
+        check(self._lib.ql_linear_remove_lora(self._ptr, int(lora_id)), "ql_linear_remove_lora")
+
+    @property
+    def lora_count(self):
+        """LoRAs attached (zero-scale ones included)."""
+        return int(self._lib.ql_linear_lora_count(self._ptr))
+
+    @property
+    def lora_rank(self):
+        """Total rank of the attached LoRAs."""
+        return int(self._lib.ql_linear_lora_rank(self._ptr))
+
     def __repr__(self):
         where = self.device if self._cuda else f"{self.threads} threads"
         return (f"<qlinear.Linear {self.n}x{self.k} {self.format}"
@@ -438,6 +475,23 @@ def _int8_matrix(a, what, any_byte=False):
     if k > 1 and strides[1] != 1:
         raise QlinearError(f"qlinear: {what} has strides {list(strides)}: rows must be contiguous", "invalid argument")
     return ptr, n, k, (strides[0] if n > 1 else k)
+
+
+def _float_matrix(a, what, nrows, ncols):
+    """(pointer, ql_dtype, rows, row stride) of a 2-D float matrix on the host
+    with contiguous rows, `ncols` columns and (unless None) `nrows` rows."""
+    if is_torch(a) and a.device.type != "cpu":
+        raise QlinearError(f"qlinear: {what} is on {a.device}; LoRA factors are read on the host (also for a GPU "
+                           f"layer): pass .cpu()", "invalid argument")
+    ptr, code, shape, strides = array_view(a, what)
+    want = f"[{'R' if nrows is None else nrows}, {ncols}]"
+    if len(shape) != 2 or shape[1] != ncols or (nrows is not None and shape[0] != nrows) or shape[0] < 1:
+        raise QlinearError(f"qlinear: {what} has shape {list(shape)}; expected {want}", "invalid argument")
+    n, k = shape
+    if k > 1 and strides[1] != 1 or (n > 1 and strides[0] < k):
+        raise QlinearError(f"qlinear: {what} has strides {list(strides)}: its rows must be contiguous",
+                           "invalid argument")
+    return ptr, code, n, (strides[0] if n > 1 else k)
 
 
 def _f32_vector(a, what, sizes):
