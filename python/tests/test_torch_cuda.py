@@ -192,3 +192,28 @@ def test_cuda_graph_capture_after_eager_calls(gen):
         want = cpu[1](cpu[0](x))
         want_s = [q(x) for q in cpu]
     assert _same(y, want) and all(_same(a, b) for a, b in zip(ys, want_s))
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("m", [1, 5, 300])
+def test_cuda_lora_equals_cpu(gen, dtype, m):
+    """Linear.add_lora on a GPU layer (factors read on the host): the GPU's
+    outputs equal the CPU layer's with the same LoRAs, bit for bit, and
+    removing one restores the other's; GPU factors are refused."""
+    lin = make_linear(gen, 512, 96, dtype=dtype)
+    cpu, gpu = QLinear.from_linear(lin), QLinear.from_linear(lin.cuda())
+    downs = [torch.randn(r, 512, generator=gen) * 0.05 for r in (8, 24)]
+    ups = [torch.randn(96, r, generator=gen) * 0.05 for r in (8, 24)]
+    ids = {}
+    for layer in (cpu, gpu):
+        ids[layer] = [layer.linear.add_lora(d, u, strength=s, alpha=4.0) for d, u, s in zip(downs, ups, (0.7, 1.3))]
+    x = (torch.randn(m, 512, generator=gen) * 2).to(dtype)
+    with torch.no_grad():
+        assert _same(gpu(x.cuda()), cpu(x))
+        for layer in (cpu, gpu):
+            layer.linear.remove_lora(ids[layer][0])
+        assert gpu.linear.lora_rank == 24
+        assert _same(gpu(x.cuda()), cpu(x))
+    with pytest.raises(qlinear.QlinearError, match="read on the host"):
+        gpu.linear.add_lora(downs[0].cuda(), ups[0])
