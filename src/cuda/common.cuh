@@ -118,7 +118,7 @@ __device__ __forceinline__ const uint2 *lora_u_global(const EpiParams &p, int64_
 {
     return p.luf + chunk * p.lks * 32 + lane;
 }
-template <int KR>
+template <int KR, int MAXS = 0 /* > 0: the caller guarantees p.lks <= MAXS */>
 __device__ __forceinline__ void lora_chunk(int32_t (&l)[4], const LoraRows<KR> &R, const EpiParams &p, int64_t m,
                                            int64_t r0, const uint2 *u /* the block's fragments, + lane */, int lane)
 {
@@ -130,12 +130,23 @@ __device__ __forceinline__ void lora_chunk(int32_t (&l)[4], const LoraRows<KR> &
             const uint32_t bb[2] = {b.x, b.y};
             mma_s8(l, R.a[s], bb);
         }
-    for (int s = KR; s < p.lks; s++) {
+    /* the steps past the rows' registers: unrolled where the caller bounds
+     * them (the GEMM epilogues, unrolled over the whole tile, would carry
+     * a general loop in every column block: code that misses the
+     * instruction cache), else a loop */
+    auto step = [&](int s) {
         const uint2 b = u[32 * s];
         const uint32_t bb[2] = {b.x, b.y};
         const uint32_t a[4] = {lora_a_word(p, m, r0, s, 0, lane), lora_a_word(p, m, r0 + 8, s, 0, lane),
                                lora_a_word(p, m, r0, s, 1, lane), lora_a_word(p, m, r0 + 8, s, 1, lane)};
-            mma_s8(l, a, bb);
+        mma_s8(l, a, bb);
+    };
+    if constexpr (MAXS > 0) {
+#pragma unroll
+        for (int s = KR; s < MAXS; s++)
+            if (s < p.lks) step(s);
+    } else {
+        for (int s = KR; s < p.lks; s++) step(s);
     }
 }
 /* One output's value with its LoRA term, before the first rounding (the

@@ -64,6 +64,10 @@ enum {
 };
 __host__ __device__ constexpr bool is_bf16(int epi) { return epi == EPI_BF16 || epi == EPI_BF16_RES || epi == EPI_BF16_LORA; }
 
+/* The k32 steps of t·Uᵀ that the GEMM's LoRA epilogue takes (a total rank
+ * of 64); a larger rank goes to the LoRA epilogue kernel. */
+constexpr int LORA_U_KS = 2;
+
 #ifdef QLC_SM90A
 /* A bf16 pair of the accumulator's 8-column block j: plain, or with the
  * LoRA term l (lora_chunk) of the same block. */
@@ -86,8 +90,8 @@ template <bool USM, int KR>
 __device__ __forceinline__ void lora_block(int32_t (&l)[4], float2 &su, const LoraRows<KR> &lr, const EpiParams &p, int64_t m,
                                            int64_t r0, const uint2 *usm, int n0, int j, int lane, const float *col_su)
 {
-    if constexpr (USM) lora_chunk(l, lr, p, m, r0, usm + j * p.lks * 32 + lane, lane);
-    else lora_chunk(l, lr, p, m, r0, lora_u_global(p, (n0 + j * 8) / 8, lane), lane);
+    if constexpr (USM) lora_chunk<KR, LORA_U_KS>(l, lr, p, m, r0, usm + j * p.lks * 32 + lane, lane);
+    else lora_chunk<KR, LORA_U_KS>(l, lr, p, m, r0, lora_u_global(p, (n0 + j * 8) / 8, lane), lane);
     su = *(const float2 *)col_su;
 }
 #endif
@@ -111,7 +115,6 @@ template <int BM, int NWG, int BN, int BK, int STAGES, bool PERSIST, bool PP> co
 }
 /* Whether a one-tile-per-block kernel's blocks per SM still fit with a
  * LoRA's U tile (BN·LORA_U_KS·32 bytes) after the table. */
-constexpr int LORA_U_KS = 2;
 __host__ __device__ constexpr size_t single_tile_u_bytes(int bn) { return (size_t)bn * LORA_U_KS * 32; }
 __host__ __device__ constexpr bool single_tile_u_room(int nwg, int bn, int bk, int stages, int ctas)
 {
