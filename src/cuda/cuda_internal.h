@@ -105,6 +105,11 @@ cudaError_t launch_lora_down(const int8_t *q, int64_t ldq, const uint2 *df, int6
                              int32_t *t, int *count, const float *sx, double e2, int8_t *tq, float *st, int sms,
                              cudaStream_t stream);
 int64_t lora_row_blocks(int64_t m);
+/* lora_requant: t's codes tq and st (the requantization above) where a
+ * GEMM wrote t [m, rp] whole (the Hopper kernel's raw int32 output, the
+ * down projection where that kernel beats lora_down); t is left zeros. */
+cudaError_t launch_lora_requant(int32_t *t, int64_t m, int64_t rp, const float *sx, double e2, int8_t *tq, float *st,
+                                cudaStream_t stream);
 cudaError_t launch_lora_epilogue(const int32_t *acc, int64_t ldacc, int64_t m, int64_t n, const EpiParams &p,
                                  cudaStream_t stream);
 /* codes [rows, cols] (row-major, ld) into mma.sync fragment order: for

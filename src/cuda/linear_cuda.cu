@@ -29,6 +29,10 @@ struct ql_cuda_workspace {
     CUtensorMap amap;
     int64_t amap_m = -1, amap_k = -1;
     int amap_tile = -1;
+    /* the same for the LoRA down projection's GEMM (its own tile) */
+    CUtensorMap lamap;
+    int64_t lamap_m = -1, lamap_k = -1;
+    int lamap_tile = -1;
     /* the prologue's launch shape for the last K of the bare prologue (layers keep their own) */
     PrologueFit fit;
     int64_t fit_k = -1;
@@ -79,6 +83,9 @@ struct ql_cuda_linear {
      * padded to 256, rank), both in mma fragment order (lora_frag_order); su [n] */
     uint2 *lora_d, *lora_u;
     float *lora_su;
+    int8_t *lora_dw; /* D again, row-major [rp, kp]: B of the down projection on the Hopper GEMM */
+    CUtensorMap lora_bmap[QLC_SM90_TILES];
+    bool lora_bmap_ok[QLC_SM90_TILES];
     double lora_e2;
     int64_t lora_rt, lora_rp;
     void *lora_set; /* the backend's host-side set (backend_cuda.c) */
@@ -260,6 +267,7 @@ extern "C" void ql_cuda_linear_destroy(ql_cuda_linear *l)
     cudaFree(l->lora_d);
     cudaFree(l->lora_u);
     cudaFree(l->lora_su);
+    cudaFree(l->lora_dw);
     free(l);
 }
 
@@ -425,14 +433,15 @@ extern "C" ql_status ql_cuda_linear_set_lora(ql_cuda_linear *l, int64_t rtot, co
     if (st != QL_OK) return st;
     DeviceScope ds(l->device);
     /* cudaFree waits for queued forwards that still read the old codes */
-    cudaFree(l->lora_d), cudaFree(l->lora_u), cudaFree(l->lora_su);
-    l->lora_d = l->lora_u = nullptr, l->lora_su = nullptr, l->lora_rt = l->lora_rp = 0;
+    cudaFree(l->lora_d), cudaFree(l->lora_u), cudaFree(l->lora_su), cudaFree(l->lora_dw);
+    l->lora_d = l->lora_u = nullptr, l->lora_su = nullptr, l->lora_dw = nullptr, l->lora_rt = l->lora_rp = 0;
+    for (int t = 0; t < QLC_SM90_TILES; t++) l->lora_bmap_ok[t] = false;
     if (rtot <= 0) return QL_OK;
     const int64_t rp = (rtot + 31) / 32 * 32, np = (l->n + 255) / 256 * 256; /* N: the widest Hopper tile */
     std::vector<int8_t> d;
     std::vector<uint8_t> df, uf;
     try {
-        d.assign((size_t)(rtot * l->kp), 0);
+        d.assign((size_t)(rp * l->kp), 0); /* rows past rtot stay zeros: the down GEMM's B */
         df.assign((size_t)(rp * ((l->kp + 31) / 32 * 32)), 0);
         uf.assign((size_t)(np * rp), 0);
     } catch (const std::bad_alloc &) {
@@ -445,12 +454,14 @@ extern "C" ql_status ql_cuda_linear_set_lora(ql_cuda_linear *l, int64_t rtot, co
     cudaError_t e = cudaMalloc(&l->lora_d, df.size());
     if (e == cudaSuccess) e = cudaMalloc(&l->lora_u, uf.size());
     if (e == cudaSuccess) e = cudaMalloc(&l->lora_su, (size_t)l->n * sizeof(float) + 4);
+    if (e == cudaSuccess) e = cudaMalloc(&l->lora_dw, d.size());
+    if (e == cudaSuccess) e = cudaMemcpy(l->lora_dw, d.data(), d.size(), cudaMemcpyHostToDevice);
     if (e == cudaSuccess) e = cudaMemcpy(l->lora_d, df.data(), df.size(), cudaMemcpyHostToDevice);
     if (e == cudaSuccess) e = cudaMemcpy(l->lora_u, uf.data(), uf.size(), cudaMemcpyHostToDevice);
     if (e == cudaSuccess) e = cudaMemcpy(l->lora_su, su, (size_t)l->n * sizeof(float), cudaMemcpyHostToDevice);
     if (e != cudaSuccess) {
-        cudaFree(l->lora_d), cudaFree(l->lora_u), cudaFree(l->lora_su);
-        l->lora_d = l->lora_u = nullptr, l->lora_su = nullptr;
+        cudaFree(l->lora_d), cudaFree(l->lora_u), cudaFree(l->lora_su), cudaFree(l->lora_dw);
+        l->lora_d = l->lora_u = nullptr, l->lora_su = nullptr, l->lora_dw = nullptr;
         return cuda_fail(fn, "uploading the LoRA codes", e);
     }
     l->lora_rt = rtot, l->lora_rp = rp, l->lora_e2 = e2;
@@ -708,7 +719,7 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
         /* Grown once per larger M; cudaFree waits for queued work that may still read the old one. */
         cudaFree(ws->q), cudaFree(ws->sx);
         ws->q = nullptr, ws->sx = nullptr, ws->q_bytes = ws->rows = 0;
-        ws->amap_m = -1; /* the descriptor named the old buffer */
+        ws->amap_m = ws->lamap_m = -1; /* the descriptors named the old buffer */
         size_t qb = q_bytes > ws->q_bytes ? q_bytes : ws->q_bytes;
         QLC_CUDA(fn, "allocating the activation workspace", cudaMalloc(&ws->q, qb));
         QLC_CUDA(fn, "allocating the activation workspace", cudaMalloc(&ws->sx, (size_t)m * sizeof(float)));
@@ -768,10 +779,28 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
          * GEMM adds the LoRA term in its epilogue, or the LoRA epilogue
          * kernel reads the GEMM's raw accumulators. */
         const bool lora_fused = li->lora_rt && lora_fuses(li, p, ws->q, m);
-        if (li->lora_rt)
-            QLC_CUDA(fn, "the LoRA down kernel",
-                     launch_lora_down(ws->q, li->kp, li->lora_d, m, li->lora_rp, li->kp, ws->lt, ws->lcount, ws->sx,
-                                      li->lora_e2, ws->ltq, ws->lst, li->sms, s));
+        if (li->lora_rt) {
+            /* t = x_q·Dᵀ: on the Hopper GEMM (raw int32 into t, then the
+             * requantization) wherever it would run a GEMM of that shape
+             * and the portable kernels are not forced; else the down
+             * kernel (the rows the GEMV takes, and off Hopper) */
+            const bool portable = li->force == 2 || li->force == 3;
+            if (!portable && gemm_use(0, li->sm90, ws->q, li->kp, li->lora_dw, li->kp, m, li->lora_rp, li->k) == 1) {
+                EpiParams pt = {};
+                pt.y = ws->lt, pt.ldy = li->lora_rp, pt.ydt = DT_I32, pt.vec2 = 1;
+                const MapCache lcache = {&ws->lamap, &ws->lamap_m, &ws->lamap_k, &ws->lamap_tile, li->lora_bmap,
+                                         li->lora_bmap_ok};
+                char down[64];
+                QLC_CUDA(fn, "the LoRA down GEMM",
+                         run_gemm(1, li->force_tile, li->sm90, li->sms, li->pairs, ws->q, li->kp, li->lora_dw, li->kp, m,
+                                  li->lora_rp, li->k, pt, s, true, down, sizeof down, &lcache));
+                QLC_CUDA(fn, "the LoRA requantization kernel",
+                         launch_lora_requant(ws->lt, m, li->lora_rp, ws->sx, li->lora_e2, ws->ltq, ws->lst, s));
+            } else
+                QLC_CUDA(fn, "the LoRA down kernel",
+                         launch_lora_down(ws->q, li->kp, li->lora_d, m, li->lora_rp, li->kp, ws->lt, ws->lcount, ws->sx,
+                                          li->lora_e2, ws->ltq, ws->lst, li->sms, s));
+        }
         /* an asymmetric layer's GEMM (or an unfused LoRA's) leaves its raw accumulators; an epilogue kernel follows */
         EpiParams pg = p;
         if (li->corr || (li->lora_rt && !lora_fused)) {

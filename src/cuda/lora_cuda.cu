@@ -14,6 +14,48 @@
 namespace qlc {
 namespace {
 
+constexpr int DOWN_ROWS = 32, DOWN_KW = 4, DOWN_THREADS = 256;
+static_assert(DOWN_THREADS == 8 * DOWN_ROWS, "the requantization: eight threads per row");
+
+/* t's rows rb0 .. rb0 + 31 requantized, eight threads of a 256-thread
+ * block per row (8-column pieces, in turn), loads of a pass issued
+ * together: amax over the row (columns past rt hold zeros), codes
+ * rne(t·127/amax) in double (the CPU's rounding), st as the CPU forms it.
+ * t read from L2 (other blocks' atomics, or the GEMM that wrote it), then
+ * cleared. */
+__device__ __forceinline__ void requant_rows(int32_t *t, int64_t ldt, int64_t m, int rc, int64_t rb0, const float *sx,
+                                             double e2, int8_t *tq, float *st)
+{
+    const int64_t row = rb0 + threadIdx.x / 8;
+    const int part = threadIdx.x % 8, rp = 8 * rc;
+    int32_t *tr = t + (row < m ? row : 0) * ldt;
+    int32_t amax = 0;
+    if (row < m)
+        for (int c = 8 * part; c < rp; c += 64) {
+            const int4 v0 = __ldcg((const int4 *)(tr + c)), v1 = __ldcg((const int4 *)(tr + c) + 1);
+            amax = max(amax, max(max(max(abs(v0.x), abs(v0.y)), max(abs(v0.z), abs(v0.w))),
+                                 max(max(abs(v1.x), abs(v1.y)), max(abs(v1.z), abs(v1.w)))));
+        }
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if (row < m) {
+        const double inv = amax ? 127.0 / (double)amax : 0.0;
+        for (int c = 8 * part; c < rp; c += 64) {
+            const int4 v0 = __ldcg((const int4 *)(tr + c)), v1 = __ldcg((const int4 *)(tr + c) + 1);
+            const int32_t e[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+            uint32_t w[2] = {0, 0};
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                w[j / 4] |= (uint32_t)(uint8_t)(int8_t)__double2int_rn(__dmul_rn((double)e[j], inv)) << (8 * (j % 4));
+            *(uint2 *)(tq + row * rp + c) = make_uint2(w[0], w[1]);
+            ((int4 *)(tr + c))[0] = make_int4(0, 0, 0, 0);
+            ((int4 *)(tr + c))[1] = make_int4(0, 0, 0, 0);
+        }
+        if (part == 0)
+            st[row] = amax ? (float)__dmul_rn(__dmul_rn((double)sx[row], __ddiv_rn((double)amax, 127.0)), e2) : 0.0f;
+    }
+}
+
 /* t = x_q·D_qᵀ, then t's codes. A block: 32 rows (two row warps) and
  * every rank column (64 at a time, 8 accumulator blocks) over the K steps
  * [s0, s1), which its four K warps take in turn (steps kw, kw + 4, ..);
@@ -25,7 +67,6 @@ namespace {
  * atomics (exact in any order); the last of them to finish (a counter per
  * row block) requantizes the rows. t and the counters are zeros between
  * calls: the requantizing block clears what it read. One launch in all. */
-constexpr int DOWN_ROWS = 32, DOWN_KW = 4, DOWN_THREADS = 256;
 __global__ void __launch_bounds__(DOWN_THREADS) lora_down_kernel(const int8_t *q, int64_t ldq, const uint2 *df, int64_t m,
                                                                   int rc, int64_t kp, int steps_per_block, int32_t *t,
                                                                   int64_t ldt, int *count, const float *sx, double e2,
@@ -86,42 +127,15 @@ __global__ void __launch_bounds__(DOWN_THREADS) lora_down_kernel(const int8_t *q
         if (!last) return;
         __threadfence();
     }
-    /* the requantization, eight threads per row (8-column pieces, in turn),
-     * loads of a pass issued together: amax over the row (columns past rt
-     * hold zeros), codes rne(t·127/amax) in double (the CPU's rounding),
-     * st as the CPU forms it. t read from L2 (other blocks' atomics), then
-     * cleared. */
-    {
-        const int64_t row = rb0 + threadIdx.x / 8;
-        const int part = threadIdx.x % 8, rp = 8 * rc;
-        int32_t *tr = t + (row < m ? row : 0) * ldt;
-        int32_t amax = 0;
-        if (row < m)
-            for (int c = 8 * part; c < rp; c += 64) {
-                const int4 v0 = __ldcg((const int4 *)(tr + c)), v1 = __ldcg((const int4 *)(tr + c) + 1);
-                amax = max(amax, max(max(max(abs(v0.x), abs(v0.y)), max(abs(v0.z), abs(v0.w))),
-                                     max(max(abs(v1.x), abs(v1.y)), max(abs(v1.z), abs(v1.w)))));
-            }
-#pragma unroll
-        for (int o = 1; o < 8; o <<= 1) amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        if (row < m) {
-            const double inv = amax ? 127.0 / (double)amax : 0.0;
-            for (int c = 8 * part; c < rp; c += 64) {
-                const int4 v0 = __ldcg((const int4 *)(tr + c)), v1 = __ldcg((const int4 *)(tr + c) + 1);
-                const int32_t e[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-                uint32_t w[2] = {0, 0};
-#pragma unroll
-                for (int j = 0; j < 8; j++)
-                    w[j / 4] |= (uint32_t)(uint8_t)(int8_t)__double2int_rn(__dmul_rn((double)e[j], inv)) << (8 * (j % 4));
-                *(uint2 *)(tq + row * rp + c) = make_uint2(w[0], w[1]);
-                ((int4 *)(tr + c))[0] = make_int4(0, 0, 0, 0);
-                ((int4 *)(tr + c))[1] = make_int4(0, 0, 0, 0);
-            }
-            if (part == 0)
-                st[row] = amax ? (float)__dmul_rn(__dmul_rn((double)sx[row], __ddiv_rn((double)amax, 127.0)), e2) : 0.0f;
-        }
-    }
+    requant_rows(t, ldt, m, rc, rb0, sx, e2, tq, st);
     if (split && threadIdx.x == 0) count[blockIdx.x] = 0;
+}
+
+/* t's codes where a GEMM wrote t (launch_lora_requant). */
+__global__ void __launch_bounds__(DOWN_THREADS) lora_requant_kernel(int32_t *t, int64_t ldt, int64_t m, int rc,
+                                                                   const float *sx, double e2, int8_t *tq, float *st)
+{
+    requant_rows(t, ldt, m, rc, (int64_t)blockIdx.x * DOWN_ROWS, sx, e2, tq, st);
 }
 
 /* The unfused form: 4 warps per 64 × 64 outputs, each warp 16 rows × 8
@@ -177,6 +191,13 @@ cudaError_t launch_lora_down(const int8_t *q, int64_t ldq, const uint2 *df, int6
     split = (steps + per - 1) / per;
     lora_down_kernel<<<dim3((unsigned)row_blocks, (unsigned)split), DOWN_THREADS, 0, stream>>>(
         q, ldq, df, m, (int)(rp / 8), kp, (int)per, t, rp, count, sx, e2, tq, st);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_lora_requant(int32_t *t, int64_t m, int64_t rp, const float *sx, double e2, int8_t *tq, float *st,
+                               cudaStream_t stream)
+{
+    lora_requant_kernel<<<(unsigned)lora_row_blocks(m), DOWN_THREADS, 0, stream>>>(t, rp, m, (int)(rp / 8), sx, e2, tq, st);
     return cudaGetLastError();
 }
 
