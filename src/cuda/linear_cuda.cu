@@ -454,8 +454,8 @@ extern "C" ql_status ql_cuda_linear_set_lora(ql_cuda_linear *l, int64_t rtot, co
     cudaError_t e = cudaMalloc(&l->lora_d, df.size());
     if (e == cudaSuccess) e = cudaMalloc(&l->lora_u, uf.size());
     if (e == cudaSuccess) e = cudaMalloc(&l->lora_su, (size_t)l->n * sizeof(float) + 4);
-    if (e == cudaSuccess) e = cudaMalloc(&l->lora_dw, d.size());
-    if (e == cudaSuccess) e = cudaMemcpy(l->lora_dw, d.data(), d.size(), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess && l->sm90) e = cudaMalloc(&l->lora_dw, d.size()); /* read by the Hopper GEMM only */
+    if (e == cudaSuccess && l->sm90) e = cudaMemcpy(l->lora_dw, d.data(), d.size(), cudaMemcpyHostToDevice);
     if (e == cudaSuccess) e = cudaMemcpy(l->lora_d, df.data(), df.size(), cudaMemcpyHostToDevice);
     if (e == cudaSuccess) e = cudaMemcpy(l->lora_u, uf.data(), uf.size(), cudaMemcpyHostToDevice);
     if (e == cudaSuccess) e = cudaMemcpy(l->lora_su, su, (size_t)l->n * sizeof(float), cudaMemcpyHostToDevice);
@@ -785,7 +785,7 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
              * and the portable kernels are not forced; else the down
              * kernel (the rows the GEMV takes, and off Hopper) */
             const bool portable = li->force == 2 || li->force == 3;
-            if (!portable && gemm_use(0, li->sm90, ws->q, li->kp, li->lora_dw, li->kp, m, li->lora_rp, li->k) == 1) {
+            if (!portable && li->lora_dw && gemm_use(0, li->sm90, ws->q, li->kp, li->lora_dw, li->kp, m, li->lora_rp, li->k) == 1) {
                 EpiParams pt = {};
                 pt.y = ws->lt, pt.ldy = li->lora_rp, pt.ydt = DT_I32, pt.vec2 = 1;
                 const MapCache lcache = {&ws->lamap, &ws->lamap_m, &ws->lamap_k, &ws->lamap_tile, li->lora_bmap,
