@@ -62,6 +62,10 @@ static const char *path_notes[NPATHS] = {
 
 typedef struct {
     double ms, gops, rel_l2;
+    /* the int8 peer: of `checked` int32 sums on the sampled rows, how many
+     * differ from the exact ones (oneDNN without VNNI sums u8 × s8 pairs in
+     * saturating int16); -1: not checked */
+    int64_t inexact, checked;
     size_t wbytes;
     int ok;
     int dram, copies; /* weights from DRAM: rotated over this many copies */
@@ -250,6 +254,26 @@ static int run_peer(void *a)
 {
     peer_run_t *r = a;
     return peer_run(r->p, r->x, r->y);
+}
+
+/* The int8 peer's int32 output on the sampled rows against exact sums of its
+ * own operands (u8 activations × the layer's s8 codes); returns how many of
+ * *checked sums differ. */
+static int64_t int8_peer_mismatches(const layer_data *d, const peer_run_t *r, int64_t *checked)
+{
+    const int32_t *y = r->y;
+    int64_t bad = 0;
+    *checked = 0;
+    for (int i = 0; i < d->nrows; i++) {
+        const int64_t row = d->rows[i];
+        for (int64_t j = 0; j < d->n; j++) {
+            int64_t exact = 0;
+            for (int64_t kk = 0; kk < d->k; kk++) exact += (int64_t)r->xu[row * d->k + kk] * d->q[j * d->k + kk];
+            bad += y[row * d->n + j] != exact;
+            ++*checked;
+        }
+    }
+    return bad;
 }
 
 /* The W4A8 (b = 0) or W6A8 (b = 1) weight of this shape: the library's
@@ -492,6 +516,8 @@ static void bench_shape(ql_context *ctx, const layer_data *d, const int *want, i
         const double dt = now_ms() - t0;
         if (dt > slowest) slowest = dt;
         res[p].rel_l2 = rn[p].ok && rn[p].has_error ? rel_l2(d, rn[p].ydt, rn[p].y, rn[p].with_bias, p == P_W8A8_LORA) : NAN;
+        res[p].inexact = res[p].checked = -1;
+        if (rn[p].ok && p == P_ONEDNN_INT8) res[p].inexact = int8_peer_mismatches(d, rn[p].arg, &res[p].checked);
         /* weights from DRAM: more copies of the path, each with its own weight */
         const int want_copies = dram ? dram_copies(res[p].wbytes) : 1;
         rn[p].copies = malloc(sizeof(void *) * (size_t)want_copies);
@@ -743,7 +769,9 @@ static void print_header(const bench_opts *o, ql_context *ctx, int nt, const cha
         printf("peer ISAs: %s; %s%s\n", peer_isa(PEER_OPENBLAS_F32), peer_isa(PEER_ONEDNN_F32),
                getenv("ONEDNN_MAX_CPU_ISA") ? " (ONEDNN_MAX_CPU_ISA set)" : "");
     printf("data: W ~ N(0, 0.02²) fp32 quantized INT8 ConvRot G=256; X ~ N(0,1) with 8 input channels ×30, bf16 values\n");
-    printf("rel_l2: vs a float64 reference of the unquantized layer (+ bias), on %d sampled rows\n\n", 16);
+    printf("rel_l2: vs a float64 reference of the unquantized layer (+ bias), on %d sampled rows; for onednn-int8,\n"
+           "whether its int32 sums on those rows equal the exact sums of its operands (INEXACT: some differ, as where\n"
+           "oneDNN lacks VNNI and sums u8 x s8 pairs in saturating int16)\n\n", 16);
     for (int p = 0; p < NPATHS; p++)
         if (o->want[p]) printf("  %-19s %s\n", path_names[p], path_notes[p]);
     const size_t llc = bench_llc ? bench_llc : (size_t)32 << 20;
@@ -807,6 +835,7 @@ static void print_shape(const bench_results *R, int mi, int s, const shape *sh, 
         if (!r->ok) continue;
         char rel[16] = "-", gbs[16] = "", frac[16] = "";
         if (!isnan(r->rel_l2)) snprintf(rel, sizeof rel, "%.5f", r->rel_l2);
+        else if (r->checked > 0) snprintf(rel, sizeof rel, "%s", r->inexact ? "INEXACT" : "exact");
         if (m <= 64) {
             const double g = (double)r->wbytes / (r->ms * 1e6);
             snprintf(gbs, sizeof gbs, "%.1f", g);
@@ -932,6 +961,9 @@ static int write_json(const bench_opts *o, const bench_results *R, const char *c
                         R->bwc[mi][s]);
                 if (isnan(r->rel_l2)) fprintf(f, "null");
                 else fprintf(f, "%.8f", r->rel_l2);
+                if (r->checked > 0)
+                    fprintf(f, ", \"int32_checked\": %lld, \"int32_inexact\": %lld", (long long)r->checked,
+                            (long long)r->inexact);
                 const int wb = p == P_W4A8 || p == P_W4A8_PACKED ? 0 : p == P_W6A8 || p == P_W6A8_PACKED ? 1 : -1;
                 if (wb >= 0) fprintf(f, ", \"weight_rel_l2\": %.8f", R->wrel[mi][s][wb]);
                 fprintf(f, "}");

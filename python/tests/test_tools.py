@@ -101,6 +101,23 @@ def test_bench_plot(tmp_path, cli):
     assert r.returncode == 1 and "no records" in r.stderr and not (tmp_path / "x.png").exists()
 
 
+def test_bench_int8_peer_checked(tmp_path, cli):
+    """The bench checks the int8 peer's int32 sums against exact ones on its
+    sampled rows (all 8 rows here, every column) and reports the count that
+    differ, consistently in the JSON and the table."""
+    js = tmp_path / "bench.json"
+    r = run_cli(cli, "bench", "--shape", "256x512", "--m", "8", "--reps", "1", "--paths", "int8-gemm,onednn-int8",
+                "--json", js)
+    recs = [x for x in json.loads(js.read_text())["records"] if x["path"] == "onednn-int8"]
+    if not recs:
+        pytest.skip("the bench was built without oneDNN")
+    rec = recs[0]
+    assert rec["int32_checked"] == 8 * 256
+    assert 0 <= rec["int32_inexact"] <= rec["int32_checked"]
+    row = [ln for ln in r.stdout.splitlines() if " onednn-int8 " in ln and "peer:" not in ln and "oneDNN" in ln]
+    assert row and ("INEXACT" in row[0]) == (rec["int32_inexact"] > 0), row
+
+
 def test_thread_curve_small(tmp_path):
     """qlinear_bench.threads at 1 and 2 threads on one small profile: one bench
     run per count, every path's total and the sampled peak reported, fp32 not
