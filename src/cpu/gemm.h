@@ -203,11 +203,13 @@ ql_s8_plan ql_s8_plan_for(const struct ql_cpu_kernels *kt, int64_t m, int64_t n,
 ql_s8_plan ql_s8_plan_limit(const struct ql_cpu_kernels *kt, int64_t m, int64_t n, int64_t k, int64_t limit);
 /* Weight panels [*jp0, *jp1) of thread t of `threads`. */
 void ql_split_panels(int64_t npanels, int t, int threads, int64_t *jp0, int64_t *jp1);
-/* Dynamic split of the small-M path's weight panels: thread t starts on
- * its static range (ql_split_panels) and, when that is done, takes panels
- * from the back of the others' ranges, so a thread that runs slower (a
- * later start, a busier core) is not waited for at the join. Each tile is
- * computed the same way whoever takes it, so results do not depend on it. */
+/* Dynamic split of work items (the small-M path's weight panels, the
+ * blocked drivers' blocks): thread t starts on its static range
+ * (ql_split_panels) and, when that is done, takes items from the back of
+ * the others' ranges, so a thread that runs slower (a later start, a busier
+ * core) is not waited for at the join; a thread of the planned count that
+ * never starts has its range taken by the others. Each tile is computed the
+ * same way whoever takes it, so results do not depend on it. */
 typedef struct ql_panel_range {
     _Alignas(64) _Atomic uint64_t lohi; /* [lo, hi) as hi << 32 | lo; one cache line per thread */
 } ql_panel_range;

@@ -137,6 +137,8 @@ ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a
     const int64_t kpa = ql_a_bf16_kp(kern, k); /* a_bf16: the packed A panels' K */
     if (threads > blocks) threads = (int)(blocks > 0 ? blocks : 1);
     int failed = 0;
+    ql_panel_range ranges[threads]; /* static runs of blocks, then stealing (gemm_s8.c) */
+    ql_panel_ranges_init(ranges, blocks, threads);
 #pragma omp parallel num_threads(threads)
     {
         float *cbuf = ql_aligned_alloc((size_t)(mc * nc * mr * nr) * sizeof(float));
@@ -155,9 +157,8 @@ ql_status ql_gemm_f32_run(int threads, const ql_f32_kernel *kern, const float *a
             memset(tail, 0, (size_t)(mr * k) * sizeof(float));
             for (int64_t r = 0; r < m % mr; r++) memcpy(tail + r * k, a + (m - m % mr + r) * lda, (size_t)k * sizeof(float));
         }
-#pragma omp for schedule(static)
-        for (int64_t blk = 0; blk < blocks; blk++) {
-            if (!ok) continue;
+        int64_t blk;
+        while (ok && ql_panel_next(ranges, omp_get_thread_num(), threads, &blk)) {
             const ql_block bk = ql_block_at(blk, mblocks, mc, nc, mpanels, npanels);
             const int64_t ip0 = bk.ip0, ip1 = bk.ip1, jp0 = bk.jp0, jp1 = bk.jp1;
             for (int64_t pc = 0; pc < k; pc += fkc) {

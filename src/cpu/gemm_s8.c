@@ -166,6 +166,11 @@ ql_status ql_gemm_s8_run_pre(int threads, const ql_s8_kernel *kern, const void *
     const size_t dbytes = b->decode ? (size_t)(nc * (k4 < kc4 ? k4 : kc4) * nr * 4) : 0;
     const char *pa = packed_a;
     int failed = 0;
+    /* each thread its static run of blocks first (its L2 keeps what
+     * neighbouring blocks share), then blocks from the back of the others'
+     * (a thread on a busier core is not waited for at the join) */
+    ql_panel_range ranges[threads];
+    ql_panel_ranges_init(ranges, blocks, threads);
 #pragma omp parallel num_threads(threads)
     {
         int32_t *cbuf = ql_aligned_alloc(cbytes + wbytes + dbytes);
@@ -180,9 +185,8 @@ ql_status ql_gemm_s8_run_pre(int threads, const ql_s8_kernel *kern, const void *
 #pragma omp barrier
         }
         ql_s8_begin(kern);
-#pragma omp for schedule(static)
-        for (int64_t blk = 0; blk < blocks; blk++) {
-            if (!cbuf) continue;
+        int64_t blk;
+        while (cbuf && ql_panel_next(ranges, omp_get_thread_num(), threads, &blk)) {
             const ql_block bk = ql_block_at(blk, mblocks, mc, nc, mpanels, npanels);
             for (int64_t pc = 0; pc < k4; pc += kc4) {
                 const int64_t kc = k4 - pc < kc4 ? k4 - pc : kc4;
