@@ -213,6 +213,11 @@ typedef struct {
     ql_lora_run *lora; /* NULL: none */
     const ql_input_act_plan *act; /* NULL: none */
     size_t act_off;               /* the activated row in each thread's scratch */
+    /* the chunk's work units (runs of unit_rows rows, or whole panels: see
+     * prologue_part), split over `planned` threads with stealing */
+    ql_panel_range *units;
+    int planned;
+    int64_t unit_rows;
 } prologue_job;
 
 /* Rows [r0, r1) of the m rows at x into packed, by the ISA's prologue. With
@@ -237,24 +242,45 @@ static void prologue_rows(const prologue_job *j, const void *x, int64_t m, int64
     if (r < r1) pro(j->xdt, row, 0, m, j->k, j->group, mr, r, r1, packed, sx, rowsum, (float *)mine); /* padding: zeros */
 }
 
-/* Thread t of n: int8 kernels without LoRA split the rows (padding rows
- * included) evenly, so M = 77 in 7 panels is not 4 panels against 3; the
- * int16 kernels (a panel is staged as int8, then widened) and the LoRA down
- * product (per finished panel) split whole panels. */
+static bool prologue_by_rows(const prologue_job *j) { return j->kern->aes != 2 && !j->lora; }
+
+/* Before each region that runs prologue_part: the units over `planned`
+ * threads (at least the region's). int8 kernels without LoRA take runs of
+ * rows (padding rows included), about four per thread, so M = 77 in 7
+ * panels is not 4 panels against 3; the int16 kernels (a panel is staged as
+ * int8, then widened) and the LoRA down product (per finished panel) take
+ * whole panels. */
+static void prologue_units_init(prologue_job *j, ql_panel_range *units, int planned)
+{
+    const int64_t rows = ql_panels(j->mc, j->kern->mr) * j->kern->mr;
+    const int64_t per = (rows + 4 * (int64_t)planned - 1) / (4 * (int64_t)planned);
+    j->units = units;
+    j->planned = planned;
+    j->unit_rows = prologue_by_rows(j) ? (per > 0 ? per : 1) : j->kern->mr;
+    ql_panel_ranges_init(units, (rows + j->unit_rows - 1) / j->unit_rows, planned);
+}
+
+/* Thread t of the region: its own units, then the others' (a thread on a
+ * busier core is not waited for at the barrier after the prologue). */
 static void prologue_part(void *arg, int t, int n)
 {
+    (void)n; /* at most j->planned */
     const prologue_job *j = arg;
     const ql_s8_kernel *kern = j->kern;
     const int mr = kern->mr;
     char *mine = j->scratch + j->scratch_bytes * (size_t)t;
-    const int64_t panels = ql_panels(j->mc, mr);
-    if (kern->aes != 2 && !j->lora) {
-        const int64_t rows = panels * mr;
-        prologue_rows(j, j->xc, j->mc, rows * t / n, rows * (t + 1) / n, j->packed, j->sx, j->rowsum, mine);
+    const int64_t rows = ql_panels(j->mc, mr) * mr;
+    int64_t u;
+    if (prologue_by_rows(j)) {
+        while (ql_panel_next(j->units, t, j->planned, &u)) {
+            const int64_t r0 = u * j->unit_rows, r1 = r0 + j->unit_rows < rows ? r0 + j->unit_rows : rows;
+            prologue_rows(j, j->xc, j->mc, r0, r1, j->packed, j->sx, j->rowsum, mine);
+        }
         return;
     }
     const int64_t panel = ql_kpad(kern, j->k) * mr;
-    for (int64_t p = panels * t / n; p < panels * (t + 1) / n; p++) {
+    while (ql_panel_next(j->units, t, j->planned, &u)) {
+        const int64_t p = u;
         if (kern->aes == 2) { /* panel p as panel 0 of the rows from r0 on, widened from an int8 staging panel */
             const int64_t r0 = p * mr;
             int8_t *stage = (int8_t *)(mine + j->stage_off);
@@ -309,7 +335,8 @@ static ql_status forward_w8a8(cpu_linear *l, const void *x, ql_dtype xdt, int64_
     if (lora) ql_lora_run_init(&lr, l->lora, kern, ws + base_bytes, chunk, threads);
     prologue_job pj = {kern, ops, xdt, NULL, ldx, 0, k, l->group, ws, (float *)(ws + a_bytes),
                        (int32_t *)(ws + a_bytes + v_bytes), ws + a_bytes + 2 * v_bytes, scratch_bytes,
-                       ((size_t)kp * 5 + 127) & ~(size_t)63, lora ? &lr : NULL, act, act_off};
+                       ((size_t)kp * 5 + 127) & ~(size_t)63, lora ? &lr : NULL, act, act_off, NULL, 0, 0};
+    ql_panel_range units[threads]; /* the prologue's (prologue_units_init) */
     /* the prologue cache (qlinear.h): one chunk, no LoRA (its down projection
      * runs inside the prologue); a hit skips the prologue, a miss fills it */
     ql_prologue_cache *pc = call && !lora && m <= chunk ? call->prologue_cache : NULL;
@@ -334,6 +361,7 @@ static ql_status forward_w8a8(cpu_linear *l, const void *x, ql_dtype xdt, int64_
         const int64_t mc = m - m0 < chunk ? m - m0 : chunk;
         pj.xc = ql_row_cptr(xdt, x, m0, ldx);
         pj.mc = mc;
+        prologue_units_init(&pj, units, threads);
         ql_w8a8_epi e = {pj.sx, pj.rowsum, kern->b_offset128, l->sw, l->n_sw == 1, *plan,
                          ql_row_ptr(ydt, y, m0, ldy), ldy, NULL, 0, finite_weights, NULL, sp.small ? mc : 0};
         if (e.plan.residual) e.plan.residual = ql_row_cptr(ydt, e.plan.residual, m0, e.plan.ld_residual);
