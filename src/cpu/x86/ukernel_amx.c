@@ -105,13 +105,15 @@ static inline __attribute__((always_inline)) void tile_amx(const int R, int64_t 
     for (int64_t q = 0; q < k4; q += 16, a += R * 64, b += 16 * 128) {
         if (pfb) amx_prefetch(b + pfb * 16 * 128, 32);
         if (pfa) amx_prefetch(a + pfa * R * 64, R);
+        /* every load of the block before its products: each load waits only
+         * for the last product that read its tile (no renaming of tiles) */
         QL_TLOAD(4, a, 64);
+        if (R > 16) QL_TLOAD(5, a + 16 * 64, 64);
         QL_TLOAD(6, b, 128);
         QL_TLOAD(7, b + 64, 128);
         _tile_dpbssd(0, 4, 6);
         _tile_dpbssd(1, 4, 7);
         if (R > 16) {
-            QL_TLOAD(5, a + 16 * 64, 64);
             _tile_dpbssd(2, 5, 6);
             _tile_dpbssd(3, 5, 7);
         }
