@@ -4,6 +4,7 @@
  * against float64; ConvRot helps on outlier activations; bad input fails
  * with a message. */
 #include <math.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -471,6 +472,60 @@ static void test_bad_input(ql_context *ctx)
     CHECK(ql_int8_linear_ref(&big, x, QL_F32, 1, 1 << 20, y, QL_F32, 4, NULL) == QL_ERR_UNSUPPORTED, "K = 2^20 accepted");
 }
 
+/* A forward called from inside the caller's own OpenMP region gets a team of
+ * one (nested regions are off), fewer threads than the context plans its
+ * work for (3): the blocks, prologue rows and panels planned for the missing
+ * threads are taken by the one that runs (ql_panel_next), and each output is
+ * bit for bit the output of the same call from outside any region, for the
+ * blocked and small-M int8 routes and the float drivers. */
+static void test_nested_region(ql_context *ctx)
+{
+    CHECK_OK(ql_context_set_threads(ctx, 3));
+    static const ql_linear_kind kinds[] = {QL_LINEAR_W8A8, QL_LINEAR_WEIGHT_ONLY, QL_LINEAR_DENSE};
+    static const int64_t ms[] = {5, 200};
+    const int64_t n = 70, k = 512;
+    int8_t *q = malloc((size_t)(n * k));
+    float s[70], *wf = malloc((size_t)(n * k) * 4);
+    uint16_t *x = malloc((size_t)(200 * k) * 2), *ref = malloc((size_t)(200 * n) * 2), *y[2];
+    y[0] = malloc((size_t)(200 * n) * 2);
+    y[1] = malloc((size_t)(200 * n) * 2);
+    random_weight(n, k, q, s, n);
+    tu_fill_gauss(QL_F32, wf, n * k, 0.05);
+    tu_fill_gauss(QL_BF16, x, 200 * k, 1.0);
+    for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ki++)
+        for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+            const int64_t m = ms[mi];
+            ql_linear_desc d = {.kind = kinds[ki], .int8 = {n, k, q, k, s, n, 256, NULL, QL_F32}};
+            if (kinds[ki] == QL_LINEAR_DENSE)
+                d = (ql_linear_desc){.kind = QL_LINEAR_DENSE, .n = n, .k = k, .weight = wf, .ld_weight = k,
+                                     .weight_dtype = QL_F32, .compute_dtype = QL_BF16};
+            ql_linear *lin = NULL;
+            CHECK_OK(ql_linear_create(ctx, &d, &lin));
+            if (!lin) continue;
+            CHECK_OK(ql_linear_forward(lin, x, QL_BF16, m, k, ref, QL_BF16, n, NULL));
+            int st[2] = {-1, -1}, team[2] = {0, 0};
+#pragma omp parallel num_threads(2)
+            {
+                const int t = omp_get_thread_num();
+                if (t < 2) {
+                    memset(y[t], 0x5a, (size_t)(m * n) * 2);
+                    st[t] = ql_linear_forward(lin, x, QL_BF16, m, k, y[t], QL_BF16, n, NULL);
+                    team[t] = 1;
+                }
+            }
+            for (int t = 0; t < 2; t++) {
+                if (!team[t]) continue; /* the runtime gave a smaller outer team */
+                int64_t first = -1;
+                CHECK(st[t] == QL_OK && same_bits(QL_BF16, ref, y[t], m, n, n, n, &first),
+                      "%s kind %d M=%lld: the forward from thread %d of the caller's OpenMP region differs from the "
+                      "plain call (status %d, first at %lld)", ql_isa_name(ql_context_isa(ctx)), (int)kinds[ki],
+                      (long long)m, t, st[t], (long long)first);
+            }
+            ql_linear_destroy(lin);
+        }
+    free(q); free(wf); free(x); free(ref); free(y[0]); free(y[1]);
+}
+
 /* The single-thread route for tiny layers (QLINEAR_SERIAL_WORK): a layer run
  * on the calling thread alone equals the same layer on 2-3 threads bit for
  * bit, for every kind, dtype, bias and residual, small-M and blocked row
@@ -592,6 +647,7 @@ int main(void)
         test_float_paths(ctx);
         test_weight_only_and_bf16(ctx);
         test_concurrent(ctx);
+        test_nested_region(ctx);
         test_bad_input(ctx);
         test_serial_route(isas[i]);
     }
