@@ -278,7 +278,8 @@ ql_status ql_gemm_s8s8s32_ref(int64_t m, int64_t n, int64_t k, const int8_t *a, 
  * QL_ACTIVATION_GELU is torch.nn.GELU() (erf form), computed in fp32 within
  * a few ulps of the exact value everywhere (tail and subnormals included;
  * measured bound in docs/NUMERICS.md), -Inf -> NaN like torch. The CUDA backend
- * has no activation: QL_ERR_UNSUPPORTED.
+ * computes the same function, bit for bit with the CPU (bf16 outputs by a
+ * table of its values).
  *
  * bias: NULL, or n fp32 values used instead of the layer's own bias for this
  * call, treated as that bias is: rounded to the output dtype (bias.to(out_dtype)),

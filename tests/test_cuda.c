@@ -116,6 +116,8 @@ static int codes_at_limit;
 /* set: weight scales and bias so small that outputs and bias are bf16
  * subnormals or near them (the packed bf16 bias add must keep subnormals) */
 static int tiny_outputs;
+/* set: the output GELU in the epilogue (after the bias, before the residual) */
+static int gelu_on;
 
 static void linear_case(ql_context *gpu, int64_t m, int64_t n, int64_t k, int64_t g, ql_dtype xdt, ql_dtype ydt,
                         int bias_on, int res_on, const char *kernel)
@@ -149,8 +151,10 @@ static void linear_case(ql_context *gpu, int64_t m, int64_t n, int64_t k, int64_
     tu_fill_gauss(ydt, rs, n, 1.0);
     ql_int8_weight w = {n, k, q, k, scale, nscale, g, bias_on ? bias : NULL, QL_BF16};
     void *y0 = malloc((size_t)(m * ldy + 1) * ys), *y1 = malloc((size_t)(m * ldy + 1) * ys);
-    ql_epilogue epi_h = {.residual = res, .ld_residual = ldy, .residual_scale = rs};
-    CHECK_OK(ql_int8_linear_ref(&w, x, xdt, m, ldx, y0, ydt, ldy, res_on ? &epi_h : NULL));
+    const int act = gelu_on ? QL_ACTIVATION_GELU : QL_ACTIVATION_NONE;
+    ql_epilogue epi_h = {.activation = act};
+    if (res_on) epi_h.residual = res, epi_h.ld_residual = ldy, epi_h.residual_scale = rs;
+    CHECK_OK(ql_int8_linear_ref(&w, x, xdt, m, ldx, y0, ydt, ldy, &epi_h));
 
     setenv("QLINEAR_CUDA_GEMM", kernel, 1);
     static int cases; /* every team size of the G = 256 prologue in turn (auto picks by M) */
@@ -167,26 +171,24 @@ static void linear_case(ql_context *gpu, int64_t m, int64_t n, int64_t k, int64_
     void *dx = dev_copy(x, (size_t)(m * ldx) * xs), *dy = dev_alloc((size_t)(m * ldy) * ys);
     void *dres = dev_copy(res, (size_t)(m * ldy) * ys), *drs = dev_copy(rs, (size_t)n * ys);
     cudaMemset(dy, 0x7f, (size_t)(m * ldy) * ys); /* poison: NaN-free pattern, never a valid result by chance */
-    ql_epilogue epi_d = {.residual = dres, .ld_residual = ldy, .residual_scale = drs, .activation = QL_ACTIVATION_GELU}; /* no GELU on the GPU: refused */
-    CHECK(!lin || ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, &epi_d) == QL_ERR_UNSUPPORTED, "GELU accepted on CUDA");
-    epi_d.activation = QL_ACTIVATION_NONE;
+    ql_epilogue epi_d = {.activation = act};
+    if (res_on) epi_d.residual = dres, epi_d.ld_residual = ldy, epi_d.residual_scale = drs;
     /* a per-call bias in host memory: refused, naming it */
     ql_epilogue epi_bias = {.bias = bias32};
     CHECK(!lin || ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, &epi_bias) == QL_ERR_INVALID_ARGUMENT,
           "a host per-call bias accepted on CUDA");
     CHECK(!lin || strstr(ql_last_error(), "bias"), "the error does not name the bias: %s", ql_last_error());
     epi_d.bias = per_call ? dbias : NULL;
-    epi_bias.bias = dbias;
-    const ql_epilogue *use = res_on ? &epi_d : per_call ? &epi_bias : NULL;
+    const ql_epilogue *use = res_on || gelu_on || per_call ? &epi_d : NULL;
     if (lin) CHECK_OK(ql_linear_forward(lin, dx, xdt, m, ldx, dy, ydt, ldy, use));
     CHECK(cudaDeviceSynchronize() == cudaSuccess, "kernel failed: %s", cudaGetErrorString(cudaGetLastError()));
     cudaMemcpy(y1, dy, (size_t)(m * ldy) * ys, cudaMemcpyDeviceToHost);
     int64_t first = -1;
     CHECK(same_bits(ydt, y0, y1, m, n, ldy, &first),
-          "linear %s M=%lld N=%lld K=%lld g=%lld %s->%s bias %d (per call %d) res %d: first difference at %lld "
+          "linear %s M=%lld N=%lld K=%lld g=%lld %s->%s bias %d (per call %d) gelu %d res %d: first difference at %lld "
           "(%.9g vs ref %.9g)",
           kernel, (long long)m, (long long)n, (long long)k, (long long)g, ql_dtype_name(xdt), ql_dtype_name(ydt),
-          bias_on, per_call, res_on, (long long)first, first >= 0 ? ql_load_f(ydt, y1, first) : 0.0,
+          bias_on, per_call, gelu_on, res_on, (long long)first, first >= 0 ? ql_load_f(ydt, y1, first) : 0.0,
           first >= 0 ? ql_load_f(ydt, y0, first) : 0.0);
     ql_linear_destroy(lin);
     cudaFree(dx), cudaFree(dy), cudaFree(dres), cudaFree(drs), cudaFree(dbias);
@@ -205,8 +207,10 @@ static void test_linear(ql_context *gpu)
                 int64_t g = gs[gi], k = g ? g * tu_range(1, 3) : tu_range(1, 300);
                 if (g == 4) k = 4 * tu_range(1, 200);
                 int64_t n = tu_range(1, 3) == 1 ? 256 : tu_range(1, 600);
+                gelu_on = i % 5 == 2;
                 linear_case(gpu, ms[mi], n, k, g, dts[xd], dts[(xd + i) % 3], i % 2, i % 3 == 0, gemm_kernels[i % 4]);
             }
+    gelu_on = 0;
     /* the anima shapes at a real M, every output dtype */
     for (int yd = 0; yd < 3; yd++) linear_case(gpu, 1024, 2048, 2048, 256, QL_BF16, dts[yd], 1, yd == 1, "auto");
     linear_case(gpu, 1100, 6144, 256, 256, QL_BF16, QL_BF16, 1, 0, "auto");
@@ -226,6 +230,14 @@ static void test_linear(ql_context *gpu)
         linear_case(gpu, 1700, 2608, 512, 256, QL_F16, QL_BF16, t % 2, (t + 1) % 3 == 0, "sm90");
         /* K = 256, bf16 out: the small-K epilogue, random codes and codes at the limits */
         linear_case(gpu, 1700, 2608, 256, 256, QL_BF16, QL_BF16, (t + 1) % 2, 0, "sm90");
+        gelu_on = 1; /* the output GELU: each bf16 epilogue (staged, small-K, with a residual; its table) and the generic one */
+        linear_case(gpu, 300, 1104, 512, 256, QL_BF16, QL_BF16, 1, t % 2, "sm90");
+        linear_case(gpu, 300, 1104, 256, 256, QL_BF16, QL_BF16, t % 2, 0, "sm90");
+        linear_case(gpu, 300, 1104, 512, 256, QL_BF16, dts[t % 3], 1, 0, "sm90");
+        tiny_outputs = 1; /* GELU of subnormals and of values below the table's range */
+        linear_case(gpu, 300, 1104, 512, 256, QL_BF16, QL_BF16, 1, 0, "sm90");
+        tiny_outputs = 0;
+        gelu_on = 0;
         codes_at_limit = 1;
         linear_case(gpu, 300, 1104, 256, 256, QL_BF16, QL_BF16, t % 2, 0, "sm90");
         codes_at_limit = 0;
@@ -1264,6 +1276,7 @@ typedef struct {
     const char *kern;
     int fused; /* 1: the GEMM's own epilogue must take the LoRA term (checked on an sm_90 device) */
     int tiles; /* 1: once per Hopper tile (QLINEAR_CUDA_TILE) */
+    int gelu;  /* 1: the output GELU too */
 } lora_case;
 
 static int sm90_device(void)
@@ -1323,8 +1336,10 @@ static void test_lora_case(ql_context *gpu, ql_context *cpu, const lora_case *c,
         void *dx = dev_copy(x, (size_t)(m * k) * xs), *dy = dev_alloc((size_t)(m * n) * ys);
         void *dres = dev_copy(res, (size_t)(m * n) * ys), *drs = dev_copy(rs, (size_t)n * ys);
         void *y0 = malloc((size_t)(m * n) * ys), *y1 = malloc((size_t)(m * n) * ys);
-        ql_epilogue eh = {.residual = res, .ld_residual = n, .residual_scale = rs};
-        ql_epilogue ed = {.residual = dres, .ld_residual = n, .residual_scale = drs};
+        const int act = c->gelu ? QL_ACTIVATION_GELU : QL_ACTIVATION_NONE;
+        ql_epilogue eh = {.activation = act}, ed = {.activation = act};
+        if (c->res) eh.residual = res, eh.ld_residual = n, eh.residual_scale = rs;
+        if (c->res) ed.residual = dres, ed.ld_residual = n, ed.residual_scale = drs;
         for (int step = 0; step < 3; step++) { /* all LoRAs; the first removed; every one removed */
             if (step == 1) {
                 CHECK_OK(ql_linear_remove_lora(lg, idg[0]));
@@ -1336,15 +1351,15 @@ static void test_lora_case(ql_context *gpu, ql_context *cpu, const lora_case *c,
                     CHECK_OK(ql_linear_remove_lora(lc, idc[l]));
                 }
             cudaMemset(dy, 0x7f, (size_t)(m * n) * ys);
-            CHECK_OK(ql_linear_forward(lc, x, xdt, m, k, y0, ydt, n, c->res ? &eh : NULL));
-            CHECK_OK(ql_linear_forward(lg, dx, xdt, m, k, dy, ydt, n, c->res ? &ed : NULL));
+            CHECK_OK(ql_linear_forward(lc, x, xdt, m, k, y0, ydt, n, &eh));
+            CHECK_OK(ql_linear_forward(lg, dx, xdt, m, k, dy, ydt, n, &ed));
             CHECK(cudaDeviceSynchronize() == cudaSuccess, "LoRA forward failed: %s", cudaGetErrorString(cudaGetLastError()));
             cudaMemcpy(y1, dy, (size_t)(m * n) * ys, cudaMemcpyDeviceToHost);
             int64_t first = -1;
             const int active = step == 0 || (step == 1 && c->nl > 1);
             CHECK(same_bits(ydt, y0, y1, m, n, n, &first),
-                  "LoRA %s tile %d M=%lld N=%lld K=%lld g=%lld step %d: first difference at %lld (%.9g vs CPU %.9g)", c->kern, tile,
-                  (long long)m, (long long)n, (long long)k, (long long)g, step, (long long)first,
+                  "LoRA %s tile %d M=%lld N=%lld K=%lld g=%lld gelu %d step %d: first difference at %lld (%.9g vs CPU %.9g)", c->kern, tile,
+                  (long long)m, (long long)n, (long long)k, (long long)g, c->gelu, step, (long long)first,
                   first >= 0 ? ql_load_f(ydt, y1, first) : 0.0, first >= 0 ? ql_load_f(ydt, y0, first) : 0.0);
             const char *kname = ql_linear_cuda_kernel(lg);
             CHECK(!active || strstr(kname, "LoRA rank"), "LoRA M=%lld step %d: kernel '%s' names no LoRA", (long long)m, step,
@@ -1368,19 +1383,23 @@ static void test_lora(ql_context *gpu)
     ql_context *cpu = NULL;
     CHECK_OK(ql_context_create(&cpu));
     static const lora_case cs[] = {
-        {1, 300, 512, 256, 1, {8}, QL_BF16, 1, 0, "auto", 1, 0},
-        {5, 64, 1024, 64, 2, {32, 5}, QL_F16, 0, 1, "gemv", 1, 0},
-        {8, 1000, 2048, 256, 3, {64, 64, 64}, QL_F32, 1, 1, "gemv", 1, 0},
-        {77, 1104, 768, 256, 3, {16, 4, 7}, QL_BF16, 1, 1, "auto", 1, 0},
-        {130, 257, 300, 0, 1, {3}, QL_F32, 1, 0, "mma", 0, 0},
-        {300, 2048, 2048, 256, 1, {64}, QL_BF16, 1, 0, "sm90", 1, 1},
-        {300, 1000, 512, 256, 2, {40, 24}, QL_BF16, 1, 1, "sm90", 1, 1},
-        {300, 1000, 512, 256, 3, {64, 64, 17}, QL_BF16, 1, 1, "sm90", 0, 1}, /* rank 145: the epilogue kernel */
-        {300, 1002, 512, 256, 3, {64, 64, 17}, QL_BF16, 0, 1, "sm90", 0, 0}, /* rows not 16-byte multiples: unfused */
-        {300, 1002, 512, 256, 3, {64, 64, 17}, QL_F32, 0, 1, "sm90", 0, 0},
-        {700, 513, 256, 4, 2, {48, 17}, QL_BF16, 0, 0, "auto", 0, 0},
-        {1024, 3072, 2048, 256, 2, {64, 64}, QL_BF16, 1, 0, "auto", 0, 0}, /* rank 128: the epilogue kernel */
-        {4096, 2048, 2048, 256, 1, {64}, QL_BF16, 0, 1, "auto", 1, 0},
+        {1, 300, 512, 256, 1, {8}, QL_BF16, 1, 0, "auto", 1, 0, 0},
+        {5, 64, 1024, 64, 2, {32, 5}, QL_F16, 0, 1, "gemv", 1, 0, 0},
+        {8, 1000, 2048, 256, 3, {64, 64, 64}, QL_F32, 1, 1, "gemv", 1, 0, 0},
+        {77, 1104, 768, 256, 3, {16, 4, 7}, QL_BF16, 1, 1, "auto", 1, 0, 0},
+        {130, 257, 300, 0, 1, {3}, QL_F32, 1, 0, "mma", 0, 0, 0},
+        {300, 2048, 2048, 256, 1, {64}, QL_BF16, 1, 0, "sm90", 1, 1, 0},
+        {300, 1000, 512, 256, 2, {40, 24}, QL_BF16, 1, 1, "sm90", 1, 1, 0},
+        {300, 1000, 512, 256, 3, {64, 64, 17}, QL_BF16, 1, 1, "sm90", 0, 1, 0}, /* rank 145: the epilogue kernel */
+        {300, 1002, 512, 256, 3, {64, 64, 17}, QL_BF16, 0, 1, "sm90", 0, 0, 0}, /* rows not 16-byte multiples: unfused */
+        {300, 1002, 512, 256, 3, {64, 64, 17}, QL_F32, 0, 1, "sm90", 0, 0, 0},
+        {700, 513, 256, 4, 2, {48, 17}, QL_BF16, 0, 0, "auto", 0, 0, 0},
+        {1024, 3072, 2048, 256, 2, {64, 64}, QL_BF16, 1, 0, "auto", 0, 0, 0}, /* rank 128: the epilogue kernel */
+        {4096, 2048, 2048, 256, 1, {64}, QL_BF16, 0, 1, "auto", 1, 0, 0},
+        /* with the output GELU: the GEMV adds both; on Hopper the LoRA epilogue kernel (its table for bf16) */
+        {5, 64, 1024, 64, 2, {32, 5}, QL_BF16, 1, 0, "gemv", 1, 0, 1},
+        {300, 2048, 2048, 256, 1, {64}, QL_BF16, 1, 1, "sm90", 0, 0, 1},
+        {300, 1000, 512, 256, 2, {40, 24}, QL_F16, 1, 0, "sm90", 0, 0, 1},
     };
     for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
         if (cs[ci].tiles && sm90_device())

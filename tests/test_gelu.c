@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "quant/epilogue.h"
 #include "testutil.h"
 
 /* every ISA this CPU runs, generic first (tu_isas: the registry walked) */
@@ -116,9 +117,45 @@ static void check_dtype(ql_context *ctx, ql_dtype dt, const float *x, int64_t m,
     ql_linear_destroy(lin);
 }
 
+/* The bf16 table form (the CUDA bf16 epilogues' GELU): every one of the
+ * 65 536 bf16 inputs equals the function rounded to bf16, bit for bit
+ * (NaN for NaN); and the table's own range is not wider than it needs to
+ * be for that (the x/2 rule holds just below it, and fails somewhere below
+ * 2^-8, so the range bound is a real choice). */
+static void check_bf16_table(void)
+{
+    uint16_t *lut = malloc(QL_GELU_LUT_SIZE * sizeof(uint16_t));
+    ql_gelu_bf16_lut_fill(lut);
+    int64_t bad = 0, first = -1;
+    for (uint32_t h = 0; h < 65536; h++) {
+        const uint16_t want = ql_fp32_to_bf16(ql_gelu_f32(ql_bf16_to_fp32((uint16_t)h)));
+        const uint16_t got = ql_gelu_bf16_bits((uint16_t)h, lut);
+        const int nan_w = (want & 0x7fffu) > 0x7f80u, nan_g = (got & 0x7fffu) > 0x7f80u;
+        if (nan_w != nan_g || (!nan_w && want != got)) {
+            if (bad++ == 0) first = h;
+        }
+    }
+    CHECK(bad == 0, "bf16 GELU table: %lld of 65536 inputs differ, first x = %a: %a, want %a", (long long)bad,
+          first >= 0 ? ql_bf16_to_fp32((uint16_t)first) : 0.0,
+          first >= 0 ? ql_bf16_to_fp32(ql_gelu_bf16_bits((uint16_t)first, lut)) : 0.0,
+          first >= 0 ? ql_gelu_f32(ql_bf16_to_fp32((uint16_t)first)) : 0.0);
+    /* the halving rule does not hold from 2^-8 up (the x² term matters there): the table is needed */
+    int64_t halving_fails = 0;
+    for (uint32_t a = 119u << 7; a < QL_GELU_LUT_HI; a++)
+        for (uint32_t s = 0; s < 2; s++) {
+            const uint16_t h = (uint16_t)(a | s << 15);
+            halving_fails += ql_fp32_to_bf16(ql_gelu_f32(ql_bf16_to_fp32(h))) != (uint16_t)(h - 0x80u);
+        }
+    CHECK(halving_fails > 0, "bf16 GELU: x/2 everywhere above 2^-8 too (the table is not needed)");
+    printf("  bf16 GELU table: all 65536 inputs equal the function (%d entries; x/2 wrong on %lld inputs above 2^-8)\n",
+           (int)QL_GELU_LUT_SIZE, (long long)halving_fails);
+    free(lut);
+}
+
 int main(void)
 {
     tu_init("test_gelu");
+    check_bf16_table();
     n_isas = tu_isas(isas);
     const int64_t m = 4099;
     float *x = malloc((size_t)m * 4);

@@ -18,9 +18,10 @@
 #include "quant/wxa8.h"
 #include "qlinear.h"
 
-enum { C_BF16, C_FP16, C_INT8, C_W8A8, C_GEMM, C_PRO, C_MMA, C_W4A8, C_W4A8P, C_W6A8, C_W6A8P, C_LORA, NPATHS };
+enum { C_BF16, C_FP16, C_INT8, C_W8A8, C_GEMM, C_PRO, C_MMA, C_W4A8, C_W4A8P, C_W6A8, C_W6A8P, C_LORA, C_GELU, C_BF16G, NPATHS };
 static const char *names[NPATHS] = {"cublas-bf16", "cublas-fp16", "cublaslt-int8", "w8a8-convrot", "int8-gemm", "prologue",
-                                    "w8a8-sm80", "w4a8", "w4a8-packed", "w6a8", "w6a8-packed", "w8a8-convrot+lora64"};
+                                    "w8a8-sm80", "w4a8", "w4a8-packed", "w6a8", "w6a8-packed", "w8a8-convrot+lora64",
+                                    "w8a8-convrot+gelu", "cublas-bf16+gelu"};
 #define LORA_RANK 64
 static const char *notes[NPATHS] = {
     "peer: cuBLASLt bf16 in/out, fp32 accumulate, the dequantized un-rotated weight (the same function in bf16)",
@@ -35,7 +36,9 @@ static const char *notes[NPATHS] = {
     "ours: W6A8 (g16 e4m3) decoded once at load, then the w8a8 pipeline",
     "ours: W6A8 kept 6-bit: M <= 8 the packed GEMV, else decoded each call, then the int8 GEMM",
     "ours: w8a8-convrot with an unmerged rank-64 LoRA (the down GEMM, t requantized, the low-rank product in an epilogue "
-    "kernel after the base GEMM); its floor is the base + R/N + R/K of it"};
+    "kernel after the base GEMM); its floor is the base + R/N + R/K of it",
+    "ours: w8a8-convrot with the output GELU (exact erf form, bit-identical to the CPU) in the GEMM's epilogue",
+    "peer: cuBLASLt bf16 with its own GELU epilogue (CUBLASLT_EPILOGUE_GELU)"};
 
 typedef struct { int64_t n, k, count; } shape;
 static const shape anima[] = {{2048, 2048, 168}, {256, 2048, 84}, {6144, 256, 84},
@@ -110,7 +113,7 @@ static float event_ms(cudaEvent_t a, cudaEvent_t b)
 static int lt_setup(ltmm *g, int kind, int64_t m, int64_t n, int64_t k, const void *w, const void *x, void *y,
                     cudaStream_t s)
 {
-    cudaDataType_t t = kind == C_BF16 ? CUDA_R_16BF : kind == C_FP16 ? CUDA_R_16F : CUDA_R_8I;
+    cudaDataType_t t = kind == C_BF16 || kind == C_BF16G ? CUDA_R_16BF : kind == C_FP16 ? CUDA_R_16F : CUDA_R_8I;
     cudaDataType_t tc = kind == C_INT8 ? CUDA_R_32I : t;
     g->int8 = kind == C_INT8;
     CKB(cublasLtMatmulDescCreate(&g->op, g->int8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
@@ -118,6 +121,10 @@ static int lt_setup(ltmm *g, int kind, int64_t m, int64_t n, int64_t k, const vo
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     CKB(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CKB(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (kind == C_BF16G) {
+        const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_GELU;
+        CKB(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
+    }
     CKB(cublasLtMatrixLayoutCreate(&g->la, t, (uint64_t)k, (uint64_t)n, k));
     CKB(cublasLtMatrixLayoutCreate(&g->lb, t, (uint64_t)k, (uint64_t)m, k));
     CKB(cublasLtMatrixLayoutCreate(&g->lc, tc, (uint64_t)n, (uint64_t)m, n));
@@ -283,10 +290,12 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
             exit(1);
         }
     }
-    ltmm gb, gh, gi;
+    ltmm gb, gh, gi, gbg;
+    const ql_epilogue gelu_epi = {.activation = QL_ACTIVATION_GELU};
     int have[NPATHS];
     for (int p = 0; p < NPATHS; p++) have[p] = 1;
     have[C_BF16] = lt_setup(&gb, C_BF16, m, n, k, dwb[0], dxb[0], dyb[0], st);
+    have[C_BF16G] = lt_setup(&gbg, C_BF16G, m, n, k, dwb[0], dxb[0], dyb[0], st);
     have[C_FP16] = lt_setup(&gh, C_FP16, m, n, k, dwb[0], dxb[0], dyb[0], st);
     have[C_INT8] = lt_setup(&gi, C_INT8, m, n, k, dwq[0], dxq[0], dyi[0], st);
     /* calls per sample: enough to cover all sets and ~2 ms */
@@ -301,6 +310,7 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
         /* the packed layers' decode workspace grows on first use, which a graph capture refuses: one call each first */
         for (int i = 0; i < 4; i++) ql_linear_forward(lin_wx[i][0], dxb[0], QL_BF16, m, k, dyb[0], QL_BF16, n, NULL);
         ql_linear_forward(lin_lora[0], dxb[0], QL_BF16, m, k, dyb[0], QL_BF16, n, NULL); /* so is the LoRA's */
+        ql_linear_forward(lin[0], dxb[0], QL_BF16, m, k, dyb[0], QL_BF16, n, &gelu_epi);     /* and the GELU's table */
         CK(cudaEventSynchronize(b));
         float per = event_ms(a, b) / sets;
         while (calls * per < 2.0f && calls < 4096) calls += sets;
@@ -334,6 +344,8 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
                     case C_PRO: qs = ql_cuda_quantize_rows(&pro_ws, dev_index, st, dxb[s], QL_BF16, m, k, k, g, dxq[s], k, dsx[s], NULL); break;
                     case C_MMA: qs = ql_linear_forward(lin_mma[s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, NULL); break;
                     case C_LORA: qs = ql_linear_forward(lin_lora[s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, NULL); break;
+                    case C_GELU: qs = ql_linear_forward(lin[s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, &gelu_epi); break;
+                    case C_BF16G: lt_run(&gbg, dwb[s], dxb[s], dyb[s], st); break;
                     default: /* C_W4A8 .. C_W6A8P */
                         qs = ql_linear_forward(lin_wx[p - C_W4A8][s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, NULL);
                         break;
@@ -383,6 +395,7 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
     cudaEventDestroy(e0), cudaEventDestroy(e1);
     ql_cuda_workspace_free(pro_ws);
     if (have[C_BF16]) lt_free(&gb);
+    if (have[C_BF16G]) lt_free(&gbg);
     if (have[C_FP16]) lt_free(&gh);
     if (have[C_INT8]) lt_free(&gi);
     for (int s = 0; s < sets; s++) {
@@ -576,6 +589,8 @@ int ql_cmd_bench_cuda(int argc, char **argv)
             printf(" | sm80 %.4f (%.2fx)", r.ms[C_MMA], r.ms[C_MMA] / r.ms[C_W8A8]);
             printf(" | lora64 %.4f (+%.1f%%; floor +%.1f%%)", r.ms[C_LORA], 100.0 * (r.ms[C_LORA] / r.ms[C_W8A8] - 1.0),
                    100.0 * ((double)LORA_RANK / (double)sh->n + (double)LORA_RANK / (double)sh->k));
+            printf(" | gelu %.4f (+%.1f%%; cuBLASLt bf16+gelu +%.1f%% over bf16)", r.ms[C_GELU],
+                   100.0 * (r.ms[C_GELU] / r.ms[C_W8A8] - 1.0), 100.0 * (r.ms[C_BF16G] / r.ms[C_BF16] - 1.0));
             if (!use_graphs) printf(" | host us w8a8 %.1f bf16 %.1f i8 %.1f", r.host_us[C_W8A8], r.host_us[C_BF16], r.host_us[C_INT8]);
             printf("\n");
             /* W4A8 / W6A8: time and resident bytes against w8a8-convrot's */
@@ -606,6 +621,9 @@ int ql_cmd_bench_cuda(int argc, char **argv)
                tot[C_W8A8] / tot[C_INT8], tot[C_GEMM] / tot[C_INT8], tot[C_PRO], tot[C_MMA], tot[C_MMA] / tot[C_W8A8],
                tot[C_MMA] / tot[C_BF16]);
         printf("%-12s %6s   lora64 total %.3f ms (+%.1f%% over w8a8)\n", "", "", tot[C_LORA], 100.0 * (tot[C_LORA] / tot[C_W8A8] - 1.0));
+        printf("%-12s %6s   gelu total %.3f ms (+%.1f%% over w8a8; %.2fx cuBLASLt bf16+gelu's %.3f ms, which is +%.1f%% over bf16)\n",
+               "", "", tot[C_GELU], 100.0 * (tot[C_GELU] / tot[C_W8A8] - 1.0), tot[C_GELU] / tot[C_BF16G], tot[C_BF16G],
+               100.0 * (tot[C_BF16G] / tot[C_BF16] - 1.0));
         printf("%-12s %6s   wxa8 totals, ms (x w8a8):", "", "");
         for (int p = C_W4A8; p <= C_W6A8P; p++) printf(" %s %.3f (%.2fx)", names[p], tot[p], tot[p] / tot[C_W8A8]);
         printf("\n");

@@ -63,7 +63,7 @@ class QLinear(nn.Module):
                     device=None):
         """Quantize an nn.Linear's weight (fp32/bf16/fp16, read in place) into a
         QLinear; the bias is kept in its dtype. The nn.Linear is not changed.
-        activation="gelu": the QLinear computes gelu(linear(x)) (fused; CPU).
+        activation="gelu": the QLinear computes gelu(linear(x)) (fused, CPU and CUDA).
         device: where the layer runs, by default the nn.Linear's device (a GPU
         weight is copied to the host once, quantized there and uploaded)."""
         if not isinstance(linear, nn.Linear):

@@ -121,6 +121,26 @@ def test_cuda_quantize_module(gen):
 
 
 @cuda
+def test_cuda_gelu_equals_cpu(gen):
+    """The output GELU fused into the GPU's epilogue (bf16: its table; fp32:
+    the function itself): bit-identical to the same layer with its GELU on
+    the CPU, with the layer's bias, on values that reach GELU's tails
+    (|y| > 16), tiny values and zero rows."""
+    for dtype in (torch.bfloat16, torch.float32):
+        lin = make_linear(gen, 512, 300, dtype=dtype)
+        x = (torch.randn(37, 512, generator=gen) * 40).to(dtype)
+        x[3] = 0
+        x[5] *= 1e-6
+        cpu = QLinear.from_linear(lin, activation="gelu")
+        gpu = QLinear.from_linear(lin.cuda(), activation="gelu")
+        with torch.no_grad():
+            want, got = cpu(x), gpu(x.cuda())
+        torch.cuda.synchronize()
+        assert _same(got, want)
+        assert want.abs().max() > 16 and (want < 0).any()
+
+
+@cuda
 def test_cuda_bad_input(gen):
     gpu = QLinear.from_linear(make_linear(gen, 256, 16), device="cuda")
     x = torch.randn(4, 256, generator=gen)
@@ -130,8 +150,6 @@ def test_cuda_bad_input(gen):
         gpu.linear.forward(x.numpy())
     with pytest.raises(qlinear.QlinearError, match="is on cuda:0 but the layer is on cpu"):
         QLinear.from_linear(make_linear(gen, 256, 16))(x.cuda())
-    with pytest.raises(qlinear.QlinearError):  # the GPU runs no fused activation: refused, not ignored
-        QLinear.from_linear(make_linear(gen, 256, 16), device="cuda", activation="gelu")(x.cuda())
     with pytest.raises(qlinear.QlinearError):
         QLinear.from_linear(make_linear(gen, 256, 16), device="cuda", kind="weight-only")
     with pytest.raises(qlinear.QlinearError, match="K = 256"):

@@ -229,14 +229,6 @@ static ql_status cuda_forward(const char *fn, ql_context *ctx, void *const *impl
                               int64_t m, int64_t ldx, void *const *ys, ql_dtype ydt, const int64_t *ldys,
                               const ql_epilogue *const *epis)
 {
-    for (int i = 0; epis && i < count; i++) {
-        const ql_epilogue *e = epis[i];
-        /* an exact erf GELU inlined into the fast epilogues slowed every layer's epilogue, with
-         * or without it (docs/MEASUREMENTS.md §13): not served */
-        if (e && e->activation)
-            return ql_fail(QL_ERR_UNSUPPORTED,
-                           "%s: the CUDA backend has no activation epilogue (GELU); apply it after the linear", fn);
-    }
     /* layers sharing x but not its input activation: each its own prologue (as on the CPU) */
     for (int i = 1; epis && i < count; i++)
         if (!same_input_act(epis[0], epis[i])) {

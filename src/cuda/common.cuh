@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "cuda_backend.h"
+#include "../quant/gelu.h" /* the output GELU: the CPU's function and its bf16 table form */
 
 namespace qlc {
 
@@ -69,7 +70,18 @@ struct EpiParams {
     const uint2 *luf;
     const float *lsu;
     int lks; /* k32 steps over the rank (its padding to 32) */
+    /* the output GELU (QL_ACTIVATION_GELU), after the bias, before the
+     * residual; bf16 outputs read its table (ql_gelu_bf16_bits) */
+    int act;
+    const uint16_t *gelu_lut;
 };
+
+/* round_bf16(gelu(x)) of both bf16 values of a pair (the table form). */
+__device__ __forceinline__ uint32_t gelu_bf16x2(uint32_t r, const uint16_t *lut)
+{
+    const uint32_t lo = ql_gelu_bf16_bits((uint16_t)(r & 0xffffu), lut), hi = ql_gelu_bf16_bits((uint16_t)(r >> 16), lut);
+    return lo | hi << 16;
+}
 
 /* s32 += s8·s8 on one 16 x 8 x 32 tensor-core tile (mma.sync, sm_80+).
  * Fragments: A row lane/4 (+8), bytes 4(lane%4) (+16); B column lane/4,
@@ -164,6 +176,9 @@ __device__ __forceinline__ float epi_after(const EpiParams &p, float v, int64_t 
     const int dt = p.ydt;
     float y = round_to(dt, v);
     if (p.bias) y = round_to(dt, __fadd_rn(y, round_to(dt, p.bias[col])));
+    if (p.act) /* bf16: the table, else the function itself (ql_gelu_f32 compiled for the device) */
+        y = dt == DT_BF16 ? __uint_as_float((uint32_t)ql_gelu_bf16_bits((uint16_t)(__float_as_uint(y) >> 16), p.gelu_lut) << 16)
+                          : round_to(dt, ql_gelu_f32(y));
     if (p.res) {
         const float r = load_f(dt, p.res, row * p.ldr + col), rs = load_f(dt, p.rs, col);
         y = round_to(dt, __fadd_rn(r, __fmul_rn(rs, y)));
@@ -240,7 +255,7 @@ __device__ __forceinline__ void epi_store2(const EpiParams &p, int64_t row, int6
 }
 
 /* Two adjacent outputs of a row, both inside N, vector store allowed, no
- * residual; sw and the (already rounded) bias come from the caller. Same
+ * residual, no activation; sw and the (already rounded) bias come from the caller. Same
  * roundings as epi_value. */
 /* Two adjacent bf16 outputs of a row, packed (the bf16 case of epi_store_pair).
  * One packed conversion rounds both values (RNE, subnormals kept, NaN stays
@@ -264,16 +279,17 @@ __device__ __forceinline__ uint32_t add_bf16x2_rn(uint32_t a, uint32_t b)
     return *(const uint32_t *)&s;
 }
 /* RES: the gated residual too (a separate instantiation: the kernels
- * without one keep their registers). `at` says whether (row, col) is inside
+ * without one keep their registers); ACT: the output GELU, by its table. `at` says whether (row, col) is inside
  * the output: only then is the residual read (N even and the residual's
  * pairs 4-byte aligned: the launcher's condition for these paths). */
-template <bool RES>
+template <bool RES, bool ACT = false>
 __device__ __forceinline__ uint32_t epi_pair_bf16_v(const EpiParams &p, float v0, float v1, float2 bias, int64_t row,
                                                     int64_t col, bool at)
 {
     uint32_t r = pack_bf16x2(v0, v1);
     if (p.bias) /* plus the rounded bias (bf16 values held as fp32): one packed bf16 add */
         r = add_bf16x2_rn(r, __byte_perm(__float_as_uint(bias.x), __float_as_uint(bias.y), 0x7632));
+    if (ACT) r = gelu_bf16x2(r, p.gelu_lut);
     if (RES && at) { /* residual + scale · y, one rounding (epi_value's operations) */
         const uint32_t rr = *(const uint32_t *)((const __nv_bfloat16 *)p.res + row * p.ldr + col);
         const uint32_t ss = *(const uint32_t *)((const __nv_bfloat16 *)p.rs + col);
@@ -283,11 +299,11 @@ __device__ __forceinline__ uint32_t epi_pair_bf16_v(const EpiParams &p, float v0
     }
     return r;
 }
-template <bool RES>
+template <bool RES, bool ACT = false>
 __device__ __forceinline__ uint32_t epi_pair_bf16(const EpiParams &p, int32_t a0, int32_t a1, float sx, float2 sw,
                                                   float2 bias, int64_t row, int64_t col, bool at)
 {
-    return epi_pair_bf16_v<RES>(p, __fmul_rn(__int2float_rn(a0), __fmul_rn(sx, sw.x)),
+    return epi_pair_bf16_v<RES, ACT>(p, __fmul_rn(__int2float_rn(a0), __fmul_rn(sx, sw.x)),
                                 __fmul_rn(__int2float_rn(a1), __fmul_rn(sx, sw.y)), bias, row, col, at);
 }
 

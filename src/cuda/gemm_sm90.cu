@@ -60,9 +60,13 @@ enum {
     EPI_I32 = 1,
     EPI_BF16 = 2,
     EPI_BF16_RES = 3, /* bf16 with a gated residual */
-    EPI_BF16_LORA = 4 /* bf16 plus an unmerged LoRA's rank-R term (mma.sync per 8 columns), residual if any */
+    EPI_BF16_LORA = 4, /* bf16 plus an unmerged LoRA's rank-R term (mma.sync per 8 columns), residual if any */
+    EPI_BF16_ACT = 5   /* bf16 with the output GELU (its table), residual if any */
 };
-__host__ __device__ constexpr bool is_bf16(int epi) { return epi == EPI_BF16 || epi == EPI_BF16_RES || epi == EPI_BF16_LORA; }
+__host__ __device__ constexpr bool is_bf16(int epi)
+{
+    return epi == EPI_BF16 || epi == EPI_BF16_RES || epi == EPI_BF16_LORA || epi == EPI_BF16_ACT;
+}
 
 /* The k32 steps of t·Uᵀ that the GEMM's LoRA epilogue takes (a total rank
  * of 64); a larger rank goes to the LoRA epilogue kernel. */
@@ -80,7 +84,8 @@ __device__ __forceinline__ uint32_t pair_of(const EpiParams &p, int32_t a0, int3
         const float v0 = lora_value(a0, __fmul_rn(sx, sw.x), l[0], st, su.x);
         const float v1 = lora_value(a1, __fmul_rn(sx, sw.y), l[1], st, su.y);
         return epi_pair_bf16_v<true>(p, v0, v1, bias, row, col, at && p.res);
-    } else return epi_pair_bf16<EPI == EPI_BF16_RES>(p, a0, a1, sx, sw, bias, row, col, at);
+    } else if constexpr (EPI == EPI_BF16_ACT) return epi_pair_bf16<true, true>(p, a0, a1, sx, sw, bias, row, col, at && p.res);
+    else return epi_pair_bf16<EPI == EPI_BF16_RES>(p, a0, a1, sx, sw, bias, row, col, at);
 }
 
 /* The LoRA term of the tile's 8-column accumulator block j (l, in the C
@@ -277,7 +282,7 @@ __device__ __forceinline__ void epilogue_tile(const int32_t (&d)[BN / 2], const 
         }
         return;
     }
-    const bool fast = scaled && !p.res && p.vec2;
+    const bool fast = scaled && !p.res && !p.act && p.vec2;
 #pragma unroll
     for (int j = 0; j < BN / 8; j++) {
         const int cl = j * 8 + 2 * (lane % 4);
@@ -757,8 +762,9 @@ cudaError_t prepare_s8_gemm_sm90(int *pairs)
     for (int t = 0; t < QLC_SM90_TILES; t++) {
         cudaError_t e = with_tile(t, [](auto c) {
             using C = decltype(c);
-            const gemm_kernel_fn ks[5] = {kernel_of<C, EPI_GENERIC>(), kernel_of<C, EPI_I32>(), kernel_of<C, EPI_BF16>(),
-                                          kernel_of<C, EPI_BF16_RES>(), kernel_of<C, EPI_BF16_LORA>()};
+            const gemm_kernel_fn ks[6] = {kernel_of<C, EPI_GENERIC>(),  kernel_of<C, EPI_I32>(),
+                                          kernel_of<C, EPI_BF16>(),     kernel_of<C, EPI_BF16_RES>(),
+                                          kernel_of<C, EPI_BF16_LORA>(), kernel_of<C, EPI_BF16_ACT>()};
             for (gemm_kernel_fn kern : ks) {
                 cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
                 if (e != cudaSuccess) return e;
@@ -788,14 +794,21 @@ bool staged_ok(const EpiParams &p, int64_t n)
     const int es = p.ydt == DT_I32 ? 4 : 2;
     return (uintptr_t)p.y % 16 == 0 && (p.ldy * es) % 16 == 0 && n % 2 == 0;
 }
+
+/* The staged bf16 epilogues: a residual is read in bf16 pairs there (4-byte
+ * aligned, an even row pitch). */
+bool bf16_epilogue_ok(const EpiParams &p, int64_t n)
+{
+    const bool res_pairs = !p.res || ((uintptr_t)p.res % 4 == 0 && p.ldr % 2 == 0 && (uintptr_t)p.rs % 4 == 0);
+    return p.ydt == DT_BF16 && staged_ok(p, n) && res_pairs;
+}
 } // namespace
 
 bool sm90_fuses_lora(const EpiParams &p, int64_t n)
 {
     if (p.lks > LORA_U_KS) return false; /* the U tile in shared memory holds a total rank of 64 */
-    /* a residual is read in bf16 pairs there: 4-byte aligned, an even row pitch */
-    const bool res_pairs = !p.res || ((uintptr_t)p.res % 4 == 0 && p.ldr % 2 == 0 && (uintptr_t)p.rs % 4 == 0);
-    return p.ydt == DT_BF16 && staged_ok(p, n) && res_pairs;
+    if (p.act) return false;             /* with the GELU: the LoRA epilogue kernel (one variant fewer) */
+    return bf16_epilogue_ok(p, n);
 }
 
 cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorMap &mb, int64_t m, int64_t n,
@@ -803,11 +816,11 @@ cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorM
                                 bool set_attr)
 {
     const int im = (int)m, in = (int)n, ik = (int)k;
-    const bool chunks = staged_ok(p, n), bf16 = sm90_fuses_lora(p, n);
-    if (p.lks && !bf16) return cudaErrorInvalidValue; /* a LoRA term only in the bf16 epilogue */
+    const bool chunks = staged_ok(p, n), bf16 = bf16_epilogue_ok(p, n);
+    if (p.lks && !sm90_fuses_lora(p, n)) return cudaErrorInvalidValue; /* a LoRA term only in the bf16 epilogue */
     const int epi = p.lks                      ? EPI_BF16_LORA
                     : chunks && p.ydt == DT_I32 ? EPI_I32
-                    : bf16                      ? (p.res ? EPI_BF16_RES : EPI_BF16)
+                    : bf16                      ? (p.act ? EPI_BF16_ACT : p.res ? EPI_BF16_RES : EPI_BF16)
                                                 : EPI_GENERIC;
     return with_tile(tile, [&](auto c) {
         using C = decltype(c);
@@ -817,6 +830,8 @@ cudaError_t launch_s8_gemm_sm90(int tile, const CUtensorMap &ma, const CUtensorM
         if (epi == EPI_BF16) return launch_epi<C, EPI_BF16>(ma, mb, im, in, ik, p, stream, pdl, sms, pairs, set_attr);
         if (epi == EPI_BF16_RES)
             return launch_epi<C, EPI_BF16_RES>(ma, mb, im, in, ik, p, stream, pdl, sms, pairs, set_attr);
+        if (epi == EPI_BF16_ACT)
+            return launch_epi<C, EPI_BF16_ACT>(ma, mb, im, in, ik, p, stream, pdl, sms, pairs, set_attr);
         return launch_epi<C, EPI_GENERIC>(ma, mb, im, in, ik, p, stream, pdl, sms, pairs, set_attr);
     });
 }

@@ -14,6 +14,7 @@
 #include "wxa8_cuda.h"
 
 extern "C" ql_status ql_fail(ql_status status, const char *fmt, ...);
+extern "C" void ql_gelu_bf16_lut_fill(uint16_t *lut); /* quant/epilogue.c */
 
 using namespace qlc;
 
@@ -24,6 +25,7 @@ struct ql_cuda_workspace {
     size_t q_bytes = 0, rows = 0;
     float *rms = nullptr; /* rms_norm's row factors (input_act), made on first use */
     size_t rms_rows = 0;
+    uint16_t *gelu_lut = nullptr; /* the output GELU's bf16 table (ql_gelu_bf16_bits), made on first use */
     std::mutex lock; /* one call's prologue + GEMM are queued as a unit */
     /* TMA descriptor of the codes for the last (m, k, tile) (encoding one costs microseconds of host time) */
     CUtensorMap amap;
@@ -244,6 +246,7 @@ extern "C" void ql_cuda_workspace_free(ql_cuda_workspace *ws)
         cudaFree(ws->q);
         cudaFree(ws->sx);
         cudaFree(ws->rms);
+        cudaFree(ws->gelu_lut);
         cudaFree(ws->wdec);
         cudaFree(ws->acc);
         cudaFree(ws->gsum);
@@ -584,6 +587,7 @@ EpiParams layer_epi(const ql_cuda_linear *li, const ql_epilogue *epi, void *y, i
     p.sx = ws->sx, p.sw = li->sw, p.sw_per_row = li->sw_per_row, p.bias = epi && epi->bias ? epi->bias : li->bias;
     if (epi && epi->residual) p.res = epi->residual, p.ldr = epi->ld_residual, p.rs = epi->residual_scale;
     p.vec2 = (uintptr_t)y % (2 * es) == 0 && ldy % 2 == 0;
+    p.act = epi && epi->activation == QL_ACTIVATION_GELU, p.gelu_lut = ws->gelu_lut;
     if (li->lora_rt)
         p.ltq = ws->ltq, p.lst = ws->lst, p.luf = li->lora_u, p.lsu = li->lora_su, p.lks = (int)(li->lora_rp / 32);
     return p;
@@ -639,6 +643,26 @@ ql_status reserve_rms(const char *fn, ql_cuda_workspace *ws, int64_t m, cudaStre
     ws->rms = nullptr, ws->rms_rows = 0;
     QLC_CUDA(fn, "allocating the rms_norm row factors", cudaMalloc(&ws->rms, (size_t)m * sizeof(float)));
     ws->rms_rows = (size_t)m;
+    return QL_OK;
+}
+
+/* The output GELU's bf16 table on the workspace's device (8 KB, once). */
+ql_status reserve_gelu(const char *fn, ql_cuda_workspace *ws, cudaStream_t s)
+{
+    if (ws->gelu_lut) return QL_OK;
+    if (capturing(s))
+        return ql_fail(QL_ERR_INVALID_ARGUMENT,
+                       "%s: the output GELU's table is made on its first use, which cannot happen while the stream "
+                       "is being captured into a CUDA graph: run one forward with the GELU before capturing", fn);
+    uint16_t host[QL_GELU_LUT_SIZE];
+    ql_gelu_bf16_lut_fill(host);
+    QLC_CUDA(fn, "allocating the GELU table", cudaMalloc(&ws->gelu_lut, sizeof host));
+    const cudaError_t e = cudaMemcpy(ws->gelu_lut, host, sizeof host, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+        cudaFree(ws->gelu_lut);
+        ws->gelu_lut = nullptr;
+        QLC_CUDA(fn, "uploading the GELU table", e);
+    }
     return QL_OK;
 }
 
@@ -726,6 +750,8 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
         ws->q_bytes = qb, ws->rows = (size_t)m;
         ws->token = 0; /* the codes are gone */
     }
+    for (int i = 0; epis && i < count; i++)
+        if (epis[i] && epis[i]->activation == QL_ACTIVATION_GELU && (st = reserve_gelu(fn, ws, s)) != QL_OK) return st;
     /* the decoded weight of a packed layer and an asymmetric layer's buffers */
     for (int i = 0; i < count; i++) {
         const ql_cuda_linear *li = ls[i];

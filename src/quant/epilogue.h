@@ -35,6 +35,9 @@ static inline float ql_epilogue_scalar(const ql_epi_plan *e, float v, int64_t ro
     return y;
 }
 
+/* The table ql_gelu_bf16_bits reads: QL_GELU_LUT_SIZE entries. */
+void ql_gelu_bf16_lut_fill(uint16_t *lut);
+
 /* Bias of `n` elements in bias_dtype, rounded to y_dtype, as fp32 (caller frees). */
 ql_status ql_bias_to_f32(const char *fn, const void *bias, ql_dtype bias_dtype, int64_t n, ql_dtype y_dtype,
                          float **out);

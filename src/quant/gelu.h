@@ -45,7 +45,13 @@
 #define QL_GELU_E3 0x1.1239e4p-7f
 #define QL_GELU_E4 0x1.6a2424p-10f
 
-static inline float ql_pow2i_f32(int32_t n) /* 2^n, -126 <= n <= 127 */
+#ifdef __CUDACC__
+#define QL_GELU_HD __host__ __device__
+#else
+#define QL_GELU_HD
+#endif
+
+static inline QL_GELU_HD float ql_pow2i_f32(int32_t n) /* 2^n, -126 <= n <= 127 */
 {
     const uint32_t u = (uint32_t)(n + 127) << 23;
     float f;
@@ -53,7 +59,10 @@ static inline float ql_pow2i_f32(int32_t n) /* 2^n, -126 <= n <= 127 */
     return f;
 }
 
-static inline float ql_gelu_f32(float x)
+/* (Also compiled for CUDA devices: no operation here may be contracted or
+ * reordered, and nvcc's device defaults — IEEE division, no fast math —
+ * keep each one as written.) */
+static inline QL_GELU_HD float ql_gelu_f32(float x)
 {
     const float a = fminf(fabsf(x), QL_GELU_XMAX); /* NaN -> 15 (fminf), replaced at the end */
     const float t = 1.0f / fmaf(a, QL_GELU_C, 1.0f), u = t - QL_GELU_T0;
@@ -85,6 +94,32 @@ static inline float ql_gelu_f32(float x)
     if (x > QL_GELU_XMAX) g = x;
     if (x < -QL_GELU_XMAX) g = x == -INFINITY ? NAN : -0.0f;
     return isnan(x) ? x : g;
+}
+
+
+/* round_bf16(ql_gelu_f32(x)) for a bf16 x, by its bits h: the bf16
+ * epilogues' GELU (their y is a bf16 value before the activation). Of the
+ * 65 536 inputs only 2^-12 <= |x| < 16 need the function; those results are
+ * looked up in lut (QL_GELU_LUT_SIZE entries, filled by
+ * ql_gelu_bf16_lut_fill from ql_gelu_f32 itself: 8 KB). Below 2^-12 GELU's
+ * x²/√(2π) term is under a quarter of bf16's half-ulp of x/2 and the result
+ * is x/2 rounded to nearest even (exact but in the subnormals); from 16 on it
+ * is x (x > 0) or -0 (-Inf: NaN), as ql_gelu_f32's cut-off. All 65 536
+ * inputs are checked against the function in tests/test_gelu.c. */
+#define QL_GELU_LUT_LO (115u << 7) /* |x|'s bits at 2^-12 */
+#define QL_GELU_LUT_HI (131u << 7) /* at 16 */
+#define QL_GELU_LUT_SIZE (2 * (QL_GELU_LUT_HI - QL_GELU_LUT_LO)) /* positive, then negative x */
+static inline QL_GELU_HD uint16_t ql_gelu_bf16_bits(uint16_t h, const uint16_t *lut)
+{
+    const uint32_t a = h & 0x7fffu, s = h & 0x8000u;
+    if (a >= QL_GELU_LUT_HI) {
+        if (a > 0x7f80u) return (uint16_t)(h | 0x40u); /* NaN stays NaN (quieted as the rounding does) */
+        if (!s) return h;
+        return (uint16_t)(a == 0x7f80u ? 0x7fc0u : 0x8000u);
+    }
+    if (a >= QL_GELU_LUT_LO) return lut[(s >> 15) * (QL_GELU_LUT_HI - QL_GELU_LUT_LO) + a - QL_GELU_LUT_LO];
+    /* x/2: one exponent step down, or in units of 2^-133 (a itself below 2^-125) halved, ties to even */
+    return (uint16_t)(s | (a >= 0x100u ? a - 0x80u : (a >> 1) + (a & (a >> 1) & 1u)));
 }
 
 #endif
