@@ -269,10 +269,10 @@ __device__ __forceinline__ void epilogue_tile(const int32_t (&d)[BN / 2], const 
                     for (int q = 0; q < 8; q++) {
                         const int cl = (jg + q) * 8 + 2 * (lane % 4);
                         const float2 sw = *(const float2 *)(col_sw + cl), bs = *(const float2 *)(col_bias + cl);
+                        const int j = h * (HC / 8) + jg + q; /* (HC = BN for bf16: h = 0) */
                         const int32_t *l = nullptr;
-                        va[q] = pair_of<EPI>(p, d[4 * (jg + q)], d[4 * (jg + q) + 1], sx0, sw, bs, r0, n0 + cl, false, l, 0.f, sw);
-                        vb[q] = pair_of<EPI>(p, d[4 * (jg + q) + 2], d[4 * (jg + q) + 3], sx1, sw, bs, r1, n0 + cl, false, l, 0.f,
-                                             sw);
+                        va[q] = pair_of<EPI>(p, d[4 * j], d[4 * j + 1], sx0, sw, bs, r0, n0 + cl, false, l, 0.f, sw);
+                        vb[q] = pair_of<EPI>(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs, r1, n0 + cl, false, l, 0.f, sw);
                     }
                     act_blocks8(p, va, vb, m, n, r0, n0 + jg * 8 + 2 * (lane % 4));
 #pragma unroll
