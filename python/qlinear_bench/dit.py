@@ -56,12 +56,14 @@ class LinearMaker:
         return lin
 
     def _convert(self, lin, role, act):
-        """The linear as the path runs it; act="gelu": a qlinear layer computes
-        gelu(lin(x)) in its epilogue (the model checks which did)."""
+        """The linear as the path runs it; act="gelu": a qlinear layer on the CPU
+        computes gelu(lin(x)) in its epilogue (the model checks which did; on
+        the GPU the fused GELU costs more than PyTorch's pass after the layer,
+        docs/MEASUREMENTS.md §22.2, so it stays unfused there)."""
         path, sel = self.path, self.sel
         if self.device != "cpu":
             if path == "w8a8-convrot" and not (sel and not sel.search(role)):
-                return qt.QLinear.from_linear(lin, format="int8-convrot", device=self.device, activation=act)
+                return qt.QLinear.from_linear(lin, format="int8-convrot", device=self.device)
             if path in CK_BACKENDS:
                 return CkInt8Linear(lin, CK_BACKENDS[path], self.device)
             return lin.to(device=self.device, dtype=torch.float32 if path == "fp32" else torch.bfloat16)

@@ -52,7 +52,8 @@ minor page faults per step are printed for every path.
 --device cuda runs the same model on a GPU: PyTorch fp32 (the rel-L2
 reference; TF32 off), PyTorch bf16 (the whole model; the baseline), and
 w8a8-convrot (every linear a QLinear on the GPU, bf16 activations in and out,
-the rest of the model PyTorch bf16; fc1's GELU in its epilogue, as on the CPU). Attention there is PyTorch's
+the rest of the model PyTorch bf16; fc1's GELU unfused: the CUDA epilogue's GELU
+costs more than PyTorch's separate pass, docs/MEASUREMENTS.md §22.2). Attention there is PyTorch's
 scaled_dot_product_attention where it exists (torch >= 2.0), the same on every
 path; steps are timed between synchronizations, the linears by CUDA events
 in the hooks; --graphs captures each path's step once in a CUDA graph and

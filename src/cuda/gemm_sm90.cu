@@ -84,29 +84,8 @@ __device__ __forceinline__ uint32_t pair_of(const EpiParams &p, int32_t a0, int3
         const float v0 = lora_value(a0, __fmul_rn(sx, sw.x), l[0], st, su.x);
         const float v1 = lora_value(a1, __fmul_rn(sx, sw.y), l[1], st, su.y);
         return epi_pair_bf16_v<true>(p, v0, v1, bias, row, col, at && p.res);
-    } else if constexpr (EPI == EPI_BF16_ACT) return epi_pair_bf16<false>(p, a0, a1, sx, sw, bias, row, col, false);
+    } else if constexpr (EPI == EPI_BF16_ACT) return epi_pair_bf16<true, true>(p, a0, a1, sx, sw, bias, row, col, at && p.res);
     else return epi_pair_bf16<EPI == EPI_BF16_RES>(p, a0, a1, sx, sw, bias, row, col, at);
-}
-
-/* EPI_BF16_ACT, after pair_of (scale, bias): the GELU of 8 column blocks'
- * pairs of this thread's rows r0 and r0 + 8 (the column of block jj is
- * col0 + 8·jj), all 32 table reads in flight together, then the residual
- * if any. (Looked up one pair at a time between the staging stores, each
- * read waited for its own latency: the layer took 1.4-2.6x its time.) */
-__device__ __forceinline__ void act_blocks8(const EpiParams &p, uint32_t (&va)[8], uint32_t (&vb)[8], int m, int n,
-                                            int64_t r0, int col0)
-{
-#pragma unroll
-    for (int jj = 0; jj < 8; jj++) va[jj] = gelu_bf16x2(va[jj], p.gelu_lut), vb[jj] = gelu_bf16x2(vb[jj], p.gelu_lut);
-    if (p.res) {
-#pragma unroll
-        for (int jj = 0; jj < 8; jj++) {
-            const int col = col0 + 8 * jj;
-            if (col >= n) continue;
-            if (r0 < m) va[jj] = res_bf16x2(p, va[jj], r0, col);
-            if (r0 + 8 < m) vb[jj] = res_bf16x2(p, vb[jj], r0 + 8, col);
-        }
-    }
 }
 
 /* The LoRA term of the tile's 8-column accumulator block j (l, in the C
@@ -260,29 +239,6 @@ __device__ __forceinline__ void epilogue_tile(const int32_t (&d)[BN / 2], const 
 #pragma unroll
         for (int h = 0; h < BN / HC; h++) {
             if (h > 0) asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory"); /* the previous pass has left */
-            if constexpr (EPI == EPI_BF16_ACT) {
-                static_assert(HC % 64 == 0, "whole groups of 8 column blocks");
-#pragma unroll
-                for (int jg = 0; jg < HC / 8; jg += 8) {
-                    uint32_t va[8], vb[8];
-#pragma unroll
-                    for (int q = 0; q < 8; q++) {
-                        const int cl = (jg + q) * 8 + 2 * (lane % 4);
-                        const float2 sw = *(const float2 *)(col_sw + cl), bs = *(const float2 *)(col_bias + cl);
-                        const int j = h * (HC / 8) + jg + q; /* (HC = BN for bf16: h = 0) */
-                        const int32_t *l = nullptr;
-                        va[q] = pair_of<EPI>(p, d[4 * j], d[4 * j + 1], sx0, sw, bs, r0, n0 + cl, false, l, 0.f, sw);
-                        vb[q] = pair_of<EPI>(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs, r1, n0 + cl, false, l, 0.f, sw);
-                    }
-                    act_blocks8(p, va, vb, m, n, r0, n0 + jg * 8 + 2 * (lane % 4));
-#pragma unroll
-                    for (int q = 0; q < 8; q++) {
-                        const int cl = (jg + q) * 8 + 2 * (lane % 4);
-                        *(uint32_t *)(stage + lr0 * PITCH + cl * 2) = va[q];
-                        *(uint32_t *)(stage + lr1 * PITCH + cl * 2) = vb[q];
-                    }
-                }
-            } else
 #pragma unroll
             for (int jj = 0; jj < HC / 8; jj++) {
                 const int j = h * (HC / 8) + jj, cl = jj * 8 + 2 * (lane % 4);
@@ -382,7 +338,6 @@ __device__ __forceinline__ void epilogue_bf16_tma(const int32_t (&d)[BN / 2], co
     for (int q = 0; q < BOXES; q++) {
         if (lane == 0) asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(SLOTS - 1) : "memory");
         __syncwarp();
-        uint32_t va[8], vb[8]; /* EPI_BF16_ACT: the box's pairs before their GELU */
 #pragma unroll
         for (int jj = 0; jj < 8; jj++) {
             const int j = q * 8 + jj, cl = j * 8 + 2 * (lane % 4), off = (q % SLOTS) * 8192 + (jj ^ xr) * 16;
@@ -391,19 +346,10 @@ __device__ __forceinline__ void epilogue_bf16_tma(const int32_t (&d)[BN / 2], co
             int32_t l[4] = {};
             float2 su = {};
             if constexpr (EPI == EPI_BF16_LORA) lora_block<USM>(l, su, lr, p, m, r0, usm, n0, j, lane, col_bias + BN + cl);
-            const uint32_t ya = pair_of<EPI>(p, d[4 * j], d[4 * j + 1], sx0, sw, bs, r0, col, r0 < m && col < n, l, lr.st0, su);
-            const uint32_t yb =
+            *(uint32_t *)(row_a + off) =
+                pair_of<EPI>(p, d[4 * j], d[4 * j + 1], sx0, sw, bs, r0, col, r0 < m && col < n, l, lr.st0, su);
+            *(uint32_t *)(row_b + off) =
                 pair_of<EPI>(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs, r1, col, r1 < m && col < n, l + 2, lr.st1, su);
-            if constexpr (EPI == EPI_BF16_ACT) va[jj] = ya, vb[jj] = yb;
-            else *(uint32_t *)(row_a + off) = ya, *(uint32_t *)(row_b + off) = yb;
-        }
-        if constexpr (EPI == EPI_BF16_ACT) {
-            act_blocks8(p, va, vb, m, n, r0, n0 + q * 64 + 2 * (lane % 4));
-#pragma unroll
-            for (int jj = 0; jj < 8; jj++) {
-                const int off = (q % SLOTS) * 8192 + (jj ^ xr) * 16;
-                *(uint32_t *)(row_a + off) = va[jj], *(uint32_t *)(row_b + off) = vb[jj];
-            }
         }
         fence_proxy_async_smem();
         __syncwarp();
