@@ -234,6 +234,8 @@ static void test_linear(ql_context *gpu)
         linear_case(gpu, 300, 1104, 512, 256, QL_BF16, QL_BF16, 1, t % 2, "sm90");
         linear_case(gpu, 300, 1104, 256, 256, QL_BF16, QL_BF16, t % 2, 0, "sm90");
         linear_case(gpu, 300, 1104, 512, 256, QL_BF16, dts[t % 3], 1, 0, "sm90");
+        /* more tiles than SMs: a persistent block reuses its copy of the table (ping-pong: each warpgroup's) */
+        linear_case(gpu, 1700, 2608, 512, 256, QL_F16, QL_BF16, 1, t % 2, "sm90");
         tiny_outputs = 1; /* GELU of subnormals and of values below the table's range */
         linear_case(gpu, 300, 1104, 512, 256, QL_BF16, QL_BF16, 1, 0, "sm90");
         tiny_outputs = 0;

@@ -57,13 +57,14 @@ class LinearMaker:
 
     def _convert(self, lin, role, act):
         """The linear as the path runs it; act="gelu": a qlinear layer on the CPU
-        computes gelu(lin(x)) in its epilogue (the model checks which did; on
-        the GPU the fused GELU costs more than PyTorch's pass after the layer,
-        docs/MEASUREMENTS.md §22.2, so it stays unfused there)."""
+        computes gelu(lin(x)) in its epilogue (the model checks which did); on
+        the GPU only path "w8a8-convrot+gelu" does, "w8a8-convrot" leaves it
+        to PyTorch's pass after the layer (both are measured)."""
         path, sel = self.path, self.sel
         if self.device != "cpu":
-            if path == "w8a8-convrot" and not (sel and not sel.search(role)):
-                return qt.QLinear.from_linear(lin, format="int8-convrot", device=self.device)
+            if path in ("w8a8-convrot", "w8a8-convrot+gelu") and not (sel and not sel.search(role)):
+                return qt.QLinear.from_linear(lin, format="int8-convrot", device=self.device,
+                                              activation=act if path == "w8a8-convrot+gelu" else None)
             if path in CK_BACKENDS:
                 return CkInt8Linear(lin, CK_BACKENDS[path], self.device)
             return lin.to(device=self.device, dtype=torch.float32 if path == "fp32" else torch.bfloat16)
@@ -272,7 +273,7 @@ def model_bytes(path, blocks):
     """Bytes of the linears' weights of the path's model."""
     per_block = (6 * HIDDEN * HIDDEN + 2 * HIDDEN * TEXT_DIM + 2 * MLP * HIDDEN
                  + 3 * (LORA * HIDDEN + 3 * HIDDEN * LORA))
-    per = {"fp32": 4, "onednn-fp32": 4, "bf16": 2, "w8a8-convrot": 1, "weight-only": 1, "ck-qlinear": 1,
+    per = {"fp32": 4, "onednn-fp32": 4, "bf16": 2, "w8a8-convrot": 1, "w8a8-convrot+gelu": 1, "weight-only": 1, "ck-qlinear": 1,
            "ck-eager": 1, "ck-cuda": 1}[path]
     return per_block * blocks * per
 

@@ -52,8 +52,9 @@ minor page faults per step are printed for every path.
 --device cuda runs the same model on a GPU: PyTorch fp32 (the rel-L2
 reference; TF32 off), PyTorch bf16 (the whole model; the baseline), and
 w8a8-convrot (every linear a QLinear on the GPU, bf16 activations in and out,
-the rest of the model PyTorch bf16; fc1's GELU unfused: the CUDA epilogue's GELU
-costs more than PyTorch's separate pass, docs/MEASUREMENTS.md §22.2). Attention there is PyTorch's
+the rest of the model PyTorch bf16; fc1's GELU as PyTorch's pass after the
+layer), and w8a8-convrot+gelu (the same with fc1's GELU in its epilogue).
+Attention there is PyTorch's
 scaled_dot_product_attention where it exists (torch >= 2.0), the same on every
 path; steps are timed between synchronizations, the linears by CUDA events
 in the hooks; --graphs captures each path's step once in a CUDA graph and
@@ -77,11 +78,12 @@ from .report import median, plot, write_json
 
 ALL_PATHS = ["fp32", "onednn-fp32", "bf16", "w8a8-convrot", "weight-only", "ck-qlinear", "ck-eager"]
 CK_PATHS = {"ck-qlinear", "ck-eager", "ck-cuda"}
-CUDA_PATHS = ["fp32", "bf16", "w8a8-convrot", "ck-qlinear", "ck-cuda", "ck-eager"]
+CUDA_PATHS = ["fp32", "bf16", "w8a8-convrot", "w8a8-convrot+gelu", "ck-qlinear", "ck-cuda", "ck-eager"]
 CUDA_NOTES = {
     "fp32": "PyTorch fp32 on the GPU (TF32 off): the rel-L2 reference",
     "bf16": "PyTorch, whole model in bf16 on the GPU (cuBLAS)",
     "w8a8-convrot": "qlinear W8A8 INT8-ConvRot G=256 linears on the GPU (bf16 in/out), rest PyTorch bf16",
+    "w8a8-convrot+gelu": "w8a8-convrot with fc1's GELU in the GEMM's epilogue instead of PyTorch's pass after it",
     "ck-qlinear": "the ComfyUI path on the GPU: comfy_kitchen.int8_linear (INT8-ConvRot G=256) through the qlinear "
                   "backend (QLINEAR_COMFY_CUDA=1), rest PyTorch bf16",
     "ck-cuda": "the ComfyUI GPU path without qlinear: comfy_kitchen.int8_linear through comfy-kitchen's own CUDA "
@@ -264,7 +266,8 @@ class Steps:
 
     def dtype_of(self, p):
         torch = self.torch
-        return torch.bfloat16 if p in ("bf16", "ck-qlinear", "ck-eager", "ck-cuda") or (self.cuda and p == "w8a8-convrot") \
+        return torch.bfloat16 if p in ("bf16", "ck-qlinear", "ck-eager", "ck-cuda") \
+            or (self.cuda and p in ("w8a8-convrot", "w8a8-convrot+gelu")) \
             else torch.float32
 
     def measure(self, paths):

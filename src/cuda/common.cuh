@@ -76,13 +76,6 @@ struct EpiParams {
     const uint16_t *gelu_lut;
 };
 
-/* round_bf16(gelu(x)) of both bf16 values of a pair (the table form). */
-__device__ __forceinline__ uint32_t gelu_bf16x2(uint32_t r, const uint16_t *lut)
-{
-    const uint32_t lo = ql_gelu_bf16_bits((uint16_t)(r & 0xffffu), lut), hi = ql_gelu_bf16_bits((uint16_t)(r >> 16), lut);
-    return lo | hi << 16;
-}
-
 /* s32 += s8·s8 on one 16 x 8 x 32 tensor-core tile (mma.sync, sm_80+).
  * Fragments: A row lane/4 (+8), bytes 4(lane%4) (+16); B column lane/4,
  * the same bytes; C rows lane/4 (+8), columns 2(lane%4) + {0, 1} — per
@@ -278,32 +271,35 @@ __device__ __forceinline__ uint32_t add_bf16x2_rn(uint32_t a, uint32_t b)
     const __nv_bfloat162 s = __hadd2_rn(*(const __nv_bfloat162 *)&a, *(const __nv_bfloat162 *)&b);
     return *(const uint32_t *)&s;
 }
+/* A bf16 pair's gated residual: res + scale · y, one rounding (epi_value's
+ * operations); (row, col) inside the output, N even and the residual's
+ * pairs 4-byte aligned (the launcher's condition for these paths). */
+__device__ __forceinline__ uint32_t res_bf16x2(const EpiParams &p, uint32_t r, int64_t row, int64_t col)
+{
+    const uint32_t rr = *(const uint32_t *)((const __nv_bfloat16 *)p.res + row * p.ldr + col);
+    const uint32_t ss = *(const uint32_t *)((const __nv_bfloat16 *)p.rs + col);
+    return pack_bf16x2(__fadd_rn(__uint_as_float(rr << 16), __fmul_rn(__uint_as_float(ss << 16), __uint_as_float(r << 16))),
+                       __fadd_rn(__uint_as_float(rr & 0xffff0000u),
+                                 __fmul_rn(__uint_as_float(ss & 0xffff0000u), __uint_as_float(r & 0xffff0000u))));
+}
 /* RES: the gated residual too (a separate instantiation: the kernels
- * without one keep their registers); ACT: the output GELU, by its table. `at` says whether (row, col) is inside
- * the output: only then is the residual read (N even and the residual's
- * pairs 4-byte aligned: the launcher's condition for these paths). */
-template <bool RES, bool ACT = false>
+ * without one keep their registers). `at` says whether (row, col) is inside
+ * the output: only then is the residual read. */
+template <bool RES>
 __device__ __forceinline__ uint32_t epi_pair_bf16_v(const EpiParams &p, float v0, float v1, float2 bias, int64_t row,
                                                     int64_t col, bool at)
 {
     uint32_t r = pack_bf16x2(v0, v1);
     if (p.bias) /* plus the rounded bias (bf16 values held as fp32): one packed bf16 add */
         r = add_bf16x2_rn(r, __byte_perm(__float_as_uint(bias.x), __float_as_uint(bias.y), 0x7632));
-    if (ACT) r = gelu_bf16x2(r, p.gelu_lut);
-    if (RES && at) { /* residual + scale · y, one rounding (epi_value's operations) */
-        const uint32_t rr = *(const uint32_t *)((const __nv_bfloat16 *)p.res + row * p.ldr + col);
-        const uint32_t ss = *(const uint32_t *)((const __nv_bfloat16 *)p.rs + col);
-        r = pack_bf16x2(__fadd_rn(__uint_as_float(rr << 16), __fmul_rn(__uint_as_float(ss << 16), __uint_as_float(r << 16))),
-                        __fadd_rn(__uint_as_float(rr & 0xffff0000u),
-                                  __fmul_rn(__uint_as_float(ss & 0xffff0000u), __uint_as_float(r & 0xffff0000u))));
-    }
+    if (RES && at) r = res_bf16x2(p, r, row, col);
     return r;
 }
-template <bool RES, bool ACT = false>
+template <bool RES>
 __device__ __forceinline__ uint32_t epi_pair_bf16(const EpiParams &p, int32_t a0, int32_t a1, float sx, float2 sw,
                                                   float2 bias, int64_t row, int64_t col, bool at)
 {
-    return epi_pair_bf16_v<RES, ACT>(p, __fmul_rn(__int2float_rn(a0), __fmul_rn(sx, sw.x)),
+    return epi_pair_bf16_v<RES>(p, __fmul_rn(__int2float_rn(a0), __fmul_rn(sx, sw.x)),
                                 __fmul_rn(__int2float_rn(a1), __fmul_rn(sx, sw.y)), bias, row, col, at);
 }
 

@@ -71,6 +71,8 @@ __host__ __device__ constexpr bool is_bf16(int epi)
 /* The k32 steps of t·Uᵀ that the GEMM's LoRA epilogue takes (a total rank
  * of 64); a larger rank goes to the LoRA epilogue kernel. */
 constexpr int LORA_U_KS = 2;
+/* The output GELU's bf16 table, copied to shared memory by EPI_BF16_ACT. */
+constexpr int GELU_LUT_BYTES = QL_GELU_LUT_SIZE * 2;
 
 #ifdef QLC_SM90A
 /* A bf16 pair of the accumulator's 8-column block j: plain, or with the
@@ -84,8 +86,79 @@ __device__ __forceinline__ uint32_t pair_of(const EpiParams &p, int32_t a0, int3
         const float v0 = lora_value(a0, __fmul_rn(sx, sw.x), l[0], st, su.x);
         const float v1 = lora_value(a1, __fmul_rn(sx, sw.y), l[1], st, su.y);
         return epi_pair_bf16_v<true>(p, v0, v1, bias, row, col, at && p.res);
-    } else if constexpr (EPI == EPI_BF16_ACT) return epi_pair_bf16<true, true>(p, a0, a1, sx, sw, bias, row, col, at && p.res);
+    } else if constexpr (EPI == EPI_BF16_ACT) return epi_pair_bf16<false>(p, a0, a1, sx, sw, bias, row, col, false);
     else return epi_pair_bf16<EPI == EPI_BF16_RES>(p, a0, a1, sx, sw, bias, row, col, at);
+}
+
+/* The GELU of one bf16 pair through ql_gelu_bf16_bits, the table at shared
+ * address lut_s: gelu_bf16x2_lut's rare path, out of line (its branches
+ * inlined into every epilogue's unrolled loop cost registers and spills). */
+static __device__ __noinline__ uint32_t gelu_bf16x2_any(uint32_t r, uint32_t lut_s)
+{
+    uint32_t out = 0;
+    for (int e = 0; e < 2; e++) {
+        const uint16_t h = (uint16_t)(r >> (16 * e));
+        uint16_t t;
+        asm volatile("ld.shared.u16 %0, [%1];" : "=h"(t) : "r"(lut_s + 2 * ql_gelu_bf16_index(h)));
+        out |= (uint32_t)ql_gelu_bf16_fix(h, t) << (16 * e);
+    }
+    return out;
+}
+/* round_bf16(gelu(x)) of N bf16 pairs, from the table's copy in shared
+ * memory at address lut_s (the fast epilogues copy it there: read from L1,
+ * a warp's 32 lookups touch ~20 cache lines, one wavefront each). When no
+ * lane of the warp has an input outside the table (|x| < 2^-12, zeros,
+ * |x| >= 16, NaN: rare in real activations), all reads are issued together
+ * and nothing else is done; otherwise each pair goes through
+ * gelu_bf16x2_any. Whole warps call this. */
+template <int N> __device__ __forceinline__ void gelu_bf16x2_lut(uint32_t (&v)[N], uint32_t lut_s)
+{
+    constexpr uint32_t SPAN = QL_GELU_LUT_HI - QL_GELU_LUT_LO;
+    static_assert((SPAN & (SPAN - 1)) == 0, "span a power of two: OR-ing the offsets tells whether one is past it");
+    uint32_t any = 0;
+#pragma unroll
+    for (int i = 0; i < N; i++) /* the offsets into the table; below LO they wrap */
+        any |= ((v[i] & 0x7fffu) - QL_GELU_LUT_LO) | (((v[i] >> 16) & 0x7fffu) - QL_GELU_LUT_LO);
+    if (__any_sync(0xffffffffu, any >= SPAN)) {
+#pragma unroll
+        for (int i = 0; i < N; i++) v[i] = gelu_bf16x2_any(v[i], lut_s);
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        const uint32_t il = ql_gelu_bf16_index((uint16_t)(v[i] & 0xffffu)), ih = ql_gelu_bf16_index((uint16_t)(v[i] >> 16));
+        uint16_t tl, th;
+        /* volatile: kept after the barrier that makes the copy visible */
+        asm volatile("ld.shared.u16 %0, [%1];" : "=h"(tl) : "r"(lut_s + 2 * il));
+        asm volatile("ld.shared.u16 %0, [%1];" : "=h"(th) : "r"(lut_s + 2 * ih));
+        v[i] = (uint32_t)tl | (uint32_t)th << 16;
+    }
+}
+
+/* EPI_BF16_ACT, after pair_of (scale, bias): the GELU of 8 column blocks'
+ * pairs of this thread's rows r0 and r0 + 8 (the column of block jj is
+ * col0 + 8·jj), all 32 reads of the table's shared-memory copy (at lut_s)
+ * in flight together, then the residual if any. (Read from global memory
+ * one pair at a time between the staging stores, the layer took 1.8-2.2x
+ * its time.) */
+__device__ __forceinline__ void act_blocks8(const EpiParams &p, uint32_t (&va)[8], uint32_t (&vb)[8], int m, int n,
+                                            int64_t r0, int col0, uint32_t lut_s)
+{
+    uint32_t v[16];
+#pragma unroll
+    for (int jj = 0; jj < 8; jj++) v[jj] = va[jj], v[8 + jj] = vb[jj];
+    gelu_bf16x2_lut(v, lut_s);
+#pragma unroll
+    for (int jj = 0; jj < 8; jj++) va[jj] = v[jj], vb[jj] = v[8 + jj];
+    if (p.res) {
+#pragma unroll
+        for (int jj = 0; jj < 8; jj++) {
+            const int col = col0 + 8 * jj;
+            if (col >= n) continue;
+            if (r0 < m) va[jj] = res_bf16x2(p, va[jj], r0, col);
+            if (r0 + 8 < m) vb[jj] = res_bf16x2(p, vb[jj], r0 + 8, col);
+        }
+    }
 }
 
 /* The LoRA term of the tile's 8-column accumulator block j (l, in the C
@@ -111,12 +184,23 @@ template <int BN, int EPI> struct Staging {
     static constexpr int BYTES = 64 * PITCH; /* per consumer warpgroup */
 };
 
-/* The ring, its barriers, the column tables (two in a persistent block) and
- * a persistent block's own staging area; 1024 for the alignment. */
-template <int BM, int NWG, int BN, int BK, int STAGES, bool PERSIST, bool PP> constexpr size_t smem_bytes()
+/* A persistent block's own staging area: room for the int32 tile's passes,
+ * or (EPI_BF16_ACT, which needs the room for its table) for the bf16 TMA
+ * boxes only — a warpgroup's BN/64 boxes per 64 rows, two row halves in
+ * ping-pong. */
+template <int NWG, int BN, bool PP, int EPI> __host__ __device__ constexpr int persistent_staging()
+{
+    return EPI == EPI_BF16_ACT ? NWG * (PP ? 2 : 1) * (BN / 64) * 8192 : NWG * Staging<BN, EPI_I32>::BYTES;
+}
+/* The ring, its barriers, the column tables (two in a persistent block), a
+ * persistent block's own staging area and GELU table; 1024 for the
+ * alignment. (A one-tile block keeps the GELU table in the LoRA U tile's
+ * room, or in the ring after its epilogue's staging.) */
+template <int BM, int NWG, int BN, int BK, int STAGES, bool PERSIST, bool PP, int EPI> constexpr size_t smem_bytes()
 {
     return (size_t)STAGES * (BM + BN) * BK + 2 * STAGES * sizeof(uint64_t) +
-           (PERSIST ? (PP ? 4 : 2) : 1) * 3 * BN * sizeof(float) + (PERSIST ? NWG * Staging<BN, EPI_I32>::BYTES : 0) + 1024;
+           (PERSIST ? (PP ? 4 : 2) : 1) * 3 * BN * sizeof(float) +
+           (PERSIST ? persistent_staging<NWG, BN, PP, EPI>() + (EPI == EPI_BF16_ACT ? GELU_LUT_BYTES : 0) : 0) + 1024;
 }
 /* Whether a one-tile-per-block kernel's blocks per SM still fit with a
  * LoRA's U tile (BN·LORA_U_KS·32 bytes) after the table. */
@@ -222,7 +306,8 @@ template <int BN, int EPI, int KR = 2, bool USM = false>
 __device__ __forceinline__ void epilogue_tile(const int32_t (&d)[BN / 2], const EpiParams &p, int m, int n,
                                               int64_t row0, int n0, int tid, const float *col_sw,
                                               const float *col_bias, uint8_t *stage, int bar,
-                                              const uint2 *usm = nullptr /* USM: the tile's U (lora_u_copy) */)
+                                              const uint2 *usm = nullptr /* USM: the tile's U (lora_u_copy);
+                                                                            EPI_BF16_ACT: the GELU table */)
 {
     const bool scaled = p.ydt != DT_I32;
     const int warp = tid / 32, lane = tid % 32;
@@ -239,6 +324,29 @@ __device__ __forceinline__ void epilogue_tile(const int32_t (&d)[BN / 2], const 
 #pragma unroll
         for (int h = 0; h < BN / HC; h++) {
             if (h > 0) asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory"); /* the previous pass has left */
+            if constexpr (EPI == EPI_BF16_ACT) {
+                static_assert(HC % 64 == 0, "whole groups of 8 column blocks");
+#pragma unroll
+                for (int jg = 0; jg < HC / 8; jg += 8) {
+                    uint32_t va[8], vb[8];
+#pragma unroll
+                    for (int q = 0; q < 8; q++) {
+                        const int cl = (jg + q) * 8 + 2 * (lane % 4);
+                        const float2 sw = *(const float2 *)(col_sw + cl), bs = *(const float2 *)(col_bias + cl);
+                        const int j = h * (HC / 8) + jg + q; /* (HC = BN for bf16: h = 0) */
+                        const int32_t *l = nullptr;
+                        va[q] = pair_of<EPI>(p, d[4 * j], d[4 * j + 1], sx0, sw, bs, r0, n0 + cl, false, l, 0.f, sw);
+                        vb[q] = pair_of<EPI>(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs, r1, n0 + cl, false, l, 0.f, sw);
+                    }
+                    act_blocks8(p, va, vb, m, n, r0, n0 + jg * 8 + 2 * (lane % 4), smem_u32(usm));
+#pragma unroll
+                    for (int q = 0; q < 8; q++) {
+                        const int cl = (jg + q) * 8 + 2 * (lane % 4);
+                        *(uint32_t *)(stage + lr0 * PITCH + cl * 2) = va[q];
+                        *(uint32_t *)(stage + lr1 * PITCH + cl * 2) = vb[q];
+                    }
+                }
+            } else
 #pragma unroll
             for (int jj = 0; jj < HC / 8; jj++) {
                 const int j = h * (HC / 8) + jj, cl = jj * 8 + 2 * (lane % 4);
@@ -324,7 +432,8 @@ template <int BN, int SLOTS, int EPI, int KR, bool USM = false>
 __device__ __forceinline__ void epilogue_bf16_tma(const int32_t (&d)[BN / 2], const EpiParams &p, int m, int n,
                                                   int row0, int n0, int tid, float2 sx, const float *col_sw,
                                                   const float *col_bias, uint8_t *stage, const CUtensorMap *tma_y,
-                                                  const uint2 *usm = nullptr /* USM: the tile's U (lora_u_copy) */)
+                                                  const uint2 *usm = nullptr /* USM: the tile's U (lora_u_copy);
+                                                                                EPI_BF16_ACT: the GELU table */)
 {
     constexpr int BOXES = BN / 64;
     const int warp = tid / 32, lane = tid % 32;
@@ -338,6 +447,7 @@ __device__ __forceinline__ void epilogue_bf16_tma(const int32_t (&d)[BN / 2], co
     for (int q = 0; q < BOXES; q++) {
         if (lane == 0) asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(SLOTS - 1) : "memory");
         __syncwarp();
+        uint32_t va[8], vb[8]; /* EPI_BF16_ACT: the box's pairs before their GELU */
 #pragma unroll
         for (int jj = 0; jj < 8; jj++) {
             const int j = q * 8 + jj, cl = j * 8 + 2 * (lane % 4), off = (q % SLOTS) * 8192 + (jj ^ xr) * 16;
@@ -346,10 +456,19 @@ __device__ __forceinline__ void epilogue_bf16_tma(const int32_t (&d)[BN / 2], co
             int32_t l[4] = {};
             float2 su = {};
             if constexpr (EPI == EPI_BF16_LORA) lora_block<USM>(l, su, lr, p, m, r0, usm, n0, j, lane, col_bias + BN + cl);
-            *(uint32_t *)(row_a + off) =
-                pair_of<EPI>(p, d[4 * j], d[4 * j + 1], sx0, sw, bs, r0, col, r0 < m && col < n, l, lr.st0, su);
-            *(uint32_t *)(row_b + off) =
+            const uint32_t ya = pair_of<EPI>(p, d[4 * j], d[4 * j + 1], sx0, sw, bs, r0, col, r0 < m && col < n, l, lr.st0, su);
+            const uint32_t yb =
                 pair_of<EPI>(p, d[4 * j + 2], d[4 * j + 3], sx1, sw, bs, r1, col, r1 < m && col < n, l + 2, lr.st1, su);
+            if constexpr (EPI == EPI_BF16_ACT) va[jj] = ya, vb[jj] = yb;
+            else *(uint32_t *)(row_a + off) = ya, *(uint32_t *)(row_b + off) = yb;
+        }
+        if constexpr (EPI == EPI_BF16_ACT) {
+            act_blocks8(p, va, vb, m, n, r0, n0 + q * 64 + 2 * (lane % 4), smem_u32(usm));
+#pragma unroll
+            for (int jj = 0; jj < 8; jj++) {
+                const int off = (q % SLOTS) * 8192 + (jj ^ xr) * 16;
+                *(uint32_t *)(row_a + off) = va[jj], *(uint32_t *)(row_b + off) = vb[jj];
+            }
         }
         fence_proxy_async_smem();
         __syncwarp();
@@ -377,6 +496,16 @@ __device__ __forceinline__ void lora_u_copy(uint8_t *dst, const EpiParams &p, in
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
 __device__ __forceinline__ void lora_u_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+/* The output GELU's table (8 KB, ql_gelu_bf16_bits) copied to shared memory
+ * the same way, by threads t of nt; waited for with lora_u_wait. */
+__device__ __forceinline__ void gelu_lut_copy(uint8_t *dst, const EpiParams &p, int t, int nt)
+{
+    const uint8_t *src = (const uint8_t *)p.gelu_lut;
+    for (int i = 16 * t; i < GELU_LUT_BYTES; i += 16 * nt)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst + i)), "l"(src + i) : "memory");
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
 
 /* The tile's weight scales and bias (rounded to the output dtype), read from
  * shared memory in the epilogue: no global loads between its stores. */
@@ -416,6 +545,12 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     constexpr bool U_ROOM = EPI == EPI_BF16_LORA && single_tile_u_room(NWG, BN, BK, STAGES, CTAS);
     uint2 *usm = (uint2 *)(col_sw + 3 * BN);
     constexpr bool u_smem = U_ROOM; /* the launcher fuses a LoRA of at most LORA_U_KS steps only */
+    /* EPI_BF16_ACT: the GELU table in the U tile's room, copied under the
+     * main loop; without that room, in the ring after the staging area,
+     * copied once the main loop has left the ring */
+    constexpr bool LUT_EARLY = EPI == EPI_BF16_ACT && single_tile_u_room(NWG, BN, BK, STAGES, CTAS);
+    constexpr bool LUT_LATE = EPI == EPI_BF16_ACT && !LUT_EARLY;
+    static_assert(single_tile_u_bytes(BN) >= GELU_LUT_BYTES, "the GELU table fits the U tile's room");
 
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128; /* wg == NWG: the producer warp */
     const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
@@ -439,15 +574,23 @@ __global__ void __launch_bounds__(NWG * 128 + 32, CTAS)
     /* Programmatic dependent launch: the activation scales come from the
      * prologue kernel just before; everything above overlapped its tail. */
     if (u_smem) lora_u_copy((uint8_t *)usm, p, n0, BN, threadIdx.x, NWG * 128); /* U: written long before */
+    if (LUT_EARLY) gelu_lut_copy((uint8_t *)usm, p, threadIdx.x, NWG * 128);
     asm volatile("griddepcontrol.wait;" ::: "memory");
     int32_t d[1][BN / 2];
     uint32_t it = 0;
     consume_tile<BM, BN, BK, STAGES>(d, smem, full, empty, wg, tid, kt_count, it);
     using S = Staging<BN, EPI>;
-    static_assert(EPI == EPI_GENERIC || NWG * S::BYTES <= STAGES * STAGE_BYTES, "staged tile fits the ring");
-    if (u_smem) lora_u_wait();
+    static_assert(EPI == EPI_GENERIC || NWG * S::BYTES + (LUT_LATE ? GELU_LUT_BYTES : 0) <= STAGES * STAGE_BYTES,
+                  "staged tile (and GELU table) fit the ring");
+    if (u_smem || LUT_EARLY) lora_u_wait();
     /* the staging area is the ring: every consumer's last wgmma must have read it */
     if constexpr (EPI != EPI_GENERIC) asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory");
+    if constexpr (LUT_LATE) {
+        usm = (uint2 *)(smem + NWG * S::BYTES); /* 16-byte aligned: S::BYTES = 64 · PITCH, PITCH a multiple of 16 */
+        gelu_lut_copy((uint8_t *)usm, p, threadIdx.x, NWG * 128);
+        lora_u_wait();
+        asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory");
+    }
     epilogue_tile<BN, EPI, (CTAS >= 2 ? 0 : 2), U_ROOM>(d[0], p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias,
                                                         smem + wg * S::BYTES, 2 + wg, usm);
 #endif
@@ -475,13 +618,18 @@ __global__ void __launch_bounds__(3 * 128, 1)
     using S = Staging<BN, EPI>;
     /* the TMA epilogue's boxes per warpgroup: 1024-aligned for the swizzle */
     constexpr int TMA_STAGE = BN / 64 * 8192;
-    static_assert(NWG * MH * TMA_STAGE <= NWG * Staging<BN, EPI_I32>::BYTES && STAGE_BYTES % 1024 == 0, "staging");
+    constexpr int STAGING = persistent_staging<NWG, BN, PP, EPI>();
+    static_assert(NWG * MH * TMA_STAGE <= STAGING && STAGE_BYTES % 1024 == 0, "staging");
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = smem_1024(smem_raw);
     uint8_t *staging = smem + STAGES * STAGE_BYTES;
-    uint64_t *full = (uint64_t *)(staging + NWG * Staging<BN, EPI_I32>::BYTES);
+    uint64_t *full = (uint64_t *)(staging + STAGING);
     uint64_t *empty = full + STAGES;
     float *tables = (float *)(empty + STAGES); /* two tiles' tables: [2][sw BN, bias BN, su BN] (per warpgroup, PP) */
+    /* EPI_BF16_ACT: the GELU table after them, copied once per block under
+     * the first main loop (in ping-pong by each warpgroup for itself: the
+     * two write the same bytes, and each waits for its own copy only) */
+    uint2 *lut = (uint2 *)(tables + (PP ? 4 : 2) * 3 * BN);
 
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     const int kt_count = (k + BK - 1) / BK;
@@ -518,6 +666,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    if constexpr (EPI == EPI_BF16_ACT) gelu_lut_copy((uint8_t *)lut, p, PP ? tid : threadIdx.x, PP ? 128 : NWG * 128);
     asm volatile("griddepcontrol.wait;" ::: "memory");
     if constexpr (PP) {
         /* The block's g-th tile belongs to warpgroup g % 2. The main loops
@@ -540,12 +689,13 @@ __global__ void __launch_bounds__(3 * 128, 1)
             consume_tile<BM, BN, BK, STAGES, 1, MH>(d, smem, full, empty, 0, tid, kt_count, it);
             if (g + 1 < count) asm volatile("bar.arrive %0, 256;" ::"r"(4 + wg) : "memory");
             it += kt_count; /* the other warpgroup's tile */
+            if constexpr (EPI == EPI_BF16_ACT) lora_u_wait();
             asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory"); /* the table is complete */
 #pragma unroll
             for (int h = 0; h < MH; h++) {
                 if constexpr (is_bf16(EPI)) {
                     epilogue_bf16_tma<BN, MH * BN / 64, EPI, 0>(d[h], p, m, n, m0 + h * 64, n0, tid, sx[h], col_sw, col_bias,
-                                                        staging + wg * MH * TMA_STAGE + h * TMA_STAGE, &tma_y);
+                                                        staging + wg * MH * TMA_STAGE + h * TMA_STAGE, &tma_y, lut);
                 } else {
                     if (EPI != EPI_GENERIC && h > 0) asm volatile("bar.sync %0, 128;" ::"r"(2 + wg) : "memory");
                     epilogue_tile<BN, EPI>(d[h], p, m, n, m0 + h * 64, n0, tid, col_sw, col_bias,
@@ -564,7 +714,7 @@ __global__ void __launch_bounds__(3 * 128, 1)
      * output boxes leave room: their ring of boxes is then two deep. */
     constexpr bool U_ROOM = EPI == EPI_BF16_LORA;
     constexpr int BOX_SLOTS = U_ROOM ? 2 : BN / 64, U_TILE = BN * LORA_U_KS * 32;
-    static_assert(!U_ROOM || NWG * BOX_SLOTS * 8192 + 2 * U_TILE <= NWG * Staging<BN, EPI_I32>::BYTES, "U tiles");
+    static_assert(!U_ROOM || NWG * BOX_SLOTS * 8192 + 2 * U_TILE <= STAGING, "U tiles");
     constexpr bool u_smem = U_ROOM; /* the launcher fuses a LoRA of at most LORA_U_KS steps only */
     for (int u = first, j = 0; u < units; u += stride, j++) {
         const int m0 = ((u / tiles_n) * CM + rank) * BM, n0 = (u % tiles_n) * BN;
@@ -577,12 +727,12 @@ __global__ void __launch_bounds__(3 * 128, 1)
         if (u_smem) lora_u_copy((uint8_t *)usm, p, n0, BN, threadIdx.x, NWG * 128);
         const float2 sx = is_bf16(EPI) ? tile_sx(p, m, m0 + wg * 64, tid) : make_float2(0.f, 0.f);
         consume_tile<BM, BN, BK, STAGES, CM>(d, smem, full, empty, wg, tid, kt_count, it);
-        if (u_smem) lora_u_wait();
+        if (u_smem || EPI == EPI_BF16_ACT) lora_u_wait();
         asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory"); /* the table (and U tile) is complete */
         if constexpr (is_bf16(EPI)) {
             epilogue_bf16_tma<BN, BOX_SLOTS, EPI, 2, U_ROOM>(d[0], p, m, n, m0 + wg * 64, n0, tid, sx, col_sw, col_bias,
                                                              staging + wg * (U_ROOM ? BOX_SLOTS * 8192 : TMA_STAGE),
-                                                             &tma_y, usm);
+                                                             &tma_y, EPI == EPI_BF16_ACT ? lut : usm);
         } else {
             epilogue_tile<BN, EPI>(d[0], p, m, n, m0 + wg * 64, n0, tid, col_sw, col_bias, staging + wg * S::BYTES,
                                    2 + wg);
@@ -656,9 +806,13 @@ struct Cfg {
     static constexpr int BM = PP ? 128 : 64 * NWG; /* ping-pong: a warpgroup's tile */
     static_assert(CM == 1 || PERSIST, "clusters: the persistent kernel");
     static_assert(PERSIST ? NWG == 2 && BN == (PP ? 128 : 256) : !PP, "the persistent kernel's tiles");
-    static constexpr size_t SMEM = smem_bytes<BM, NWG, BN, BK, STAGES, PERSIST, PP>() +
-                                   (!PERSIST && single_tile_u_room(NWG, BN, BK, STAGES, CTAS) ? single_tile_u_bytes(BN) : 0);
-    static_assert(SMEM * CTAS <= 227 * 1024, "shared memory per SM");
+    template <int EPI> static constexpr size_t smem()
+    {
+        return smem_bytes<BM, NWG, BN, BK, STAGES, PERSIST, PP, EPI>() +
+               (!PERSIST && single_tile_u_room(NWG, BN, BK, STAGES, CTAS) ? single_tile_u_bytes(BN) : 0);
+    }
+    static_assert(smem<EPI_I32>() * CTAS <= 227 * 1024 && smem<EPI_BF16_ACT>() * CTAS <= 227 * 1024,
+                  "shared memory per SM");
 };
 
 typedef void (*gemm_kernel_fn)(CUtensorMap, CUtensorMap, CUtensorMap, int, int, int, EpiParams);
@@ -703,12 +857,13 @@ cudaError_t launch_epi(const CUtensorMap &ma, const CUtensorMap &mb, int m, int 
     dim3 grid((unsigned)((n + C::BN - 1) / C::BN), (unsigned)((m + C::BM - 1) / C::BM), 1);
     CUtensorMap my = {}; /* the output, for the TMA epilogue only */
     if (set_attr) {
-        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
+        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)C::template smem<EPI>());
         if (e != cudaSuccess) return e;
     }
     cudaLaunchAttribute attr[2];
-    cudaLaunchConfig_t cfg = launch_config(grid, dim3(C::PERSIST ? 3 * 128 : C::NWG * 128 + 32, 1, 1), C::SMEM, stream,
-                                           pdl, attr);
+    cudaLaunchConfig_t cfg = launch_config(grid, dim3(C::PERSIST ? 3 * 128 : C::NWG * 128 + 32, 1, 1),
+                                           C::template smem<EPI>(), stream, pdl, attr);
     if (C::CM > 1) {
         cudaLaunchAttribute &c = attr[cfg.numAttrs++];
         c.id = cudaLaunchAttributeClusterDimension;
@@ -765,8 +920,11 @@ cudaError_t prepare_s8_gemm_sm90(int *pairs)
             const gemm_kernel_fn ks[6] = {kernel_of<C, EPI_GENERIC>(),  kernel_of<C, EPI_I32>(),
                                           kernel_of<C, EPI_BF16>(),     kernel_of<C, EPI_BF16_RES>(),
                                           kernel_of<C, EPI_BF16_LORA>(), kernel_of<C, EPI_BF16_ACT>()};
-            for (gemm_kernel_fn kern : ks) {
-                cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)C::SMEM);
+            const size_t bytes[6] = {C::template smem<EPI_GENERIC>(),  C::template smem<EPI_I32>(),
+                                     C::template smem<EPI_BF16>(),     C::template smem<EPI_BF16_RES>(),
+                                     C::template smem<EPI_BF16_LORA>(), C::template smem<EPI_BF16_ACT>()};
+            for (int i = 0; i < 6; i++) {
+                cudaError_t e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes[i]);
                 if (e != cudaSuccess) return e;
             }
             return cudaSuccess;
@@ -778,7 +936,7 @@ cudaError_t prepare_s8_gemm_sm90(int *pairs)
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(1024);
     cfg.blockDim = dim3(3 * 128);
-    cfg.dynamicSmemBytes = C::SMEM;
+    cfg.dynamicSmemBytes = C::template smem<EPI_BF16>();
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;

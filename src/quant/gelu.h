@@ -109,17 +109,31 @@ static inline QL_GELU_HD float ql_gelu_f32(float x)
 #define QL_GELU_LUT_LO (115u << 7) /* |x|'s bits at 2^-12 */
 #define QL_GELU_LUT_HI (131u << 7) /* at 16 */
 #define QL_GELU_LUT_SIZE (2 * (QL_GELU_LUT_HI - QL_GELU_LUT_LO)) /* positive, then negative x */
-static inline QL_GELU_HD uint16_t ql_gelu_bf16_bits(uint16_t h, const uint16_t *lut)
+/* The inputs outside the table: |x| >= 16 gives x (x > 0, +Inf), -0
+ * (finite x < 0) or NaN (-Inf), NaN stays NaN (quieted as the rounding
+ * does); |x| < 2^-12 gives x/2, one exponent step down, or in units of
+ * 2^-133 (|x| itself below 2^-125) halved, ties to even. */
+static inline QL_GELU_HD uint16_t ql_gelu_bf16_outside(uint16_t h)
 {
     const uint32_t a = h & 0x7fffu, s = h & 0x8000u;
-    if (a >= QL_GELU_LUT_HI) {
-        if (a > 0x7f80u) return (uint16_t)(h | 0x40u); /* NaN stays NaN (quieted as the rounding does) */
-        if (!s) return h;
-        return (uint16_t)(a == 0x7f80u ? 0x7fc0u : 0x8000u);
-    }
-    if (a >= QL_GELU_LUT_LO) return lut[(s >> 15) * (QL_GELU_LUT_HI - QL_GELU_LUT_LO) + a - QL_GELU_LUT_LO];
-    /* x/2: one exponent step down, or in units of 2^-133 (a itself below 2^-125) halved, ties to even */
+    if (a >= QL_GELU_LUT_HI) return (uint16_t)(a > 0x7f80u ? (h | 0x40u) : !s ? h : a == 0x7f80u ? 0x7fc0u : 0x8000u);
     return (uint16_t)(s | (a >= 0x100u ? a - 0x80u : (a >> 1) + (a & (a >> 1) & 1u)));
+}
+/* The table is read unconditionally, at a clamped index, and the rare
+ * inputs outside it are fixed after: in a GPU epilogue the reads of many
+ * outputs are then independent and in flight together. */
+static inline QL_GELU_HD uint32_t ql_gelu_bf16_index(uint16_t h)
+{
+    const uint32_t span = QL_GELU_LUT_HI - QL_GELU_LUT_LO, off = (h & 0x7fffu) - QL_GELU_LUT_LO; /* wraps below LO */
+    return (uint32_t)(h >> 15) * span + (off < span ? off : span - 1);
+}
+static inline QL_GELU_HD uint16_t ql_gelu_bf16_fix(uint16_t h, uint16_t t) /* t: lut[ql_gelu_bf16_index(h)] */
+{
+    return (uint32_t)(h & 0x7fffu) - QL_GELU_LUT_LO < QL_GELU_LUT_HI - QL_GELU_LUT_LO ? t : ql_gelu_bf16_outside(h);
+}
+static inline QL_GELU_HD uint16_t ql_gelu_bf16_bits(uint16_t h, const uint16_t *lut)
+{
+    return ql_gelu_bf16_fix(h, lut[ql_gelu_bf16_index(h)]);
 }
 
 #endif
