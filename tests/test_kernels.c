@@ -1292,6 +1292,54 @@ static void free_wxa8(wxa8_made *o)
     free(o->s_channel);
 }
 
+/* The register decode of a few rows (wxa8_rows) against the int8 grid of
+ * ql_wxa8_decode, exact: weights packed as the kernel stores them (+ 128
+ * for VNNI, signed for AMX) and the other way (the flag flipped on a copy
+ * of the kernel), so that both layouts run wherever AVX-512 does; random
+ * activations over the whole int8 range, 1..rows_max rows. */
+static void wxa8_rows_case(const ql_cpu_kernels *kt, const wxa8_made *o, int it)
+{
+    const ql_wxa8_weight *w = &o->w;
+    const int64_t n = w->n, k = w->k;
+    int8_t *grid = xalloc((size_t)(n * k));
+    CHECK_OK(ql_wxa8_decode(w, grid, k));
+    for (int flip = 0; flip < 2; flip++) {
+        ql_s8_kernel ks = *kt->s8_decoded;
+        if (flip) ks.b_offset128 = !ks.b_offset128;
+        ql_wxa8_panels p;
+        ql_packed_b b;
+        CHECK_OK(ql_wxa8_panels_pack(&ks, w, &p, &b));
+        if (!kt->wxa8_rows_ok(&p, &ks)) {
+            ql_wxa8_panels_free(&p);
+            continue;
+        }
+        const int64_t m = it % 7 == 0 ? 1 : tu_range(1, kt->wxa8_rows_max);
+        int8_t *a = xalloc((size_t)(m * k));
+        for (int64_t i = 0; i < m * k; i++) a[i] = (int8_t)tu_range(-128, 127);
+        if (it % 5 == 1)
+            for (int64_t i = 0; i < k; i++) a[i] = -128; /* a row at the limit: + 128 is 0 */
+        void *pa = xalloc(ql_packed_a_bytes(&ks, m, k));
+        int32_t *rowsum = xalloc((size_t)m * sizeof(int32_t)), *c = xalloc((size_t)(m * 32) * sizeof(int32_t));
+        ql_pack_a_s8(&ks, a, m, k, k, pa, rowsum);
+        int64_t bad = 0, fr = -1, fc = -1;
+        for (int64_t jp = 0; jp < p.panels; jp++) {
+            kt->wxa8_rows(&p, (const int8_t *)pa, ks.mr, m, jp, c);
+            for (int64_t r = 0; r < m; r++)
+                for (int64_t j = 0; j < 32 && jp * 32 + j < n; j++) {
+                    int64_t want = ks.b_offset128 ? 128 * (int64_t)rowsum[r] : 0;
+                    for (int64_t q = 0; q < k; q++) want += (int64_t)a[r * k + q] * grid[(jp * 32 + j) * k + q];
+                    if (c[r * 32 + j] != want && !bad++) fr = r, fc = jp * 32 + j;
+                }
+        }
+        CHECK(bad == 0, "%s wxa8_rows (%s, %d bits, weights %s) M=%lld N=%lld K=%lld: %lld outputs wrong (first row %lld col %lld)",
+              tname, ks.name, w->bits, ks.b_offset128 ? "+ 128" : "signed", (long long)m, (long long)n, (long long)k,
+              (long long)bad, (long long)fr, (long long)fc);
+        free(a), free(pa), free(rowsum), free(c);
+        ql_wxa8_panels_free(&p);
+    }
+    free(grid);
+}
+
 static void wxa8_case(const ql_cpu_kernels *kt, int it)
 {
     const ql_s8_kernel *kern = kt->s8_decoded;
@@ -1360,6 +1408,7 @@ static void wxa8_case(const ql_cpu_kernels *kt, int it)
         free(dg);
     }
     ql_wxa8_panels_free(&p);
+    if (kt->wxa8_rows) wxa8_rows_case(kt, &o, it);
     free_wxa8(&o);
 }
 

@@ -31,14 +31,17 @@ ql_status ql_wxa8_panels_pack(const ql_s8_kernel *kern, const ql_wxa8_weight *w,
     p->codes = ql_aligned_alloc(cbytes);
     p->sidx = ql_aligned_alloc(sbytes);
     p->lut = ql_aligned_alloc((size_t)(256 * ncodes));
+    const ql_cpu_kernels *kt = ql_cpu_kernels_for(kern->isa);
+    if (!p->offset128 && kt->wxa8_rows) p->colsum = ql_aligned_alloc((size_t)(p->panels * nr) * sizeof(int32_t));
     uint8_t *row = malloc((size_t)(w->k > 0 ? w->k : 1));
-    if (!p->codes || !p->sidx || !p->lut || !row) {
+    if (!p->codes || !p->sidx || !p->lut || (!p->offset128 && kt->wxa8_rows && !p->colsum) || !row) {
         free(row);
         ql_wxa8_panels_free(p);
         return ql_fail(QL_ERR_OUT_OF_MEMORY, "pack weight: cannot allocate %zu bytes", cbytes + sbytes);
     }
     memset(p->codes, 0, cbytes);
     memset(p->sidx, 0, sbytes);
+    if (p->colsum) memset(p->colsum, 0, (size_t)(p->panels * nr) * sizeof(int32_t));
     const uint8_t off = p->offset128 ? 128 : 0;
     for (int sb = 0; sb < 256; sb++) /* NaN scale bytes never reach a layer (ql_check_wxa8_weight) */
         for (int c = 0; c < ncodes; c++)
@@ -59,6 +62,12 @@ ql_status ql_wxa8_panels_pack(const ql_s8_kernel *kern, const ql_wxa8_weight *w,
         }
         for (int64_t g = 0; g < p->ngroups; g++)
             p->sidx[(pn * p->ngroups + g) * nr + j] = ((const uint8_t *)w->s_rel)[col * p->ngroups + g];
+        if (p->colsum) {
+            const uint8_t *sb = (const uint8_t *)w->s_rel + col * p->ngroups;
+            int32_t sum = 0;
+            for (int64_t kk = 0; kk < w->k; kk++) sum += (int8_t)p->lut[sb[kk / p->group] * ncodes + row[kk]];
+            p->colsum[col] = sum;
+        }
     }
     free(row);
     memset(b, 0, sizeof *b);
@@ -69,7 +78,6 @@ ql_status ql_wxa8_panels_pack(const ql_s8_kernel *kern, const ql_wxa8_weight *w,
     b->nr = nr;
     b->offset128 = kern->b_offset128;
     b->src = p;
-    const ql_cpu_kernels *kt = ql_cpu_kernels_for(kern->isa);
     b->decode = kt->wxa8_decode; /* writes the kernel's own B layout */
     if (kt->wxa8_rows && kt->wxa8_rows_ok && kt->wxa8_rows_ok(p, kern)) {
         b->rows = kt->wxa8_rows;
@@ -84,13 +92,15 @@ void ql_wxa8_panels_free(ql_wxa8_panels *p)
     ql_aligned_free(p->codes);
     ql_aligned_free(p->sidx);
     ql_aligned_free(p->lut);
+    ql_aligned_free(p->colsum);
     p->codes = p->sidx = p->lut = NULL;
+    p->colsum = NULL;
 }
 
 size_t ql_wxa8_panels_bytes(const ql_wxa8_panels *p)
 {
     return (size_t)(p->panels * p->blocks * p->block_bytes) + (size_t)(p->panels * p->ngroups * p->nr) +
-           (size_t)(256 * (p->bits == 6 ? 64 : 16));
+           (size_t)(256 * (p->bits == 6 ? 64 : 16)) + (p->colsum ? (size_t)(p->panels * p->nr) * sizeof(int32_t) : 0);
 }
 
 void ql_wxa8_decode_generic(const void *src, int64_t jp0, int64_t jp1, int64_t pc, int64_t kc, uint8_t *dst)

@@ -30,6 +30,9 @@ typedef struct ql_wxa8_panels {
     uint8_t *codes;      /* panels · blocks · block_bytes */
     uint8_t *sidx;       /* panels · ngroups · NR */
     uint8_t *lut;        /* [256][16 or 64]: decoded (offset) value of (scale byte, code); NaN bytes 0 + offset */
+    int32_t *colsum;     /* signed weights (no offset): each column's sum of decoded values, panels · NR (0 for
+                          * padding columns), for register decodes that feed the weights as vpdpbusd's signed
+                          * operand against activations + 128 (ql_packed_b.rows); else NULL */
     float values[64];    /* value(code) */
     float e4m3[256];     /* e4m3 -> fp32 */
 } ql_wxa8_panels;

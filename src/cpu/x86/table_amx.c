@@ -54,6 +54,14 @@ const ql_cpu_kernels ql_cpu_kernels_amx = {
     .prologue = ql_prologue_avx512,
     .w8a8_epilogue = ql_w8a8_epilogue_avx512,
     .wxa8_decode = ql_wxa8_decode_avx512,
+    /* a few rows of a packed layer decoded in registers (AVX-512), the
+     * signed weights against activations + 128: on the Xeon W4A8 packed at
+     * M = 1 read at 28-37 % of the bandwidth through the decoded small-M
+     * tile, which decodes each slice to memory first; rows max as
+     * avx512vnni's (not measured on AMX) */
+    .wxa8_rows = ql_wxa8_rows_avx512,
+    .wxa8_rows_ok = ql_wxa8_rows_ok_avx512,
+    .wxa8_rows_max = 4,
     .lora_t_row = ql_lora_t_row_s8_64__avx512,
     .tune = tune,
     .f32 = &ql_f32_gemm_12x32__avx512,

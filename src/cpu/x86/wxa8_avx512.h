@@ -15,7 +15,11 @@
  * 64-block come in the prologue's order (ql_k64_element).
  * rows (small M): no transpose; the vectors go straight into vpdpbusd
  * against each row's 16 activations broadcast to the four lanes, and each
- * lane's four partial sums are added once at the end.
+ * lane's four partial sums are added once at the end. Weights stored + 128
+ * (the VNNI kernels) are vpdpbusd's unsigned operand and the epilogue
+ * removes 128·Σa; signed weights (AMX's layout) are its signed operand
+ * against activations + 128 (a XOR 0x80), and 128·Σq of each column
+ * (colsum) comes off at the end.
  *
  * Each file instantiates the bodies below with its chunk decoder
  * (QL_WXA8_AVX512_BODIES), so the loops are compiled with that decoder
@@ -97,8 +101,9 @@ QL_INLINE void ql_wxa8_transpose4(__m512i a, __m512i b, __m512i c, __m512i d, __
     /* NROW (1 or 2) rows against panel jp: acc[r][2h + e] lane l sums column 8h + 2l + e, */                         \
     /* each of its dwords over one k mod 4 class of the 16-k blocks */                                                \
     QL_INLINE void NAME##_rows_n(const ql_wxa8_panels *p, __m512i perm, const int8_t *a0, const int8_t *a1,           \
-                                 int64_t a_step, const int nrow, int64_t jp, int32_t *c0, int32_t *c1)                \
+                                 int64_t a_step, const int nrow, const bool sgn, int64_t jp, int32_t *c0, int32_t *c1) \
     {                                                                                                                 \
+        const __m512i flip = _mm512_set1_epi8(sgn ? (char)0x80 : 0);                                                  \
         const uint8_t *codes = p->codes + jp * p->blocks * p->block_bytes;                                            \
         const uint8_t *sidx = p->sidx + jp * p->ngroups * 32;                                                         \
         __m512i acc0[8], acc1[8];                                                                                     \
@@ -108,9 +113,11 @@ QL_INLINE void ql_wxa8_transpose4(__m512i a, __m512i b, __m512i c, __m512i d, __
         for (int64_t b = 0; b < blocks; b++) {                                                                        \
             if (b % 4 == 0) {                                                                                         \
                 const int64_t at = (b / 4) * a_step;                                                                  \
-                _mm512_store_si512((void *)nat[0], _mm512_permutexvar_epi32(perm, _mm512_loadu_si512(a0 + at)));      \
+                _mm512_store_si512((void *)nat[0],                                                                    \
+                                   _mm512_xor_si512(_mm512_permutexvar_epi32(perm, _mm512_loadu_si512(a0 + at)), flip)); \
                 if (nrow > 1)                                                                                         \
-                    _mm512_store_si512((void *)nat[1], _mm512_permutexvar_epi32(perm, _mm512_loadu_si512(a1 + at)));  \
+                    _mm512_store_si512((void *)nat[1],                                                                \
+                                       _mm512_xor_si512(_mm512_permutexvar_epi32(perm, _mm512_loadu_si512(a1 + at)), flip)); \
             }                                                                                                         \
             const __m512i x0 = _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(nat[0] + 16 * (b % 4))));     \
             const __m512i x1 = nrow > 1 ? _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(nat[1] + 16 * (b % 4)))) \
@@ -121,11 +128,20 @@ QL_INLINE void ql_wxa8_transpose4(__m512i a, __m512i b, __m512i c, __m512i d, __
             {                                                                                                         \
                 __m512i v[2];                                                                                         \
                 CHUNK(p, blk, s, h, v);                                                                               \
-                acc0[2 * h] = _mm512_dpbusd_epi32(acc0[2 * h], v[0], x0);                                             \
-                acc0[2 * h + 1] = _mm512_dpbusd_epi32(acc0[2 * h + 1], v[1], x0);                                     \
-                if (nrow > 1) {                                                                                       \
-                    acc1[2 * h] = _mm512_dpbusd_epi32(acc1[2 * h], v[0], x1);                                         \
-                    acc1[2 * h + 1] = _mm512_dpbusd_epi32(acc1[2 * h + 1], v[1], x1);                                 \
+                if (sgn) {                                                                                            \
+                    acc0[2 * h] = _mm512_dpbusd_epi32(acc0[2 * h], x0, v[0]);                                         \
+                    acc0[2 * h + 1] = _mm512_dpbusd_epi32(acc0[2 * h + 1], x0, v[1]);                                 \
+                    if (nrow > 1) {                                                                                   \
+                        acc1[2 * h] = _mm512_dpbusd_epi32(acc1[2 * h], x1, v[0]);                                     \
+                        acc1[2 * h + 1] = _mm512_dpbusd_epi32(acc1[2 * h + 1], x1, v[1]);                             \
+                    }                                                                                                 \
+                } else {                                                                                              \
+                    acc0[2 * h] = _mm512_dpbusd_epi32(acc0[2 * h], v[0], x0);                                         \
+                    acc0[2 * h + 1] = _mm512_dpbusd_epi32(acc0[2 * h + 1], v[1], x0);                                 \
+                    if (nrow > 1) {                                                                                   \
+                        acc1[2 * h] = _mm512_dpbusd_epi32(acc1[2 * h], v[0], x1);                                     \
+                        acc1[2 * h + 1] = _mm512_dpbusd_epi32(acc1[2 * h + 1], v[1], x1);                             \
+                    }                                                                                                 \
                 }                                                                                                     \
             }                                                                                                         \
         }                                                                                                             \
@@ -137,19 +153,26 @@ QL_INLINE void ql_wxa8_transpose4(__m512i a, __m512i b, __m512i c, __m512i d, __
                 __m512i t[4];                                                                                         \
                 ql_wxa8_transpose4(acc[4 * half], acc[4 * half + 1], acc[4 * half + 2], acc[4 * half + 3], t);        \
                 const __m512i sum = _mm512_add_epi32(_mm512_add_epi32(t[0], t[1]), _mm512_add_epi32(t[2], t[3]));     \
-                _mm512_storeu_si512((void *)(c + 16 * half), _mm512_permutexvar_epi32(order, sum));                   \
+                __m512i out = _mm512_permutexvar_epi32(order, sum);                                                   \
+                if (sgn) /* Σ (a + 128)·q - 128·Σq */                                                                 \
+                    out = _mm512_sub_epi32(out, _mm512_slli_epi32(                                                    \
+                                                    _mm512_loadu_si512((const void *)(p->colsum + jp * 32 + 16 * half)), 7)); \
+                _mm512_storeu_si512((void *)(c + 16 * half), out);                                                    \
             }                                                                                                         \
         }                                                                                                             \
     }                                                                                                                 \
+    /* sgn: signed weights (activations + 128), as rows_n says; one copy each */                                   \
     ATTR static void NAME##_rows1(const ql_wxa8_panels *p, __m512i perm, const int8_t *a0, int64_t a_step,           \
                                   int64_t jp, int32_t *c0)                                                            \
     {                                                                                                                 \
-        NAME##_rows_n(p, perm, a0, a0, a_step, 1, jp, c0, c0);                                                        \
+        if (p->offset128) NAME##_rows_n(p, perm, a0, a0, a_step, 1, false, jp, c0, c0);                               \
+        else NAME##_rows_n(p, perm, a0, a0, a_step, 1, true, jp, c0, c0);                                             \
     }                                                                                                                 \
     ATTR static void NAME##_rows2(const ql_wxa8_panels *p, __m512i perm, const int8_t *a0, const int8_t *a1,          \
                                   int64_t a_step, int64_t jp, int32_t *c0, int32_t *c1)                               \
     {                                                                                                                 \
-        NAME##_rows_n(p, perm, a0, a1, a_step, 2, jp, c0, c1);                                                        \
+        if (p->offset128) NAME##_rows_n(p, perm, a0, a1, a_step, 2, false, jp, c0, c1);                               \
+        else NAME##_rows_n(p, perm, a0, a1, a_step, 2, true, jp, c0, c1);                                             \
     }                                                                                                                 \
     ATTR static void NAME##_rows(const ql_wxa8_panels *p, const int8_t *a, int mr, int64_t m, int64_t jp, int32_t *c) \
     {                                                                                                                 \

@@ -40,8 +40,9 @@ void ql_wxa8_decode_avx512(const void *src, int64_t jp0, int64_t jp1, int64_t pc
 
 bool ql_wxa8_rows_ok_avx512(const void *src, const ql_s8_kernel *kern)
 {
-    const ql_wxa8_panels *p = src; /* u8 weights: vpdpbusd's unsigned operand */
-    return kern->b_offset128 && kern->kb == 64 && ql_wxa8_avx512_shape_ok(p) && (p->bits == 4 || vbmi6(p));
+    /* weights + 128 (the VNNI kernels), or signed with their column sums (AMX) */
+    const ql_wxa8_panels *p = src;
+    return (kern->b_offset128 || p->colsum) && kern->kb == 64 && ql_wxa8_avx512_shape_ok(p) && (p->bits == 4 || vbmi6(p));
 }
 
 void ql_wxa8_rows_avx512(const void *src, const int8_t *a, int mr, int64_t m, int64_t jp, int32_t *c)
