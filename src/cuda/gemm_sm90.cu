@@ -106,31 +106,34 @@ static __device__ __noinline__ uint32_t gelu_bf16x2_any(uint32_t r, uint32_t lut
 }
 /* round_bf16(gelu(x)) of N bf16 pairs, from the table's copy in shared
  * memory at address lut_s (the fast epilogues copy it there: read from L1,
- * a warp's 32 lookups touch ~20 cache lines, one wavefront each). When no
- * lane of the warp has an input outside the table (|x| < 2^-12, zeros,
- * |x| >= 16, NaN: rare in real activations), all reads are issued together
- * and nothing else is done; otherwise each pair goes through
+ * a warp's 32 lookups touch ~20 cache lines, one wavefront each). All reads
+ * are issued together at clamped indices; 2^-125 <= |x| < 2^-12 (one in a
+ * few thousand of real activations, so in many warps' batches) takes x/2,
+ * which in bf16 bits is one exponent step down. Only where some lane of the
+ * warp has |x| >= 16, NaN, zero or |x| < 2^-125 does each pair go through
  * gelu_bf16x2_any. Whole warps call this. */
 template <int N> __device__ __forceinline__ void gelu_bf16x2_lut(uint32_t (&v)[N], uint32_t lut_s)
 {
-    constexpr uint32_t SPAN = QL_GELU_LUT_HI - QL_GELU_LUT_LO;
-    static_assert((SPAN & (SPAN - 1)) == 0, "span a power of two: OR-ing the offsets tells whether one is past it");
-    uint32_t any = 0;
+    uint32_t worst = 0; /* the largest of |x|'s bits - 0x100, unsigned: past HI - 0x100 also when |x| < 2^-125 */
 #pragma unroll
-    for (int i = 0; i < N; i++) /* the offsets into the table; below LO they wrap */
-        any |= ((v[i] & 0x7fffu) - QL_GELU_LUT_LO) | (((v[i] >> 16) & 0x7fffu) - QL_GELU_LUT_LO);
-    if (__any_sync(0xffffffffu, any >= SPAN)) {
+    for (int i = 0; i < N; i++) {
+        const uint32_t al = v[i] & 0x7fffu, ah = (v[i] >> 16) & 0x7fffu;
+        worst = max(worst, max(al - 0x100u, ah - 0x100u));
+    }
+    if (__any_sync(0xffffffffu, worst >= QL_GELU_LUT_HI - 0x100u)) {
 #pragma unroll
         for (int i = 0; i < N; i++) v[i] = gelu_bf16x2_any(v[i], lut_s);
         return;
     }
 #pragma unroll
     for (int i = 0; i < N; i++) {
-        const uint32_t il = ql_gelu_bf16_index((uint16_t)(v[i] & 0xffffu)), ih = ql_gelu_bf16_index((uint16_t)(v[i] >> 16));
+        const uint16_t lo = (uint16_t)(v[i] & 0xffffu), hi = (uint16_t)(v[i] >> 16);
         uint16_t tl, th;
         /* volatile: kept after the barrier that makes the copy visible */
-        asm volatile("ld.shared.u16 %0, [%1];" : "=h"(tl) : "r"(lut_s + 2 * il));
-        asm volatile("ld.shared.u16 %0, [%1];" : "=h"(th) : "r"(lut_s + 2 * ih));
+        asm volatile("ld.shared.u16 %0, [%1];" : "=h"(tl) : "r"(lut_s + 2 * ql_gelu_bf16_index(lo)));
+        asm volatile("ld.shared.u16 %0, [%1];" : "=h"(th) : "r"(lut_s + 2 * ql_gelu_bf16_index(hi)));
+        if ((lo & 0x7fffu) < QL_GELU_LUT_LO) tl = (uint16_t)(lo - 0x80u); /* as ql_gelu_bf16_outside */
+        if ((hi & 0x7fffu) < QL_GELU_LUT_LO) th = (uint16_t)(hi - 0x80u);
         v[i] = (uint32_t)tl | (uint32_t)th << 16;
     }
 }
