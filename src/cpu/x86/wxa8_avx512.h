@@ -128,20 +128,12 @@ QL_INLINE void ql_wxa8_transpose4(__m512i a, __m512i b, __m512i c, __m512i d, __
             {                                                                                                         \
                 __m512i v[2];                                                                                         \
                 CHUNK(p, blk, s, h, v);                                                                               \
-                if (sgn) {                                                                                            \
-                    acc0[2 * h] = _mm512_dpbusd_epi32(acc0[2 * h], x0, v[0]);                                         \
-                    acc0[2 * h + 1] = _mm512_dpbusd_epi32(acc0[2 * h + 1], x0, v[1]);                                 \
-                    if (nrow > 1) {                                                                                   \
-                        acc1[2 * h] = _mm512_dpbusd_epi32(acc1[2 * h], x1, v[0]);                                     \
-                        acc1[2 * h + 1] = _mm512_dpbusd_epi32(acc1[2 * h + 1], x1, v[1]);                             \
-                    }                                                                                                 \
-                } else {                                                                                              \
-                    acc0[2 * h] = _mm512_dpbusd_epi32(acc0[2 * h], v[0], x0);                                         \
-                    acc0[2 * h + 1] = _mm512_dpbusd_epi32(acc0[2 * h + 1], v[1], x0);                                 \
-                    if (nrow > 1) {                                                                                   \
-                        acc1[2 * h] = _mm512_dpbusd_epi32(acc1[2 * h], v[0], x1);                                     \
-                        acc1[2 * h + 1] = _mm512_dpbusd_epi32(acc1[2 * h + 1], v[1], x1);                             \
-                    }                                                                                                 \
+                /* vpdpbusd(acc, unsigned, signed): the weights are the unsigned operand unless sgn */               \
+                acc0[2 * h] = _mm512_dpbusd_epi32(acc0[2 * h], sgn ? x0 : v[0], sgn ? v[0] : x0);                     \
+                acc0[2 * h + 1] = _mm512_dpbusd_epi32(acc0[2 * h + 1], sgn ? x0 : v[1], sgn ? v[1] : x0);             \
+                if (nrow > 1) {                                                                                       \
+                    acc1[2 * h] = _mm512_dpbusd_epi32(acc1[2 * h], sgn ? x1 : v[0], sgn ? v[0] : x1);                 \
+                    acc1[2 * h + 1] = _mm512_dpbusd_epi32(acc1[2 * h + 1], sgn ? x1 : v[1], sgn ? v[1] : x1);         \
                 }                                                                                                     \
             }                                                                                                         \
         }                                                                                                             \
