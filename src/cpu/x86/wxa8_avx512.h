@@ -57,23 +57,39 @@ QL_INLINE void ql_wxa8_transpose4(__m512i a, __m512i b, __m512i c, __m512i d, __
     r[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
-/* The bodies, for a chunk decoder CHUNK(p, blk, s, h, v[2]) (chunk h of a
- * block: columns 8h .. 8h + 7 -> v[0] lo, v[1] hi):
+/* The byte offsets of a 16-k block's 32 table rows (rows of 2^shift
+ * bytes: 16 for 4-bit codes, 64 for 6-bit) from its scale bytes s[32],
+ * once per scale group; the decoders then address each row with one load
+ * instead of a byte load and a shift per column. */
+QL_INLINE void ql_wxa8_row_offsets(const uint8_t *s, int shift, uint32_t off[32])
+{
+    _mm512_store_si512((void *)off, _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)s)), shift));
+    _mm512_store_si512((void *)(off + 16),
+                       _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + 16))), shift));
+}
+
+/* The bodies, for a chunk decoder CHUNK(p, blk, off, h, v[2]) of BITS-bit
+ * codes (chunk h of a block: columns 8h .. 8h + 7 -> v[0] lo, v[1] hi; off
+ * from ql_wxa8_row_offsets):
  *   NAME##_decode(p, jp0, jp1, pc, kc, dst): the kernel's B rows (pc, kc
  *     multiples of 16 k4 rows);
  *   NAME##_rows(p, a, mr, m, jp, c): c[m][32] = the m rows of the packed A
  *     panels a against panel jp. */
-#define QL_WXA8_AVX512_BODIES(NAME, CHUNK, ATTR)                                                                        \
+#define QL_WXA8_AVX512_BODIES(NAME, CHUNK, BITS, ATTR)                                                                        \
     ATTR static void NAME##_decode(const ql_wxa8_panels *p, int64_t jp0, int64_t jp1, int64_t pc, int64_t kc,        \
                                    uint8_t *dst)                                                                      \
     {                                                                                                                 \
         int rho[16];                                                                                                  \
         ql_wxa8_k4_order(rho);                                                                                        \
         const __m512i order = ql_wxa8_column_order(), pad = _mm512_set1_epi8((char)(p->offset128 ? 0x80 : 0));        \
+        const int64_t bpg = p->group / 16; /* blocks per scale group */                                               \
+        _Alignas(64) uint32_t off[32];                                                                                \
         for (int64_t jp = jp0; jp < jp1; jp++) {                                                                      \
             const uint8_t *codes = p->codes + jp * p->blocks * p->block_bytes;                                        \
             const uint8_t *sidx = p->sidx + jp * p->ngroups * 32;                                                     \
             uint8_t *out = dst + (jp - jp0) * kc * 128;                                                               \
+            int64_t g = (pc / 4) / bpg, in_g = (pc / 4) % bpg; /* the first block's group, its place there */       \
+            bool fresh = true;                                                                                        \
             for (int64_t b = pc / 4; b < (pc + kc) / 4; b++) { /* 16-k blocks of the slice */                        \
                 uint8_t *rows64 = out + ((b / 4) * 16 - pc) * 128; /* its 64-block's first k4 row */                 \
                 const int u0 = 4 * (int)(b % 4);                                                                      \
@@ -84,11 +100,14 @@ QL_INLINE void ql_wxa8_transpose4(__m512i a, __m512i b, __m512i c, __m512i d, __
                     }                                                                                                 \
                     continue;                                                                                         \
                 }                                                                                                     \
-                const uint8_t *blk = codes + b * p->block_bytes, *s = sidx + (16 * b / p->group) * 32;                \
+                if (fresh || in_g == 0) ql_wxa8_row_offsets(sidx + g * 32, BITS == 4 ? 4 : 6, off);                   \
+                fresh = false;                                                                                        \
+                if (++in_g == bpg) in_g = 0, g++;                                                                     \
+                const uint8_t *blk = codes + b * p->block_bytes;                                                      \
                 for (int half = 0; half < 2; half++) {                                                                \
                     __m512i v[4], r[4];                                                                               \
-                    CHUNK(p, blk, s, 2 * half, v);                                                                    \
-                    CHUNK(p, blk, s, 2 * half + 1, v + 2);                                                            \
+                    CHUNK(p, blk, off, 2 * half, v);                                                                  \
+                    CHUNK(p, blk, off, 2 * half + 1, v + 2);                                                          \
                     ql_wxa8_transpose4(v[0], v[1], v[2], v[3], r);                                                    \
                     for (int d = 0; d < 4; d++)                                                                       \
                         _mm512_storeu_si512((void *)(rows64 + rho[u0 + d] * 128 + 64 * half),                         \
@@ -109,8 +128,10 @@ QL_INLINE void ql_wxa8_transpose4(__m512i a, __m512i b, __m512i c, __m512i d, __
         __m512i acc0[8], acc1[8];                                                                                     \
         for (int i = 0; i < 8; i++) acc0[i] = acc1[i] = _mm512_setzero_si512();                                       \
         _Alignas(64) int8_t nat[2][64]; /* a 64-block of each row in natural k order */                               \
-        const int64_t blocks = p->k / 16, ahead = (8192 / p->block_bytes + 1) * p->block_bytes; /* into L2, as QL_SMALL_PF */                                                 \
-        for (int64_t b = 0; b < blocks; b++) {                                                                        \
+        _Alignas(64) uint32_t off[32];                                                                                \
+        enum { BB = 64 * BITS, AHEAD = (8192 / BB + 1) * BB }; /* block bytes; prefetch into L2, as QL_SMALL_PF */     \
+        const int64_t blocks = p->k / 16, bpg = p->group / 16;                                                        \
+        for (int64_t b = 0, in_g = 0; b < blocks; b++) {                                                              \
             if (b % 4 == 0) {                                                                                         \
                 const int64_t at = (b / 4) * a_step;                                                                  \
                 _mm512_store_si512((void *)nat[0],                                                                    \
@@ -122,12 +143,15 @@ QL_INLINE void ql_wxa8_transpose4(__m512i a, __m512i b, __m512i c, __m512i d, __
             const __m512i x0 = _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(nat[0] + 16 * (b % 4))));     \
             const __m512i x1 = nrow > 1 ? _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(nat[1] + 16 * (b % 4)))) \
                                         : _mm512_setzero_si512();                                                     \
-            const uint8_t *blk = codes + b * p->block_bytes, *s = sidx + (16 * b / p->group) * 32;                    \
-            for (int64_t o = 0; o < p->block_bytes; o += 64) _mm_prefetch((const char *)(blk + ahead + o), _MM_HINT_T1); \
+            if (in_g == 0) ql_wxa8_row_offsets(sidx, BITS == 4 ? 4 : 6, off), sidx += 32;                            \
+            if (++in_g == bpg) in_g = 0;                                                                              \
+            const uint8_t *blk = codes + b * BB;                                                                      \
+            _Pragma("GCC unroll 6") for (int o = 0; o < BB; o += 64)                                                  \
+                _mm_prefetch((const char *)(blk + AHEAD + o), _MM_HINT_T1);                                           \
             _Pragma("GCC unroll 4") for (int h = 0; h < 4; h++)                                                       \
             {                                                                                                         \
                 __m512i v[2];                                                                                         \
-                CHUNK(p, blk, s, h, v);                                                                               \
+                CHUNK(p, blk, off, h, v);                                                                             \
                 /* vpdpbusd(acc, unsigned, signed): the weights are the unsigned operand unless sgn */               \
                 acc0[2 * h] = _mm512_dpbusd_epi32(acc0[2 * h], sgn ? x0 : v[0], sgn ? v[0] : x0);                     \
                 acc0[2 * h + 1] = _mm512_dpbusd_epi32(acc0[2 * h + 1], sgn ? x0 : v[1], sgn ? v[1] : x0);             \
@@ -186,7 +210,7 @@ QL_INLINE void ql_wxa8_transpose4(__m512i a, __m512i b, __m512i c, __m512i d, __
  * 64-blocks, and whole 16-k blocks inside a scale group. */
 static inline bool ql_wxa8_avx512_shape_ok(const ql_wxa8_panels *p)
 {
-    return p->nr == 32 && p->kb == 64 && p->group % 16 == 0 && p->k % 16 == 0;
+    return p->nr == 32 && p->kb == 64 && p->group % 16 == 0 && p->k % 16 == 0 && p->block_bytes == 64 * p->bits;
 }
 
 #endif

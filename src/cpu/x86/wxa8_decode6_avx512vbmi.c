@@ -5,7 +5,7 @@
 #include "cpu/x86/wxa8_avx512.h"
 #include "cpu/x86/x86.h"
 
-QL_INLINE void chunk6(const ql_wxa8_panels *p, const uint8_t *blk, const uint8_t *s, int h, __m512i v[2])
+QL_INLINE void chunk6(const ql_wxa8_panels *p, const uint8_t *blk, const uint32_t *off, int h, __m512i v[2])
 {
     const __m512i m4 = _mm512_set1_epi8(15), raw = _mm512_load_si512((const void *)(blk + 64 * h));
     /* the top bytes of quads 2h, 2h + 1 in lanes [2h, 2h, 2h + 1, 2h + 1] */
@@ -26,14 +26,14 @@ QL_INLINE void chunk6(const ql_wxa8_panels *p, const uint8_t *blk, const uint8_t
     for (int e = 0; e < 2; e++) {
         const __m512i code = e ? chi : clo;
         const int c0 = 8 * h + e;
-        __m512i r = _mm512_permutexvar_epi8(code, _mm512_load_si512((const void *)(lut + ((size_t)s[c0] << 6))));
-        r = _mm512_mask_permutexvar_epi8(r, l1, code, _mm512_load_si512((const void *)(lut + ((size_t)s[c0 + 2] << 6))));
-        r = _mm512_mask_permutexvar_epi8(r, l2, code, _mm512_load_si512((const void *)(lut + ((size_t)s[c0 + 4] << 6))));
-        v[e] = _mm512_mask_permutexvar_epi8(r, l3, code, _mm512_load_si512((const void *)(lut + ((size_t)s[c0 + 6] << 6))));
+        __m512i r = _mm512_permutexvar_epi8(code, _mm512_load_si512((const void *)(lut + off[c0])));
+        r = _mm512_mask_permutexvar_epi8(r, l1, code, _mm512_load_si512((const void *)(lut + off[c0 + 2])));
+        r = _mm512_mask_permutexvar_epi8(r, l2, code, _mm512_load_si512((const void *)(lut + off[c0 + 4])));
+        v[e] = _mm512_mask_permutexvar_epi8(r, l3, code, _mm512_load_si512((const void *)(lut + off[c0 + 6])));
     }
 }
 
-QL_WXA8_AVX512_BODIES(w6, chunk6, )
+QL_WXA8_AVX512_BODIES(w6, chunk6, 6, )
 
 void ql_wxa8_decode6_avx512vbmi(const ql_wxa8_panels *p, int64_t jp0, int64_t jp1, int64_t pc, int64_t kc, uint8_t *dst)
 {

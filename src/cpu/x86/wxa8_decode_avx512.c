@@ -7,23 +7,24 @@
 #include "cpu/generic/generic.h"
 #include "cpu/x86/x86.h"
 
-/* The table rows of columns c0 + 2i (i = 0..3), one per lane. */
-QL_INLINE __m512i lut4x16(const uint8_t *lut, const uint8_t *s, int c0)
+/* The table rows of columns c0 + 2i (i = 0..3), one per lane (off: the
+ * block's row offsets, ql_wxa8_row_offsets). */
+QL_INLINE __m512i lut4x16(const uint8_t *lut, const uint32_t *off, int c0)
 {
-    __m512i t = _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(lut + ((size_t)s[c0] << 4))));
-    t = _mm512_mask_broadcast_i32x4(t, 0x00F0, _mm_load_si128((const __m128i *)(lut + ((size_t)s[c0 + 2] << 4))));
-    t = _mm512_mask_broadcast_i32x4(t, 0x0F00, _mm_load_si128((const __m128i *)(lut + ((size_t)s[c0 + 4] << 4))));
-    return _mm512_mask_broadcast_i32x4(t, 0xF000, _mm_load_si128((const __m128i *)(lut + ((size_t)s[c0 + 6] << 4))));
+    __m512i t = _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(lut + off[c0])));
+    t = _mm512_mask_broadcast_i32x4(t, 0x00F0, _mm_load_si128((const __m128i *)(lut + off[c0 + 2])));
+    t = _mm512_mask_broadcast_i32x4(t, 0x0F00, _mm_load_si128((const __m128i *)(lut + off[c0 + 4])));
+    return _mm512_mask_broadcast_i32x4(t, 0xF000, _mm_load_si128((const __m128i *)(lut + off[c0 + 6])));
 }
 
-QL_INLINE void chunk4(const ql_wxa8_panels *p, const uint8_t *blk, const uint8_t *s, int h, __m512i v[2])
+QL_INLINE void chunk4(const ql_wxa8_panels *p, const uint8_t *blk, const uint32_t *off, int h, __m512i v[2])
 {
     const __m512i m4 = _mm512_set1_epi8(15), raw = _mm512_load_si512((const void *)(blk + 64 * h));
-    v[0] = _mm512_shuffle_epi8(lut4x16(p->lut, s, 8 * h), _mm512_and_si512(raw, m4));
-    v[1] = _mm512_shuffle_epi8(lut4x16(p->lut, s, 8 * h + 1), _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4));
+    v[0] = _mm512_shuffle_epi8(lut4x16(p->lut, off, 8 * h), _mm512_and_si512(raw, m4));
+    v[1] = _mm512_shuffle_epi8(lut4x16(p->lut, off, 8 * h + 1), _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4));
 }
 
-QL_WXA8_AVX512_BODIES(w4, chunk4, )
+QL_WXA8_AVX512_BODIES(w4, chunk4, 4, )
 
 static bool vbmi6(const ql_wxa8_panels *p) { return p->bits == 6 && ql_cpu()->avx512vbmi; }
 
