@@ -109,6 +109,101 @@ static int same_bits(ql_dtype dt, const void *a, const void *b, int64_t m, int64
     return 1;
 }
 
+/* bf16 bits as a double */
+static double bf16_val(uint16_t h) { return (double)ql_bf16_to_fp32(h); }
+/* The next bf16 value after h in the direction of v (v != h's value). */
+static uint16_t bf16_toward(uint16_t h, double v)
+{
+    const double x = bf16_val(h);
+    if (x == 0) return v > 0 ? 0x0001 : 0x8001;
+    const int away = (v > x) == (x > 0); /* farther from zero */
+    return (uint16_t)(away ? h + 1 : h - 1);
+}
+/* Whether bf16 h is a faithful rounding of exact (one of its two bf16 neighbours; exact itself where it is one). */
+static int bf16_faithful(uint16_t h, double exact)
+{
+    const double x = bf16_val(h);
+    if (isnan(exact) || isnan(x)) return isnan(exact) && isnan(x);
+    if (x == exact) return 1;
+    const double y = bf16_val(bf16_toward(h, exact));
+    return (x < exact && exact < y) || (y < exact && exact < x);
+}
+
+/* The output GELU of bf16 outputs on all 65 536 inputs, through each
+ * epilogue that serves it (the Hopper kernels' shared-memory table, the
+ * generic epilogue's global one, the GEMV): a layer with zero input rows
+ * whose output is its per-call bias, the bias every bf16 value (so -0
+ * becomes +0), its GELU after. Every output equal to the CPU's
+ * round_bf16(ql_gelu_f32(x)) bit for bit (any NaN for NaN) and faithful
+ * to float64's x·Φ(x) = x·erfc(-x/√2)/2 (one of its two bf16 neighbours;
+ * NaN for NaN and -Inf, +Inf for +Inf). With a residual of zeros scaled by
+ * 1 the result is the GELU again (the residual variant of the epilogue). */
+static void gelu_sweep(ql_context *gpu, int64_t m, int64_t k, const char *kernel, int tile, int res_on)
+{
+    const int64_t n = 65536;
+    setenv("QLINEAR_CUDA_GEMM", kernel, 1);
+    char ts[16];
+    snprintf(ts, sizeof ts, "%d", tile);
+    if (tile >= 0) setenv("QLINEAR_CUDA_TILE", ts, 1);
+    else unsetenv("QLINEAR_CUDA_TILE");
+    int8_t *q = malloc((size_t)(n * k));
+    fill_codes(q, n * k);
+    float scale = 1e-3f, *bias = malloc((size_t)n * 4);
+    for (int64_t j = 0; j < n; j++) bias[j] = ql_bf16_to_fp32((uint16_t)j);
+    ql_int8_weight w = {n, k, q, k, &scale, 1, 256, NULL, QL_BF16};
+    ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};
+    ql_linear *lin = NULL;
+    CHECK_OK(ql_linear_create(gpu, &d, &lin));
+    uint16_t *ones = malloc((size_t)n * 2), *y = malloc((size_t)(m * n) * 2);
+    for (int64_t j = 0; j < n; j++) ones[j] = 0x3f80; /* 1.0 */
+    void *dx = dev_alloc((size_t)(m * k) * 2), *dy = dev_alloc((size_t)(m * n) * 2), *dres = dev_alloc((size_t)(m * n) * 2);
+    void *drs = dev_copy(ones, (size_t)n * 2), *dbias = dev_copy(bias, (size_t)n * 4);
+    cudaMemset(dx, 0, (size_t)(m * k) * 2);
+    cudaMemset(dres, 0, (size_t)(m * n) * 2);
+    cudaMemset(dy, 0x7f, (size_t)(m * n) * 2);
+    ql_epilogue e = {.bias = dbias, .activation = QL_ACTIVATION_GELU};
+    if (res_on) e.residual = dres, e.ld_residual = n, e.residual_scale = drs;
+    if (lin) CHECK_OK(ql_linear_forward(lin, dx, QL_BF16, m, k, dy, QL_BF16, n, &e));
+    CHECK(cudaDeviceSynchronize() == cudaSuccess, "GELU sweep: kernel failed: %s", cudaGetErrorString(cudaGetLastError()));
+    cudaMemcpy(y, dy, (size_t)(m * n) * 2, cudaMemcpyDeviceToHost);
+    int64_t bad = 0, first = -1, off_cpu = 0, first_cpu = -1;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            const uint16_t h = (uint16_t)(j == 0x8000 ? 0 : j), got = y[i * n + j]; /* bias -0: 0 + -0 = +0 */
+            const double x = bf16_val(h), exact = x * 0.5 * erfc(-x / sqrt(2.0));
+            if (!bf16_faithful(got, exact) && bad++ == 0) first = j;
+            const uint16_t cpu = ql_fp32_to_bf16(ql_gelu_f32((float)x));
+            const int same = got == cpu || (isnan(bf16_val(cpu)) && isnan(bf16_val(got))) ||
+                             (res_on && bf16_val(cpu) == 0 && bf16_val(got) == 0); /* 0 + 1·(-0) = +0 */
+            if (!same && off_cpu++ == 0) first_cpu = i * n + j;
+        }
+    CHECK(bad == 0, "GELU sweep %s tile %d M=%lld K=%lld res %d: %lld outputs not faithful to float64, first x = %a: %a (%a)",
+          kernel, tile, (long long)m, (long long)k, res_on, (long long)bad, first >= 0 ? bf16_val((uint16_t)first) : 0.0,
+          first >= 0 ? bf16_val(y[first]) : 0.0,
+          first >= 0 ? bf16_val((uint16_t)first) * 0.5 * erfc(-bf16_val((uint16_t)first) / sqrt(2.0)) : 0.0);
+    CHECK(off_cpu == 0, "GELU sweep %s tile %d M=%lld K=%lld res %d: %lld outputs differ from the CPU's, first x = %a: %a", kernel,
+          tile, (long long)m, (long long)k, res_on, (long long)off_cpu,
+          first_cpu >= 0 ? bf16_val((uint16_t)(first_cpu % n == 0x8000 ? 0 : first_cpu % n)) : 0.0,
+          first_cpu >= 0 ? bf16_val(y[first_cpu]) : 0.0);
+    static int printed;
+    if (!printed++)
+        printf("  bf16 GELU sweep (%s, tile %d, M=%lld, K=%lld, residual %d): all 65536 inputs equal the CPU's and faithful "
+               "to float64\n", kernel, tile, (long long)m, (long long)k, res_on);
+    ql_linear_destroy(lin);
+    cudaFree(dx), cudaFree(dy), cudaFree(dres), cudaFree(drs), cudaFree(dbias);
+    free(q), free(bias), free(ones), free(y);
+}
+
+static void test_gelu_sweep(ql_context *gpu)
+{
+    gelu_sweep(gpu, 3, 256, "gemv", -1, 0);
+    gelu_sweep(gpu, 130, 512, "mma", -1, 1);
+    for (int t = 0; t < ql_cuda_sm90_tile_count(); t++)
+        for (int r = 0; r < 2; r++) gelu_sweep(gpu, 130, r ? 256 : 512, "sm90", t, r); /* staged or TMA; small-K */
+    unsetenv("QLINEAR_CUDA_TILE");
+    unsetenv("QLINEAR_CUDA_GEMM");
+}
+
 /* set: weight codes only -128 / 127 and every activation row constant
  * (codes ±127), so that K = 256 accumulators reach ±(2^22 - 2^15), the
  * edge of the small-K epilogue's exact conversion */
@@ -1452,6 +1547,7 @@ int main(void)
     CHECK_OK(ql_context_set_device(ctx, QL_DEVICE_CUDA, 0));
     test_gemm(ctx);
     test_linear(ctx);
+    test_gelu_sweep(ctx);
     test_chain(ctx);
     test_shared(ctx);
     test_wxa8(ctx);
