@@ -28,4 +28,9 @@ if(QL_ARCH STREQUAL "x86")
   # AMX-BF16 hidden: amx keeps its int8 tiles, its float paths take avx512bf16's VDPBF16PS kernels
   add_test(NAME test_dispatch_no_amx_bf16 COMMAND test_dispatch)
   set_tests_properties(test_dispatch_no_amx_bf16 PROPERTIES ENVIRONMENT "QLINEAR_DISABLE=amx_bf16")
+  # the per-core choice between VDPBF16PS and FMAs, forced either way
+  foreach(dot vdpbf16ps fma)
+    add_test(NAME test_dispatch_bf16_dot_${dot} COMMAND test_dispatch)
+    set_tests_properties(test_dispatch_bf16_dot_${dot} PROPERTIES ENVIRONMENT "QLINEAR_BF16_DOT=${dot}")
+  endforeach()
 endif()

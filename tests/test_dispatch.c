@@ -47,6 +47,17 @@ static void bf16_kernel(ql_context *ctx, char *buf, size_t len)
     ql_linear_destroy(lin);
 }
 
+/* Whether this core's VDPBF16PS is slower than its FMAs (written out here:
+ * Intel family 6, Sapphire Rapids 0x8F and Emerald Rapids 0xCF), or what
+ * QLINEAR_BF16_DOT says. */
+static int slow_dot(void)
+{
+    const char *force = getenv("QLINEAR_BF16_DOT");
+    if (force && (!strcmp(force, "vdpbf16ps") || !strcmp(force, "fma"))) return !strcmp(force, "fma");
+    const ql_cpu_features *f = ql_cpu();
+    return f->vendor == QL_VENDOR_INTEL && f->family == 6 && (f->model == 0x8F || f->model == 0xCF);
+}
+
 /* Whether a list of names (commas or spaces between) holds name itself. */
 static int names_token(const char *list, const char *name)
 {
@@ -97,10 +108,12 @@ int main(int argc, char **argv)
             char kb[96];
             bf16_kernel(c, kb, sizeof kb);
             /* amx with avx512bf16 hidden (QLINEAR_DISABLE): the fp32 kernel, as on
-             * avx512vnni; without AMX-BF16 (or amx_bf16 hidden): avx512bf16's */
+             * avx512vnni; without AMX-BF16 (or amx_bf16 hidden): avx512bf16's;
+             * avx512bf16's on a core whose VDPBF16PS is slower than its FMAs: the fp32 kernel */
             const char *want = own[i].bf16;
             if (isa == QL_ISA_AMX && !ql_isa_supported(QL_ISA_AVX512BF16)) want = "f32_gemm_12x32__avx512";
             else if (isa == QL_ISA_AMX && !ql_cpu()->amx_bf16) want = "bf16_gemm_12x32c2__avx512bf16";
+            if (!strcmp(want, "bf16_gemm_12x32c2__avx512bf16") && slow_dot()) want = "f32_gemm_12x32__avx512";
             CHECK(!strcmp(kb, want), "%s: a dense bf16 layer runs %s, expected %s", ql_isa_name(isa), kb, want);
             CHECK_OK(ql_context_set_isa(ctx, isa));
         } else {

@@ -60,6 +60,7 @@ static ql_cpu_kernels over_base(const ql_cpu_kernels *t)
     r.base = t->base;
     r.supported = t->supported;
     r.refusal = t->refusal;
+    if (t->tune) r.tune = t->tune; /* which runs its base's tuning itself, if it wants it */
 #define QL_OVER(field) if (t->field) r.field = t->field
     QL_OVER(s8); QL_OVER(s8_rows); QL_OVER(s8_rows_max); QL_OVER(small_m); QL_OVER(s8_decoded); QL_OVER(s8_int8_a);
     QL_OVER(prologue); QL_OVER(w8a8_epilogue); QL_OVER(wxa8_decode); QL_OVER(wxa8_rows); QL_OVER(wxa8_rows_ok);

@@ -47,7 +47,9 @@ static void decode_avx512(ql_dtype dt, const void *src, int64_t n, float *dst)
 }
 
 /* Small-M tiles: R rows × P panels of 32 columns (R <= 6, P <= 2: up to 24
- * accumulators), the weight decoded in registers as it streams past. */
+ * accumulators; one row also over 3 or 4 panels, so that eight FMA chains
+ * hide the instruction's latency), the weight decoded in registers as it
+ * streams past. */
 static inline __attribute__((always_inline)) __m512 load_w(const ql_dtype dt, const void *b, int64_t at)
 {
     if (dt == QL_F32) return _mm512_loadu_ps((const float *)b + at);
@@ -62,16 +64,16 @@ static inline __attribute__((always_inline)) void small_tile(const int R, const 
                                                              const float *a, int64_t lda, const void *b, int64_t pe,
                                                              float *c)
 {
-    __m512 acc[6][4];
+    __m512 acc[6][8];
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int v = 0; v < 2 * P; v++) acc[r][v] = _mm512_setzero_ps();
     const int es = dt == QL_F32 ? 4 : dt == QL_I8 ? 1 : 2, line = 64 / (32 * es); /* k steps per cache line */
     for (int64_t p = 0; p < k; p++) {
         /* each panel is a stream of its own: prefetched, like the int8 small-M tiles */
         if (line <= 1 || p % line == 0)
-#pragma GCC unroll 2
+#pragma GCC unroll 4
             for (int q = 0; q < P; q++)
 #pragma GCC unroll 2
                 for (int o = 0; o < 32 * es; o += 64)
@@ -81,7 +83,7 @@ static inline __attribute__((always_inline)) void small_tile(const int R, const 
         __m512 ar[6];
 #pragma GCC unroll 6
         for (int r = 0; r < R; r++) ar[r] = _mm512_set1_ps(a[r * lda + p]);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int v = 0; v < 2 * P; v++) {
             const __m512 w = load_w(dt, b, (v / 2) * pe + p * 32 + (v % 2) * 16);
 #pragma GCC unroll 6
@@ -90,7 +92,7 @@ static inline __attribute__((always_inline)) void small_tile(const int R, const 
     }
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int v = 0; v < 2 * P; v++) _mm512_store_ps(c + r * 32 * P + 16 * v, acc[r][v]);
 }
 
@@ -104,6 +106,7 @@ static inline __attribute__((always_inline)) void small_tile(const int R, const 
     }
 #define QL_R(R) QL_RP(R, 1) QL_RP(R, 2)
 QL_R(1) QL_R(2) QL_R(3) QL_R(4) QL_R(5) QL_R(6)
+QL_RP(1, 3) QL_RP(1, 4)
 #undef QL_R
 #undef QL_RP
 
@@ -111,10 +114,11 @@ typedef void (*small_fn)(ql_dtype, int64_t, const float *, int64_t, const void *
 static void small_avx512(int rows, int panels, int64_t k, const float *a, int64_t lda, const void *b, int64_t pe,
                          ql_dtype dt, float *c)
 {
-    static const small_fn fns[6][2] = {{small_1_1, small_1_2}, {small_2_1, small_2_2}, {small_3_1, small_3_2},
-                                       {small_4_1, small_4_2}, {small_5_1, small_5_2}, {small_6_1, small_6_2}};
+    static const small_fn fns[6][4] = {{small_1_1, small_1_2, small_1_3, small_1_4}, {small_2_1, small_2_2},
+                                       {small_3_1, small_3_2}, {small_4_1, small_4_2}, {small_5_1, small_5_2},
+                                       {small_6_1, small_6_2}};
     fns[rows - 1][panels - 1](dt, k, a, lda, b, pe, c);
 }
 
 const ql_f32_kernel ql_f32_gemm_12x32__avx512 = {QL_ISA_AVX512VNNI, "f32_gemm_12x32__avx512", 12, 32, tile_12x32_avx512, decode_avx512,
-                                                 "f32_gemv_6x64__avx512", 6, small_avx512, 80, 0, 0, NULL, 0, 0, NULL};
+                                                 "f32_gemv_6x64__avx512", 6, small_avx512, 80, 0, 0, NULL, 1, 0, NULL};

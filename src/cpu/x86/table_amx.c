@@ -15,10 +15,17 @@ static bool supported(const ql_cpu_features *f) { return !*ql_amx_refusal(f); }
 /* Without AMX-BF16 (a CPU or VM that reports AMX-INT8 alone, or
  * QLINEAR_DISABLE=amx_bf16), or with the VDPBF16PS kernels' features hidden:
  * avx512bf16's kernels, which the registry replaces by the fp32 kernel where
- * those are hidden too (QLINEAR_DISABLE=avx512bf16). */
+ * those are hidden too (QLINEAR_DISABLE=avx512bf16); the fp32 kernel too
+ * where VDPBF16PS is the slower instruction (ql_x86_bf16_dot_slow: every
+ * AMX CPU measured so far). */
 static void tune(ql_cpu_kernels *kt, const ql_cpu_features *f)
 {
     if (ql_x86_amx_bf16(f)) return;
+    if (ql_x86_bf16_dot_slow(f)) {
+        kt->bf16 = &ql_f32_gemm_12x32__avx512;
+        kt->wo_bf16 = NULL;
+        return;
+    }
     kt->bf16 = &ql_bf16_gemm_12x32c2__avx512bf16;
     kt->wo_bf16 = &ql_bf16_gemm_12x32c2i8__avx512bf16;
 }

@@ -17,6 +17,10 @@ extern const ql_f32_kernel ql_f32_gemm_6x16__avx2, ql_f32_gemm_12x32__avx512;
 extern const ql_f32_kernel ql_bf16_gemm_12x32c2__avx512bf16, ql_bf16_gemm_12x32c2i8__avx512bf16;
 /* whether this CPU runs the VDPBF16PS kernels (features minus QLINEAR_DISABLE) */
 static inline bool ql_x86_bf16_dot(const ql_cpu_features *f) { return f->avx512bf16 && f->avx512vbmi; }
+/* whether VDPBF16PS does fewer multiply-adds a cycle than this core's FMAs
+ * (table_avx512bf16.c's list; QLINEAR_BF16_DOT=vdpbf16ps|fma decides instead):
+ * then bf16 layers run the fp32 kernel on widened operands */
+bool ql_x86_bf16_dot_slow(const ql_cpu_features *f);
 /* TDPBF16PS (AMX-BF16; the int8 decode: VBMI): dense bf16 (B bf16 pairs, K
  * padded to 32) and weight-only with bf16 activations (f32's int8 packing) */
 extern const ql_f32_kernel ql_bf16_gemm_32x32c2__amx, ql_bf16_gemm_32x32c2i8__amx;
