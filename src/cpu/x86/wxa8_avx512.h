@@ -33,6 +33,11 @@
 
 #define QL_INLINE static inline __attribute__((always_inline))
 
+/* How far ahead (bytes) the decode prefetches the codes into L2:
+ * QLINEAR_WXA8_PF (0..65536, default 8192, the small-M kernels' distance),
+ * a tuning hook read once at load time (wxa8_decode_avx512.c). */
+extern int ql_wxa8_decode_pf;
+
 /* The 16 k4 rows of a 64-block: natural k4 row u sits at packed row rho[u]. */
 QL_INLINE void ql_wxa8_k4_order(int rho[16])
 {
@@ -84,6 +89,7 @@ QL_INLINE void ql_wxa8_row_offsets(const uint8_t *s, int shift, uint32_t off[32]
         const __m512i order = ql_wxa8_column_order(), pad = _mm512_set1_epi8((char)(p->offset128 ? 0x80 : 0));        \
         const int64_t bpg = p->group / 16; /* blocks per scale group */                                               \
         _Alignas(64) uint32_t off[32];                                                                                \
+        const int64_t pf = ql_wxa8_decode_pf; /* bytes ahead into L2: the codes stream from DRAM at small M */       \
         for (int64_t jp = jp0; jp < jp1; jp++) {                                                                      \
             const uint8_t *codes = p->codes + jp * p->blocks * p->block_bytes;                                        \
             const uint8_t *sidx = p->sidx + jp * p->ngroups * 32;                                                     \
@@ -104,6 +110,9 @@ QL_INLINE void ql_wxa8_row_offsets(const uint8_t *s, int shift, uint32_t off[32]
                 fresh = false;                                                                                        \
                 if (++in_g == bpg) in_g = 0, g++;                                                                     \
                 const uint8_t *blk = codes + b * p->block_bytes;                                                      \
+                if (pf)                                                                                               \
+                    _Pragma("GCC unroll 6") for (int o = 0; o < 64 * BITS; o += 64)                                   \
+                        _mm_prefetch((const char *)(blk + pf + o), _MM_HINT_T1);                                      \
                 for (int half = 0; half < 2; half++) {                                                                \
                     __m512i v[4], r[4];                                                                               \
                     CHUNK(p, blk, off, 2 * half, v);                                                                  \

@@ -7,6 +7,17 @@
 #include "cpu/generic/generic.h"
 #include "cpu/x86/x86.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+
+int ql_wxa8_decode_pf = 8192;
+__attribute__((constructor)) static void wxa8_pf_read(void)
+{
+    const char *v = getenv("QLINEAR_WXA8_PF");
+    int d;
+    if (v && *v && sscanf(v, "%d", &d) == 1 && d >= 0 && d <= 65536) ql_wxa8_decode_pf = d;
+}
+
 /* The table rows of columns c0 + 2i (i = 0..3), one per lane (off: the
  * block's row offsets, ql_wxa8_row_offsets). */
 QL_INLINE __m512i lut4x16(const uint8_t *lut, const uint32_t *off, int c0)
