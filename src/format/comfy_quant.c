@@ -6,6 +6,7 @@
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "quant/quant.h"
 
@@ -97,6 +98,9 @@ static ql_status parse_obj(const char *file, const char *where, json_t *o, ql_cq
 
 ql_status ql_cq_parse_text(const char *file, const char *where, const char *text, size_t len, ql_cq *out)
 {
+    while (len > 0 && text[len - 1] == '\0') len--; /* zero padding after the text */
+    const char *nul = memchr(text, '\0', len); /* the layer keeps its configuration as a C string */
+    if (nul) return ql_fail_path(file, QL_ERR_FORMAT, "%s: configuration holds a NUL byte (byte %zu)", where, (size_t)(nul - text));
     size_t bad = ql_utf8_check((const unsigned char *)text, len);
     if (bad != len) return ql_fail_path(file, QL_ERR_FORMAT, "%s: configuration is not valid UTF-8 (byte %zu)", where, bad);
     json_error_t err;
