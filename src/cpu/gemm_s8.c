@@ -1,4 +1,5 @@
 #include "cpu/gemm.h"
+#include "cpu/phase_trace.h"
 #include "cpu/registry.h"
 
 #include <omp.h>
@@ -171,8 +172,11 @@ ql_status ql_gemm_s8_run_pre(int threads, const ql_s8_kernel *kern, const void *
      * (a thread on a busier core is not waited for at the join) */
     ql_panel_range ranges[threads];
     ql_panel_ranges_init(ranges, blocks, threads);
+    ql_phase_trace trace; /* the region's threads write into it: shared, not per thread */
+    ql_phase_trace_begin(&trace, threads);
 #pragma omp parallel num_threads(threads)
     {
+        ql_phase_trace_mark(&trace, omp_get_thread_num(), QL_PT_START);
         int32_t *cbuf = ql_aligned_alloc(cbytes + wbytes + dbytes);
         int16_t *bw = cbuf ? (int16_t *)((char *)cbuf + cbytes) : NULL;
         uint8_t *dbuf = cbuf ? (uint8_t *)cbuf + cbytes + wbytes : NULL;
@@ -182,8 +186,11 @@ ql_status ql_gemm_s8_run_pre(int threads, const ql_s8_kernel *kern, const void *
         }
         if (pre) {
             pre(pre_arg, omp_get_thread_num(), omp_get_num_threads());
+            ql_phase_trace_mark(&trace, omp_get_thread_num(), QL_PT_PRE);
 #pragma omp barrier
-        }
+        } else
+            ql_phase_trace_mark(&trace, omp_get_thread_num(), QL_PT_PRE);
+        ql_phase_trace_mark(&trace, omp_get_thread_num(), QL_PT_BARRIER);
         ql_s8_begin(kern);
         int64_t blk;
         while (cbuf && ql_panel_next(ranges, omp_get_thread_num(), threads, &blk)) {
@@ -211,8 +218,10 @@ ql_status ql_gemm_s8_run_pre(int threads, const ql_s8_kernel *kern, const void *
                 }
             }
         }
+        ql_phase_trace_mark(&trace, omp_get_thread_num(), QL_PT_END);
         ql_aligned_free(cbuf);
     }
+    ql_phase_trace_end(&trace, m, b->n, k4 * 4, pre != NULL);
     if (failed) return ql_fail(QL_ERR_OUT_OF_MEMORY, "int8 gemm: cannot allocate %zu bytes of tile buffer", cbytes + wbytes + dbytes);
     return QL_OK;
 }
