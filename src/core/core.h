@@ -113,6 +113,12 @@ struct ql_context {
      * thread alone; -1: the measured default (QLINEAR_SERIAL_WORK overrides
      * it, 0 = never) */
     int64_t serial_work;
+    /* the W8A8 prologue's hand-over to the blocked GEMM: false, per row
+     * panel (a block starts once its rows are packed); true, one barrier
+     * (QLINEAR_PROLOGUE_SYNC=barrier, to measure the difference) */
+    bool prologue_barrier;
+    /* the table's share_lines hint left out (QLINEAR_PROLOGUE_SHARE=0) */
+    bool prologue_share_off;
 };
 
 /* A 64-byte aligned buffer of `bytes` for one call; release with the same

@@ -178,12 +178,31 @@ typedef void (*ql_tile_epilogue_fn)(void *arg, const int32_t *c, int nr, int64_t
  * packed_a holds int8 codes, or int16 ones for kernels with aes == 2. */
 ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const void *packed_a, int64_t m, const ql_packed_b *b,
                     ql_tile_epilogue_fn epi, void *arg);
-/* The same, with pre(pre_arg, t, n) run first by each thread t of the n in
- * the GEMM's parallel region, then a barrier (the prologue that packs A:
- * one fork-join per call instead of two). */
-typedef void (*ql_gemm_pre_fn)(void *arg, int t, int n);
+/* The prologue that packs A, run first by each thread t of the n in the
+ * GEMM's parallel region (one fork-join per call instead of two). ready
+ * NULL: a barrier follows it. Else no barrier: a block starts once
+ * ready(arg, ip0, ip1) says its row panels are packed, so a thread whose
+ * share is done starts on blocks whose rows are, and no thread sleeps in a
+ * barrier (on the 16-core AMX VM, waking one cost up to ~1 ms a call). run
+ * returns only once every piece of the prologue is claimed, so a wait on
+ * ready always ends. */
+typedef struct ql_gemm_pre {
+    void (*run)(void *arg, int t, int n);
+    bool (*ready)(void *arg, int64_t ip0, int64_t ip1);
+    void *arg;
+} ql_gemm_pre;
 ql_status ql_gemm_s8_run_pre(int threads, const ql_s8_kernel *kern, const void *packed_a, int64_t m, const ql_packed_b *b,
-                             ql_gemm_pre_fn pre, void *pre_arg, ql_tile_epilogue_fn epi, void *arg);
+                             const ql_gemm_pre *pre, ql_tile_epilogue_fn epi, void *arg);
+
+/* A spin-wait's pause. */
+static inline void ql_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
 
 /* The small-M path (GEMV / narrow panels, bound by the weight stream):
  * threads split N, not M — thread t owns a contiguous range of weight

@@ -122,11 +122,11 @@ static const s8_override *s8_override_get(void)
 ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const void *packed_a, int64_t m,
                          const ql_packed_b *b, ql_tile_epilogue_fn epi, void *arg)
 {
-    return ql_gemm_s8_run_pre(threads, kern, packed_a, m, b, NULL, NULL, epi, arg);
+    return ql_gemm_s8_run_pre(threads, kern, packed_a, m, b, NULL, epi, arg);
 }
 
 ql_status ql_gemm_s8_run_pre(int threads, const ql_s8_kernel *kern, const void *packed_a, int64_t m,
-                             const ql_packed_b *b, ql_gemm_pre_fn pre, void *pre_arg, ql_tile_epilogue_fn epi, void *arg)
+                             const ql_packed_b *b, const ql_gemm_pre *pre, ql_tile_epilogue_fn epi, void *arg)
 {
     const int mr = kern->mr, nr = kern->nr, aes = kern->aes ? kern->aes : 1;
     const s8_override *ov = s8_override_get();
@@ -185,9 +185,11 @@ ql_status ql_gemm_s8_run_pre(int threads, const ql_s8_kernel *kern, const void *
             failed = 1;
         }
         if (pre) {
-            pre(pre_arg, omp_get_thread_num(), omp_get_num_threads());
+            pre->run(pre->arg, omp_get_thread_num(), omp_get_num_threads());
             ql_phase_trace_mark(&trace, omp_get_thread_num(), QL_PT_PRE);
+            if (!pre->ready) {
 #pragma omp barrier
+            }
         } else
             ql_phase_trace_mark(&trace, omp_get_thread_num(), QL_PT_PRE);
         ql_phase_trace_mark(&trace, omp_get_thread_num(), QL_PT_BARRIER);
@@ -195,6 +197,8 @@ ql_status ql_gemm_s8_run_pre(int threads, const ql_s8_kernel *kern, const void *
         int64_t blk;
         while (cbuf && ql_panel_next(ranges, omp_get_thread_num(), threads, &blk)) {
             const ql_block bk = ql_block_at(blk, mblocks, mc, nc, mpanels, npanels);
+            if (pre && pre->ready)
+                while (!pre->ready(pre->arg, bk.ip0, bk.ip1)) ql_cpu_relax();
             for (int64_t pc = 0; pc < k4; pc += kc4) {
                 const int64_t kc = k4 - pc < kc4 ? k4 - pc : kc4;
                 const int last = pc + kc >= k4;

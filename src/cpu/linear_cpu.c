@@ -4,6 +4,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "backend/backend.h"
@@ -217,8 +218,25 @@ typedef struct {
      * prologue_part), split over `planned` threads with stealing */
     ql_panel_range *units;
     int planned;
-    int64_t unit_rows;
+    int64_t unit_rows, nunits;
+    /* per unit: packed (release), for ql_gemm_pre.ready; NULL: a barrier */
+    _Atomic unsigned char *done;
+    void (*share)(const void *p, size_t bytes); /* NULL, or ops->share_lines */
 } prologue_job;
+
+/* share_lines on packed rows [r0, r1) (int8 codes): in each K block of each
+ * panel they are one run of bytes. */
+static void share_rows(const prologue_job *j, int64_t r0, int64_t r1)
+{
+    const int mr = j->kern->mr, kb = j->kern->kb;
+    const int64_t kp = ql_kpad(j->kern, j->k), panel = kp * mr;
+    for (int64_t r = r0; r < r1;) {
+        const int64_t p = r / mr, ra = r % mr, rb = r1 - p * mr < mr ? r1 - p * mr : mr;
+        const int8_t *base = (const int8_t *)j->packed + p * panel;
+        for (int64_t blk = 0; blk < kp / kb; blk++) j->share(base + (blk * mr + ra) * kb, (size_t)((rb - ra) * kb));
+        r = p * mr + rb;
+    }
+}
 
 /* Rows [r0, r1) of the m rows at x into packed, by the ISA's prologue. With
  * an input activation, row by row: the activated row goes to the thread's
@@ -257,7 +275,29 @@ static void prologue_units_init(prologue_job *j, ql_panel_range *units, int plan
     j->units = units;
     j->planned = planned;
     j->unit_rows = prologue_by_rows(j) ? (per > 0 ? per : 1) : j->kern->mr;
-    ql_panel_ranges_init(units, (rows + j->unit_rows - 1) / j->unit_rows, planned);
+    j->nunits = (rows + j->unit_rows - 1) / j->unit_rows;
+    ql_panel_ranges_init(units, j->nunits, planned);
+    if (j->done)
+        for (int64_t u = 0; u < j->nunits; u++) atomic_init(&j->done[u], 0);
+}
+
+/* Units that prologue_units_init makes of m rows over `planned` threads, at most. */
+static int64_t prologue_units_max(const ql_s8_kernel *kern, int64_t m, int planned)
+{
+    const int64_t panels = ql_panels(m, kern->mr), by_rows = 4 * (int64_t)planned + 1;
+    return panels > by_rows ? panels : by_rows;
+}
+
+/* ql_gemm_pre.ready: the units holding row panels [ip0, ip1) are packed. */
+static bool prologue_ready(void *arg, int64_t ip0, int64_t ip1)
+{
+    const prologue_job *j = arg;
+    const int64_t mr = j->kern->mr, u0 = ip0 * mr / j->unit_rows;
+    int64_t u1 = (ip1 * mr + j->unit_rows - 1) / j->unit_rows;
+    if (u1 > j->nunits) u1 = j->nunits;
+    for (int64_t u = u0; u < u1; u++)
+        if (!atomic_load_explicit(&j->done[u], memory_order_acquire)) return false;
+    return true;
 }
 
 /* Thread t of the region: its own units, then the others' (a thread on a
@@ -275,6 +315,8 @@ static void prologue_part(void *arg, int t, int n)
         while (ql_panel_next(j->units, t, j->planned, &u)) {
             const int64_t r0 = u * j->unit_rows, r1 = r0 + j->unit_rows < rows ? r0 + j->unit_rows : rows;
             prologue_rows(j, j->xc, j->mc, r0, r1, j->packed, j->sx, j->rowsum, mine);
+            if (j->share) share_rows(j, r0, r1);
+            if (j->done) atomic_store_explicit(&j->done[u], 1, memory_order_release);
         }
         return;
     }
@@ -290,6 +332,7 @@ static void prologue_part(void *arg, int t, int n)
         } else
             prologue_rows(j, j->xc, j->mc, p * mr, (p + 1) * mr, j->packed, j->sx, j->rowsum, mine);
         if (j->lora) ql_lora_down_panel(j->lora, p, j->mc, j->k, j->packed, j->sx, j->rowsum, t);
+        if (j->done) atomic_store_explicit(&j->done[u], 1, memory_order_release);
     }
 }
 
@@ -335,8 +378,12 @@ static ql_status forward_w8a8(cpu_linear *l, const void *x, ql_dtype xdt, int64_
     if (lora) ql_lora_run_init(&lr, l->lora, kern, ws + base_bytes, chunk, threads);
     prologue_job pj = {kern, ops, xdt, NULL, ldx, 0, k, l->group, ws, (float *)(ws + a_bytes),
                        (int32_t *)(ws + a_bytes + v_bytes), ws + a_bytes + 2 * v_bytes, scratch_bytes,
-                       ((size_t)kp * 5 + 127) & ~(size_t)63, lora ? &lr : NULL, act, act_off, NULL, 0, 0};
+                       ((size_t)kp * 5 + 127) & ~(size_t)63, lora ? &lr : NULL, act, act_off, NULL, 0, 0, 0, NULL, NULL};
     ql_panel_range units[threads]; /* the prologue's (prologue_units_init) */
+    _Atomic unsigned char done[prologue_units_max(kern, chunk, threads)];
+    if (!l->ctx->prologue_barrier) pj.done = done;
+    if (!l->ctx->prologue_share_off) pj.share = ops->share_lines;
+    const ql_gemm_pre pre = {prologue_part, pj.done ? prologue_ready : NULL, &pj};
     /* the prologue cache (qlinear.h): one chunk, no LoRA (its down projection
      * runs inside the prologue); a hit skips the prologue, a miss fills it */
     ql_prologue_cache *pc = call && !lora && m <= chunk ? call->prologue_cache : NULL;
@@ -398,7 +445,7 @@ static ql_status forward_w8a8(cpu_linear *l, const void *x, ql_dtype xdt, int64_
             }
             st = ql_wxa8_gemm_corrected(threads, kern, pj.packed, mc, &l->b8, &e, l->corr, l->corr_group, l->k);
         } else
-            st = ql_gemm_s8_run_pre(threads, kern, pj.packed, mc, &l->b8, hit ? NULL : prologue_part, &pj, epi, epi_arg);
+            st = ql_gemm_s8_run_pre(threads, kern, pj.packed, mc, &l->b8, hit ? NULL : &pre, epi, epi_arg);
         if (st != QL_OK) goto done;
     }
     if (pc) {
