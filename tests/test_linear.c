@@ -604,6 +604,78 @@ static void test_serial_route(ql_isa isa)
     }
 }
 
+/* The prologue's hand-over to the blocked GEMM: per unit of rows (the
+ * default) and through one barrier (QLINEAR_PROLOGUE_SYNC=barrier), with and
+ * without the share_lines hint, give the same bits for every thread count,
+ * more threads than cores included (a thread waiting on rows whose packer
+ * is not running yields), with and without an unmerged LoRA (the hand-over
+ * then is per panel, after the down projection); malformed values refused. */
+static ql_context *context_sync(const char *sync, const char *share, ql_isa isa, int threads)
+{
+    setenv("QLINEAR_PROLOGUE_SYNC", sync, 1);
+    setenv("QLINEAR_PROLOGUE_SHARE", share, 1);
+    ql_context *c = NULL;
+    CHECK_OK(ql_context_create(&c));
+    unsetenv("QLINEAR_PROLOGUE_SYNC");
+    unsetenv("QLINEAR_PROLOGUE_SHARE");
+    if (c) {
+        CHECK_OK(ql_context_set_isa(c, isa));
+        CHECK_OK(ql_context_set_threads(c, threads));
+    }
+    return c;
+}
+
+static void test_prologue_sync(ql_isa isa)
+{
+    static const char *const bad[][2] = {{"fence", "1"}, {"panels", "yes"}, {"", "2"}};
+    for (int i = 0; i < 3; i++) {
+        setenv("QLINEAR_PROLOGUE_SYNC", bad[i][0], 1);
+        setenv("QLINEAR_PROLOGUE_SHARE", bad[i][1], 1);
+        ql_context *c = NULL;
+        const ql_status st = ql_context_create(&c);
+        CHECK(st == QL_ERR_INVALID_ARGUMENT && strstr(ql_last_error(), "QLINEAR_PROLOGUE_"),
+              "QLINEAR_PROLOGUE_SYNC=%s QLINEAR_PROLOGUE_SHARE=%s accepted (%s)", bad[i][0], bad[i][1], ql_last_error());
+        ql_context_destroy(c);
+    }
+    unsetenv("QLINEAR_PROLOGUE_SYNC");
+    unsetenv("QLINEAR_PROLOGUE_SHARE");
+    static const int64_t ms[] = {97, 300, 1031};
+    for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+        const int64_t m = ms[mi], n = tu_range(33, 300), k = 256 * tu_range(1, 5);
+        int8_t *q = malloc((size_t)(n * k));
+        float *s = malloc((size_t)n * 4), *down = malloc((size_t)(16 * k) * 4), *up = malloc((size_t)(n * 16) * 4);
+        uint16_t *x = malloc((size_t)(m * k) * 2), *y0 = malloc((size_t)(m * n) * 2), *y = malloc((size_t)(m * n) * 2);
+        random_weight(n, k, q, s, n);
+        tu_fill_gauss(QL_BF16, x, m * k, 1.0);
+        tu_fill_gauss(QL_F32, down, 16 * k, 0.05);
+        tu_fill_gauss(QL_F32, up, n * 16, 0.05);
+        const ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = {n, k, q, k, s, n, 256, NULL, QL_F32}};
+        const ql_lora_desc ld = {16, down, QL_F32, k, up, QL_F32, 16, 0.5};
+        for (int lora = 0; lora < 2; lora++) {
+            int first = 1;
+            for (int t = 1; t <= 7; t += 2)
+                for (int c = 0; c < 3; c++) {
+                    ql_context *ctx = context_sync(c == 0 ? "barrier" : "panels", c == 2 ? "0" : "1", isa, t);
+                    ql_linear *lin = NULL;
+                    if (ctx) CHECK_OK(ql_linear_create(ctx, &d, &lin));
+                    if (lin && lora) CHECK_OK(ql_linear_add_lora(lin, &ld, NULL));
+                    uint16_t *out = first ? y0 : y;
+                    memset(out, 0x5a, (size_t)(m * n) * 2);
+                    if (lin) CHECK_OK(ql_linear_forward(lin, x, QL_BF16, m, k, out, QL_BF16, n, NULL));
+                    int64_t at = -1;
+                    CHECK(first || same_bits(QL_BF16, y0, y, m, n, n, n, &at),
+                          "%s M=%lld N=%lld K=%lld lora=%d threads=%d sync=%s share=%d: differs from the first run at %lld",
+                          ql_isa_name(isa), (long long)m, (long long)n, (long long)k, lora, t, c ? "panels" : "barrier",
+                          c != 2, (long long)at);
+                    first = 0;
+                    ql_linear_destroy(lin);
+                    ql_context_destroy(ctx);
+                }
+        }
+        free(q); free(s); free(down); free(up); free(x); free(y0); free(y);
+    }
+}
+
 int main(void)
 {
     tu_init("test_linear");
@@ -650,6 +722,7 @@ int main(void)
         test_nested_region(ctx);
         test_bad_input(ctx);
         test_serial_route(isas[i]);
+        test_prologue_sync(isas[i]);
     }
     test_accuracy();
     ql_context_destroy(ctx);

@@ -3,6 +3,7 @@
 #include "cpu/registry.h"
 
 #include <omp.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdatomic.h>
@@ -125,6 +126,16 @@ ql_status ql_gemm_s8_run(int threads, const ql_s8_kernel *kern, const void *pack
     return ql_gemm_s8_run_pre(threads, kern, packed_a, m, b, NULL, epi, arg);
 }
 
+/* Until the prologue has packed row panels [ip0, ip1): a spin, then, should
+ * the thread packing them not be running (more threads than cores), yields
+ * that let it run. */
+static void wait_ready(const ql_gemm_pre *pre, int64_t ip0, int64_t ip1)
+{
+    for (int spins = 0; !pre->ready(pre->arg, ip0, ip1); spins++)
+        if (spins < 4096) ql_cpu_relax();
+        else sched_yield();
+}
+
 ql_status ql_gemm_s8_run_pre(int threads, const ql_s8_kernel *kern, const void *packed_a, int64_t m,
                              const ql_packed_b *b, const ql_gemm_pre *pre, ql_tile_epilogue_fn epi, void *arg)
 {
@@ -197,8 +208,7 @@ ql_status ql_gemm_s8_run_pre(int threads, const ql_s8_kernel *kern, const void *
         int64_t blk;
         while (cbuf && ql_panel_next(ranges, omp_get_thread_num(), threads, &blk)) {
             const ql_block bk = ql_block_at(blk, mblocks, mc, nc, mpanels, npanels);
-            if (pre && pre->ready)
-                while (!pre->ready(pre->arg, bk.ip0, bk.ip1)) ql_cpu_relax();
+            if (pre && pre->ready) wait_ready(pre, bk.ip0, bk.ip1);
             for (int64_t pc = 0; pc < k4; pc += kc4) {
                 const int64_t kc = k4 - pc < kc4 ? k4 - pc : kc4;
                 const int last = pc + kc >= k4;
