@@ -605,19 +605,17 @@ static void test_serial_route(ql_isa isa)
 }
 
 /* The prologue's hand-over to the blocked GEMM: per unit of rows (the
- * default) and through one barrier (QLINEAR_PROLOGUE_SYNC=barrier), with and
- * without the share_lines hint, give the same bits for every thread count,
+ * default) and through one barrier (QLINEAR_PROLOGUE_SYNC=barrier) give the
+ * same bits for every thread count,
  * more threads than cores included (a thread waiting on rows whose packer
  * is not running yields), with and without an unmerged LoRA (the hand-over
  * then is per panel, after the down projection); malformed values refused. */
-static ql_context *context_sync(const char *sync, const char *share, ql_isa isa, int threads)
+static ql_context *context_sync(const char *sync, ql_isa isa, int threads)
 {
     setenv("QLINEAR_PROLOGUE_SYNC", sync, 1);
-    setenv("QLINEAR_PROLOGUE_SHARE", share, 1);
     ql_context *c = NULL;
     CHECK_OK(ql_context_create(&c));
     unsetenv("QLINEAR_PROLOGUE_SYNC");
-    unsetenv("QLINEAR_PROLOGUE_SHARE");
     if (c) {
         CHECK_OK(ql_context_set_isa(c, isa));
         CHECK_OK(ql_context_set_threads(c, threads));
@@ -627,18 +625,16 @@ static ql_context *context_sync(const char *sync, const char *share, ql_isa isa,
 
 static void test_prologue_sync(ql_isa isa)
 {
-    static const char *const bad[][2] = {{"fence", "1"}, {"panels", "yes"}, {"", "2"}};
+    static const char *const bad[] = {"fence", "Barrier", "panels "};
     for (int i = 0; i < 3; i++) {
-        setenv("QLINEAR_PROLOGUE_SYNC", bad[i][0], 1);
-        setenv("QLINEAR_PROLOGUE_SHARE", bad[i][1], 1);
+        setenv("QLINEAR_PROLOGUE_SYNC", bad[i], 1);
         ql_context *c = NULL;
         const ql_status st = ql_context_create(&c);
-        CHECK(st == QL_ERR_INVALID_ARGUMENT && strstr(ql_last_error(), "QLINEAR_PROLOGUE_"),
-              "QLINEAR_PROLOGUE_SYNC=%s QLINEAR_PROLOGUE_SHARE=%s accepted (%s)", bad[i][0], bad[i][1], ql_last_error());
+        CHECK(st == QL_ERR_INVALID_ARGUMENT && strstr(ql_last_error(), "QLINEAR_PROLOGUE_SYNC="),
+              "QLINEAR_PROLOGUE_SYNC=%s accepted (%s)", bad[i], ql_last_error());
         ql_context_destroy(c);
     }
     unsetenv("QLINEAR_PROLOGUE_SYNC");
-    unsetenv("QLINEAR_PROLOGUE_SHARE");
     static const int64_t ms[] = {97, 300, 1031};
     for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
         const int64_t m = ms[mi], n = tu_range(33, 300), k = 256 * tu_range(1, 5);
@@ -654,8 +650,8 @@ static void test_prologue_sync(ql_isa isa)
         for (int lora = 0; lora < 2; lora++) {
             int first = 1;
             for (int t = 1; t <= 7; t += 2)
-                for (int c = 0; c < 3; c++) {
-                    ql_context *ctx = context_sync(c == 0 ? "barrier" : "panels", c == 2 ? "0" : "1", isa, t);
+                for (int c = 0; c < 2; c++) {
+                    ql_context *ctx = context_sync(c ? "panels" : "barrier", isa, t);
                     ql_linear *lin = NULL;
                     if (ctx) CHECK_OK(ql_linear_create(ctx, &d, &lin));
                     if (lin && lora) CHECK_OK(ql_linear_add_lora(lin, &ld, NULL));
@@ -664,9 +660,9 @@ static void test_prologue_sync(ql_isa isa)
                     if (lin) CHECK_OK(ql_linear_forward(lin, x, QL_BF16, m, k, out, QL_BF16, n, NULL));
                     int64_t at = -1;
                     CHECK(first || same_bits(QL_BF16, y0, y, m, n, n, n, &at),
-                          "%s M=%lld N=%lld K=%lld lora=%d threads=%d sync=%s share=%d: differs from the first run at %lld",
+                          "%s M=%lld N=%lld K=%lld lora=%d threads=%d sync=%s: differs from the first run at %lld",
                           ql_isa_name(isa), (long long)m, (long long)n, (long long)k, lora, t, c ? "panels" : "barrier",
-                          c != 2, (long long)at);
+                          (long long)at);
                     first = 0;
                     ql_linear_destroy(lin);
                     ql_context_destroy(ctx);

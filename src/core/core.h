@@ -117,8 +117,6 @@ struct ql_context {
      * panel (a block starts once its rows are packed); true, one barrier
      * (QLINEAR_PROLOGUE_SYNC=barrier, to measure the difference) */
     bool prologue_barrier;
-    /* the table's share_lines hint left out (QLINEAR_PROLOGUE_SHARE=0) */
-    bool prologue_share_off;
 };
 
 /* A 64-byte aligned buffer of `bytes` for one call; release with the same

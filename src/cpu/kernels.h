@@ -145,11 +145,6 @@ typedef struct ql_cpu_kernels {
     /* the prologue and epilogue that go with this ISA's s8 kernels (the
      * pipeline picks them by its kernel's isa) */
     ql_prologue_fn prologue;
-    /* NULL, or a hint run on the packed rows the prologue just wrote, which
-     * other cores' GEMM blocks read: the lines leave this core's private
-     * caches for the shared one (CLDEMOTE), so a reader does not snoop them
-     * out of this core's L2 */
-    void (*share_lines)(const void *p, size_t bytes);
     ql_tile_epilogue_fn w8a8_epilogue;
     void (*wxa8_decode)(const void *src, int64_t jp0, int64_t jp1, int64_t pc, int64_t kc, uint8_t *dst);
     /* the small-M path's register decode of packed panels (ql_packed_b.rows)

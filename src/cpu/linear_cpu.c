@@ -221,22 +221,7 @@ typedef struct {
     int64_t unit_rows, nunits;
     /* per unit: packed (release), for ql_gemm_pre.ready; NULL: a barrier */
     _Atomic unsigned char *done;
-    void (*share)(const void *p, size_t bytes); /* NULL, or ops->share_lines */
 } prologue_job;
-
-/* share_lines on packed rows [r0, r1) (int8 codes): in each K block of each
- * panel they are one run of bytes. */
-static void share_rows(const prologue_job *j, int64_t r0, int64_t r1)
-{
-    const int mr = j->kern->mr, kb = j->kern->kb;
-    const int64_t kp = ql_kpad(j->kern, j->k), panel = kp * mr;
-    for (int64_t r = r0; r < r1;) {
-        const int64_t p = r / mr, ra = r % mr, rb = r1 - p * mr < mr ? r1 - p * mr : mr;
-        const int8_t *base = (const int8_t *)j->packed + p * panel;
-        for (int64_t blk = 0; blk < kp / kb; blk++) j->share(base + (blk * mr + ra) * kb, (size_t)((rb - ra) * kb));
-        r = p * mr + rb;
-    }
-}
 
 /* Rows [r0, r1) of the m rows at x into packed, by the ISA's prologue. With
  * an input activation, row by row: the activated row goes to the thread's
@@ -315,7 +300,6 @@ static void prologue_part(void *arg, int t, int n)
         while (ql_panel_next(j->units, t, j->planned, &u)) {
             const int64_t r0 = u * j->unit_rows, r1 = r0 + j->unit_rows < rows ? r0 + j->unit_rows : rows;
             prologue_rows(j, j->xc, j->mc, r0, r1, j->packed, j->sx, j->rowsum, mine);
-            if (j->share) share_rows(j, r0, r1);
             if (j->done) atomic_store_explicit(&j->done[u], 1, memory_order_release);
         }
         return;
@@ -378,11 +362,10 @@ static ql_status forward_w8a8(cpu_linear *l, const void *x, ql_dtype xdt, int64_
     if (lora) ql_lora_run_init(&lr, l->lora, kern, ws + base_bytes, chunk, threads);
     prologue_job pj = {kern, ops, xdt, NULL, ldx, 0, k, l->group, ws, (float *)(ws + a_bytes),
                        (int32_t *)(ws + a_bytes + v_bytes), ws + a_bytes + 2 * v_bytes, scratch_bytes,
-                       ((size_t)kp * 5 + 127) & ~(size_t)63, lora ? &lr : NULL, act, act_off, NULL, 0, 0, 0, NULL, NULL};
+                       ((size_t)kp * 5 + 127) & ~(size_t)63, lora ? &lr : NULL, act, act_off, NULL, 0, 0, 0, NULL};
     ql_panel_range units[threads]; /* the prologue's (prologue_units_init) */
     _Atomic unsigned char done[prologue_units_max(kern, chunk, threads)];
     if (!l->ctx->prologue_barrier) pj.done = done;
-    if (!l->ctx->prologue_share_off) pj.share = ops->share_lines;
     const ql_gemm_pre pre = {prologue_part, pj.done ? prologue_ready : NULL, &pj};
     /* the prologue cache (qlinear.h): one chunk, no LoRA (its down projection
      * runs inside the prologue); a hit skips the prologue, a miss fills it */

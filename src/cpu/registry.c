@@ -63,7 +63,7 @@ static ql_cpu_kernels over_base(const ql_cpu_kernels *t)
     if (t->tune) r.tune = t->tune; /* which runs its base's tuning itself, if it wants it */
 #define QL_OVER(field) if (t->field) r.field = t->field
     QL_OVER(s8); QL_OVER(s8_rows); QL_OVER(s8_rows_max); QL_OVER(small_m); QL_OVER(s8_decoded); QL_OVER(s8_int8_a);
-    QL_OVER(prologue); QL_OVER(share_lines); QL_OVER(w8a8_epilogue); QL_OVER(wxa8_decode); QL_OVER(wxa8_rows); QL_OVER(wxa8_rows_ok);
+    QL_OVER(prologue); QL_OVER(w8a8_epilogue); QL_OVER(wxa8_decode); QL_OVER(wxa8_rows); QL_OVER(wxa8_rows_ok);
     QL_OVER(wxa8_rows_max); QL_OVER(lora_t_row); QL_OVER(f32); QL_OVER(bf16);
     QL_OVER(wo_bf16); QL_OVER(f32_epilogue); QL_OVER(rows_to_f32); QL_OVER(quantize_rows); QL_OVER(sr_row);
     QL_OVER(lowrank_add);

@@ -28,7 +28,7 @@ ql_status ql_context_create(ql_context **out)
 {
     QL_CHECK_PTR("ql_context_create", out);
     *out = NULL;
-    ql_context c = {default_threads(), ql_isa_best(), NULL, 0, 0, QL_DEVICE_CPU, 0, NULL, NULL, NULL, -1, -1, false, false};
+    ql_context c = {default_threads(), ql_isa_best(), NULL, 0, 0, QL_DEVICE_CPU, 0, NULL, NULL, NULL, -1, -1, false};
     const char *sm = getenv("QLINEAR_SMALL_M");
     if (sm && *sm) {
         char *end;
@@ -50,12 +50,6 @@ ql_status ql_context_create(ql_context **out)
         if (strcmp(ps, "barrier") && strcmp(ps, "panels"))
             return ql_fail(QL_ERR_INVALID_ARGUMENT, "QLINEAR_PROLOGUE_SYNC=%s: want barrier or panels", ps);
         c.prologue_barrier = !strcmp(ps, "barrier");
-    }
-    const char *sh = getenv("QLINEAR_PROLOGUE_SHARE");
-    if (sh && *sh) {
-        if (strcmp(sh, "0") && strcmp(sh, "1"))
-            return ql_fail(QL_ERR_INVALID_ARGUMENT, "QLINEAR_PROLOGUE_SHARE=%s: want 0 or 1", sh);
-        c.prologue_share_off = !strcmp(sh, "0");
     }
     const char *t = getenv("QLINEAR_THREADS");
     if (t && *t) {

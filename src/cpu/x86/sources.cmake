@@ -17,7 +17,7 @@ ql_cpu_sources(x86 "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512bf16;-mav
 ql_cpu_sources(x86 "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512vbmi"
   wxa8_decode6_avx512vbmi.c)
 # the AMX tiles (GCC 11 or newer); the table's other entries are the AVX-512 files'
-ql_cpu_sources(x86 "-mamx-tile;-mamx-int8;-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni;-mcldemote"
+ql_cpu_sources(x86 "-mamx-tile;-mamx-int8;-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni"
   ukernel_amx.c)
 # the AMX-BF16 float kernels (TDPBF16PS; their int8 -> bf16 decode: VPERMB, VPERMI2B)
 ql_cpu_sources(x86 "-mamx-tile;-mamx-bf16;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vbmi"

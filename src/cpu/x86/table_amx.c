@@ -59,7 +59,6 @@ const ql_cpu_kernels ql_cpu_kernels_amx = {
      * decoded every block's slice again: 1.53x the W8A8 time on the Xeon) */
     .decoded_small_m = 64,
     .prologue = ql_prologue_avx512,
-    .share_lines = ql_share_lines__cldemote,
     .w8a8_epilogue = ql_w8a8_epilogue_avx512,
     .wxa8_decode = ql_wxa8_decode_avx512,
     /* a few rows of a packed layer decoded in registers (AVX-512), the

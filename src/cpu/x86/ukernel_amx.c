@@ -139,18 +139,6 @@ static inline void tile_amx(const int R, int64_t k4, const int8_t *a, const uint
 
 #endif
 
-/* CLDEMOTE (Sapphire Rapids and later; a NOP on CPUs without it): every
- * line of [p, p + bytes) toward the shared L3 */
-void ql_share_lines__cldemote(const void *p, size_t bytes)
-{
-#if defined(__x86_64__)
-    const char *c = (const char *)((uintptr_t)p & ~(uintptr_t)63), *end = (const char *)p + bytes;
-    for (; c < end; c += 64) _cldemote((void *)c);
-#else
-    (void)p, (void)bytes;
-#endif
-}
-
 #define QL_AMX(R)                                                                                        \
     static void tile_##R##x32c4_amx(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *c, int acc) \
     {                                                                                                    \

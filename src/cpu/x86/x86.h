@@ -30,7 +30,6 @@ static inline bool ql_x86_amx_bf16(const ql_cpu_features *f) { return f->amx_bf1
 
 void ql_prologue_avx2(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
                       int64_t r0, int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
-void ql_share_lines__cldemote(const void *p, size_t bytes);
 void ql_prologue_avx512(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
                         int64_t r0, int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
 void ql_w8a8_epilogue_avx2(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff);
