@@ -22,65 +22,19 @@
 
 /* amx.h's place: the same configuration bytes (the library's table) and an
  * emulated tile unit behind the same names */
-#define QL_CPU_X86_AMX_H 1
-typedef struct ql_amx_cfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} ql_amx_cfg;
+#include "amx_emu.h"
 extern const ql_amx_cfg ql_amx_cfgs[33];
 
-static _Thread_local struct {
-    const ql_amx_cfg *cur; /* as the kernels' ql_amx_cur */
-    ql_amx_cfg cfg;
-    int configured;
-    uint8_t t[8][16][64];
-} emu;
-static _Thread_local long emu_ldtilecfg;
+static _Thread_local const ql_amx_cfg *emu_cur; /* as the kernels' ql_amx_cur */
 
-static void emu_fail(const char *what, int t)
-{
-    fprintf(stderr, "amx_emu: %s (tmm%d): the real instruction would fault\n", what, t);
-    abort();
-}
-
-void ql_amx_emu_begin(void) { emu.cur = NULL; }
+void ql_amx_emu_begin(void) { emu_cur = NULL; }
 #define ql_amx_begin ql_amx_emu_begin
 
 static inline void ql_amx_use(const ql_amx_cfg *want)
 {
-    if (emu.cur == want) return;
-    emu.cfg = *want;
-    emu.configured = 1;
-    memset(emu.t, 0, sizeof emu.t);
-    emu.cur = want;
-    emu_ldtilecfg++;
-}
-
-static void emu_check(int t)
-{
-    if (!emu.configured || emu.cfg.palette != 1) emu_fail("tiles not configured", t);
-    if (emu.cfg.rows[t] == 0 || emu.cfg.colsb[t] == 0 || emu.cfg.rows[t] > 16 || emu.cfg.colsb[t] > 64)
-        emu_fail("an unconfigured or invalid tile", t);
-}
-
-static void emu_load(int t, const void *p, int64_t stride)
-{
-    emu_check(t);
-    memset(emu.t[t], 0, sizeof emu.t[t]);
-    for (int r = 0; r < emu.cfg.rows[t]; r++) memcpy(emu.t[t][r], (const char *)p + r * stride, emu.cfg.colsb[t]);
-}
-
-static void emu_store(int t, void *p, int64_t stride)
-{
-    emu_check(t);
-    for (int r = 0; r < emu.cfg.rows[t]; r++) memcpy((char *)p + r * stride, emu.t[t][r], emu.cfg.colsb[t]);
-}
-
-static void emu_zero(int t)
-{
-    emu_check(t);
-    memset(emu.t[t], 0, sizeof emu.t[t]);
+    if (emu_cur == want) return;
+    emu_configure(want);
+    emu_cur = want;
 }
 
 /* The SDM's FP32 steps: bf16 operands and fp32 inputs below 2^-126 read as
@@ -123,12 +77,8 @@ static void emu_dpbf16ps(int dst, int a, int b)
         }
 }
 
-#undef _tile_zero
 #undef _tile_dpbf16ps
-#define _tile_zero(t) emu_zero(t)
 #define _tile_dpbf16ps(d, a, b) emu_dpbf16ps(d, a, b)
-#define QL_TLOAD(t, p, stride) emu_load(t, p, stride)
-#define QL_TSTORE(t, p, stride) emu_store(t, p, stride)
 
 /* the kernels, under other names beside the library's */
 #define ql_bf16_gemm_32x32c2__amx ql_bf16_emu_32x32c2

@@ -1,4 +1,10 @@
-/* The AMX-BF16 kernels' code on an emulated tile unit (amx_emu_kernels.c):
+/* The AMX-INT8 kernels' code on an emulated tile unit (amx_emu_s8.c): the
+ * 32-row kernel through the blocked int8 driver (1-3 threads, K across the
+ * amx table's 2048-k slices, so partial sums go back into C tiles) and the
+ * fitted 1..32-row kernels through the small-M path, on random codes of the
+ * whole int8 range, every tail of M, N and K: exact against int64 sums.
+ *
+ * The AMX-BF16 kernels' code on an emulated tile unit (amx_emu_kernels.c):
  * bf16_gemm_32x32c2__amx (dense), …i8__amx and …i7__amx (weight-only int8
  * codes) through the library's float driver, blocked (1-3 threads, K across
  * the amx table's 512-k slices) and small-M (1..32-row tiles, one and two
@@ -21,6 +27,8 @@
 #if defined(__x86_64__)
 extern const ql_f32_kernel ql_bf16_emu_32x32c2, ql_bf16_emu_32x32c2i8;
 long ql_amx_emu_ldtilecfg(void);
+extern const ql_s8_kernel ql_s8_amx_emu[32];
+long ql_amx_emu8_ldtilecfg(void);
 #endif
 
 typedef struct {
@@ -109,10 +117,81 @@ static void emu_case(const ql_f32_kernel *kern, int64_t m, int64_t n, int64_t k,
 }
 #endif
 
+#if defined(__x86_64__)
+typedef struct {
+    int32_t *y;
+    int64_t ldy;
+} copy_s32_arg;
+
+static void epi_copy_s32(void *arg, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff)
+{
+    const copy_s32_arg *e = arg;
+    for (int r = 0; r < mr_eff; r++)
+        for (int j = 0; j < nr_eff; j++) e->y[(m0 + r) * e->ldy + n0 + j] = c[r * nr + j];
+}
+
+/* One shape through the blocked driver (32-row kernel) or the small-M path
+ * (the fitted kernel: ceil(M / 32) panels of equal height). */
+static void emu_s8_case(int64_t m, int64_t n, int64_t k, int threads, int small)
+{
+    int8_t *a = malloc((size_t)(m * k) + 1), *w = malloc((size_t)(n * k) + 1);
+    for (int64_t i = 0; i < m * k; i++) a[i] = (int8_t)(tu_next() & 0xff);
+    for (int64_t i = 0; i < n * k; i++) w[i] = (int8_t)(tu_next() & 0xff);
+    const int64_t panels = (m + 31) / 32, r = small ? (m + panels - 1) / panels : 32;
+    const ql_s8_kernel *kern = &ql_s8_amx_emu[r - 1];
+    ql_packed_b b;
+    CHECK_OK(ql_pack_b_s8(kern, w, n, k, k, &b));
+    void *pa = ql_aligned_alloc(ql_packed_a_bytes(kern, m, k));
+    int32_t *rowsum = malloc((size_t)m * 4), *y = malloc((size_t)(m * n + 1) * 4);
+    ql_pack_a_s8(kern, a, m, k, k, pa, rowsum);
+    for (int64_t i = 0; i <= m * n; i++) y[i] = (int32_t)0x5a5a5a5a; /* poisoned */
+    copy_s32_arg arg = {y, n};
+    if (small) ql_gemm_s8_small_part(kern, pa, m, &b, 0, b.panels, epi_copy_s32, &arg);
+    else CHECK_OK(ql_gemm_s8_run(threads, kern, pa, m, &b, epi_copy_s32, &arg));
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            int64_t exact = 0;
+            for (int64_t kk = 0; kk < k; kk++) exact += (int64_t)a[i * k + kk] * w[j * k + kk];
+            if (y[i * n + j] != exact && !bad++) first = i * n + j;
+        }
+    CHECK(bad == 0, "emulated %s %s t%d M=%lld N=%lld K=%lld: %lld sums differ from the exact ones (first [%lld,%lld])",
+          kern->name, small ? "small-M" : "blocked", threads, (long long)m, (long long)n, (long long)k, (long long)bad,
+          (long long)(first / (n ? n : 1)), (long long)(first % (n ? n : 1)));
+    CHECK(y[m * n] == (int32_t)0x5a5a5a5a, "emulated %s M=%lld N=%lld K=%lld: a write past the outputs", kern->name,
+          (long long)m, (long long)n, (long long)k);
+    ql_packed_b_free(&b);
+    ql_aligned_free(pa);
+    free(a); free(w); free(rowsum); free(y);
+}
+
+static void emu_s8_all(void)
+{
+    static const int64_t ks[] = {1, 3, 4, 63, 64, 65, 127, 200, 2047, 2048, 2049, 4100};
+    static const int64_t ms[] = {1, 2, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 100};
+    static const int64_t ns[] = {1, 31, 32, 33, 64, 97};
+    const int nk = (int)(sizeof ks / sizeof ks[0]), nm = (int)(sizeof ms / sizeof ms[0]), nn = (int)(sizeof ns / sizeof ns[0]);
+    int cases = 0;
+    for (int c = 0; c < 2 * nm; c++, cases += 2) {
+        const int64_t m = ms[c % nm], n = ns[(c * 5 + c / nm) % nn], k = ks[(c * 7 + c / nm) % nk];
+        emu_s8_case(m, n, k, 1 + c % 3, 0);
+        emu_s8_case(m, n, k, 1, 1);
+    }
+    for (int c = 0; c < 6; c++, cases += 2) { /* random shapes */
+        const int64_t m = tu_range(1, 100), n = tu_range(1, 97), k = tu_range(1, 4200);
+        emu_s8_case(m, n, k, 1 + c % 3, 0);
+        emu_s8_case(m, n, k, 1, 1);
+    }
+    printf("  %d int8 shapes: the AMX-INT8 kernels' code on emulated tiles gives the exact sums, blocked (1-3 threads) "
+           "and small-M (%ld tile configurations loaded on this thread)\n", cases, ql_amx_emu8_ldtilecfg());
+}
+#endif
+
 int main(void)
 {
     tu_init("test_amx_emu");
 #if defined(__x86_64__)
+    emu_s8_all();
     const ql_cpu_features *f = ql_cpu();
     if (!(f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vbmi)) {
         printf("  skipped: this CPU lacks the AVX-512 subset (F, BW, VL, DQ, VBMI) of the kernels' int8 decode\n");
