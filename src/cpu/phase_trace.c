@@ -10,7 +10,7 @@
 typedef struct {
     int64_t m, n, k;
     int threads, has_pre;
-    int64_t calls;
+    int64_t seen, calls; /* calls seen; timed (the first is left out: a cold start) */
     double fork;     /* first thread started, after the call began */
     double pre_max;  /* the slowest thread's prologue */
     double pre_mean; /* the mean thread's */
@@ -33,6 +33,7 @@ static void report(void)
             "m", "n", "k", "thr", "pre", "calls", "fork", "pre_max", "pre_avg", "release", "gemm_max", "gemm_avg", "join");
     for (int i = 0; i < nrows; i++) {
         const pt_row *r = &rows[i];
+        if (!r->calls) continue;
         const double c = (double)r->calls;
         fprintf(stderr, "%6lld %6lld %6lld %3d %3d %7lld | %6.4f %8.4f %8.4f %8.4f %8.4f %8.4f %6.4f\n", (long long)r->m,
                 (long long)r->n, (long long)r->k, r->threads, r->has_pre, (long long)r->calls, r->fork / c, r->pre_max / c,
@@ -43,6 +44,7 @@ static void report(void)
 void ql_phase_trace_begin(ql_phase_trace *pt, int threads)
 {
     pt->threads = threads < QL_PT_THREADS ? threads : QL_PT_THREADS;
+    for (int t = 0; t < pt->threads; t++) pt->t[t][QL_PT_START] = 0; /* a thread the team did not get stays 0 */
     pt->t0 = omp_get_wtime();
 }
 
@@ -54,7 +56,9 @@ void ql_phase_trace_mark(ql_phase_trace *pt, int t, int point)
 void ql_phase_trace_end(ql_phase_trace *pt, int64_t m, int64_t n, int64_t k, int has_pre)
 {
     const double t1 = omp_get_wtime();
-    const int nt = pt->threads;
+    int nt = 0;
+    while (nt < pt->threads && pt->t[nt][QL_PT_START] > 0) nt++; /* the team's size */
+    if (!nt) return;
     double first = 1e300, pre_max = 0, pre_sum = 0, rel = 0, end_max = 0, gemm_sum = 0;
     for (int t = 0; t < nt; t++) {
         const double *x = pt->t[t];
@@ -78,8 +82,9 @@ void ql_phase_trace_end(ql_phase_trace *pt, int64_t m, int64_t n, int64_t k, int
                           rows[i].has_pre == has_pre))
         i++;
     if (i < PT_ROWS) {
-        if (i == nrows) rows[nrows++] = (pt_row){m, n, k, nt, has_pre, 0, 0, 0, 0, 0, 0, 0, 0};
+        if (i == nrows) rows[nrows++] = (pt_row){m, n, k, nt, has_pre, 0, 0, 0, 0, 0, 0, 0, 0, 0};
         pt_row *r = &rows[i];
+        if (!r->seen++) goto out;
         r->calls++;
         r->fork += 1e3 * (first - pt->t0);
         r->pre_max += 1e3 * pre_max;
@@ -89,6 +94,7 @@ void ql_phase_trace_end(ql_phase_trace *pt, int64_t m, int64_t n, int64_t k, int
         r->gemm_mean += 1e3 * gemm_sum / nt;
         r->join += 1e3 * (t1 - end_max);
     }
+out:
     pthread_mutex_unlock(&lock);
 }
 #else

@@ -1,8 +1,9 @@
 /* A diagnostic build's timing of the blocked int8 driver (cmake
  * -DQL_TRACE_PHASES=ON): each call's parallel region is timed per thread at
  * four points (its start, the prologue done, the barrier passed, its last
- * block done) and the calls are summed per shape; the table goes to stderr
- * at exit. Without the option every hook is an empty inline function. */
+ * block done) and the calls are summed per shape, each shape's first call
+ * left out (its cold start); the table goes to stderr at exit. Without
+ * the option every hook is an empty inline function. */
 #ifndef QL_CPU_PHASE_TRACE_H
 #define QL_CPU_PHASE_TRACE_H
 
