@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "cpu/registry.h"
+#include "cpu/x86/simd512.h"
 #include "cpu/x86/x86.h"
 
 static double now_s(void)
@@ -36,21 +37,6 @@ typedef struct {
     uint8_t rows[16];
 } tilecfg;
 
-static inline __m512 stage_s1(__m512 x)
-{
-    __m512 p = _mm512_permute_ps(x, _MM_SHUFFLE(2, 3, 0, 1));
-    __m512 s = _mm512_add_ps(x, p), d = _mm512_sub_ps(x, p);
-    __m512 q = _mm512_permute_ps(d, _MM_SHUFFLE(0, 0, 2, 2));
-    return _mm512_mask_sub_ps(_mm512_add_ps(s, q), 0xAAAA, s, q);
-}
-static inline __m512 stage_s4(__m512 x)
-{
-    __m512 p = _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(2, 3, 0, 1));
-    __m512 s = _mm512_add_ps(x, p), d = _mm512_sub_ps(x, p);
-    __m512 q = _mm512_shuffle_f32x4(d, d, _MM_SHUFFLE(0, 0, 2, 2));
-    return _mm512_mask_sub_ps(_mm512_add_ps(s, q), 0xF0F0, s, q);
-}
-
 /* steps of: `tiles` ? 4 TDPBSSD : none, and v vector units; returns ns a step */
 static double loop(int tiles, int v, long steps, float *sink)
 {
@@ -66,14 +52,14 @@ static double loop(int tiles, int v, long steps, float *sink)
             _tile_dpbssd(3, 5, 7);
         }
         for (int u = 0; u < v; u++) {
-            r0 = stage_s4(stage_s1(_mm512_mul_ps(r0, norm)));
-            r1 = stage_s4(stage_s1(_mm512_mul_ps(r1, norm)));
-            r2 = stage_s4(stage_s1(_mm512_mul_ps(r2, norm)));
-            r3 = stage_s4(stage_s1(_mm512_mul_ps(r3, norm)));
-            r4 = stage_s4(stage_s1(_mm512_mul_ps(r4, norm)));
-            r5 = stage_s4(stage_s1(_mm512_mul_ps(r5, norm)));
-            r6 = stage_s4(stage_s1(_mm512_mul_ps(r6, norm)));
-            r7 = stage_s4(stage_s1(_mm512_mul_ps(r7, norm)));
+            r0 = ql512_fwht_s4(ql512_fwht_s1(_mm512_mul_ps(r0, norm)));
+            r1 = ql512_fwht_s4(ql512_fwht_s1(_mm512_mul_ps(r1, norm)));
+            r2 = ql512_fwht_s4(ql512_fwht_s1(_mm512_mul_ps(r2, norm)));
+            r3 = ql512_fwht_s4(ql512_fwht_s1(_mm512_mul_ps(r3, norm)));
+            r4 = ql512_fwht_s4(ql512_fwht_s1(_mm512_mul_ps(r4, norm)));
+            r5 = ql512_fwht_s4(ql512_fwht_s1(_mm512_mul_ps(r5, norm)));
+            r6 = ql512_fwht_s4(ql512_fwht_s1(_mm512_mul_ps(r6, norm)));
+            r7 = ql512_fwht_s4(ql512_fwht_s1(_mm512_mul_ps(r7, norm)));
             __asm__ volatile("" : "+v"(r0), "+v"(r1), "+v"(r2), "+v"(r3), "+v"(r4), "+v"(r5), "+v"(r6), "+v"(r7));
         }
     }

@@ -8,31 +8,6 @@
 
 #include <math.h>
 
-/* One radix-4 stage inside a register: lanes (a,b,c,d) at distance s become
- * (t0+t3, t0-t3, t1+t2, t1-t2) with t0=a+b, t1=c+d, t2=a-b, t3=c-d. With
- * p = x swapped at distance s: S = x+p = (t0,t0,t1,t1), D = x-p =
- * (t2,-t2,t3,-t3), and the result is S + (D swapped at distance 2s). */
-/* Radix-4 stages inside a register: on lanes (a, b, c, d), s = (a+b, b+a,
- * c+d, d+c) and d = (a-b, b-a, c-d, d-c); the outputs are s ± the pair's
- * first difference, (a+b)+(c-d), (a+b)-(c-d), (c+d)+(a-b), (c+d)-(a-b),
- * exactly the generic butterfly's operations: adding the second difference
- * instead (b+a)+(d-c) gives the same value but +0 where the butterfly gives
- * -0 (a = b = -0, c = d). */
-static inline __m512 stage_s1(__m512 x)
-{
-    __m512 p = _mm512_permute_ps(x, _MM_SHUFFLE(2, 3, 0, 1));
-    __m512 s = _mm512_add_ps(x, p), d = _mm512_sub_ps(x, p);
-    __m512 q = _mm512_permute_ps(d, _MM_SHUFFLE(0, 0, 2, 2));
-    return _mm512_mask_sub_ps(_mm512_add_ps(s, q), 0xAAAA, s, q);
-}
-static inline __m512 stage_s4(__m512 x)
-{
-    __m512 p = _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(2, 3, 0, 1));
-    __m512 s = _mm512_add_ps(x, p), d = _mm512_sub_ps(x, p);
-    __m512 q = _mm512_shuffle_f32x4(d, d, _MM_SHUFFLE(0, 0, 2, 2));
-    return _mm512_mask_sub_ps(_mm512_add_ps(s, q), 0xF0F0, s, q);
-}
-
 static void fwht_group(float *v, int64_t g)
 {
     int p = 0;
@@ -40,8 +15,8 @@ static void fwht_group(float *v, int64_t g)
     const __m512 norm = _mm512_set1_ps(ldexpf(1.0f, -p));
     for (int64_t i = 0; i < g; i += 16) {
         __m512 x = _mm512_mul_ps(_mm512_load_ps(v + i), norm);
-        x = stage_s1(x);
-        x = stage_s4(x);
+        x = ql512_fwht_s1(x);
+        x = ql512_fwht_s4(x);
         _mm512_store_ps(v + i, x);
     }
     for (int64_t s = 16; s < g; s *= 4)
@@ -74,7 +49,7 @@ static inline void fwht256_regs(__m512 v[16])
 {
     const __m512 norm = _mm512_set1_ps(1.0f / 16.0f);
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; i++) v[i] = stage_s4(stage_s1(_mm512_mul_ps(v[i], norm)));
+    for (int i = 0; i < 16; i++) v[i] = ql512_fwht_s4(ql512_fwht_s1(_mm512_mul_ps(v[i], norm)));
 #pragma GCC unroll 4
     for (int b = 0; b < 16; b += 4) butterfly4(&v[b], &v[b + 1], &v[b + 2], &v[b + 3]); /* stride 16 */
 #pragma GCC unroll 4
@@ -125,7 +100,7 @@ static float load_rotate_absmax(ql_dtype dt, const void *src, int64_t k, int64_t
         for (int64_t g0 = 0; g0 < k; g0 += group) fwht_group(v + g0, group);
     } else if (group == 4) { /* four groups per vector; lanes past k are zeros and stay zeros */
         const __m512 norm = _mm512_set1_ps(0.5f);
-        for (int64_t i = 0; i < kp; i += 16) _mm512_store_ps(v + i, stage_s1(_mm512_mul_ps(_mm512_load_ps(v + i), norm)));
+        for (int64_t i = 0; i < kp; i += 16) _mm512_store_ps(v + i, ql512_fwht_s1(_mm512_mul_ps(_mm512_load_ps(v + i), norm)));
     }
     __m512 amax = _mm512_setzero_ps();
     __mmask16 bad = 0;
@@ -201,7 +176,7 @@ static inline void fwht256_qorder(__m512 r[16])
 {
     const __m512 norm = _mm512_set1_ps(1.0f / 16.0f);
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; i++) r[i] = stage_s1(_mm512_mul_ps(r[i], norm));
+    for (int i = 0; i < 16; i++) r[i] = ql512_fwht_s1(_mm512_mul_ps(r[i], norm));
 #pragma GCC unroll 8
     for (int c = 0; c < 8; c++) { /* bits 2 (across registers) and 3 (adjacent 128-bit blocks) */
         const __m512 s = _mm512_add_ps(r[2 * c], r[2 * c + 1]), d = _mm512_sub_ps(r[2 * c], r[2 * c + 1]);

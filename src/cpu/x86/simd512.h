@@ -1,7 +1,7 @@
-/* AVX-512 helpers shared by the AVX-512 prologue and epilogue: dtype loads,
- * stores and the exact round-to-dtype (RNE, subnormals kept: no
- * vcvtneps2bf16, which flushes subnormals). Include only from files built
- * with AVX-512 flags. */
+/* AVX-512 helpers shared by the AVX-512 prologue and epilogue: the FWHT's
+ * in-register stages, dtype loads, stores and the exact round-to-dtype
+ * (RNE, subnormals kept: no vcvtneps2bf16, which flushes subnormals).
+ * Include only from files built with AVX-512 flags. */
 #ifndef QL_SIMD512_H
 #define QL_SIMD512_H
 
@@ -9,6 +9,28 @@
 
 #include "core/core.h"
 #include "quant/gelu.h"
+
+/* Radix-4 stages of the FWHT inside a register, on lanes at distance 1
+ * (s1) and 4 (s4): on lanes (a, b, c, d), s = (a+b, b+a, c+d, d+c) and
+ * d = (a-b, b-a, c-d, d-c); the outputs are s ± the pair's first
+ * difference, (a+b)+(c-d), (a+b)-(c-d), (c+d)+(a-b), (c+d)-(a-b), exactly
+ * the generic butterfly's operations: adding the second difference instead
+ * (b+a)+(d-c) gives the same value but +0 where the butterfly gives -0
+ * (a = b = -0, c = d). */
+static inline __m512 ql512_fwht_s1(__m512 x)
+{
+    __m512 p = _mm512_permute_ps(x, _MM_SHUFFLE(2, 3, 0, 1));
+    __m512 s = _mm512_add_ps(x, p), d = _mm512_sub_ps(x, p);
+    __m512 q = _mm512_permute_ps(d, _MM_SHUFFLE(0, 0, 2, 2));
+    return _mm512_mask_sub_ps(_mm512_add_ps(s, q), 0xAAAA, s, q);
+}
+static inline __m512 ql512_fwht_s4(__m512 x)
+{
+    __m512 p = _mm512_shuffle_f32x4(x, x, _MM_SHUFFLE(2, 3, 0, 1));
+    __m512 s = _mm512_add_ps(x, p), d = _mm512_sub_ps(x, p);
+    __m512 q = _mm512_shuffle_f32x4(d, d, _MM_SHUFFLE(0, 0, 2, 2));
+    return _mm512_mask_sub_ps(_mm512_add_ps(s, q), 0xF0F0, s, q);
+}
 
 static inline __mmask16 ql512_mask(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u); }
 
