@@ -9,23 +9,12 @@
 #include "common.cuh"
 #include "cuda_internal.h"
 #include "input_act.cuh"
+#include "rotate_g256.cuh"
 
 namespace qlc {
 namespace {
 
 constexpr int PRO_THREADS = 128;
-
-/* One radix-4 butterfly, exactly ql_fwht_f32's. */
-__device__ __forceinline__ void bfly(float &a, float &b, float &c, float &d)
-{
-    float t0 = __fadd_rn(a, b), t1 = __fadd_rn(c, d), t2 = __fsub_rn(a, b), t3 = __fsub_rn(c, d);
-    a = __fadd_rn(t0, t3);
-    b = __fsub_rn(t0, t3);
-    c = __fadd_rn(t1, t2);
-    d = __fsub_rn(t1, t2);
-}
-
-__device__ __forceinline__ float tiny_of(int dt) { return dt == DT_F16 ? 6.103515625e-05f : 1.17549435e-38f; }
 
 /* log4 of the group (0: no rotation). act: the input activation, applied
  * to each value as it is loaded (the row's rms_norm factor comes from the
@@ -164,66 +153,12 @@ constexpr int WP_WARPS = 4;
  * t = 0..15) contiguously, 16 bytes of padding after them so that a
  * quarter-warp's 16-byte accesses hit distinct banks. */
 template <int ESZ> __host__ __device__ constexpr int lane_stride() { return 16 * ESZ + 16; }
-/* The transpose buffer of a half-warp: lane i's 16 values at 20·i (a pitch
- * that spreads a quarter-warp's 16-byte stores over all 32 banks), the
- * second half 336 floats on (16 banks over, for the column reads). */
-constexpr int TB_PITCH = 20, TB_HALF = 336;
-
-template <int DT> struct Stored { using T = uint16_t; };
-template <> struct Stored<DT_F32> { using T = float; };
-
-template <int DT> __host__ __device__ constexpr int raw_words() { return DT == DT_F32 ? 4 : 2; } /* uint4 per 16 values */
-
 /* items (pairs of groups) of a row, and a warp's share of them in a team of roww */
 __host__ __device__ inline int wp_items(int k) { return k == 256 ? 1 : (k / 256 + 1) / 2; }
 __host__ __device__ inline int wp_slots(int k, int roww) { return 2 * (wp_items(k) / roww); }
 template <int DT> __host__ __device__ inline size_t wp_warp_bytes(int k, int roww)
 {
     return 2 * TB_HALF * sizeof(float) + (size_t)wp_slots(k, roww) * 16 * lane_stride<DT == DT_F32 ? 4 : 2>();
-}
-
-/* 16 stored values (bf16/fp16 bits, or fp32; 16-byte aligned in shared
- * memory) -> 16 codes, the reference's roundings. Read as 16-byte words:
- * element loads would be 16 instructions with 4-way bank conflicts. */
-template <int DT>
-__device__ __forceinline__ uint4 quantize16(const typename Stored<DT>::T *v, float st, float rcp)
-{
-    constexpr int RAW = raw_words<DT>();
-    uint4 raw[RAW];
-#pragma unroll
-    for (int j = 0; j < RAW; j++) raw[j] = ((const uint4 *)v)[j];
-    const uint32_t *w = (const uint32_t *)raw;
-    uint32_t out[4], pair = 0;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        uint32_t b[4];
-#pragma unroll
-        for (int t = 0; t < 4; t++) {
-            const int i = 4 * j + t; /* value i: word i/2, half i%2 (16-bit dtypes) */
-            float e, quo;
-            if constexpr (DT == DT_BF16) {
-                /* a pair at a time: one packed RNE conversion for two quotients */
-                if (i % 2 == 0) {
-                    const float e0 = __uint_as_float(w[i / 2] << 16), e1 = __uint_as_float(w[i / 2] & 0xffff0000u);
-                    const __nv_bfloat162 h = __floats2bfloat162_rn(__fmul_rn(e0, rcp), __fmul_rn(e1, rcp));
-                    pair = *(const uint32_t *)&h;
-                }
-                quo = __uint_as_float(i % 2 ? pair & 0xffff0000u : pair << 16);
-                (void)e;
-            } else if constexpr (DT == DT_F16) {
-                e = __half2float(__ushort_as_half((uint16_t)(i % 2 ? w[i / 2] >> 16 : w[i / 2] & 0xffff)));
-                quo = __half2float(__float2half_rn(__fdiv_rn(e, st)));
-            } else {
-                e = __uint_as_float(w[i]);
-                quo = __fdiv_rn(e, st);
-            }
-            /* |quo| <= 127.5 by construction: only the top needs the clamp;
-             * 1.5·2^23 rounds to an integer whose low byte is the code */
-            b[t] = __float_as_uint(__fadd_rn(fminf(quo, 127.0f), 12582912.0f));
-        }
-        out[j] = __byte_perm(__byte_perm(b[0], b[1], 0x0040), __byte_perm(b[2], b[3], 0x0040), 0x5410);
-    }
-    return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
 /* ACT: the input activation (ql_input_act), a template parameter so that
@@ -282,27 +217,6 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
         }
     };
 
-    /* 16 values of an item, its raw words w -> fp32 */
-    auto unpack = [&](const uint4 *words, float (&e)[16]) {
-        if constexpr (DT == DT_F32) {
-            const float *f = (const float *)words;
-#pragma unroll
-            for (int t = 0; t < 16; t++) e[t] = f[t];
-        } else {
-            const uint32_t *w = (const uint32_t *)words;
-#pragma unroll
-            for (int t = 0; t < 8; t++) {
-                if constexpr (DT == DT_BF16) {
-                    e[2 * t] = __uint_as_float(w[t] << 16);
-                    e[2 * t + 1] = __uint_as_float(w[t] & 0xffff0000u);
-                } else {
-                    e[2 * t] = __half2float(__ushort_as_half((uint16_t)(w[t] & 0xffff)));
-                    e[2 * t + 1] = __half2float(__ushort_as_half((uint16_t)(w[t] >> 16)));
-                }
-            }
-        }
-    };
-
     /* running absmax of the row: packed pairs for 16-bit dtypes, a float for fp32 */
     __nv_bfloat162 amax_b = __float2bfloat162_rn(0.0f);
     __half2 amax_h = __float2half2_rn(0.0f);
@@ -311,35 +225,19 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
 
     auto process = [&](const uint4 (&raw)[NRAW], const int64_t u, const int p) {
         float e[16];
-        unpack(raw, e);
+        unpack16<DT>(raw, e);
         if constexpr (ACT != QL_INPUT_ACT_NONE) {
             /* the activation of a real item (padding stays zeros: rms_norm's 0·Inf would poison the row) */
             const int64_t row = halves ? 2 * u + half : u;
             const int g = halves ? 0 : 2 * p + half;
             if (row < m && g < G) {
                 float up[16];
-                if constexpr (SWI) unpack(raw + RAW, up);
+                if constexpr (SWI) unpack16<DT>(raw + RAW, up);
                 const float r = ACT == QL_INPUT_ACT_RMS_NORM ? act.rms[row] : 0.0f;
                 activate16(ACT, act, DT, e, SWI ? up : e, r, (int64_t)g * 256 + i * 16);
             }
         }
-#pragma unroll
-        for (int t = 0; t < 16; t++) e[t] = __fmul_rn(e[t], 0.0625f); /* 1/sqrt(256), before the sums as the reference */
-#pragma unroll
-        for (int t = 0; t < 16; t += 4) bfly(e[t], e[t + 1], e[t + 2], e[t + 3]);
-#pragma unroll
-        for (int t = 0; t < 4; t++) bfly(e[t], e[t + 4], e[t + 8], e[t + 12]);
-#pragma unroll
-        for (int t = 0; t < 4; t++)
-            ((float4 *)(tb + i * TB_PITCH))[t] = make_float4(e[4 * t], e[4 * t + 1], e[4 * t + 2], e[4 * t + 3]);
-        __syncwarp();
-#pragma unroll
-        for (int t = 0; t < 16; t++) e[t] = tb[t * TB_PITCH + i]; /* value i + 16·t: lane t's value i */
-        __syncwarp(); /* the transpose buffer is free for the next item */
-#pragma unroll
-        for (int t = 0; t < 16; t += 4) bfly(e[t], e[t + 1], e[t + 2], e[t + 3]);
-#pragma unroll
-        for (int t = 0; t < 4; t++) bfly(e[t], e[t + 4], e[t + 8], e[t + 12]);
+        rotate16_g256(e, tb, i);
 
         /* round to the dtype, absmax, keep this lane's 16 values together:
          * the codes leave in this order (i·16 + t within the group), and the
@@ -398,11 +296,8 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
                     amax = fmaxf(amax, team_amax[parity][w]), bad |= team_bad[parity][w];
                 parity ^= 1;
             }
-            float s = __fdiv_rn(amax, 127.0f);
-            s = s > 1e-30f ? s : 1e-30f;
-            float st = round_to(DT, s);
-            if (st == 0.0f) st = tiny_of(DT);
-            const float rcp = __frcp_rn(st);
+            float s, st, rcp;
+            row_scale<DT>(amax, s, st, rcp);
             const int64_t row = halves ? 2 * u + half : u;
             __syncwarp(); /* the row buffer is complete */
             if (row < m) {

@@ -1,0 +1,142 @@
+/* The G = 256 rotation and quantization of a half-warp, shared by the
+ * prologue kernel and the GEMV that quantizes its own rows: the reference's
+ * butterflies in the reference's order (ql_fwht_f32) and its roundings, so
+ * every kernel that uses these pieces writes the same codes and scales. */
+#pragma once
+#include "common.cuh"
+
+namespace qlc {
+
+/* One radix-4 butterfly, exactly ql_fwht_f32's. */
+__device__ __forceinline__ void bfly(float &a, float &b, float &c, float &d)
+{
+    float t0 = __fadd_rn(a, b), t1 = __fadd_rn(c, d), t2 = __fsub_rn(a, b), t3 = __fsub_rn(c, d);
+    a = __fadd_rn(t0, t3);
+    b = __fsub_rn(t0, t3);
+    c = __fadd_rn(t1, t2);
+    d = __fsub_rn(t1, t2);
+}
+
+/* The smallest positive normal of the dtype: a scale that rounds to zero there. */
+__device__ __forceinline__ float tiny_of(int dt) { return dt == DT_F16 ? 6.103515625e-05f : 1.17549435e-38f; }
+
+/* How a rotated value is kept between the row's absmax and its code: the
+ * dtype's bits (16-bit dtypes) or the fp32 value. */
+template <int DT> struct Stored { using T = uint16_t; };
+template <> struct Stored<DT_F32> { using T = float; };
+template <int DT> __host__ __device__ constexpr int raw_words() { return DT == DT_F32 ? 4 : 2; } /* uint4 per 16 values */
+
+/* The transpose buffer of a half-warp: lane i's 16 values at 20·i (a pitch
+ * that spreads a quarter-warp's 16-byte stores over all 32 banks), the
+ * second half of a warp 336 floats on (16 banks over, for the column reads). */
+constexpr int TB_PITCH = 20, TB_HALF = 336;
+
+/* 16 input values (raw words, 16-byte loads) -> fp32. */
+template <int DT> __device__ __forceinline__ void unpack16(const uint4 *words, float (&e)[16])
+{
+    if constexpr (DT == DT_F32) {
+        const float *f = (const float *)words;
+#pragma unroll
+        for (int t = 0; t < 16; t++) e[t] = f[t];
+    } else {
+        const uint32_t *w = (const uint32_t *)words;
+#pragma unroll
+        for (int t = 0; t < 8; t++) {
+            if constexpr (DT == DT_BF16) {
+                e[2 * t] = __uint_as_float(w[t] << 16);
+                e[2 * t + 1] = __uint_as_float(w[t] & 0xffff0000u);
+            } else {
+                e[2 * t] = __half2float(__ushort_as_half((uint16_t)(w[t] & 0xffff)));
+                e[2 * t + 1] = __half2float(__ushort_as_half((uint16_t)(w[t] >> 16)));
+            }
+        }
+    }
+}
+
+/* A group of 256 rotated by a half-warp: lane i enters with values
+ * 16i..16i+15 and leaves with values i + 16·t (t = 0..15), rotated. The
+ * stages of stride 1 and 4 run in registers, a transpose through the
+ * half's buffer tb (16 x TB_PITCH floats, 16-byte aligned) gives the
+ * strides 16 and 64. Every lane of the warp calls it (__syncwarp). */
+__device__ __forceinline__ void rotate16_g256(float (&e)[16], float *tb, int i)
+{
+#pragma unroll
+    for (int t = 0; t < 16; t++) e[t] = __fmul_rn(e[t], 0.0625f); /* 1/sqrt(256), before the sums as the reference */
+#pragma unroll
+    for (int t = 0; t < 16; t += 4) bfly(e[t], e[t + 1], e[t + 2], e[t + 3]);
+#pragma unroll
+    for (int t = 0; t < 4; t++) bfly(e[t], e[t + 4], e[t + 8], e[t + 12]);
+#pragma unroll
+    for (int t = 0; t < 4; t++)
+        ((float4 *)(tb + i * TB_PITCH))[t] = make_float4(e[4 * t], e[4 * t + 1], e[4 * t + 2], e[4 * t + 3]);
+    __syncwarp();
+#pragma unroll
+    for (int t = 0; t < 16; t++) e[t] = tb[t * TB_PITCH + i]; /* value i + 16·t: lane t's value i */
+    __syncwarp(); /* the transpose buffer is free for the next group */
+#pragma unroll
+    for (int t = 0; t < 16; t += 4) bfly(e[t], e[t + 1], e[t + 2], e[t + 3]);
+#pragma unroll
+    for (int t = 0; t < 4; t++) bfly(e[t], e[t + 4], e[t + 8], e[t + 12]);
+}
+
+/* A row's scale from its absmax (the rounded values'), and the divisor's
+ * dtype value st and its reciprocal: the reference's arithmetic. */
+template <int DT> __device__ __forceinline__ void row_scale(float amax, float &s, float &st, float &rcp)
+{
+    s = __fdiv_rn(amax, 127.0f);
+    s = s > 1e-30f ? s : 1e-30f;
+    st = round_to(DT, s);
+    if (st == 0.0f) st = tiny_of(DT);
+    rcp = __frcp_rn(st);
+}
+
+/* 16 stored values (their raw words: bf16/fp16 bits in pairs, or fp32) ->
+ * 16 codes, the reference's roundings. bf16: a quotient of two bf16 values
+ * is never within 2^-17 of a bf16 rounding boundary, so x·RN(1/st) rounds to
+ * the same bf16 as x/st (the argument and its adversarial test are the CPU
+ * prologue's). */
+template <int DT> __device__ __forceinline__ uint4 quantize16_words(const uint4 (&raw)[raw_words<DT>()], float st, float rcp)
+{
+    const uint32_t *w = (const uint32_t *)raw;
+    uint32_t out[4], pair = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        uint32_t b[4];
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            const int i = 4 * j + t; /* value i: word i/2, half i%2 (16-bit dtypes) */
+            float quo;
+            if constexpr (DT == DT_BF16) {
+                /* a pair at a time: one packed RNE conversion for two quotients */
+                if (i % 2 == 0) {
+                    const float e0 = __uint_as_float(w[i / 2] << 16), e1 = __uint_as_float(w[i / 2] & 0xffff0000u);
+                    const __nv_bfloat162 h = __floats2bfloat162_rn(__fmul_rn(e0, rcp), __fmul_rn(e1, rcp));
+                    pair = *(const uint32_t *)&h;
+                }
+                quo = __uint_as_float(i % 2 ? pair & 0xffff0000u : pair << 16);
+            } else if constexpr (DT == DT_F16) {
+                const float e = __half2float(__ushort_as_half((uint16_t)(i % 2 ? w[i / 2] >> 16 : w[i / 2] & 0xffff)));
+                quo = __half2float(__float2half_rn(__fdiv_rn(e, st)));
+            } else {
+                quo = __fdiv_rn(__uint_as_float(w[i]), st);
+            }
+            /* |quo| <= 127.5 by construction: only the top needs the clamp;
+             * 1.5·2^23 rounds to an integer whose low byte is the code */
+            b[t] = __float_as_uint(__fadd_rn(fminf(quo, 127.0f), 12582912.0f));
+        }
+        out[j] = __byte_perm(__byte_perm(b[0], b[1], 0x0040), __byte_perm(b[2], b[3], 0x0040), 0x5410);
+    }
+    return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+/* The same from shared memory (16-byte aligned): read as 16-byte words,
+ * element loads would be 16 instructions with 4-way bank conflicts. */
+template <int DT> __device__ __forceinline__ uint4 quantize16(const typename Stored<DT>::T *v, float st, float rcp)
+{
+    uint4 raw[raw_words<DT>()];
+#pragma unroll
+    for (int j = 0; j < raw_words<DT>(); j++) raw[j] = ((const uint4 *)v)[j];
+    return quantize16_words<DT>(raw, st, rcp);
+}
+
+} // namespace qlc
