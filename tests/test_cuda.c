@@ -842,6 +842,155 @@ static void test_prologue_cache(ql_context *gpu)
     printf("  prologue cache: hits and misses as the workspace's codes allow, outputs bit-identical\n");
 }
 
+/* The GEMV that quantizes its own row (M = 1, G = 256; QLINEAR_CUDA_FUSE
+ * auto) against the prologue kernel + GEMV (off) and the CPU reference,
+ * bit for bit: every dtype, K from one group to the largest the fused
+ * kernel takes (the row held in registers, and rotated twice past that),
+ * rows that are NaN, Inf, zero, huge (the rotation overflows), or tiny
+ * (subnormal inputs, the scale floor), a bias, a residual, the output GELU;
+ * the codes it leaves for the prologue cache; and what it must leave to the
+ * two kernels (M = 2..4, y overlapping x's allocation, K past its limit,
+ * the row's work repeated in too many blocks). */
+static void fused_rows_case(ql_context *gpu, ql_dtype xdt, int64_t m, int64_t n, int64_t k, int special, int res_on,
+                            int pad, int want_fused)
+{
+    const size_t xs = ql_dtype_size(xdt);
+    const int64_t ldx = k + pad, ldy = n;
+    int8_t *q = malloc((size_t)(n * k));
+    float *scale = malloc((size_t)n * 4), *bias32 = malloc((size_t)n * 4);
+    fill_codes(q, n * k);
+    for (int64_t i = 0; i < n; i++) scale[i] = (float)((0.5 + tu_uniform()) * 1e-3);
+    uint16_t *bias = malloc((size_t)n * 2);
+    tu_fill_gauss(QL_BF16, bias, n, 0.5);
+    for (int64_t i = 0; i < n; i++) bias32[i] = ql_load_f(QL_BF16, bias, i);
+    void *x = malloc((size_t)(m * ldx) * xs);
+    tu_fill_gauss(xdt, x, m * ldx, 1.0);
+    const float big = xdt == QL_F16 ? 60000.0f : 3.0e38f;
+    for (int64_t r = 0; r < m; r++) {
+        const int kind = (special + (int)r) % 6; /* 0 plain, 1 NaN, 2 Inf, 3 zeros, 4 huge, 5 tiny */
+        if (!special) break;
+        for (int64_t j = 0; j < k; j++) {
+            float v = ql_load_f(xdt, x, r * ldx + j);
+            if (kind == 3) v = 0.0f;
+            if (kind == 4) v = (j % 3 ? 1.0f : -1.0f) * big;
+            if (kind == 5) v *= xdt == QL_F16 ? 1e-7f : 1e-39f;
+            ql_store_f(xdt, x, r * ldx + j, v);
+        }
+        if (kind == 1) ql_store_f(xdt, x, r * ldx + (r * 37) % k, NAN);
+        if (kind == 2) ql_store_f(xdt, x, r * ldx + (r * 53) % k, -INFINITY);
+    }
+    uint16_t *res = malloc((size_t)(m * ldy) * 2), *rs = malloc((size_t)n * 2);
+    tu_fill_gauss(QL_BF16, res, m * ldy, 1.0);
+    tu_fill_gauss(QL_BF16, rs, n, 1.0);
+    ql_int8_weight w = {n, k, q, k, scale, n, 256, bias, QL_BF16};
+    const int act = res_on == 2 ? QL_ACTIVATION_GELU : QL_ACTIVATION_NONE;
+    ql_epilogue eh = {.activation = act};
+    if (res_on == 1) eh.residual = res, eh.ld_residual = ldy, eh.residual_scale = rs;
+    uint16_t *y0 = malloc((size_t)(m * ldy) * 2), *y1 = malloc((size_t)(m * ldy) * 2), *y2 = malloc((size_t)(m * ldy) * 2);
+    ql_int8_linear_ref(&w, x, xdt, m, ldx, y0, QL_BF16, ldy, &eh); /* non-finite rows: NaN outputs and an error */
+    ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};
+    ql_linear *fused = NULL, *plain = NULL;
+    setenv("QLINEAR_CUDA_FUSE", "off", 1);
+    CHECK_OK(ql_linear_create(gpu, &d, &plain));
+    unsetenv("QLINEAR_CUDA_FUSE");
+    CHECK_OK(ql_linear_create(gpu, &d, &fused));
+    void *dx = dev_copy(x, (size_t)(m * ldx) * xs), *dy = dev_alloc((size_t)(m * ldy) * 2);
+    void *dres = dev_copy(res, (size_t)(m * ldy) * 2), *drs = dev_copy(rs, (size_t)n * 2);
+    ql_prologue_cache *pc = NULL;
+    CHECK_OK(ql_prologue_cache_create(&pc));
+    ql_epilogue ed = {.activation = act, .prologue_cache = pc, .prologue_generation = 7};
+    if (res_on == 1) ed.residual = dres, ed.ld_residual = ldy, ed.residual_scale = drs;
+    uint16_t *outs[2] = {y1, y2};
+    ql_linear *lins[2] = {fused, plain};
+    for (int v = 0; v < 2 && fused && plain; v++) {
+        cudaMemset(dy, 0x7f, (size_t)(m * ldy) * 2);
+        ql_prologue_cache_clear(pc);
+        int64_t hits0 = 0, misses0 = 0;
+        ql_prologue_cache_stats(pc, &hits0, &misses0);
+        (void)ql_linear_forward(lins[v], dx, xdt, m, ldx, dy, QL_BF16, ldy, &ed); /* non-finite rows report an error */
+        CHECK(cudaDeviceSynchronize() == cudaSuccess, "kernel failed: %s", cudaGetErrorString(cudaGetLastError()));
+        cudaMemcpy(outs[v], dy, (size_t)(m * ldy) * 2, cudaMemcpyDeviceToHost);
+        const char *kn = ql_linear_cuda_kernel(lins[v]);
+        const int is_fused = strstr(kn, "row quantized") != NULL;
+        CHECK(is_fused == (v == 0 && want_fused), "%s M=%lld N=%lld K=%lld pad %d: kernel '%s' (fused expected %d)",
+              ql_dtype_name(xdt), (long long)m, (long long)n, (long long)k, pad, kn, v == 0 && want_fused);
+        int64_t first = -1;
+        CHECK(same_bits(QL_BF16, y0, outs[v], m, n, ldy, &first),
+              "fused rows (%s) %s M=%lld N=%lld K=%lld special %d res %d: first difference at %lld (%.9g vs ref %.9g)",
+              v ? "off" : "auto", ql_dtype_name(xdt), (long long)m, (long long)n, (long long)k, special, res_on,
+              (long long)first, first >= 0 ? ql_load_f(QL_BF16, outs[v], first) : 0.0,
+              first >= 0 ? ql_load_f(QL_BF16, y0, first) : 0.0);
+        /* the codes it left: a second call of the same input hits the cache and runs the GEMV on them */
+        cudaMemset(dy, 0x7f, (size_t)(m * ldy) * 2);
+        (void)ql_linear_forward(plain, dx, xdt, m, ldx, dy, QL_BF16, ldy, &ed);
+        CHECK(cudaDeviceSynchronize() == cudaSuccess, "kernel failed: %s", cudaGetErrorString(cudaGetLastError()));
+        cudaMemcpy(outs[v], dy, (size_t)(m * ldy) * 2, cudaMemcpyDeviceToHost);
+        int64_t hits = 0, misses = 0;
+        ql_prologue_cache_stats(pc, &hits, &misses);
+        CHECK(hits - hits0 == 1 && misses - misses0 == 1, "fused rows: prologue cache %lld hits, %lld misses after two calls",
+              (long long)(hits - hits0), (long long)(misses - misses0));
+        CHECK(same_bits(QL_BF16, y0, outs[v], m, n, ldy, &first),
+              "fused rows (%s), then a cache hit: %s M=%lld K=%lld first difference at %lld", v ? "off" : "auto",
+              ql_dtype_name(xdt), (long long)m, (long long)k, (long long)first);
+    }
+    ql_prologue_cache_destroy(pc);
+    ql_linear_destroy(fused), ql_linear_destroy(plain);
+    cudaFree(dx), cudaFree(dy), cudaFree(dres), cudaFree(drs);
+    free(q), free(scale), free(bias32), free(bias), free(x), free(res), free(rs), free(y0), free(y1), free(y2);
+}
+
+static void test_fused_rows(ql_context *gpu)
+{
+    static const ql_dtype dts[] = {QL_BF16, QL_F16, QL_F32};
+    int sms = 1;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    int i = 0;
+    for (int di = 0; di < 3; di++)
+        for (int64_t m = 1; m <= 4; m++) {
+            const int64_t ks[] = {256, 512, 1024, 2048, 4096, 8192, 16384 / m / 256 * 256};
+            for (size_t ki = 0; ki < sizeof ks / sizeof ks[0] && (m == 1 || ki < 4); ki++, i++) {
+                const int64_t n = (int64_t[]){1, 7, 300, 2048, 6144}[i % 5], k = ks[ki];
+                const int pad = (int)(16 / ql_dtype_size(dts[di])) * (i % 3 == 1); /* a pitch past K */
+                /* fused at M = 1 while the row's work repeated in every block stays within the budget
+                 * (s8_gemv_row_ok: a grid of min(N/16, 2 per SM) blocks, the groups rotated once where a block's
+                 * half-warps hold them in registers, twice otherwise) */
+                const int64_t blocks = (n + 15) / 16 < 2 * sms ? (n + 15) / 16 : 2 * sms;
+                const int64_t passes = k / 256 <= (dts[di] == QL_F32 ? 16 : 32) ? 1 : 2;
+                const int want = m == 1 && blocks * k * passes <= 16384 * (int64_t)sms;
+                fused_rows_case(gpu, dts[di], m, n, k, i % 7, i % 3, pad, want);
+            }
+        }
+    /* left to the prologue kernel: K past the limit, the row's work past its budget */
+    fused_rows_case(gpu, QL_BF16, 1, 300, 16384 + 256, 0, 0, 0, 0);
+    fused_rows_case(gpu, QL_F32, 1, 16384, 8192, 0, 0, 0, 0);
+    /* y inside x's allocation: the rows are read by every block while others write, so not fused */
+    {
+        const int64_t m = 1, k = 2048, n = 512;
+        int8_t *q = malloc((size_t)(n * k));
+        float *scale = malloc((size_t)n * 4);
+        fill_codes(q, n * k);
+        for (int64_t j = 0; j < n; j++) scale[j] = 1e-3f;
+        ql_int8_weight w = {n, k, q, k, scale, n, 256, NULL, QL_BF16};
+        uint16_t *x = malloc((size_t)(2 * k) * 2), *y0 = malloc((size_t)n * 2), *y1 = malloc((size_t)n * 2);
+        tu_fill_gauss(QL_BF16, x, 2 * k, 1.0);
+        CHECK_OK(ql_int8_linear_ref(&w, x, QL_BF16, m, k, y0, QL_BF16, n, NULL));
+        ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};
+        ql_linear *lin = NULL;
+        CHECK_OK(ql_linear_create(gpu, &d, &lin));
+        uint16_t *dx = dev_copy(x, (size_t)(2 * k) * 2);
+        if (lin) CHECK_OK(ql_linear_forward(lin, dx, QL_BF16, m, k, dx + k / 2, QL_BF16, n, NULL)); /* y over x's second half */
+        CHECK(cudaDeviceSynchronize() == cudaSuccess, "kernel failed: %s", cudaGetErrorString(cudaGetLastError()));
+        cudaMemcpy(y1, dx + k / 2, (size_t)n * 2, cudaMemcpyDeviceToHost);
+        int64_t first = -1;
+        CHECK(same_bits(QL_BF16, y0, y1, 1, n, n, &first), "y overlapping x: first difference at %lld", (long long)first);
+        CHECK(lin && !strstr(ql_linear_cuda_kernel(lin), "row quantized"), "y overlapping x ran fused: %s",
+              lin ? ql_linear_cuda_kernel(lin) : "");
+        ql_linear_destroy(lin);
+        cudaFree(dx), free(q), free(scale), free(x), free(y0), free(y1);
+    }
+    printf("  GEMV quantizing its own row: %d shapes, bit-identical to the CPU and to the prologue kernel + GEMV\n", i);
+}
+
 /* A chain of layers, each reading the previous one's output, sharing the
  * context's workspace: each call's kernels are programmatic dependent
  * launches on the previous call's (the next prologue overwrites the codes
@@ -952,7 +1101,7 @@ static void test_shared(ql_context *gpu)
 {
     enum { L = 4 };
     const int64_t k = 1024, ns[L] = {1024, 256, 6144, 17};
-    static const int64_t ms[] = {1024, 5, 300};
+    static const int64_t ms[] = {1024, 5, 300, 1, 3}; /* M = 1: each layer's GEMV quantizes the row itself */
     ql_linear *lin[L];
     int8_t *q[L];
     float *sc[L];
@@ -1554,6 +1703,7 @@ int main(void)
     test_wxa8_packed(ctx);
     test_wxa8_shared(ctx);
     test_prologue_cache(ctx);
+    test_fused_rows(ctx);
     test_lora(ctx);
     test_input_act(ctx);
     test_bad_input(ctx);

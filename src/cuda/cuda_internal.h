@@ -86,6 +86,16 @@ cudaError_t launch_s8_gemm_mma(const int8_t *a, int64_t lda, const int8_t *b, in
 #define QLC_GEMV_MAX_M 8
 cudaError_t launch_s8_gemv(const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m, int64_t n,
                            int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl);
+/* The GEMV for one row of x at G = 256 that quantizes it itself (no
+ * prologue kernel): the weight b in the prologue's code order, pitch k; q
+ * [k] and sx [1] receive the codes and scale the prologue kernel would have
+ * written. s8_gemv_row_ok: x and the shape allow it (a 16-byte aligned row,
+ * K a multiple of 256 up to QLC_GEMV_ROW_MAX_K, and the row's work repeated
+ * in every block small on `sms` multiprocessors). */
+#define QLC_GEMV_ROW_MAX_K 16384
+bool s8_gemv_row_ok(int xdt, const void *x, int64_t m, int64_t n, int64_t k, int64_t group, int sms);
+cudaError_t launch_s8_gemv_row(const void *x, int xdt, int64_t k, const int8_t *b, int64_t n, const EpiParams &p,
+                               int8_t *q, float *sx, int sms, cudaStream_t stream, bool pdl);
 
 /* p.lks > 0 (an unmerged LoRA's term in the epilogue) is served by the
  * bf16 epilogue only: true when p's output takes it. */

@@ -97,6 +97,7 @@ struct ql_cuda_linear {
     int force;   /* QLINEAR_CUDA_GEMM: 0 auto, 1 sm90, 2 mma, 3 gemv */
     int force_tile; /* QLINEAR_CUDA_TILE: -1 auto, else a Hopper tile (sm90_tile) */
     int force_roww; /* QLINEAR_CUDA_ROWW: 0 auto, else the prologue's warps per row (1, 2, 4) */
+    bool fuse_row; /* QLINEAR_CUDA_FUSE (auto | off): at M = 1 the GEMV may quantize the row itself (s8_gemv_row_ok) */
     char kernel[96];
     PrologueFit fit; /* the prologue's launch shape at this K, on this device */
     CUtensorMap bmap[QLC_SM90_TILES]; /* the weight's TMA descriptor per Hopper tile, made on first use */
@@ -315,6 +316,8 @@ ql_status linear_begin(const char *fn, int device, int64_t n, int64_t k, int64_t
     l->force_tile = tile && *tile ? atoi(tile) % QLC_SM90_TILES : -1;
     static const char *const rowws[] = {"auto", "1", "2", "4"};
     l->force_roww = (1 << env_choice("QLINEAR_CUDA_ROWW", rowws, 4)) >> 1;
+    static const char *const fuses[] = {"auto", "off"};
+    l->fuse_row = env_choice("QLINEAR_CUDA_FUSE", fuses, 2) == 0;
     snprintf(l->kernel, sizeof l->kernel, "none");
     cudaError_t e = cudaMalloc(&l->sw, (size_t)n_scale * sizeof(float) + 4);
     if (e == cudaSuccess) e = cudaMemcpy(l->sw, scale, (size_t)n_scale * sizeof(float), cudaMemcpyHostToDevice);
@@ -697,6 +700,22 @@ ql_status grow_zeroed(const char *fn, cudaStream_t s, void **buf, size_t *have, 
 bool packed_gemv(const ql_cuda_linear *l, int64_t m) { return m <= QLC_GEMV_MAX_M && (l->force == 0 || l->force == 3); }
 
 int64_t acc_pitch(int64_t n) { return (n + 3) / 4 * 4; }
+
+/* Whether layer l's forward of m rows runs as one GEMV that quantizes the
+ * row itself: an int8 layer with nothing the prologue or GEMV would add (no
+ * input activation, LoRA or correction) where the GEMV is the GEMM, one
+ * row (s8_gemv_row_ok), and y apart from x (each block reads all of x while
+ * others write their columns of y). */
+bool row_fuses(const ql_cuda_linear *l, const void *x, ql_dtype xdt, int64_t m, const InputAct &act, const void *y,
+               ql_dtype ydt, const ql_cuda_workspace *ws)
+{
+    if (!l->fuse_row || l->bits || l->corr || l->lora_rt || act.code != QL_INPUT_ACT_NONE) return false;
+    if (gemm_use(l->force, l->sm90, ws->q, l->kp, l->w, l->kp, m, l->n, l->k) != 3) return false;
+    if (!s8_gemv_row_ok(dtype_code(xdt), x, m, l->n, l->k, l->group, l->sms)) return false;
+    const uintptr_t x0 = (uintptr_t)x, x1 = x0 + (uintptr_t)(l->k * (int64_t)ql_dtype_size(xdt));
+    const uintptr_t y0 = (uintptr_t)y, y1 = y0 + (uintptr_t)(l->n * (int64_t)ql_dtype_size(ydt));
+    return y1 <= x0 || x1 <= y0;
+}
 } // namespace
 
 extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count, ql_cuda_workspace **wsp, void *stream,
@@ -784,6 +803,23 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
      * waits for the last GEMM before it overwrites them. */
     /* a prologue cache's hit: this workspace still holds that input's codes, queued on this stream */
     const bool reuse = token && *token && *token == ws->token && ws->token_stream == stream;
+    bool fuse = !reuse;
+    for (int i = 0; fuse && i < count; i++) fuse = row_fuses(ls[i], x, xdt, m, act, ys[i], ydt, ws);
+    if (fuse) {
+        /* a kernel per layer: its GEMV quantizes the row itself (each the same codes, left where the prologue
+         * kernel would leave them) */
+        ws->token = 0;
+        for (int i = 0; i < count; i++) {
+            ql_cuda_linear *li = ls[i];
+            const EpiParams p = layer_epi(li, epis ? epis[i] : nullptr, ys[i], ldys[i], ydt, ws);
+            QLC_CUDA(fn, "the GEMV kernel", launch_s8_gemv_row(x, dtype_code(xdt), li->k, li->w, li->n, p, ws->q,
+                                                                ws->sx, li->sms, s, li->fit.pdl));
+            snprintf(li->kernel, sizeof li->kernel, "gemv dp4a, row quantized in each block");
+        }
+        ws->token = ++prologue_tokens, ws->token_stream = stream;
+        if (token) *token = ws->token;
+        return QL_OK;
+    }
     if (!reuse) {
         if (act.code == QL_INPUT_ACT_RMS_NORM) {
             if ((st = reserve_rms(fn, ws, m, s)) != QL_OK) return st;
