@@ -851,18 +851,25 @@ static void test_prologue_cache(ql_context *gpu)
  * the codes it leaves for the prologue cache; and what it must leave to the
  * two kernels (M = 2..4, y overlapping x's allocation, K past its limit,
  * the row's work repeated in too many blocks). */
-static void fused_rows_case(ql_context *gpu, ql_dtype xdt, int64_t m, int64_t n, int64_t k, int special, int res_on,
-                            int pad, int want_fused)
+static void fused_rows_case(ql_context *gpu, int wx_mode, ql_dtype xdt, int64_t m, int64_t n, int64_t k, int special,
+                            int res_on, int pad, int want_fused)
 {
     const size_t xs = ql_dtype_size(xdt);
     const int64_t ldx = k + pad, ldy = n;
     int8_t *q = malloc((size_t)(n * k));
-    float *scale = malloc((size_t)n * 4), *bias32 = malloc((size_t)n * 4);
-    fill_codes(q, n * k);
-    for (int64_t i = 0; i < n; i++) scale[i] = (float)((0.5 + tu_uniform()) * 1e-3);
+    float *scale = malloc((size_t)n * 4);
     uint16_t *bias = malloc((size_t)n * 2);
-    tu_fill_gauss(QL_BF16, bias, n, 0.5);
-    for (int64_t i = 0; i < n; i++) bias32[i] = ql_load_f(QL_BF16, bias, i);
+    wx_weight c;
+    if (wx_mode >= 0) { /* a packed layer (wx_make's modes 0..2; 16, 8 or 4 codes per scale byte); q its decoded grid */
+        wx_make(&c, wx_mode, n, k, wx_mode == 2 ? (int64_t[]){16, 32, 64}[special % 3] : (int64_t[]){16, 8, 4}[special % 3], 256,
+                special % 2, 1, QL_F32);
+        CHECK_OK(ql_wxa8_decode(&c.w, q, k));
+        memcpy(scale, c.sc, (size_t)n * 4), memcpy(bias, c.bias, (size_t)n * 2);
+    } else {
+        fill_codes(q, n * k);
+        for (int64_t i = 0; i < n; i++) scale[i] = (float)((0.5 + tu_uniform()) * 1e-3);
+        tu_fill_gauss(QL_BF16, bias, n, 0.5);
+    }
     void *x = malloc((size_t)(m * ldx) * xs);
     tu_fill_gauss(xdt, x, m * ldx, 1.0);
     const float big = xdt == QL_F16 ? 60000.0f : 3.0e38f;
@@ -889,6 +896,7 @@ static void fused_rows_case(ql_context *gpu, ql_dtype xdt, int64_t m, int64_t n,
     uint16_t *y0 = malloc((size_t)(m * ldy) * 2), *y1 = malloc((size_t)(m * ldy) * 2), *y2 = malloc((size_t)(m * ldy) * 2);
     ql_int8_linear_ref(&w, x, xdt, m, ldx, y0, QL_BF16, ldy, &eh); /* non-finite rows: NaN outputs and an error */
     ql_linear_desc d = {.kind = QL_LINEAR_W8A8, .int8 = w};
+    if (wx_mode >= 0) d = (ql_linear_desc){.kind = QL_LINEAR_WXA8_PACKED, .wxa8 = c.w};
     ql_linear *fused = NULL, *plain = NULL;
     setenv("QLINEAR_CUDA_FUSE", "off", 1);
     CHECK_OK(ql_linear_create(gpu, &d, &plain));
@@ -912,12 +920,14 @@ static void fused_rows_case(ql_context *gpu, ql_dtype xdt, int64_t m, int64_t n,
         cudaMemcpy(outs[v], dy, (size_t)(m * ldy) * 2, cudaMemcpyDeviceToHost);
         const char *kn = ql_linear_cuda_kernel(lins[v]);
         const int is_fused = strstr(kn, "row quantized") != NULL;
-        CHECK(is_fused == (v == 0 && want_fused), "%s M=%lld N=%lld K=%lld pad %d: kernel '%s' (fused expected %d)",
+        CHECK(is_fused == (v == 0 && want_fused) && (wx_mode < 0) == !strstr(kn, "wxa8"),
+              "%s %s M=%lld N=%lld K=%lld pad %d: kernel '%s' (fused expected %d)", wx_mode < 0 ? "int8" : wx_modes[wx_mode],
               ql_dtype_name(xdt), (long long)m, (long long)n, (long long)k, pad, kn, v == 0 && want_fused);
         int64_t first = -1;
         CHECK(same_bits(QL_BF16, y0, outs[v], m, n, ldy, &first),
-              "fused rows (%s) %s M=%lld N=%lld K=%lld special %d res %d: first difference at %lld (%.9g vs ref %.9g)",
-              v ? "off" : "auto", ql_dtype_name(xdt), (long long)m, (long long)n, (long long)k, special, res_on,
+              "fused rows (%s) %s %s M=%lld N=%lld K=%lld special %d res %d: first difference at %lld (%.9g vs ref %.9g)",
+              v ? "off" : "auto", wx_mode < 0 ? "int8" : wx_modes[wx_mode], ql_dtype_name(xdt), (long long)m, (long long)n,
+              (long long)k, special, res_on,
               (long long)first, first >= 0 ? ql_load_f(QL_BF16, outs[v], first) : 0.0,
               first >= 0 ? ql_load_f(QL_BF16, y0, first) : 0.0);
         /* the codes it left: a second call of the same input hits the cache and runs the GEMV on them */
@@ -930,13 +940,25 @@ static void fused_rows_case(ql_context *gpu, ql_dtype xdt, int64_t m, int64_t n,
         CHECK(hits - hits0 == 1 && misses - misses0 == 1, "fused rows: prologue cache %lld hits, %lld misses after two calls",
               (long long)(hits - hits0), (long long)(misses - misses0));
         CHECK(same_bits(QL_BF16, y0, outs[v], m, n, ldy, &first),
-              "fused rows (%s), then a cache hit: %s M=%lld K=%lld first difference at %lld", v ? "off" : "auto",
-              ql_dtype_name(xdt), (long long)m, (long long)k, (long long)first);
+              "fused rows (%s), then a cache hit: %s %s M=%lld K=%lld first difference at %lld", v ? "off" : "auto",
+              wx_mode < 0 ? "int8" : wx_modes[wx_mode], ql_dtype_name(xdt), (long long)m, (long long)k, (long long)first);
     }
     ql_prologue_cache_destroy(pc);
     ql_linear_destroy(fused), ql_linear_destroy(plain);
     cudaFree(dx), cudaFree(dy), cudaFree(dres), cudaFree(drs);
-    free(q), free(scale), free(bias32), free(bias), free(x), free(res), free(rs), free(y0), free(y1), free(y2);
+    if (wx_mode >= 0) wx_free(&c);
+    free(q), free(scale), free(bias), free(x), free(res), free(rs), free(y0), free(y1), free(y2);
+}
+
+/* Whether the GEMV quantizes the row itself: at M = 1 while the row's work
+ * repeated in every block stays within the budget (gemv_row_g256_ok: a grid
+ * of min(N/16, 2 per SM) blocks, the groups rotated once where a block's
+ * half-warps hold them in registers, twice otherwise). */
+static int fused_want(int sms, ql_dtype dt, int64_t m, int64_t n, int64_t k)
+{
+    const int64_t blocks = (n + 15) / 16 < 2 * sms ? (n + 15) / 16 : 2 * sms;
+    const int64_t passes = k / 256 <= (dt == QL_F32 ? 16 : 32) ? 1 : 2;
+    return m == 1 && blocks * k * passes <= 16384 * (int64_t)sms;
 }
 
 static void test_fused_rows(ql_context *gpu)
@@ -951,18 +973,24 @@ static void test_fused_rows(ql_context *gpu)
             for (size_t ki = 0; ki < sizeof ks / sizeof ks[0] && (m == 1 || ki < 4); ki++, i++) {
                 const int64_t n = (int64_t[]){1, 7, 300, 2048, 6144}[i % 5], k = ks[ki];
                 const int pad = (int)(16 / ql_dtype_size(dts[di])) * (i % 3 == 1); /* a pitch past K */
-                /* fused at M = 1 while the row's work repeated in every block stays within the budget
-                 * (s8_gemv_row_ok: a grid of min(N/16, 2 per SM) blocks, the groups rotated once where a block's
-                 * half-warps hold them in registers, twice otherwise) */
-                const int64_t blocks = (n + 15) / 16 < 2 * sms ? (n + 15) / 16 : 2 * sms;
-                const int64_t passes = k / 256 <= (dts[di] == QL_F32 ? 16 : 32) ? 1 : 2;
-                const int want = m == 1 && blocks * k * passes <= 16384 * (int64_t)sms;
-                fused_rows_case(gpu, dts[di], m, n, k, i % 7, i % 3, pad, want);
+                fused_rows_case(gpu, -1, dts[di], m, n, k, i % 7, i % 3, pad, fused_want(sms, dts[di], m, n, k));
             }
         }
+    /* packed W4A8 / W6A8 (codebook, uniform, 6-bit): the packed GEMV quantizing its row, equal to the decoded
+     * grid's reference */
+    int np = 0;
+    for (int mode = 0; mode < 3; mode++)
+        for (int di = 0; di < 3; di++)
+            for (int ki = 0; ki < 6; ki++, np++) {
+                const int64_t k = (int64_t[]){256, 768, 2048, 4096, 8192, 16384}[ki];
+                const int64_t n = (int64_t[]){1, 7, 300, 2048, 3072}[np % 5], m = ki == 2 ? 2 : 1;
+                const int pad = (int)(16 / ql_dtype_size(dts[di])) * (np % 3 == 1);
+                fused_rows_case(gpu, mode, dts[di], m, n, k, np % 7, np % 3, pad, fused_want(sms, dts[di], m, n, k));
+            }
     /* left to the prologue kernel: K past the limit, the row's work past its budget */
-    fused_rows_case(gpu, QL_BF16, 1, 300, 16384 + 256, 0, 0, 0, 0);
-    fused_rows_case(gpu, QL_F32, 1, 16384, 8192, 0, 0, 0, 0);
+    fused_rows_case(gpu, -1, QL_BF16, 1, 300, 16384 + 256, 0, 0, 0, 0);
+    fused_rows_case(gpu, -1, QL_F32, 1, 16384, 8192, 0, 0, 0, 0);
+    fused_rows_case(gpu, 0, QL_BF16, 1, 300, 16384 + 256, 0, 0, 0, 0);
     /* y inside x's allocation: the rows are read by every block while others write, so not fused */
     {
         const int64_t m = 1, k = 2048, n = 512;
@@ -988,7 +1016,8 @@ static void test_fused_rows(ql_context *gpu)
         ql_linear_destroy(lin);
         cudaFree(dx), free(q), free(scale), free(x), free(y0), free(y1);
     }
-    printf("  GEMV quantizing its own row: %d shapes, bit-identical to the CPU and to the prologue kernel + GEMV\n", i);
+    printf("  GEMV quantizing its own row: %d int8 and %d packed shapes, bit-identical to the CPU and to the prologue kernel + GEMV\n",
+           i, np);
 }
 
 /* A chain of layers, each reading the previous one's output, sharing the

@@ -86,14 +86,20 @@ cudaError_t launch_s8_gemm_mma(const int8_t *a, int64_t lda, const int8_t *b, in
 #define QLC_GEMV_MAX_M 8
 cudaError_t launch_s8_gemv(const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m, int64_t n,
                            int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl);
-/* The GEMV for one row of x at G = 256 that quantizes it itself (no
- * prologue kernel): the weight b in the prologue's code order, pitch k; q
- * [k] and sx [1] receive the codes and scale the prologue kernel would have
- * written. s8_gemv_row_ok: x and the shape allow it (a 16-byte aligned row,
- * K a multiple of 256 up to QLC_GEMV_ROW_MAX_K, and the row's work repeated
- * in every block small on `sms` multiprocessors). */
+/* The GEMVs for one row of x at G = 256 that quantize it themselves (no
+ * prologue kernel): blocks of GEMV_ROW_WARPS warps, the first
+ * GEMV_ROW_ROT_WARPS rotating, gemv_row_blocks(n, sms) of them (a wave of
+ * two per SM, fewer when N does not need them). gemv_row_g256_ok: x and the
+ * shape allow it (a 16-byte aligned row, K a multiple of 256 up to
+ * QLC_GEMV_ROW_MAX_K, and the row's work repeated in every block small on
+ * `sms` multiprocessors). launch_s8_gemv_row: the int8 weight b in the
+ * prologue's code order, pitch k; q [k] and sx [1] receive the codes and
+ * scale the prologue kernel would have written (the packed one:
+ * launch_wxa8_gemv_row, wxa8_cuda.h). */
 #define QLC_GEMV_ROW_MAX_K 16384
-bool s8_gemv_row_ok(int xdt, const void *x, int64_t m, int64_t n, int64_t k, int64_t group, int sms);
+constexpr int GEMV_ROW_WARPS = 16, GEMV_ROW_ROT_WARPS = 8;
+int64_t gemv_row_blocks(int64_t n, int sms);
+bool gemv_row_g256_ok(int xdt, const void *x, int64_t m, int64_t n, int64_t k, int64_t group, int sms);
 cudaError_t launch_s8_gemv_row(const void *x, int xdt, int64_t k, const int8_t *b, int64_t n, const EpiParams &p,
                                int8_t *q, float *sx, int sms, cudaStream_t stream, bool pdl);
 

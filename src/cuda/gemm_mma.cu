@@ -174,24 +174,15 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) s8_gemv_kernel(const int8_t *
  * where the prologue kernel would have (a later call may reuse them through
  * the prologue cache). With 2..4 rows the same scheme measured slower than
  * the two kernels under CUDA graphs (MEASUREMENTS §29), so it serves M = 1. */
-constexpr int ROWS_WARPS = 16, ROWS_ROT_WARPS = 8; /* a block's warps (a column each at a time); the warps that rotate */
-template <int DT> __host__ __device__ constexpr int rows_hold() { return DT == DT_F32 ? 1 : 2; }
 template <int DT>
-__global__ void __launch_bounds__(ROWS_WARPS * 32, 2) s8_gemv_row_g256_kernel(const char *x, int k, const int8_t *b,
+__global__ void __launch_bounds__(GEMV_ROW_WARPS * 32, 2) s8_gemv_row_g256_kernel(const char *x, int k, const int8_t *b,
                                                                             int64_t n, EpiParams p, int8_t *q, float *sx)
 {
-    __shared__ __align__(16) int8_t xs[QLC_GEMV_ROW_MAX_K];            /* the row's codes, the prologue's order */
-    __shared__ __align__(16) float tbuf[ROWS_ROT_WARPS * 2 * TB_HALF]; /* each rotating half-warp's transpose buffer */
-    __shared__ float red_amax[ROWS_ROT_WARPS];
-    __shared__ unsigned red_bad[ROWS_ROT_WARPS];
-    __shared__ float row_sx;
-    constexpr int RAW = raw_words<DT>(), ESZ = DT == DT_F32 ? 4 : 2, HOLD = rows_hold<DT>();
-    constexpr int STEP = 2 * ROWS_ROT_WARPS; /* groups rotated at once */
+    __shared__ __align__(16) int8_t xs[QLC_GEMV_ROW_MAX_K]; /* the row's codes, the prologue's order */
+    __shared__ __align__(16) RowScratch<GEMV_ROW_ROT_WARPS> sc;
     pdl_trigger(); /* the next layer's prologue may launch (it waits for this grid) */
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, half = lane / 16, i = lane % 16;
-    const bool rot = warp < ROWS_ROT_WARPS; /* the others wait for the codes */
-    float *tb = tbuf + (2 * (warp % ROWS_ROT_WARPS) + half) * TB_HALF;
-    const int64_t col0 = (int64_t)blockIdx.x * ROWS_WARPS + warp, cstep = (int64_t)gridDim.x * ROWS_WARPS;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t col0 = (int64_t)blockIdx.x * GEMV_ROW_WARPS + warp, cstep = (int64_t)gridDim.x * GEMV_ROW_WARPS;
 #if __CUDA_ARCH__ >= 900
     /* the first weight row on its way from DRAM into L2 while the kernel before finishes */
     if (col0 < n)
@@ -199,98 +190,15 @@ __global__ void __launch_bounds__(ROWS_WARPS * 32, 2) s8_gemv_row_g256_kernel(co
             asm volatile("prefetch.global.L2 [%0];" ::"l"(b + col0 * k + k0));
 #endif
     pdl_wait(); /* x is the previous kernel's output; q and sx may still be read by it */
-    const int G = k / 256;
-    const bool held = G <= HOLD * STEP; /* one pass: every group stays in its half-warp's registers */
-    /* group g (lane i: values 16i..16i+15), zeros past the last group */
-    auto load_group = [&](int g, uint4 (&raw)[RAW]) {
-        if (g < G) {
-            const uint4 *src = (const uint4 *)(x + (size_t)(g * 256 + 16 * i) * ESZ);
-#pragma unroll
-            for (int j = 0; j < RAW; j++) raw[j] = __ldg(src + j);
-        } else {
-#pragma unroll
-            for (int j = 0; j < RAW; j++) raw[j] = make_uint4(0, 0, 0, 0);
-        }
-    };
-    /* rotated (lane i: values i + 16·t; both halves of a warp call it: it synchronizes the warp) and rounded to
-     * the dtype, as the raw words the quantizer reads; max|v| into amax, NaN/Inf into bad */
-    float amax = 0.0f;
-    unsigned bad = 0;
-    auto rotate_round = [&](uint4 (&raw)[RAW]) {
-        float e[16];
-        unpack16<DT>(raw, e);
-        rotate16_g256(e, tb, i);
-        uint32_t *wd = (uint32_t *)raw;
-#pragma unroll
-        for (int t = 0; t < 16; t += 2) {
-            float v0 = e[t], v1 = e[t + 1];
-            if constexpr (DT == DT_BF16) {
-                const __nv_bfloat162 v = __floats2bfloat162_rn(v0, v1);
-                wd[t / 2] = *(const uint32_t *)&v;
-                v0 = __low2float(v), v1 = __high2float(v);
-            } else if constexpr (DT == DT_F16) {
-                const __half2 v = __floats2half2_rn(v0, v1);
-                wd[t / 2] = *(const uint32_t *)&v;
-                v0 = __low2float(v), v1 = __high2float(v);
-            } else {
-                wd[t] = __float_as_uint(v0), wd[t + 1] = __float_as_uint(v1);
-            }
-            const float a0 = fabsf(v0), a1 = fabsf(v1);
-            bad |= !(a0 <= 3.402823466e38f) | !(a1 <= 3.402823466e38f);
-            amax = fmaxf(amax, fmaxf(a0, a1)); /* zeros of padding groups change nothing */
-        }
-    };
-    /* pass 1: the row's absmax of its rounded values; NaN or Inf anywhere: the row is bad */
-    uint4 hold[HOLD][RAW];
-    if (rot && held) {
-#pragma unroll
-        for (int h = 0; h < HOLD; h++) load_group(2 * warp + half + h * STEP, hold[h]); /* every load in flight at once */
-#pragma unroll
-        for (int h = 0; h < HOLD; h++)
-            if (2 * warp + h * STEP < G) rotate_round(hold[h]);
-    } else if (rot) {
-        for (int base = 2 * warp; base < G; base += STEP) {
-            uint4 raw[RAW];
-            load_group(base + half, raw);
-            rotate_round(raw);
-        }
-    }
-    for (int o = 16; o; o >>= 1) {
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        bad |= __shfl_xor_sync(0xffffffffu, bad, o);
-    }
-    if (rot && lane == 0) red_amax[warp] = amax, red_bad[warp] = bad;
-    __syncthreads();
-    amax = 0.0f, bad = 0;
-#pragma unroll
-    for (int v = 0; v < ROWS_ROT_WARPS; v++) amax = fmaxf(amax, red_amax[v]), bad |= red_bad[v];
-    float s, st, rcp;
-    row_scale<DT>(amax, s, st, rcp);
-    if (threadIdx.x == 0) row_sx = bad ? __int_as_float(0x7fc00000) : s;
-    /* pass 2: the codes, stored where the prologue kernel stores them (16 per lane, value i + 16·t at 16·i + t) */
-    auto store_codes = [&](int g, const uint4 (&raw)[RAW]) {
-        if (g < G) *(uint4 *)(xs + g * 256 + 16 * i) = bad ? make_uint4(0, 0, 0, 0) : quantize16_words<DT>(raw, st, rcp);
-    };
-    const unsigned bad_row = bad;
-    if (rot && held) {
-#pragma unroll
-        for (int h = 0; h < HOLD; h++) store_codes(2 * warp + half + h * STEP, hold[h]);
-    } else if (rot) {
-        for (int base = 2 * warp; base < G; base += STEP) {
-            uint4 raw[RAW];
-            load_group(base + half, raw);
-            rotate_round(raw); /* (its absmax is the row's already) */
-            bad = bad_row;
-            store_codes(base + half, raw);
-        }
-    }
-    __syncthreads();
-    if (blockIdx.x == 0) {
-        for (int o = threadIdx.x * 16; o < k; o += ROWS_WARPS * 32 * 16) *(uint4 *)(q + o) = *(const uint4 *)(xs + o);
-        if (threadIdx.x == 0) *sx = row_sx;
-    }
+    /* the codes where the prologue kernel stores them (value i + 16·t of a group at 16·i + t); block 0 also
+     * into q */
+    quantize_row_g256<DT, GEMV_ROW_ROT_WARPS>(x, k, sc, [&](int g, int i, uint4 c) {
+        *(uint4 *)(xs + g * 256 + 16 * i) = c;
+        if (blockIdx.x == 0) *(uint4 *)(q + g * 256 + 16 * i) = c;
+    });
+    if (blockIdx.x == 0 && threadIdx.x == 0) *sx = sc.sx;
     EpiParams pp = p;
-    pp.sx = &row_sx; /* the row's scale, NaN for a bad row */
+    pp.sx = &sc.sx; /* the row's scale, NaN for a bad row */
     for (int64_t col = col0; col < n; col += cstep) {
         const int8_t *w = b + col * k;
         int32_t acc[1] = {0};
@@ -336,29 +244,27 @@ cudaError_t launch_s8_gemv(const int8_t *a, int64_t lda, const int8_t *b, int64_
     return e;
 }
 
-/* The grid: a wave of blocks (two per SM at the kernel's 64 registers), fewer
- * when N does not need them. */
-static int64_t row_blocks(int64_t n, int sms)
+int64_t gemv_row_blocks(int64_t n, int sms)
 {
-    const int64_t need = (n + ROWS_WARPS - 1) / ROWS_WARPS, wave = 2 * (int64_t)(sms > 0 ? sms : 1);
+    const int64_t need = (n + GEMV_ROW_WARPS - 1) / GEMV_ROW_WARPS, wave = 2 * (int64_t)(sms > 0 ? sms : 1);
     return need < wave ? need : wave;
 }
 
-bool s8_gemv_row_ok(int xdt, const void *x, int64_t m, int64_t n, int64_t k, int64_t group, int sms)
+bool gemv_row_g256_ok(int xdt, const void *x, int64_t m, int64_t n, int64_t k, int64_t group, int sms)
 {
     if (m != 1 || group != 256 || k <= 0 || k % 256 || k > QLC_GEMV_ROW_MAX_K || (uintptr_t)x % 16) return false;
     /* every block rotates the row (twice where it does not stay in registers): worth it while that is at most
      * ~16384 values per SM, less issue than the prologue kernel's launch and latency it replaces */
-    const int hold = xdt == DT_F32 ? rows_hold<DT_F32>() : rows_hold<DT_BF16>();
-    const int64_t passes = k / 256 <= hold * 2 * ROWS_ROT_WARPS ? 1 : 2;
-    return row_blocks(n, sms) * k * passes <= 16384 * (int64_t)(sms > 0 ? sms : 1);
+    const int hold = xdt == DT_F32 ? row_hold<DT_F32>() : row_hold<DT_BF16>();
+    const int64_t passes = k / 256 <= hold * 2 * GEMV_ROW_ROT_WARPS ? 1 : 2;
+    return gemv_row_blocks(n, sms) * k * passes <= 16384 * (int64_t)(sms > 0 ? sms : 1);
 }
 
 cudaError_t launch_s8_gemv_row(const void *x, int xdt, int64_t k, const int8_t *b, int64_t n, const EpiParams &p,
                                int8_t *q, float *sx, int sms, cudaStream_t stream, bool pdl)
 {
     cudaLaunchAttribute attr[1];
-    cudaLaunchConfig_t cfg = launch_config(dim3((unsigned)row_blocks(n, sms)), dim3(ROWS_WARPS * 32), 0, stream, pdl, attr);
+    cudaLaunchConfig_t cfg = launch_config(dim3((unsigned)gemv_row_blocks(n, sms)), dim3(GEMV_ROW_WARPS * 32), 0, stream, pdl, attr);
     const char *xc = (const char *)x;
     const int kk = (int)k;
     if (xdt == DT_BF16) return cudaLaunchKernelEx(&cfg, s8_gemv_row_g256_kernel<DT_BF16>, xc, kk, b, n, p, q, sx);

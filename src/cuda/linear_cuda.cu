@@ -97,7 +97,7 @@ struct ql_cuda_linear {
     int force;   /* QLINEAR_CUDA_GEMM: 0 auto, 1 sm90, 2 mma, 3 gemv */
     int force_tile; /* QLINEAR_CUDA_TILE: -1 auto, else a Hopper tile (sm90_tile) */
     int force_roww; /* QLINEAR_CUDA_ROWW: 0 auto, else the prologue's warps per row (1, 2, 4) */
-    bool fuse_row; /* QLINEAR_CUDA_FUSE (auto | off): at M = 1 the GEMV may quantize the row itself (s8_gemv_row_ok) */
+    bool fuse_row; /* QLINEAR_CUDA_FUSE (auto | off): at M = 1 the GEMV may quantize the row itself (gemv_row_g256_ok) */
     char kernel[96];
     PrologueFit fit; /* the prologue's launch shape at this K, on this device */
     CUtensorMap bmap[QLC_SM90_TILES]; /* the weight's TMA descriptor per Hopper tile, made on first use */
@@ -702,16 +702,18 @@ bool packed_gemv(const ql_cuda_linear *l, int64_t m) { return m <= QLC_GEMV_MAX_
 int64_t acc_pitch(int64_t n) { return (n + 3) / 4 * 4; }
 
 /* Whether layer l's forward of m rows runs as one GEMV that quantizes the
- * row itself: an int8 layer with nothing the prologue or GEMV would add (no
- * input activation, LoRA or correction) where the GEMV is the GEMM, one
- * row (s8_gemv_row_ok), and y apart from x (each block reads all of x while
+ * row itself: an int8 layer whose GEMM is the GEMV, or a symmetric packed
+ * layer whose forward is the packed GEMV; nothing the prologue or GEMV
+ * would add (no input activation, LoRA or correction); one row
+ * (gemv_row_g256_ok); and y apart from x (each block reads all of x while
  * others write their columns of y). */
 bool row_fuses(const ql_cuda_linear *l, const void *x, ql_dtype xdt, int64_t m, const InputAct &act, const void *y,
                ql_dtype ydt, const ql_cuda_workspace *ws)
 {
-    if (!l->fuse_row || l->bits || l->corr || l->lora_rt || act.code != QL_INPUT_ACT_NONE) return false;
-    if (gemm_use(l->force, l->sm90, ws->q, l->kp, l->w, l->kp, m, l->n, l->k) != 3) return false;
-    if (!s8_gemv_row_ok(dtype_code(xdt), x, m, l->n, l->k, l->group, l->sms)) return false;
+    if (!l->fuse_row || l->corr || l->lora_rt || act.code != QL_INPUT_ACT_NONE) return false;
+    if (l->bits ? !packed_gemv(l, m) : gemm_use(l->force, l->sm90, ws->q, l->kp, l->w, l->kp, m, l->n, l->k) != 3)
+        return false;
+    if (!gemv_row_g256_ok(dtype_code(xdt), x, m, l->n, l->k, l->group, l->sms)) return false;
     const uintptr_t x0 = (uintptr_t)x, x1 = x0 + (uintptr_t)(l->k * (int64_t)ql_dtype_size(xdt));
     const uintptr_t y0 = (uintptr_t)y, y1 = y0 + (uintptr_t)(l->n * (int64_t)ql_dtype_size(ydt));
     return y1 <= x0 || x1 <= y0;
@@ -812,9 +814,15 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
         for (int i = 0; i < count; i++) {
             ql_cuda_linear *li = ls[i];
             const EpiParams p = layer_epi(li, epis ? epis[i] : nullptr, ys[i], ldys[i], ydt, ws);
-            QLC_CUDA(fn, "the GEMV kernel", launch_s8_gemv_row(x, dtype_code(xdt), li->k, li->w, li->n, p, ws->q,
-                                                                ws->sx, li->sms, s, li->fit.pdl));
-            snprintf(li->kernel, sizeof li->kernel, "gemv dp4a, row quantized in each block");
+            if (li->bits) {
+                QLC_CUDA(fn, "the packed GEMV kernel",
+                         launch_wxa8_gemv_row(x, dtype_code(xdt), li->pw, p, ws->q, ws->sx, li->sms, s, li->fit.pdl));
+                snprintf(li->kernel, sizeof li->kernel, "wxa8 gemv %d-bit dp4a, row quantized in each block", li->bits);
+            } else {
+                QLC_CUDA(fn, "the GEMV kernel", launch_s8_gemv_row(x, dtype_code(xdt), li->k, li->w, li->n, p, ws->q,
+                                                                    ws->sx, li->sms, s, li->fit.pdl));
+                snprintf(li->kernel, sizeof li->kernel, "gemv dp4a, row quantized in each block");
+            }
         }
         ws->token = ++prologue_tokens, ws->token_stream = stream;
         if (token) *token = ws->token;

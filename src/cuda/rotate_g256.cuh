@@ -139,4 +139,117 @@ template <int DT> __device__ __forceinline__ uint4 quantize16(const typename Sto
     return quantize16_words<DT>(raw, st, rcp);
 }
 
+/* A block's scratch for quantize_row_g256 (in shared memory). */
+template <int ROT> struct RowScratch {
+    float tb[ROT * 2 * TB_HALF]; /* each rotating half-warp's transpose buffer */
+    float amax[ROT];
+    unsigned bad[ROT];
+    float sx; /* the row's scale, NaN for a row with NaN or Inf */
+};
+
+/* Groups a rotating half-warp keeps in registers between the row's absmax
+ * and its codes (K <= row_hold·2·ROT·256); longer rows are rotated twice. */
+template <int DT> __host__ __device__ constexpr int row_hold() { return DT == DT_F32 ? 1 : 2; }
+
+/* One row of x (K = 256·G values of dtype DT, 16-byte aligned) rotated and
+ * quantized by the block's first ROT warps, a half-warp per group, with the
+ * prologue kernel's arithmetic (the same codes and scale). store(g, i, c)
+ * receives lane i's 16 codes of group g (value i + 16·t in byte t) for every
+ * group; sc.sx the scale. Every thread of the block calls it; the codes and
+ * sc.sx are visible to the whole block when it returns. */
+template <int DT, int ROT, class Store>
+__device__ __forceinline__ void quantize_row_g256(const char *x, int k, RowScratch<ROT> &sc, Store &&store)
+{
+    constexpr int RAW = raw_words<DT>(), ESZ = DT == DT_F32 ? 4 : 2, HOLD = row_hold<DT>();
+    constexpr int STEP = 2 * ROT; /* groups rotated at once */
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, half = lane / 16, i = lane % 16;
+    const bool rot = warp < ROT; /* the others wait for the codes */
+    float *tb = sc.tb + (2 * (warp % ROT) + half) * TB_HALF;
+    const int G = k / 256;
+    const bool held = G <= HOLD * STEP; /* one pass: every group stays in its half-warp's registers */
+    /* group g (lane i: values 16i..16i+15), zeros past the last group */
+    auto load_group = [&](int g, uint4 (&raw)[RAW]) {
+        if (g < G) {
+            const uint4 *src = (const uint4 *)(x + (size_t)(g * 256 + 16 * i) * ESZ);
+#pragma unroll
+            for (int j = 0; j < RAW; j++) raw[j] = __ldg(src + j);
+        } else {
+#pragma unroll
+            for (int j = 0; j < RAW; j++) raw[j] = make_uint4(0, 0, 0, 0);
+        }
+    };
+    /* rotated (lane i: values i + 16·t; both halves of a warp call it: it synchronizes the warp) and rounded to
+     * the dtype, as the raw words the quantizer reads; max|v| into amax, NaN/Inf into bad */
+    auto rotate_round = [&](uint4 (&raw)[RAW], float &amax, unsigned &bad) {
+        float e[16];
+        unpack16<DT>(raw, e);
+        rotate16_g256(e, tb, i);
+        uint32_t *wd = (uint32_t *)raw;
+#pragma unroll
+        for (int t = 0; t < 16; t += 2) {
+            float v0 = e[t], v1 = e[t + 1];
+            if constexpr (DT == DT_BF16) {
+                const __nv_bfloat162 v = __floats2bfloat162_rn(v0, v1);
+                wd[t / 2] = *(const uint32_t *)&v;
+                v0 = __low2float(v), v1 = __high2float(v);
+            } else if constexpr (DT == DT_F16) {
+                const __half2 v = __floats2half2_rn(v0, v1);
+                wd[t / 2] = *(const uint32_t *)&v;
+                v0 = __low2float(v), v1 = __high2float(v);
+            } else {
+                wd[t] = __float_as_uint(v0), wd[t + 1] = __float_as_uint(v1);
+            }
+            const float a0 = fabsf(v0), a1 = fabsf(v1);
+            bad |= !(a0 <= 3.402823466e38f) | !(a1 <= 3.402823466e38f);
+            amax = fmaxf(amax, fmaxf(a0, a1)); /* zeros of padding groups change nothing */
+        }
+    };
+    /* pass 1: the row's absmax of its rounded values; NaN or Inf anywhere: the row is bad */
+    float amax = 0.0f;
+    unsigned bad = 0;
+    uint4 hold[HOLD][RAW];
+    if (rot && held) {
+#pragma unroll
+        for (int h = 0; h < HOLD; h++) load_group(2 * warp + half + h * STEP, hold[h]); /* every load in flight at once */
+#pragma unroll
+        for (int h = 0; h < HOLD; h++)
+            if (2 * warp + h * STEP < G) rotate_round(hold[h], amax, bad);
+    } else if (rot) {
+        for (int base = 2 * warp; base < G; base += STEP) {
+            uint4 raw[RAW];
+            load_group(base + half, raw);
+            rotate_round(raw, amax, bad);
+        }
+    }
+    for (int o = 16; o; o >>= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        bad |= __shfl_xor_sync(0xffffffffu, bad, o);
+    }
+    if (rot && lane == 0) sc.amax[warp] = amax, sc.bad[warp] = bad;
+    __syncthreads();
+    amax = 0.0f, bad = 0;
+#pragma unroll
+    for (int v = 0; v < ROT; v++) amax = fmaxf(amax, sc.amax[v]), bad |= sc.bad[v];
+    float s, st, rcp;
+    row_scale<DT>(amax, s, st, rcp);
+    if (threadIdx.x == 0) sc.sx = bad ? __int_as_float(0x7fc00000) : s;
+    /* pass 2: the codes (zeros for a bad row) */
+    auto codes = [&](const uint4 (&raw)[RAW]) { return bad ? make_uint4(0, 0, 0, 0) : quantize16_words<DT>(raw, st, rcp); };
+    if (rot && held) {
+#pragma unroll
+        for (int h = 0; h < HOLD; h++)
+            if (2 * warp + half + h * STEP < G) store(2 * warp + half + h * STEP, i, codes(hold[h]));
+    } else if (rot) {
+        for (int base = 2 * warp; base < G; base += STEP) {
+            uint4 raw[RAW];
+            float a2 = 0.0f; /* (the row's absmax is known already) */
+            unsigned b2 = 0;
+            load_group(base + half, raw);
+            rotate_round(raw, a2, b2);
+            if (base + half < G) store(base + half, i, codes(raw));
+        }
+    }
+    __syncthreads();
+}
+
 } // namespace qlc

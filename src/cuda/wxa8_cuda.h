@@ -38,6 +38,14 @@ cudaError_t launch_wxa8_decode(const PackedW &w, bool permuted, int8_t *out, int
 cudaError_t launch_wxa8_gemv(const int8_t *a, int64_t lda, const PackedW &w, bool permuted, int64_t m,
                              const EpiParams &p, cudaStream_t stream, bool pdl);
 
+/* One row of x (dtype xdt) at G = 256 (gemv_row_g256_ok): the packed GEMV
+ * that rotates and quantizes the row in each block itself
+ * (launch_s8_gemv_row's scheme, cuda_internal.h); q [k] and sx [1] receive
+ * the codes and scale the prologue kernel would have written. A symmetric
+ * layer (no correction term). */
+cudaError_t launch_wxa8_gemv_row(const void *x, int xdt, const PackedW &w, const EpiParams &p, int8_t *q, float *sx,
+                                 int sms, cudaStream_t stream, bool pdl);
+
 /* Asymmetric layers: s[m, k/group] = Σ_{natural k in group} a[m, k] (exact,
  * as fp32), from the codes in prologue order. */
 cudaError_t launch_group_sums(const int8_t *a, int64_t lda, int64_t m, int64_t k, int64_t group, bool permuted, float *s,

@@ -20,6 +20,7 @@
 #include <cuda_fp16.h>
 
 #include "cuda_internal.h"
+#include "rotate_g256.cuh"
 #include "wxa8_cuda.h"
 
 namespace qlc {
@@ -171,6 +172,19 @@ __global__ void __launch_bounds__(DEC_THREADS) wxa8_decode_kernel(PackedW w, boo
 
 /* -------------------------------------------------------------- GEMV */
 
+/* Hopper: a warp starts packed row `col` on its way from DRAM into L2 (a
+ * programmatic dependent launch, before it waits for the kernel before). */
+template <int BITS> __device__ __forceinline__ void prefetch_packed_row(const PackedW &w, int64_t col, int lane)
+{
+#if __CUDA_ARCH__ >= 900
+    for (int64_t o = (int64_t)lane * 128; o < w.k / 2; o += 32 * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(w.nib + col * w.ldn + o));
+    if (BITS == 6)
+        for (int64_t o = (int64_t)lane * 128; o < w.k / 4; o += 32 * 128)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(w.hi + col * w.ldh + o));
+#endif
+}
+
 constexpr int PG_WARPS = 8;
 constexpr int PG_KC = 4096;                  /* activation codes per row staged per pass */
 constexpr int PG_PITCH = PG_KC / 256 * 272;  /* a row in shared memory: groups of 256 16 bytes apart in banks */
@@ -228,16 +242,7 @@ __global__ void __launch_bounds__(PG_WARPS * 32) wxa8_gemv_kernel(const int8_t *
     const int64_t col = (int64_t)blockIdx.x * PG_WARPS + threadIdx.x / 32;
     const bool active = col < w.n;
     load_tables<BITS>(w, lut4, tab6); /* layer constants: before waiting */
-#if __CUDA_ARCH__ >= 900
-    /* the packed row on its way from DRAM into L2 while the prologue finishes */
-    if (active) {
-        for (int64_t o = (int64_t)lane * 128; o < w.k / 2; o += 32 * 128)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(w.nib + col * w.ldn + o));
-        if (BITS == 6)
-            for (int64_t o = (int64_t)lane * 128; o < w.k / 4; o += 32 * 128)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(w.hi + col * w.ldh + o));
-    }
-#endif
+    if (active) prefetch_packed_row<BITS>(w, col, lane); /* on its way into L2 while the prologue finishes */
     pdl_wait(); /* the activation codes are the prologue's */
     int32_t acc[MR] = {};
     for (int64_t c0 = 0; c0 < w.k; c0 += PG_KC) {
@@ -263,6 +268,54 @@ __global__ void __launch_bounds__(PG_WARPS * 32) wxa8_gemv_kernel(const int8_t *
     }
     if (!active) return;
     gemv_finish<MR>(acc, p, lane, col);
+}
+
+/* The packed GEMV for one row at G = 256 that quantizes the row itself
+ * (the int8 one's scheme, gemm_mma.cu): each block rotates and quantizes x
+ * with quantize_row_g256, storing the codes straight into the natural-order
+ * staging layout that wxa8_gemv_kernel's decode loop reads (value i + 16·t
+ * of group g at byte 272·g + i + 16·t: a byte store per code, the two halves
+ * of a warp 16 bytes apart in banks), then its warps loop over columns. The
+ * whole row stays staged (K <= QLC_GEMV_ROW_MAX_K). Block 0 also leaves the
+ * codes in q in the prologue's order, and the scale in sx. */
+template <int DT, int BITS, int GS>
+__global__ void __launch_bounds__(GEMV_ROW_WARPS * 32, 2) wxa8_gemv_row_g256_kernel(const char *x, int k, PackedW w,
+                                                                                     EpiParams p, int8_t *q, float *sx)
+{
+    __shared__ __align__(16) int8_t xs[QLC_GEMV_ROW_MAX_K / 256 * 272];
+    __shared__ __align__(16) RowScratch<GEMV_ROW_ROT_WARPS> sc;
+    __shared__ uint4 lut4[BITS == 4 ? 256 : 1];
+    __shared__ uint16_t tab6[BITS == 6 ? 256 : 1];
+    pdl_trigger(); /* the next layer's prologue may launch (it waits for this grid) */
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t col0 = (int64_t)blockIdx.x * GEMV_ROW_WARPS + warp, cstep = (int64_t)gridDim.x * GEMV_ROW_WARPS;
+    load_tables<BITS>(w, lut4, tab6); /* layer constants: before waiting (quantize_row_g256 synchronizes the block) */
+    if (col0 < w.n) prefetch_packed_row<BITS>(w, col0, lane); /* the first one, while the kernel before finishes */
+    pdl_wait(); /* x is the previous kernel's output; q and sx may still be read by it */
+    quantize_row_g256<DT, GEMV_ROW_ROT_WARPS>(x, k, sc, [&](int g, int i, uint4 c) {
+        int8_t *d = xs + g * 272 + i;
+        const uint32_t cw[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+        for (int t = 0; t < 16; t++) d[16 * t] = (int8_t)(cw[t / 4] >> (8 * (t % 4)));
+        if (blockIdx.x == 0) *(uint4 *)(q + g * 256 + 16 * i) = c;
+    });
+    if (blockIdx.x == 0 && threadIdx.x == 0) *sx = sc.sx;
+    EpiParams pp = p;
+    pp.sx = &sc.sx; /* the row's scale, NaN for a bad row */
+    for (int64_t col = col0; col < w.n; col += cstep) {
+        int32_t acc[1] = {0};
+#pragma unroll 4
+        for (int kk = lane * 16; kk < k; kk += 32 * 16) {
+            uint32_t o[4];
+            decode_chunk<BITS, GS>(w, col, kk, lut4, tab6, o);
+            const int4 xv = *(const int4 *)(xs + xs_off(kk));
+            acc[0] = __dp4a(xv.x, (int)o[0], acc[0]);
+            acc[0] = __dp4a(xv.y, (int)o[1], acc[0]);
+            acc[0] = __dp4a(xv.z, (int)o[2], acc[0]);
+            acc[0] = __dp4a(xv.w, (int)o[3], acc[0]);
+        }
+        gemv_finish<1>(acc, pp, lane, col);
+    }
 }
 
 /* -------------------------------------------------- asymmetric layers */
@@ -376,6 +429,21 @@ template <int BITS, int GS> struct GemvLaunch {
     }
 };
 
+template <int BITS, int GS> struct GemvRowLaunch {
+    static cudaError_t run(const PackedW &w, const void *x, int xdt, const EpiParams &p, int8_t *q, float *sx, int sms,
+                           cudaStream_t stream, bool pdl)
+    {
+        cudaLaunchAttribute attr[1];
+        cudaLaunchConfig_t cfg =
+            launch_config(dim3((unsigned)gemv_row_blocks(w.n, sms)), dim3(GEMV_ROW_WARPS * 32), 0, stream, pdl, attr);
+        const char *xc = (const char *)x;
+        const int k = (int)w.k;
+        if (xdt == DT_BF16) return cudaLaunchKernelEx(&cfg, wxa8_gemv_row_g256_kernel<DT_BF16, BITS, GS>, xc, k, w, p, q, sx);
+        if (xdt == DT_F16) return cudaLaunchKernelEx(&cfg, wxa8_gemv_row_g256_kernel<DT_F16, BITS, GS>, xc, k, w, p, q, sx);
+        return cudaLaunchKernelEx(&cfg, wxa8_gemv_row_g256_kernel<DT_F32, BITS, GS>, xc, k, w, p, q, sx);
+    }
+};
+
 } // namespace
 
 cudaError_t launch_wxa8_decode(const PackedW &w, bool permuted, int8_t *out, int64_t ldo, cudaStream_t stream)
@@ -413,6 +481,13 @@ cudaError_t launch_corr_epilogue(const int32_t *acc, int64_t ldacc, const float 
             <<<dim3((unsigned)((n + 63) / 64), (unsigned)((m + 63) / 64)), 256, 0, stream>>>(acc, ldacc, s, corr, m, n, ng, p);
     }
     return cudaGetLastError();
+}
+
+cudaError_t launch_wxa8_gemv_row(const void *x, int xdt, const PackedW &w, const EpiParams &p, int8_t *q, float *sx,
+                                 int sms, cudaStream_t stream, bool pdl)
+{
+    if (w.k % 256 != 0 || w.k > QLC_GEMV_ROW_MAX_K || (uintptr_t)x % 16 != 0) return cudaErrorInvalidValue;
+    return with_format<GemvRowLaunch>(w, x, xdt, p, q, sx, sms, stream, pdl);
 }
 
 } // namespace qlc
