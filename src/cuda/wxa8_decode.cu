@@ -122,6 +122,36 @@ __device__ __forceinline__ void decode_chunk(const PackedW &w, int64_t col, int6
     else decode16_6(nib, __ldg((const uint32_t *)(w.hi + col * w.ldh + kn / 4)), scale_h2(tab6, sbv), o);
 }
 
+/* Natural codes [kn, kn + 32) of row `col` (kn % 32 == 0) decoded into lo
+ * (the first 16) and hi: one 16-byte load of nibbles, so that a warp keeps
+ * twice decode_chunk's bytes in flight. */
+template <int BITS, int GS>
+__device__ __forceinline__ void decode_chunk32(const PackedW &w, int64_t col, int64_t kn, const uint4 *lut4,
+                                               const uint16_t *tab6, uint32_t (&lo)[4], uint32_t (&hi)[4])
+{
+    const uint4 nib = __ldg((const uint4 *)(w.nib + col * w.ldn + kn / 2));
+    const uint8_t *srow = w.sb + col * w.lds;
+    uint32_t s0, s1; /* the scale bytes of each half, as load_scales gives them */
+    if constexpr (GS == 16) {
+        const uint32_t v = __ldg((const uint16_t *)(srow + kn / 16));
+        s0 = v & 0xff, s1 = v >> 8;
+    } else if constexpr (GS == 8) {
+        const uint32_t v = __ldg((const uint32_t *)(srow + kn / 8));
+        s0 = v & 0xffff, s1 = v >> 16;
+    } else {
+        const uint2 v = __ldg((const uint2 *)(srow + kn / 4));
+        s0 = v.x, s1 = v.y;
+    }
+    if constexpr (BITS == 4) {
+        decode16_4<GS>(make_uint2(nib.x, nib.y), s0, lut4, lo);
+        decode16_4<GS>(make_uint2(nib.z, nib.w), s1, lut4, hi);
+    } else {
+        const uint2 hw = __ldg((const uint2 *)(w.hi + col * w.ldh + kn / 4));
+        decode16_6(make_uint2(nib.x, nib.y), hw.x, scale_h2(tab6, s0), lo);
+        decode16_6(make_uint2(nib.z, nib.w), hw.y, scale_h2(tab6, s1), hi);
+    }
+}
+
 /* Tables into shared memory (every thread of the block takes part). */
 template <int BITS> __device__ __forceinline__ void load_tables(const PackedW &w, uint4 *lut4, uint16_t *tab6)
 {
@@ -252,17 +282,27 @@ __global__ void __launch_bounds__(PG_WARPS * 32) wxa8_gemv_kernel(const int8_t *
         __syncthreads();
         if (!active) continue;
 #pragma unroll 4
-        for (int kk = lane * 16; kk < kc; kk += 32 * 16) {
-            uint32_t o[4];
-            decode_chunk<BITS, GS>(w, col, c0 + kk, lut4, tab6, o);
+        for (int kk = lane * 32; kk < kc; kk += 32 * 32) {
+            /* kc % 16 == 0: the second half may lie past kc (4 bits, k % 32 == 16); its loads stay inside the row's
+             * padding (pitches padded to 16 bytes), its codes are dropped */
+            uint32_t lo[4], hi[4];
+            decode_chunk32<BITS, GS>(w, col, c0 + kk, lut4, tab6, lo, hi);
+            const bool both = kk + 32 <= kc;
             const int8_t *xp = xs + xs_off(kk);
 #pragma unroll
             for (int r = 0; r < MR; r++) {
-                const int4 xv = *(const int4 *)(xp + r * PG_PITCH);
-                acc[r] = __dp4a(xv.x, (int)o[0], acc[r]);
-                acc[r] = __dp4a(xv.y, (int)o[1], acc[r]);
-                acc[r] = __dp4a(xv.z, (int)o[2], acc[r]);
-                acc[r] = __dp4a(xv.w, (int)o[3], acc[r]);
+                const int4 x0 = *(const int4 *)(xp + r * PG_PITCH);
+                acc[r] = __dp4a(x0.x, (int)lo[0], acc[r]);
+                acc[r] = __dp4a(x0.y, (int)lo[1], acc[r]);
+                acc[r] = __dp4a(x0.z, (int)lo[2], acc[r]);
+                acc[r] = __dp4a(x0.w, (int)lo[3], acc[r]);
+                if (both) {
+                    const int4 x1 = *(const int4 *)(xp + 16 + r * PG_PITCH);
+                    acc[r] = __dp4a(x1.x, (int)hi[0], acc[r]);
+                    acc[r] = __dp4a(x1.y, (int)hi[1], acc[r]);
+                    acc[r] = __dp4a(x1.z, (int)hi[2], acc[r]);
+                    acc[r] = __dp4a(x1.w, (int)hi[3], acc[r]);
+                }
             }
         }
     }
@@ -305,14 +345,18 @@ __global__ void __launch_bounds__(GEMV_ROW_WARPS * 32, 2) wxa8_gemv_row_g256_ker
     for (int64_t col = col0; col < w.n; col += cstep) {
         int32_t acc[1] = {0};
 #pragma unroll 4
-        for (int kk = lane * 16; kk < k; kk += 32 * 16) {
-            uint32_t o[4];
-            decode_chunk<BITS, GS>(w, col, kk, lut4, tab6, o);
-            const int4 xv = *(const int4 *)(xs + xs_off(kk));
-            acc[0] = __dp4a(xv.x, (int)o[0], acc[0]);
-            acc[0] = __dp4a(xv.y, (int)o[1], acc[0]);
-            acc[0] = __dp4a(xv.z, (int)o[2], acc[0]);
-            acc[0] = __dp4a(xv.w, (int)o[3], acc[0]);
+        for (int kk = lane * 32; kk < k; kk += 32 * 32) { /* k % 256 == 0: no tail */
+            uint32_t lo[4], hi[4];
+            decode_chunk32<BITS, GS>(w, col, kk, lut4, tab6, lo, hi);
+            const int4 x0 = *(const int4 *)(xs + xs_off(kk)), x1 = *(const int4 *)(xs + xs_off(kk + 16));
+            acc[0] = __dp4a(x0.x, (int)lo[0], acc[0]);
+            acc[0] = __dp4a(x0.y, (int)lo[1], acc[0]);
+            acc[0] = __dp4a(x0.z, (int)lo[2], acc[0]);
+            acc[0] = __dp4a(x0.w, (int)lo[3], acc[0]);
+            acc[0] = __dp4a(x1.x, (int)hi[0], acc[0]);
+            acc[0] = __dp4a(x1.y, (int)hi[1], acc[0]);
+            acc[0] = __dp4a(x1.z, (int)hi[2], acc[0]);
+            acc[0] = __dp4a(x1.w, (int)hi[3], acc[0]);
         }
         gemv_finish<1>(acc, pp, lane, col);
     }
