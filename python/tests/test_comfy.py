@@ -591,8 +591,15 @@ def test_w4a8_matches_eager(mode, dtype, gen):
                    convrot_groupsize=256, out_dtype=dtype)
         assert selected("w4a8_int8_linear", **kwl) == "qlinear"
         y, ref = call("qlinear", "w4a8_int8_linear", **kwl), call("eager", "w4a8_int8_linear", **kwl)
-        if mode == "asym":  # eager's float linear of the dequantized weight; ours dequantizes once
-            torch.testing.assert_close(y, ref, rtol=1e-2 if dtype != torch.float32 else 1e-5, atol=1e-3)
+        if mode == "asym":
+            # eager's float linear of its dequantized weight d0; ours of its own d1, which may differ from d0 by
+            # one ulp in rare elements (above): that difference times |x| comes on top of the roundings
+            slack = x.float().abs() @ (d1.float() - d0.float()).abs().t()
+            err = (y.float() - ref.float()).abs()
+            tol = (1e-2 if dtype != torch.float32 else 1e-5) * ref.float().abs() + 1e-3 + slack
+            bad = err > tol
+            assert not bool(bad.any()), (f"{int(bad.sum())} of {err.numel()} outputs off eager's: worst error "
+                                         f"{float((err - tol).max()):.3g} past the bound")
         else:  # the int8 GEMM after a rotation: the rule (in bf16 the rotations mostly agree, not always)
             grid = eager_w4a8._dequant_int4_grouped_to_int8(qd, sr, cb, g)
             assert_matches_eager(y, ref, x, grid, sc, 256, dtype, bias)
