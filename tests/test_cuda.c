@@ -851,6 +851,20 @@ static void test_prologue_cache(ql_context *gpu)
  * the codes it leaves for the prologue cache; and what it must leave to the
  * two kernels (M = 2..4, y overlapping x's allocation, K past its limit,
  * the row's work repeated in too many blocks). */
+static int fused_split_forced; /* QLINEAR_CUDA_SPLIT as set around a case: the warps a column its kernel must name */
+
+/* The warps a column under a forced split: the largest of 4, 2 at most the
+ * one forced whose grid keeps the row's work within the budget. */
+static int fused_split_want(int sms, ql_dtype dt, int64_t n, int64_t k, int forced)
+{
+    for (int s = forced; s > 1; s /= 2) {
+        const int64_t need = (n + 16 / s - 1) / (16 / s), blocks = need < 2 * sms ? need : 2 * sms;
+        const int64_t passes = k / 256 <= (dt == QL_F32 ? 16 : 32) ? 1 : 2;
+        if (blocks * k * passes <= 16384 * (int64_t)sms) return s;
+    }
+    return 1;
+}
+
 static void fused_rows_case(ql_context *gpu, int wx_mode, ql_dtype xdt, int64_t m, int64_t n, int64_t k, int special,
                             int res_on, int pad, int want_fused)
 {
@@ -923,6 +937,15 @@ static void fused_rows_case(ql_context *gpu, int wx_mode, ql_dtype xdt, int64_t 
         CHECK(is_fused == (v == 0 && want_fused) && (wx_mode < 0) == !strstr(kn, "wxa8"),
               "%s %s M=%lld N=%lld K=%lld pad %d: kernel '%s' (fused expected %d)", wx_mode < 0 ? "int8" : wx_modes[wx_mode],
               ql_dtype_name(xdt), (long long)m, (long long)n, (long long)k, pad, kn, v == 0 && want_fused);
+        if (v == 0 && want_fused && fused_split_forced) {
+            int sms = 1;
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+            char want[32];
+            const int s = fused_split_want(sms, xdt, n, k, fused_split_forced);
+            snprintf(want, sizeof want, ", %d warp%s a column", s, s > 1 ? "s" : "");
+            CHECK(strstr(kn, want) != NULL, "QLINEAR_CUDA_SPLIT=%d N=%lld K=%lld: kernel '%s', want '%s'", fused_split_forced,
+                  (long long)n, (long long)k, kn, want);
+        }
         int64_t first = -1;
         CHECK(same_bits(QL_BF16, y0, outs[v], m, n, ldy, &first),
               "fused rows (%s) %s %s M=%lld N=%lld K=%lld special %d res %d: first difference at %lld (%.9g vs ref %.9g)",
@@ -987,6 +1010,23 @@ static void test_fused_rows(ql_context *gpu)
                 const int pad = (int)(16 / ql_dtype_size(dts[di])) * (np % 3 == 1);
                 fused_rows_case(gpu, mode, dts[di], m, n, k, np % 7, np % 3, pad, fused_want(sms, dts[di], m, n, k));
             }
+    /* one, two and four warps a column forced (QLINEAR_CUDA_SPLIT, read at creation; the fused GEMV and, with
+     * FUSE=off, the prologue + M <= 8 GEMV): the same bits, a part of K shorter than one round of the loop among
+     * them (K = 256: three of four warps sum nothing) */
+    int nsplit = 0;
+    for (int si = 0; si < 3; si++) {
+        static const char *const forced[] = {"1", "2", "4"};
+        setenv("QLINEAR_CUDA_SPLIT", forced[si], 1);
+        fused_split_forced = 1 << si;
+        for (int j = 0; j < 8; j++, nsplit++) {
+            const int64_t n = (int64_t[]){1, 300, 1000, 7}[j % 4], k = (int64_t[]){16384, 8192, 2048, 256}[j % 4];
+            const ql_dtype dt = dts[(j + si) % 3];
+            const int64_t m = j % 4 == 2 ? 3 : 1; /* three rows: the prologue kernel and the M <= 8 GEMV, split too */
+            fused_rows_case(gpu, j < 4 ? -1 : (j + si) % 3, dt, m, n, k, (j + si) % 7, j % 3, 0, fused_want(sms, dt, m, n, k));
+        }
+    }
+    unsetenv("QLINEAR_CUDA_SPLIT");
+    fused_split_forced = 0;
     /* left to the prologue kernel: K past the limit, the row's work past its budget */
     fused_rows_case(gpu, -1, QL_BF16, 1, 300, 16384 + 256, 0, 0, 0, 0);
     fused_rows_case(gpu, -1, QL_F32, 1, 16384, 8192, 0, 0, 0, 0);
@@ -1016,8 +1056,9 @@ static void test_fused_rows(ql_context *gpu)
         ql_linear_destroy(lin);
         cudaFree(dx), free(q), free(scale), free(x), free(y0), free(y1);
     }
-    printf("  GEMV quantizing its own row: %d int8 and %d packed shapes, bit-identical to the CPU and to the prologue kernel + GEMV\n",
-           i, np);
+    printf("  GEMV quantizing its own row: %d int8 and %d packed shapes, %d with 1/2/4 warps a column forced, bit-identical to "
+           "the CPU and to the prologue kernel + GEMV\n",
+           i, np, nsplit);
 }
 
 /* A chain of layers, each reading the previous one's output, sharing the

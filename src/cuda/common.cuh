@@ -213,6 +213,52 @@ template <int MR> __device__ __forceinline__ void gemv_finish(int32_t (&acc)[MR]
     }
 }
 
+/* Split K in the GEMVs: `split` warps of a block share a column, each
+ * summing its part of K; where N alone would leave SMs idle, more warps a
+ * column put more of the weight's bytes in flight. gemv_split_reduce: the
+ * parts meet in shared memory red [2·MR·WARPS], round alternating between
+ * its halves (one barrier a round); true in the warp that finishes the
+ * column (part 0), its lane 0 then holding the sums, its other lanes zeros.
+ * Every warp of the block calls it, once a round. Integer sums: the result
+ * does not depend on the split. */
+template <int WARPS, int MR>
+__device__ __forceinline__ bool gemv_split_reduce(int32_t (&acc)[MR], int split, int32_t *red, int round)
+{
+    if (split == 1) return true;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int32_t *rr = red + round * MR * WARPS;
+#pragma unroll
+    for (int r = 0; r < MR; r++) {
+        for (int o = 16; o; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+        if (lane == 0) rr[r * WARPS + warp] = acc[r];
+    }
+    __syncthreads();
+    if (warp % split) return false;
+#pragma unroll
+    for (int r = 0; r < MR; r++) {
+        acc[r] = 0;
+        if (lane == 0)
+            for (int j = 0; j < split; j++) acc[r] += rr[r * WARPS + warp + j];
+    }
+    return true;
+}
+
+/* The column loop of a one-row GEMV whose blocks of WARPS warps loop over
+ * the columns together, WARPS / split at a time (dot(col, part): a lane's
+ * partial sum of its part); the trip count is the block's, so every warp
+ * reaches each barrier. */
+template <int WARPS, class Dot>
+__device__ __forceinline__ void gemv_split_columns(int64_t n, int split, const EpiParams &p, int32_t *red, Dot &&dot)
+{
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, cpb = WARPS / split;
+    int round = 0;
+    for (int64_t c0 = (int64_t)blockIdx.x * cpb; c0 < n; c0 += (int64_t)gridDim.x * cpb, round ^= 1) {
+        const int64_t col = c0 + warp / split;
+        int32_t acc[1] = {col < n ? dot(col, warp % split) : 0};
+        if (gemv_split_reduce<WARPS, 1>(acc, split, red, round) && col < n) gemv_finish<1>(acc, p, lane, col);
+    }
+}
+
 /* Two adjacent outputs (col, col+1) of one row; col+1 may be past N. */
 __device__ __forceinline__ void epi_store2(const EpiParams &p, int64_t row, int64_t col, int64_t n, int32_t a0,
                                            int32_t a1, float sx)

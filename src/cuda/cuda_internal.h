@@ -81,27 +81,38 @@ cudaError_t prepare_s8_gemm_sm90(int *pairs);
 /* Portable tensor-core GEMM (mma.sync, sm_80+): any K, any pitch and alignment. */
 cudaError_t launch_s8_gemm_mma(const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m, int64_t n,
                                int64_t k, const EpiParams &p, cudaStream_t stream);
-/* Few rows (m <= QLC_GEMV_MAX_M): one warp per output column streams its
- * weight row once; 16-byte aligned operands with pitches multiple of 16. */
+/* Few rows (m <= QLC_GEMV_MAX_M): `split` warps (1, 2 or 4) a output
+ * column stream its weight row once, each a part of K; 16-byte aligned
+ * operands with pitches multiple of 16. gemv_split: the most warps a
+ * column that leave every part at least one round of the loop (512 codes
+ * int8, 1 024 packed: `bits`) and at most 32 warps per SM; `force` (1, 2,
+ * 4; 0 auto) wins. */
 #define QLC_GEMV_MAX_M 8
+int gemv_split(int64_t n, int64_t k, int bits, int sms, int force);
 cudaError_t launch_s8_gemv(const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m, int64_t n,
-                           int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl);
+                           int64_t k, int split, const EpiParams &p, cudaStream_t stream, bool pdl);
 /* The GEMVs for one row of x at G = 256 that quantize it themselves (no
  * prologue kernel): blocks of GEMV_ROW_WARPS warps, the first
- * GEMV_ROW_ROT_WARPS rotating, gemv_row_blocks(n, sms) of them (a wave of
- * two per SM, fewer when N does not need them). gemv_row_g256_ok: x and the
- * shape allow it (a 16-byte aligned row, K a multiple of 256 up to
- * QLC_GEMV_ROW_MAX_K, and the row's work repeated in every block small on
- * `sms` multiprocessors). launch_s8_gemv_row: the int8 weight b in the
- * prologue's code order, pitch k; q [k] and sx [1] receive the codes and
- * scale the prologue kernel would have written (the packed one:
- * launch_wxa8_gemv_row, wxa8_cuda.h). */
+ * GEMV_ROW_ROT_WARPS rotating; `split` (1, 2 or 4) warps share a column,
+ * each a part of K (gemv_split_columns); gemv_row_blocks(n, split, sms) of
+ * them (a wave of two per SM, fewer when N does not need them).
+ * gemv_row_g256_ok: x and the shape allow it (a 16-byte aligned row, K a
+ * multiple of 256 up to QLC_GEMV_ROW_MAX_K, and the row's work repeated in
+ * every block small on `sms` multiprocessors). gemv_row_split: the most
+ * warps a column that keep the grid within a wave, every part at least one
+ * round of the loop (512 codes int8, 1 024 packed: `bits`) and the row's
+ * work within its budget; `force` (2 or 4; 0 auto, 1 none) skips the first
+ * two conditions. launch_s8_gemv_row: the int8 weight b in the prologue's
+ * code order, pitch k; q [k] and sx [1] receive the codes and scale the
+ * prologue kernel would have written (the packed one: launch_wxa8_gemv_row,
+ * wxa8_cuda.h). */
 #define QLC_GEMV_ROW_MAX_K 16384
 constexpr int GEMV_ROW_WARPS = 16, GEMV_ROW_ROT_WARPS = 8;
-int64_t gemv_row_blocks(int64_t n, int sms);
+int64_t gemv_row_blocks(int64_t n, int split, int sms);
 bool gemv_row_g256_ok(int xdt, const void *x, int64_t m, int64_t n, int64_t k, int64_t group, int sms);
-cudaError_t launch_s8_gemv_row(const void *x, int xdt, int64_t k, const int8_t *b, int64_t n, const EpiParams &p,
-                               int8_t *q, float *sx, int sms, cudaStream_t stream, bool pdl);
+int gemv_row_split(int xdt, int64_t n, int64_t k, int bits, int sms, int force);
+cudaError_t launch_s8_gemv_row(const void *x, int xdt, int64_t k, const int8_t *b, int64_t n, int split,
+                               const EpiParams &p, int8_t *q, float *sx, int sms, cudaStream_t stream, bool pdl);
 
 /* p.lks > 0 (an unmerged LoRA's term in the epilogue) is served by the
  * bf16 epilogue only: true when p's output takes it. */

@@ -125,34 +125,41 @@ template <int MR> __device__ __forceinline__ void gemv_lora(int32_t (&acc)[MR], 
 
 template <int MR>
 __global__ void __launch_bounds__(GEMV_WARPS * 32) s8_gemv_kernel(const int8_t *a, int64_t lda, const int8_t *b,
-                                                                   int64_t ldb, int64_t n, int64_t k, EpiParams p)
+                                                                   int64_t ldb, int64_t n, int64_t k, int split, EpiParams p)
 {
+    __shared__ int32_t red[2 * MR * GEMV_WARPS];
     pdl_trigger(); /* the next layer's prologue may launch (it waits for this grid) */
-    const int lane = threadIdx.x % 32;
-    const int64_t col = (int64_t)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
-    if (col >= n) return;
-    const int8_t *w = b + col * ldb;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, part = warp % split;
+    const int64_t col = (int64_t)blockIdx.x * (GEMV_WARPS / split) + warp / split;
+    const bool active = col < n;
+    const int8_t *w = b + (active ? col : 0) * ldb;
 #if __CUDA_ARCH__ >= 900
     /* Launched while the prologue still runs (programmatic dependent
-     * launch): start the weight row's way from DRAM into L2 first, then
-     * wait for the activation codes. */
-    for (int64_t k0 = (int64_t)lane * 128; k0 < k; k0 += 32 * 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(w + k0));
+     * launch): start the weight row's way from DRAM into L2 first (a
+     * column's warps every split-th line each), then wait for the
+     * activation codes. */
+    if (active)
+        for (int64_t k0 = (int64_t)(lane * split + part) * 128; k0 < k; k0 += 32 * 128 * split)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(w + k0));
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
     int32_t acc[MR] = {};
+    if (active) {
 #pragma unroll 4
-    for (int64_t k0 = (int64_t)lane * 16; k0 < k; k0 += 32 * 16) {
-        /* k is a multiple of 16 here (the pitch pads with zeros). */
-        const int4 wv = __ldg((const int4 *)(w + k0));
+        for (int64_t k0 = (int64_t)(part * 32 + lane) * 16; k0 < k; k0 += 32 * 16 * split) {
+            /* k is a multiple of 16 here (the pitch pads with zeros). */
+            const int4 wv = __ldg((const int4 *)(w + k0));
 #pragma unroll
-        for (int r = 0; r < MR; r++) {
-            const int4 xv = __ldg((const int4 *)(a + r * lda + k0));
-            acc[r] = __dp4a(xv.x, wv.x, acc[r]);
-            acc[r] = __dp4a(xv.y, wv.y, acc[r]);
-            acc[r] = __dp4a(xv.z, wv.z, acc[r]);
-            acc[r] = __dp4a(xv.w, wv.w, acc[r]);
+            for (int r = 0; r < MR; r++) {
+                const int4 xv = __ldg((const int4 *)(a + r * lda + k0));
+                acc[r] = __dp4a(xv.x, wv.x, acc[r]);
+                acc[r] = __dp4a(xv.y, wv.y, acc[r]);
+                acc[r] = __dp4a(xv.z, wv.z, acc[r]);
+                acc[r] = __dp4a(xv.w, wv.w, acc[r]);
+            }
         }
     }
+    if (!gemv_split_reduce<GEMV_WARPS, MR>(acc, split, red, 0) || !active) return;
     if (p.lks) { /* an unmerged LoRA's term (the rows' t codes ready): see gemv_lora */
         gemv_lora<MR>(acc, p, lane, col);
         return;
@@ -163,9 +170,10 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) s8_gemv_kernel(const int8_t *
 /* The GEMV for one row at G = 256 that quantizes the row itself: each
  * block rotates and quantizes x into shared memory (the prologue kernel's
  * arithmetic, rotate_g256.cuh: the same codes and scale), then its warps run
- * s8_gemv_kernel's loop on it, a column at a time over as many columns as
- * the grid leaves them (one wave of blocks, so each SM rotates the row once
- * or twice). One kernel per layer instead of a prologue kernel and a GEMV:
+ * s8_gemv_kernel's loop on it over as many columns as the grid leaves them
+ * (one wave of blocks, so each SM rotates the row once or twice), one to
+ * four warps a column (gemv_split_columns: a 2048-column layer alone fills
+ * half a wave with one warp a column, too few loads in flight). One kernel per layer instead of a prologue kernel and a GEMV:
  * at M = 1 both are latency, not bytes. A half-warp rotates one group; the
  * row's absmax needs every group first, so each rotating half-warp keeps its
  * groups' rounded values in registers (up to HOLD groups: K <= 8192 for
@@ -176,17 +184,21 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) s8_gemv_kernel(const int8_t *
  * the two kernels under CUDA graphs (MEASUREMENTS §29), so it serves M = 1. */
 template <int DT>
 __global__ void __launch_bounds__(GEMV_ROW_WARPS * 32, 2) s8_gemv_row_g256_kernel(const char *x, int k, const int8_t *b,
-                                                                            int64_t n, EpiParams p, int8_t *q, float *sx)
+                                                                            int64_t n, int split, EpiParams p,
+                                                                            int8_t *q, float *sx)
 {
     __shared__ __align__(16) int8_t xs[QLC_GEMV_ROW_MAX_K]; /* the row's codes, the prologue's order */
     __shared__ __align__(16) RowScratch<GEMV_ROW_ROT_WARPS> sc;
+    __shared__ int32_t red[2 * GEMV_ROW_WARPS];
     pdl_trigger(); /* the next layer's prologue may launch (it waits for this grid) */
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t col0 = (int64_t)blockIdx.x * GEMV_ROW_WARPS + warp, cstep = (int64_t)gridDim.x * GEMV_ROW_WARPS;
+    const int lane = threadIdx.x % 32;
 #if __CUDA_ARCH__ >= 900
-    /* the first weight row on its way from DRAM into L2 while the kernel before finishes */
+    /* the first weight row on its way from DRAM into L2 while the kernel before finishes (a column's warps
+     * take every split-th line each) */
+    const int warp = threadIdx.x / 32;
+    const int64_t col0 = (int64_t)blockIdx.x * (GEMV_ROW_WARPS / split) + warp / split;
     if (col0 < n)
-        for (int64_t k0 = (int64_t)lane * 128; k0 < k; k0 += 32 * 128)
+        for (int64_t k0 = (int64_t)(lane * split + warp % split) * 128; k0 < k; k0 += 32 * 128 * split)
             asm volatile("prefetch.global.L2 [%0];" ::"l"(b + col0 * k + k0));
 #endif
     pdl_wait(); /* x is the previous kernel's output; q and sx may still be read by it */
@@ -199,19 +211,19 @@ __global__ void __launch_bounds__(GEMV_ROW_WARPS * 32, 2) s8_gemv_row_g256_kerne
     if (blockIdx.x == 0 && threadIdx.x == 0) *sx = sc.sx;
     EpiParams pp = p;
     pp.sx = &sc.sx; /* the row's scale, NaN for a bad row */
-    for (int64_t col = col0; col < n; col += cstep) {
+    gemv_split_columns<GEMV_ROW_WARPS>(n, split, pp, red, [&](int64_t col, int part) {
         const int8_t *w = b + col * k;
-        int32_t acc[1] = {0};
+        int32_t acc = 0;
 #pragma unroll 4
-        for (int k0 = lane * 16; k0 < k; k0 += 32 * 16) {
+        for (int k0 = (part * 32 + lane) * 16; k0 < k; k0 += 32 * 16 * split) {
             const int4 wv = __ldg((const int4 *)(w + k0)), xv = *(const int4 *)(xs + k0);
-            acc[0] = __dp4a(xv.x, wv.x, acc[0]);
-            acc[0] = __dp4a(xv.y, wv.y, acc[0]);
-            acc[0] = __dp4a(xv.z, wv.z, acc[0]);
-            acc[0] = __dp4a(xv.w, wv.w, acc[0]);
+            acc = __dp4a(xv.x, wv.x, acc);
+            acc = __dp4a(xv.y, wv.y, acc);
+            acc = __dp4a(xv.z, wv.z, acc);
+            acc = __dp4a(xv.w, wv.w, acc);
         }
-        gemv_finish<1>(acc, pp, lane, col);
-    }
+        return acc;
+    });
 }
 
 } // namespace
@@ -225,17 +237,28 @@ cudaError_t launch_s8_gemm_mma(const int8_t *a, int64_t lda, const int8_t *b, in
     return cudaGetLastError();
 }
 
-cudaError_t launch_s8_gemv(const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m, int64_t n,
-                           int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl)
+int gemv_split(int64_t n, int64_t k, int bits, int sms, int force)
 {
+    const int64_t step = bits ? 1024 : 512; /* K one warp's loop covers a round */
+    if (force) return force;
+    for (int s = 4; s > 1; s /= 2)
+        if (k >= s * step && n * s <= 32 * (int64_t)(sms > 0 ? sms : 1)) return s;
+    return 1;
+}
+
+cudaError_t launch_s8_gemv(const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m, int64_t n,
+                           int64_t k, int split, const EpiParams &p, cudaStream_t stream, bool pdl)
+{
+    if (split != 1 && split != 2 && split != 4) return cudaErrorInvalidValue;
     cudaLaunchAttribute attr[1];
+    const int64_t cpb = GEMV_WARPS / split;
     cudaLaunchConfig_t cfg =
-        launch_config(dim3((unsigned)((n + GEMV_WARPS - 1) / GEMV_WARPS)), dim3(GEMV_WARPS * 32), 0, stream, pdl, attr);
+        launch_config(dim3((unsigned)((n + cpb - 1) / cpb)), dim3(GEMV_WARPS * 32), 0, stream, pdl, attr);
     const int64_t kp = (k + 15) / 16 * 16;
     cudaError_t e = cudaSuccess;
     switch (m) {
 #define QLC_GEMV_CASE(R)                                                                                              \
-    case R: e = cudaLaunchKernelEx(&cfg, s8_gemv_kernel<R>, a, lda, b, ldb, n, kp, p); break;
+    case R: e = cudaLaunchKernelEx(&cfg, s8_gemv_kernel<R>, a, lda, b, ldb, n, kp, split, p); break;
         QLC_GEMV_CASE(1) QLC_GEMV_CASE(2) QLC_GEMV_CASE(3) QLC_GEMV_CASE(4)
         QLC_GEMV_CASE(5) QLC_GEMV_CASE(6) QLC_GEMV_CASE(7) QLC_GEMV_CASE(8)
 #undef QLC_GEMV_CASE
@@ -244,31 +267,52 @@ cudaError_t launch_s8_gemv(const int8_t *a, int64_t lda, const int8_t *b, int64_
     return e;
 }
 
-int64_t gemv_row_blocks(int64_t n, int sms)
+int64_t gemv_row_blocks(int64_t n, int split, int sms)
 {
-    const int64_t need = (n + GEMV_ROW_WARPS - 1) / GEMV_ROW_WARPS, wave = 2 * (int64_t)(sms > 0 ? sms : 1);
+    const int64_t cpb = GEMV_ROW_WARPS / split, need = (n + cpb - 1) / cpb, wave = 2 * (int64_t)(sms > 0 ? sms : 1);
     return need < wave ? need : wave;
 }
+
+namespace {
+/* Every block rotates the row (twice where it does not stay in registers): worth it while that is at most
+ * ~16384 values per SM, less issue than the prologue kernel's launch and latency it replaces. */
+bool row_work_ok(int xdt, int64_t blocks, int64_t k, int sms)
+{
+    const int hold = xdt == DT_F32 ? row_hold<DT_F32>() : row_hold<DT_BF16>();
+    const int64_t passes = k / 256 <= hold * 2 * GEMV_ROW_ROT_WARPS ? 1 : 2;
+    return blocks * k * passes <= 16384 * (int64_t)(sms > 0 ? sms : 1);
+}
+} // namespace
 
 bool gemv_row_g256_ok(int xdt, const void *x, int64_t m, int64_t n, int64_t k, int64_t group, int sms)
 {
     if (m != 1 || group != 256 || k <= 0 || k % 256 || k > QLC_GEMV_ROW_MAX_K || (uintptr_t)x % 16) return false;
-    /* every block rotates the row (twice where it does not stay in registers): worth it while that is at most
-     * ~16384 values per SM, less issue than the prologue kernel's launch and latency it replaces */
-    const int hold = xdt == DT_F32 ? row_hold<DT_F32>() : row_hold<DT_BF16>();
-    const int64_t passes = k / 256 <= hold * 2 * GEMV_ROW_ROT_WARPS ? 1 : 2;
-    return gemv_row_blocks(n, sms) * k * passes <= 16384 * (int64_t)(sms > 0 ? sms : 1);
+    return row_work_ok(xdt, gemv_row_blocks(n, 1, sms), k, sms);
 }
 
-cudaError_t launch_s8_gemv_row(const void *x, int xdt, int64_t k, const int8_t *b, int64_t n, const EpiParams &p,
-                               int8_t *q, float *sx, int sms, cudaStream_t stream, bool pdl)
+int gemv_row_split(int xdt, int64_t n, int64_t k, int bits, int sms, int force)
 {
+    const int64_t step = bits ? 1024 : 512; /* K one warp's loop covers a round */
+    const int64_t wave = 2 * (int64_t)(sms > 0 ? sms : 1);
+    for (int s = force ? force : 4; s > 1; s /= 2) {
+        const int64_t cpb = GEMV_ROW_WARPS / s;
+        if (!force && (k < s * step || (n + cpb - 1) / cpb > wave)) continue; /* a part too short, or past a wave */
+        if (row_work_ok(xdt, gemv_row_blocks(n, s, sms), k, sms)) return s;
+    }
+    return 1;
+}
+
+cudaError_t launch_s8_gemv_row(const void *x, int xdt, int64_t k, const int8_t *b, int64_t n, int split,
+                               const EpiParams &p, int8_t *q, float *sx, int sms, cudaStream_t stream, bool pdl)
+{
+    if (split != 1 && split != 2 && split != 4) return cudaErrorInvalidValue;
     cudaLaunchAttribute attr[1];
-    cudaLaunchConfig_t cfg = launch_config(dim3((unsigned)gemv_row_blocks(n, sms)), dim3(GEMV_ROW_WARPS * 32), 0, stream, pdl, attr);
+    cudaLaunchConfig_t cfg =
+        launch_config(dim3((unsigned)gemv_row_blocks(n, split, sms)), dim3(GEMV_ROW_WARPS * 32), 0, stream, pdl, attr);
     const char *xc = (const char *)x;
     const int kk = (int)k;
-    if (xdt == DT_BF16) return cudaLaunchKernelEx(&cfg, s8_gemv_row_g256_kernel<DT_BF16>, xc, kk, b, n, p, q, sx);
-    if (xdt == DT_F16) return cudaLaunchKernelEx(&cfg, s8_gemv_row_g256_kernel<DT_F16>, xc, kk, b, n, p, q, sx);
-    return cudaLaunchKernelEx(&cfg, s8_gemv_row_g256_kernel<DT_F32>, xc, kk, b, n, p, q, sx);
+    if (xdt == DT_BF16) return cudaLaunchKernelEx(&cfg, s8_gemv_row_g256_kernel<DT_BF16>, xc, kk, b, n, split, p, q, sx);
+    if (xdt == DT_F16) return cudaLaunchKernelEx(&cfg, s8_gemv_row_g256_kernel<DT_F16>, xc, kk, b, n, split, p, q, sx);
+    return cudaLaunchKernelEx(&cfg, s8_gemv_row_g256_kernel<DT_F32>, xc, kk, b, n, split, p, q, sx);
 }
 } // namespace qlc

@@ -98,6 +98,7 @@ struct ql_cuda_linear {
     int force_tile; /* QLINEAR_CUDA_TILE: -1 auto, else a Hopper tile (sm90_tile) */
     int force_roww; /* QLINEAR_CUDA_ROWW: 0 auto, else the prologue's warps per row (1, 2, 4) */
     bool fuse_row; /* QLINEAR_CUDA_FUSE (auto | off): at M = 1 the GEMV may quantize the row itself (gemv_row_g256_ok) */
+    int force_split; /* QLINEAR_CUDA_SPLIT (auto | 1 | 2 | 4): warps a column of that GEMV (gemv_row_split) */
     char kernel[96];
     PrologueFit fit; /* the prologue's launch shape at this K, on this device */
     CUtensorMap bmap[QLC_SM90_TILES]; /* the weight's TMA descriptor per Hopper tile, made on first use */
@@ -318,6 +319,8 @@ ql_status linear_begin(const char *fn, int device, int64_t n, int64_t k, int64_t
     l->force_roww = (1 << env_choice("QLINEAR_CUDA_ROWW", rowws, 4)) >> 1;
     static const char *const fuses[] = {"auto", "off"};
     l->fuse_row = env_choice("QLINEAR_CUDA_FUSE", fuses, 2) == 0;
+    static const char *const splits[] = {"auto", "1", "2", "4"};
+    l->force_split = (1 << env_choice("QLINEAR_CUDA_SPLIT", splits, 4)) >> 1;
     snprintf(l->kernel, sizeof l->kernel, "none");
     cudaError_t e = cudaMalloc(&l->sw, (size_t)n_scale * sizeof(float) + 4);
     if (e == cudaSuccess) e = cudaMemcpy(l->sw, scale, (size_t)n_scale * sizeof(float), cudaMemcpyHostToDevice);
@@ -512,14 +515,15 @@ int gemm_use(int force, bool sm90, const int8_t *a, int64_t lda, const int8_t *b
     return use;
 }
 
-cudaError_t run_gemm(int force, int force_tile, bool sm90, int sms, int pairs, const int8_t *a, int64_t lda, const int8_t *b,
-                     int64_t ldb, int64_t m, int64_t n, int64_t k, const EpiParams &p, cudaStream_t stream, bool pdl,
-                     char *name, size_t name_len, const MapCache *cache)
+cudaError_t run_gemm(int force, int force_tile, int force_split, bool sm90, int sms, int pairs, const int8_t *a, int64_t lda,
+                     const int8_t *b, int64_t ldb, int64_t m, int64_t n, int64_t k, const EpiParams &p,
+                     cudaStream_t stream, bool pdl, char *name, size_t name_len, const MapCache *cache)
 {
     const int use = gemm_use(force, sm90, a, lda, b, ldb, m, n, k);
     if (use == 3) {
-        snprintf(name, name_len, "gemv dp4a");
-        return launch_s8_gemv(a, lda, b, ldb, m, n, k, p, stream, pdl && sm90); /* PDL is Hopper's */
+        const int split = gemv_split(n, k, 0, sms, force_split);
+        snprintf(name, name_len, "gemv dp4a, %d warp%s a column", split, split > 1 ? "s" : "");
+        return launch_s8_gemv(a, lda, b, ldb, m, n, k, split, p, stream, pdl && sm90); /* PDL is Hopper's */
     }
     if (use == 1) {
         int t = force_tile >= 0 ? force_tile : pick_tile(m, n, k, sms);
@@ -814,14 +818,17 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
         for (int i = 0; i < count; i++) {
             ql_cuda_linear *li = ls[i];
             const EpiParams p = layer_epi(li, epis ? epis[i] : nullptr, ys[i], ldys[i], ydt, ws);
+            const int split = gemv_row_split(dtype_code(xdt), li->n, li->k, li->bits, li->sms, li->force_split);
             if (li->bits) {
-                QLC_CUDA(fn, "the packed GEMV kernel",
-                         launch_wxa8_gemv_row(x, dtype_code(xdt), li->pw, p, ws->q, ws->sx, li->sms, s, li->fit.pdl));
-                snprintf(li->kernel, sizeof li->kernel, "wxa8 gemv %d-bit dp4a, row quantized in each block", li->bits);
+                QLC_CUDA(fn, "the packed GEMV kernel", launch_wxa8_gemv_row(x, dtype_code(xdt), li->pw, split, p, ws->q,
+                                                                           ws->sx, li->sms, s, li->fit.pdl));
+                snprintf(li->kernel, sizeof li->kernel, "wxa8 gemv %d-bit dp4a, row quantized in each block, %d warp%s a column",
+                         li->bits, split, split > 1 ? "s" : "");
             } else {
-                QLC_CUDA(fn, "the GEMV kernel", launch_s8_gemv_row(x, dtype_code(xdt), li->k, li->w, li->n, p, ws->q,
+                QLC_CUDA(fn, "the GEMV kernel", launch_s8_gemv_row(x, dtype_code(xdt), li->k, li->w, li->n, split, p, ws->q,
                                                                     ws->sx, li->sms, s, li->fit.pdl));
-                snprintf(li->kernel, sizeof li->kernel, "gemv dp4a, row quantized in each block");
+                snprintf(li->kernel, sizeof li->kernel, "gemv dp4a, row quantized in each block, %d warp%s a column", split,
+                         split > 1 ? "s" : "");
             }
         }
         ws->token = ++prologue_tokens, ws->token_stream = stream;
@@ -862,7 +869,7 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
                                          li->lora_bmap_ok};
                 char down[64];
                 QLC_CUDA(fn, "the LoRA down GEMM",
-                         run_gemm(1, li->force_tile, li->sm90, li->sms, li->pairs, ws->q, li->kp, li->lora_dw, li->kp, m,
+                         run_gemm(1, li->force_tile, li->force_split, li->sm90, li->sms, li->pairs, ws->q, li->kp, li->lora_dw, li->kp, m,
                                   li->lora_rp, li->k, pt, s, true, down, sizeof down, &lcache));
                 QLC_CUDA(fn, "the LoRA requantization kernel",
                          launch_lora_requant(ws->lt, m, li->lora_rp, ws->sx, li->lora_e2, ws->ltq, ws->lst, s));
@@ -880,8 +887,9 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
         }
         char name[80];
         if (li->bits && packed_gemv(li, m)) {
-            QLC_CUDA(fn, "the packed GEMV kernel", launch_wxa8_gemv(ws->q, li->kp, li->pw, perm, m, pg, s, li->sm90));
-            snprintf(name, sizeof name, "wxa8 gemv %d-bit dp4a", li->bits);
+            const int split = gemv_split(li->n, li->kp, li->bits, li->sms, li->force_split);
+            QLC_CUDA(fn, "the packed GEMV kernel", launch_wxa8_gemv(ws->q, li->kp, li->pw, perm, m, split, pg, s, li->sm90));
+            snprintf(name, sizeof name, "wxa8 gemv %d-bit dp4a, %d warp%s a column", li->bits, split, split > 1 ? "s" : "");
         } else {
             const int8_t *b = li->w;
             if (li->bits) {
@@ -897,7 +905,7 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
             const MapCache cache = {&ws->amap, &ws->amap_m, &ws->amap_k, &ws->amap_tile, li->bmap, li->bmap_ok};
             char gemm[64];
             QLC_CUDA(fn, "the GEMM kernel",
-                     run_gemm(li->force, li->force_tile, li->sm90, li->sms, li->pairs, ws->q, li->kp, b, li->kp, m, li->n,
+                     run_gemm(li->force, li->force_tile, li->force_split, li->sm90, li->sms, li->pairs, ws->q, li->kp, b, li->kp, m, li->n,
                               li->k, pg, s, !li->bits, gemm, sizeof gemm, &cache));
             if (li->bits) snprintf(name, sizeof name, "wxa8 decode %d-bit + %s", li->bits, gemm);
             else snprintf(name, sizeof name, "%s", gemm);
@@ -1000,7 +1008,7 @@ extern "C" ql_status ql_cuda_gemm_s8s8s32(int device, void *stream, int64_t m, i
     int major = 0, sms = 0;
     QLC_CUDA(fn, "cudaDeviceGetAttribute", cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     QLC_CUDA(fn, "cudaDeviceGetAttribute", cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    static const char *const gemms[] = {"auto", "sm90", "mma", "gemv"};
+    static const char *const gemms[] = {"auto", "sm90", "mma", "gemv"}, *const splits[] = {"auto", "1", "2", "4"};
     const char *tile = getenv("QLINEAR_CUDA_TILE");
     EpiParams p = {};
     p.y = c, p.ldy = ldc, p.ydt = DT_I32;
@@ -1008,7 +1016,7 @@ extern "C" ql_status ql_cuda_gemm_s8s8s32(int device, void *stream, int64_t m, i
     char name[48];
     QLC_CUDA(fn, "the GEMM kernel",
              run_gemm(env_choice("QLINEAR_CUDA_GEMM", gemms, 4), tile && *tile ? atoi(tile) % QLC_SM90_TILES : -1,
-                      major == 9, sms, 0, a, lda, b, ldb, m, n, k, p, (cudaStream_t)stream,
+                      (1 << env_choice("QLINEAR_CUDA_SPLIT", splits, 4)) >> 1, major == 9, sms, 0, a, lda, b, ldb, m, n, k, p, (cudaStream_t)stream,
                       false, name, sizeof name, nullptr));
     return QL_OK;
 }

@@ -29,22 +29,23 @@ struct PackedW {
  * GEMM after it must be an ordinary launch too (it loads B before waiting). */
 cudaError_t launch_wxa8_decode(const PackedW &w, bool permuted, int8_t *out, int64_t ldo, cudaStream_t stream);
 
-/* Few rows (m <= QLC_GEMV_MAX_M): one warp per output column reads its
- * packed row once, decodes 16 codes at a time in registers and multiplies
+/* Few rows (m <= QLC_GEMV_MAX_M): `split` warps a output column
+ * (gemv_split, each a part of K) read its packed row once, decode 32 codes
+ * a lane at a time in registers and multiply
  * them with dp4a against the activation codes a [m, lda] (prologue order,
  * staged into shared memory in natural order); the int8 GEMV's epilogue.
  * pdl: a programmatic dependent launch (it waits before reading a or
  * writing y). */
-cudaError_t launch_wxa8_gemv(const int8_t *a, int64_t lda, const PackedW &w, bool permuted, int64_t m,
+cudaError_t launch_wxa8_gemv(const int8_t *a, int64_t lda, const PackedW &w, bool permuted, int64_t m, int split,
                              const EpiParams &p, cudaStream_t stream, bool pdl);
 
 /* One row of x (dtype xdt) at G = 256 (gemv_row_g256_ok): the packed GEMV
  * that rotates and quantizes the row in each block itself
- * (launch_s8_gemv_row's scheme, cuda_internal.h); q [k] and sx [1] receive
- * the codes and scale the prologue kernel would have written. A symmetric
- * layer (no correction term). */
-cudaError_t launch_wxa8_gemv_row(const void *x, int xdt, const PackedW &w, const EpiParams &p, int8_t *q, float *sx,
-                                 int sms, cudaStream_t stream, bool pdl);
+ * (launch_s8_gemv_row's scheme, cuda_internal.h, `split` warps a column);
+ * q [k] and sx [1] receive the codes and scale the prologue kernel would
+ * have written. A symmetric layer (no correction term). */
+cudaError_t launch_wxa8_gemv_row(const void *x, int xdt, const PackedW &w, int split, const EpiParams &p, int8_t *q,
+                                 float *sx, int sms, cudaStream_t stream, bool pdl);
 
 /* Asymmetric layers: s[m, k/group] = Σ_{natural k in group} a[m, k] (exact,
  * as fp32), from the codes in prologue order. */

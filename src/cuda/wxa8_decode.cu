@@ -204,14 +204,15 @@ __global__ void __launch_bounds__(DEC_THREADS) wxa8_decode_kernel(PackedW w, boo
 
 /* Hopper: a warp starts packed row `col` on its way from DRAM into L2 (a
  * programmatic dependent launch, before it waits for the kernel before). */
-template <int BITS> __device__ __forceinline__ void prefetch_packed_row(const PackedW &w, int64_t col, int lane)
+template <int BITS>
+__device__ __forceinline__ void prefetch_packed_row(const PackedW &w, int64_t col, int lane, int part = 0, int split = 1)
 {
 #if __CUDA_ARCH__ >= 900
-    for (int64_t o = (int64_t)lane * 128; o < w.k / 2; o += 32 * 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(w.nib + col * w.ldn + o));
+    /* `split` warps share the row: each every split-th line */
+    const int64_t o0 = (int64_t)(lane * split + part) * 128, step = 32 * 128 * (int64_t)split;
+    for (int64_t o = o0; o < w.k / 2; o += step) asm volatile("prefetch.global.L2 [%0];" ::"l"(w.nib + col * w.ldn + o));
     if (BITS == 6)
-        for (int64_t o = (int64_t)lane * 128; o < w.k / 4; o += 32 * 128)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(w.hi + col * w.ldh + o));
+        for (int64_t o = o0; o < w.k / 4; o += step) asm volatile("prefetch.global.L2 [%0];" ::"l"(w.hi + col * w.ldh + o));
 #endif
 }
 
@@ -262,17 +263,18 @@ __device__ __forceinline__ void stage_rows(const int8_t *a, int64_t lda, int64_t
 
 template <int MR, int BITS, int GS>
 __global__ void __launch_bounds__(PG_WARPS * 32) wxa8_gemv_kernel(const int8_t *a, int64_t lda, PackedW w, bool permuted,
-                                                                   EpiParams p)
+                                                                   int split, EpiParams p)
 {
     __shared__ __align__(16) int8_t xs[MR * PG_PITCH];
     __shared__ uint4 lut4[BITS == 4 ? 256 : 1];
     __shared__ uint16_t tab6[BITS == 6 ? 256 : 1];
+    __shared__ int32_t red[2 * MR * PG_WARPS];
     pdl_trigger(); /* the next layer's prologue may launch (it waits for this grid) */
-    const int lane = threadIdx.x % 32;
-    const int64_t col = (int64_t)blockIdx.x * PG_WARPS + threadIdx.x / 32;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, part = warp % split;
+    const int64_t col = (int64_t)blockIdx.x * (PG_WARPS / split) + warp / split; /* `split` warps a column */
     const bool active = col < w.n;
     load_tables<BITS>(w, lut4, tab6); /* layer constants: before waiting */
-    if (active) prefetch_packed_row<BITS>(w, col, lane); /* on its way into L2 while the prologue finishes */
+    if (active) prefetch_packed_row<BITS>(w, col, lane, part, split); /* on its way into L2 while the prologue finishes */
     pdl_wait(); /* the activation codes are the prologue's */
     int32_t acc[MR] = {};
     for (int64_t c0 = 0; c0 < w.k; c0 += PG_KC) {
@@ -282,7 +284,7 @@ __global__ void __launch_bounds__(PG_WARPS * 32) wxa8_gemv_kernel(const int8_t *
         __syncthreads();
         if (!active) continue;
 #pragma unroll 4
-        for (int kk = lane * 32; kk < kc; kk += 32 * 32) {
+        for (int kk = (part * 32 + lane) * 32; kk < kc; kk += 32 * 32 * split) {
             /* kc % 16 == 0: the second half may lie past kc (4 bits, k % 32 == 16); its loads stay inside the row's
              * padding (pitches padded to 16 bytes), its codes are dropped */
             uint32_t lo[4], hi[4];
@@ -306,7 +308,7 @@ __global__ void __launch_bounds__(PG_WARPS * 32) wxa8_gemv_kernel(const int8_t *
             }
         }
     }
-    if (!active) return;
+    if (!gemv_split_reduce<PG_WARPS, MR>(acc, split, red, 0) || !active) return;
     gemv_finish<MR>(acc, p, lane, col);
 }
 
@@ -315,22 +317,25 @@ __global__ void __launch_bounds__(PG_WARPS * 32) wxa8_gemv_kernel(const int8_t *
  * with quantize_row_g256, storing the codes straight into the natural-order
  * staging layout that wxa8_gemv_kernel's decode loop reads (value i + 16·t
  * of group g at byte 272·g + i + 16·t: a byte store per code, the two halves
- * of a warp 16 bytes apart in banks), then its warps loop over columns. The
+ * of a warp 16 bytes apart in banks), then its warps share the columns
+ * (gemv_split_columns: one to four warps a column). The
  * whole row stays staged (K <= QLC_GEMV_ROW_MAX_K). Block 0 also leaves the
  * codes in q in the prologue's order, and the scale in sx. */
 template <int DT, int BITS, int GS>
 __global__ void __launch_bounds__(GEMV_ROW_WARPS * 32, 2) wxa8_gemv_row_g256_kernel(const char *x, int k, PackedW w,
-                                                                                     EpiParams p, int8_t *q, float *sx)
+                                                                                     int split, EpiParams p, int8_t *q,
+                                                                                     float *sx)
 {
     __shared__ __align__(16) int8_t xs[QLC_GEMV_ROW_MAX_K / 256 * 272];
     __shared__ __align__(16) RowScratch<GEMV_ROW_ROT_WARPS> sc;
     __shared__ uint4 lut4[BITS == 4 ? 256 : 1];
     __shared__ uint16_t tab6[BITS == 6 ? 256 : 1];
+    __shared__ int32_t red[2 * GEMV_ROW_WARPS];
     pdl_trigger(); /* the next layer's prologue may launch (it waits for this grid) */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t col0 = (int64_t)blockIdx.x * GEMV_ROW_WARPS + warp, cstep = (int64_t)gridDim.x * GEMV_ROW_WARPS;
+    const int64_t col0 = (int64_t)blockIdx.x * (GEMV_ROW_WARPS / split) + warp / split;
     load_tables<BITS>(w, lut4, tab6); /* layer constants: before waiting (quantize_row_g256 synchronizes the block) */
-    if (col0 < w.n) prefetch_packed_row<BITS>(w, col0, lane); /* the first one, while the kernel before finishes */
+    if (col0 < w.n) prefetch_packed_row<BITS>(w, col0, lane, warp % split, split); /* while the kernel before finishes */
     pdl_wait(); /* x is the previous kernel's output; q and sx may still be read by it */
     quantize_row_g256<DT, GEMV_ROW_ROT_WARPS>(x, k, sc, [&](int g, int i, uint4 c) {
         int8_t *d = xs + g * 272 + i;
@@ -342,24 +347,24 @@ __global__ void __launch_bounds__(GEMV_ROW_WARPS * 32, 2) wxa8_gemv_row_g256_ker
     if (blockIdx.x == 0 && threadIdx.x == 0) *sx = sc.sx;
     EpiParams pp = p;
     pp.sx = &sc.sx; /* the row's scale, NaN for a bad row */
-    for (int64_t col = col0; col < w.n; col += cstep) {
-        int32_t acc[1] = {0};
+    gemv_split_columns<GEMV_ROW_WARPS>(w.n, split, pp, red, [&](int64_t col, int part) {
+        int32_t acc = 0;
 #pragma unroll 4
-        for (int kk = lane * 32; kk < k; kk += 32 * 32) { /* k % 256 == 0: no tail */
+        for (int kk = (part * 32 + lane) * 32; kk < k; kk += 32 * 32 * split) { /* k % 256 == 0: no tail */
             uint32_t lo[4], hi[4];
             decode_chunk32<BITS, GS>(w, col, kk, lut4, tab6, lo, hi);
             const int4 x0 = *(const int4 *)(xs + xs_off(kk)), x1 = *(const int4 *)(xs + xs_off(kk + 16));
-            acc[0] = __dp4a(x0.x, (int)lo[0], acc[0]);
-            acc[0] = __dp4a(x0.y, (int)lo[1], acc[0]);
-            acc[0] = __dp4a(x0.z, (int)lo[2], acc[0]);
-            acc[0] = __dp4a(x0.w, (int)lo[3], acc[0]);
-            acc[0] = __dp4a(x1.x, (int)hi[0], acc[0]);
-            acc[0] = __dp4a(x1.y, (int)hi[1], acc[0]);
-            acc[0] = __dp4a(x1.z, (int)hi[2], acc[0]);
-            acc[0] = __dp4a(x1.w, (int)hi[3], acc[0]);
+            acc = __dp4a(x0.x, (int)lo[0], acc);
+            acc = __dp4a(x0.y, (int)lo[1], acc);
+            acc = __dp4a(x0.z, (int)lo[2], acc);
+            acc = __dp4a(x0.w, (int)lo[3], acc);
+            acc = __dp4a(x1.x, (int)hi[0], acc);
+            acc = __dp4a(x1.y, (int)hi[1], acc);
+            acc = __dp4a(x1.z, (int)hi[2], acc);
+            acc = __dp4a(x1.w, (int)hi[3], acc);
         }
-        gemv_finish<1>(acc, pp, lane, col);
-    }
+        return acc;
+    });
 }
 
 /* -------------------------------------------------- asymmetric layers */
@@ -456,15 +461,16 @@ template <int BITS, int GS> struct DecodeLaunch {
 };
 
 template <int BITS, int GS> struct GemvLaunch {
-    static cudaError_t run(const PackedW &w, const int8_t *a, int64_t lda, bool permuted, int64_t m, const EpiParams &p,
-                           cudaStream_t stream, bool pdl)
+    static cudaError_t run(const PackedW &w, const int8_t *a, int64_t lda, bool permuted, int64_t m, int split,
+                           const EpiParams &p, cudaStream_t stream, bool pdl)
     {
         cudaLaunchAttribute attr[1];
-        cudaLaunchConfig_t cfg = launch_config(dim3((unsigned)((w.n + PG_WARPS - 1) / PG_WARPS)), dim3(PG_WARPS * 32), 0,
-                                               stream, pdl, attr);
+        const int64_t cpb = PG_WARPS / split;
+        cudaLaunchConfig_t cfg =
+            launch_config(dim3((unsigned)((w.n + cpb - 1) / cpb)), dim3(PG_WARPS * 32), 0, stream, pdl, attr);
         switch (m) {
 #define QLC_PG_CASE(R)                                                                                                \
-    case R: return cudaLaunchKernelEx(&cfg, wxa8_gemv_kernel<R, BITS, GS>, a, lda, w, permuted, p);
+    case R: return cudaLaunchKernelEx(&cfg, wxa8_gemv_kernel<R, BITS, GS>, a, lda, w, permuted, split, p);
             QLC_PG_CASE(1) QLC_PG_CASE(2) QLC_PG_CASE(3) QLC_PG_CASE(4)
             QLC_PG_CASE(5) QLC_PG_CASE(6) QLC_PG_CASE(7) QLC_PG_CASE(8)
 #undef QLC_PG_CASE
@@ -474,17 +480,19 @@ template <int BITS, int GS> struct GemvLaunch {
 };
 
 template <int BITS, int GS> struct GemvRowLaunch {
-    static cudaError_t run(const PackedW &w, const void *x, int xdt, const EpiParams &p, int8_t *q, float *sx, int sms,
-                           cudaStream_t stream, bool pdl)
+    static cudaError_t run(const PackedW &w, const void *x, int xdt, int split, const EpiParams &p, int8_t *q, float *sx,
+                           int sms, cudaStream_t stream, bool pdl)
     {
         cudaLaunchAttribute attr[1];
-        cudaLaunchConfig_t cfg =
-            launch_config(dim3((unsigned)gemv_row_blocks(w.n, sms)), dim3(GEMV_ROW_WARPS * 32), 0, stream, pdl, attr);
+        cudaLaunchConfig_t cfg = launch_config(dim3((unsigned)gemv_row_blocks(w.n, split, sms)), dim3(GEMV_ROW_WARPS * 32),
+                                               0, stream, pdl, attr);
         const char *xc = (const char *)x;
         const int k = (int)w.k;
-        if (xdt == DT_BF16) return cudaLaunchKernelEx(&cfg, wxa8_gemv_row_g256_kernel<DT_BF16, BITS, GS>, xc, k, w, p, q, sx);
-        if (xdt == DT_F16) return cudaLaunchKernelEx(&cfg, wxa8_gemv_row_g256_kernel<DT_F16, BITS, GS>, xc, k, w, p, q, sx);
-        return cudaLaunchKernelEx(&cfg, wxa8_gemv_row_g256_kernel<DT_F32, BITS, GS>, xc, k, w, p, q, sx);
+        if (xdt == DT_BF16)
+            return cudaLaunchKernelEx(&cfg, wxa8_gemv_row_g256_kernel<DT_BF16, BITS, GS>, xc, k, w, split, p, q, sx);
+        if (xdt == DT_F16)
+            return cudaLaunchKernelEx(&cfg, wxa8_gemv_row_g256_kernel<DT_F16, BITS, GS>, xc, k, w, split, p, q, sx);
+        return cudaLaunchKernelEx(&cfg, wxa8_gemv_row_g256_kernel<DT_F32, BITS, GS>, xc, k, w, split, p, q, sx);
     }
 };
 
@@ -497,12 +505,13 @@ cudaError_t launch_wxa8_decode(const PackedW &w, bool permuted, int8_t *out, int
     return with_format<DecodeLaunch>(w, permuted, out, ldo, stream);
 }
 
-cudaError_t launch_wxa8_gemv(const int8_t *a, int64_t lda, const PackedW &w, bool permuted, int64_t m,
+cudaError_t launch_wxa8_gemv(const int8_t *a, int64_t lda, const PackedW &w, bool permuted, int64_t m, int split,
                              const EpiParams &p, cudaStream_t stream, bool pdl)
 {
-    if ((uintptr_t)a % 16 != 0 || lda % 16 != 0 || w.k % 16 != 0 || (permuted && w.k % 256 != 0))
+    if ((uintptr_t)a % 16 != 0 || lda % 16 != 0 || w.k % 16 != 0 || (permuted && w.k % 256 != 0) ||
+        (split != 1 && split != 2 && split != 4))
         return cudaErrorInvalidValue;
-    return with_format<GemvLaunch>(w, a, lda, permuted, m, p, stream, pdl);
+    return with_format<GemvLaunch>(w, a, lda, permuted, m, split, p, stream, pdl);
 }
 
 cudaError_t launch_group_sums(const int8_t *a, int64_t lda, int64_t m, int64_t k, int64_t group, bool permuted, float *s,
@@ -527,11 +536,12 @@ cudaError_t launch_corr_epilogue(const int32_t *acc, int64_t ldacc, const float 
     return cudaGetLastError();
 }
 
-cudaError_t launch_wxa8_gemv_row(const void *x, int xdt, const PackedW &w, const EpiParams &p, int8_t *q, float *sx,
-                                 int sms, cudaStream_t stream, bool pdl)
+cudaError_t launch_wxa8_gemv_row(const void *x, int xdt, const PackedW &w, int split, const EpiParams &p, int8_t *q,
+                                 float *sx, int sms, cudaStream_t stream, bool pdl)
 {
-    if (w.k % 256 != 0 || w.k > QLC_GEMV_ROW_MAX_K || (uintptr_t)x % 16 != 0) return cudaErrorInvalidValue;
-    return with_format<GemvRowLaunch>(w, x, xdt, p, q, sx, sms, stream, pdl);
+    if (w.k % 256 != 0 || w.k > QLC_GEMV_ROW_MAX_K || (uintptr_t)x % 16 != 0 || (split != 1 && split != 2 && split != 4))
+        return cudaErrorInvalidValue;
+    return with_format<GemvRowLaunch>(w, x, xdt, split, p, q, sx, sms, stream, pdl);
 }
 
 } // namespace qlc
