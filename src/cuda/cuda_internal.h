@@ -84,9 +84,9 @@ cudaError_t launch_s8_gemm_mma(const int8_t *a, int64_t lda, const int8_t *b, in
 /* Few rows (m <= QLC_GEMV_MAX_M): `split` warps (1, 2 or 4) a output
  * column stream its weight row once, each a part of K; 16-byte aligned
  * operands with pitches multiple of 16. gemv_split: the most warps a
- * column that leave every part at least one round of the loop (512 codes
- * int8, 1 024 packed: `bits`) and at most 32 warps per SM; `force` (1, 2,
- * 4; 0 auto) wins. */
+ * column that leave every part at least four rounds of the loop (as
+ * gemv_row_split) and at most 32 warps per SM; `force` (1, 2, 4; 0 auto)
+ * wins. */
 #define QLC_GEMV_MAX_M 8
 int gemv_split(int64_t n, int64_t k, int bits, int sms, int force);
 cudaError_t launch_s8_gemv(const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m, int64_t n,
@@ -98,11 +98,12 @@ cudaError_t launch_s8_gemv(const int8_t *a, int64_t lda, const int8_t *b, int64_
  * them (a wave of two per SM, fewer when N does not need them).
  * gemv_row_g256_ok: x and the shape allow it (a 16-byte aligned row, K a
  * multiple of 256 up to QLC_GEMV_ROW_MAX_K, and the row's work repeated in
- * every block small on `sms` multiprocessors). gemv_row_split: the most
- * warps a column that keep the grid within a wave, every part at least one
- * round of the loop (512 codes int8, 1 024 packed: `bits`) and the row's
- * work within its budget; `force` (2 or 4; 0 auto, 1 none) skips the first
- * two conditions. launch_s8_gemv_row: the int8 weight b in the prologue's
+ * every block small on `sms` multiprocessors). gemv_row_split: for a
+ * packed layer (`bits`) the most warps a column that keep the grid within
+ * a wave, every part at least four rounds of the loop (rounds4's batch, a
+ * round 1 024 codes; shorter parts measured slower) and the row's work
+ * within its budget; one for int8 (measured as fast); `force` (2 or 4; 0
+ * auto, 1 none) skips all but the budget. launch_s8_gemv_row: the int8 weight b in the prologue's
  * code order, pitch k; q [k] and sx [1] receive the codes and scale the
  * prologue kernel would have written (the packed one: launch_wxa8_gemv_row,
  * wxa8_cuda.h). */

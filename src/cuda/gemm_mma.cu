@@ -145,9 +145,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) s8_gemv_kernel(const int8_t *
 #endif
     int32_t acc[MR] = {};
     if (active) {
-#pragma unroll 4
-        for (int64_t k0 = (int64_t)(part * 32 + lane) * 16; k0 < k; k0 += 32 * 16 * split) {
-            /* k is a multiple of 16 here (the pitch pads with zeros). */
+        /* k is a multiple of 16 here (the pitch pads with zeros). */
+        rounds4<int64_t>((int64_t)(part * 32 + lane) * 16, k, 32 * 16 * split, [&](int64_t k0) {
             const int4 wv = __ldg((const int4 *)(w + k0));
 #pragma unroll
             for (int r = 0; r < MR; r++) {
@@ -157,7 +156,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) s8_gemv_kernel(const int8_t *
                 acc[r] = __dp4a(xv.z, wv.z, acc[r]);
                 acc[r] = __dp4a(xv.w, wv.w, acc[r]);
             }
-        }
+        });
     }
     if (!gemv_split_reduce<GEMV_WARPS, MR>(acc, split, red, 0) || !active) return;
     if (p.lks) { /* an unmerged LoRA's term (the rows' t codes ready): see gemv_lora */
@@ -214,14 +213,13 @@ __global__ void __launch_bounds__(GEMV_ROW_WARPS * 32, 2) s8_gemv_row_g256_kerne
     gemv_split_columns<GEMV_ROW_WARPS>(n, split, pp, red, [&](int64_t col, int part) {
         const int8_t *w = b + col * k;
         int32_t acc = 0;
-#pragma unroll 4
-        for (int k0 = (part * 32 + lane) * 16; k0 < k; k0 += 32 * 16 * split) {
+        rounds4((part * 32 + lane) * 16, k, 32 * 16 * split, [&](int k0) {
             const int4 wv = __ldg((const int4 *)(w + k0)), xv = *(const int4 *)(xs + k0);
             acc = __dp4a(xv.x, wv.x, acc);
             acc = __dp4a(xv.y, wv.y, acc);
             acc = __dp4a(xv.z, wv.z, acc);
             acc = __dp4a(xv.w, wv.w, acc);
-        }
+        });
         return acc;
     });
 }
@@ -242,7 +240,7 @@ int gemv_split(int64_t n, int64_t k, int bits, int sms, int force)
     const int64_t step = bits ? 1024 : 512; /* K one warp's loop covers a round */
     if (force) return force;
     for (int s = 4; s > 1; s /= 2)
-        if (k >= s * step && n * s <= 32 * (int64_t)(sms > 0 ? sms : 1)) return s;
+        if (k >= 4 * s * step && n * s <= 32 * (int64_t)(sms > 0 ? sms : 1)) return s;
     return 1;
 }
 
@@ -294,9 +292,10 @@ int gemv_row_split(int xdt, int64_t n, int64_t k, int bits, int sms, int force)
 {
     const int64_t step = bits ? 1024 : 512; /* K one warp's loop covers a round */
     const int64_t wave = 2 * (int64_t)(sms > 0 ? sms : 1);
+    if (!bits && !force) return 1; /* int8: one warp a column measured as fast (docs/MEASUREMENTS.md §31) */
     for (int s = force ? force : 4; s > 1; s /= 2) {
         const int64_t cpb = GEMV_ROW_WARPS / s;
-        if (!force && (k < s * step || (n + cpb - 1) / cpb > wave)) continue; /* a part too short, or past a wave */
+        if (!force && (k < 4 * s * step || (n + cpb - 1) / cpb > wave)) continue; /* a part too short, or past a wave */
         if (row_work_ok(xdt, gemv_row_blocks(n, s, sms), k, sms)) return s;
     }
     return 1;

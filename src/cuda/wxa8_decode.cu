@@ -217,8 +217,12 @@ __device__ __forceinline__ void prefetch_packed_row(const PackedW &w, int64_t co
 }
 
 constexpr int PG_WARPS = 8;
-constexpr int PG_KC = 4096;                  /* activation codes per row staged per pass */
-constexpr int PG_PITCH = PG_KC / 256 * 272;  /* a row in shared memory: groups of 256 16 bytes apart in banks */
+/* Activation codes per row staged per pass (17 KB of shared memory for one
+ * or two rows, 35 KB for more): long passes keep a warp's loop long between
+ * the block's barriers. */
+template <int MR> __host__ __device__ constexpr int pg_kc() { return MR <= 2 ? 16384 / MR : 4096; }
+/* a row in shared memory: groups of 256 16 bytes apart in banks */
+template <int MR> __host__ __device__ constexpr int pg_pitch() { return pg_kc<MR>() / 256 * 272; }
 
 __device__ __forceinline__ int xs_off(int kk) { return kk / 256 * 272 + kk % 256; }
 
@@ -234,7 +238,7 @@ __device__ __forceinline__ void stage_rows(const int8_t *a, int64_t lda, int64_t
         const int per_row = kc / 16;
         for (int i = threadIdx.x; i < MR * per_row; i += blockDim.x) {
             const int r = i / per_row, u = i % per_row;
-            *(int4 *)(xs + r * PG_PITCH + xs_off(16 * u)) = *(const int4 *)(a + r * lda + c0 + 16 * u);
+            *(int4 *)(xs + r * pg_pitch<MR>() + xs_off(16 * u)) = *(const int4 *)(a + r * lda + c0 + 16 * u);
         }
         return;
     }
@@ -247,7 +251,7 @@ __device__ __forceinline__ void stage_rows(const int8_t *a, int64_t lda, int64_t
                                    {(uint32_t)x1.x, (uint32_t)x1.y, (uint32_t)x1.z, (uint32_t)x1.w},
                                    {(uint32_t)x2.x, (uint32_t)x2.y, (uint32_t)x2.z, (uint32_t)x2.w},
                                    {(uint32_t)x3.x, (uint32_t)x3.y, (uint32_t)x3.z, (uint32_t)x3.w}};
-        int8_t *dst = xs + r * PG_PITCH + 272 * b + 4 * q;
+        int8_t *dst = xs + r * pg_pitch<MR>() + 272 * b + 4 * q;
 #pragma unroll
         for (int wd = 0; wd < 4; wd++) { /* bytes t = 4wd..4wd+3 of stored rows 4q..4q+3 */
             const uint32_t t0 = __byte_perm(xw[0][wd], xw[1][wd], 0x5140), t1 = __byte_perm(xw[0][wd], xw[1][wd], 0x7362);
@@ -265,7 +269,7 @@ template <int MR, int BITS, int GS>
 __global__ void __launch_bounds__(PG_WARPS * 32) wxa8_gemv_kernel(const int8_t *a, int64_t lda, PackedW w, bool permuted,
                                                                    int split, EpiParams p)
 {
-    __shared__ __align__(16) int8_t xs[MR * PG_PITCH];
+    __shared__ __align__(16) int8_t xs[MR * pg_pitch<MR>()];
     __shared__ uint4 lut4[BITS == 4 ? 256 : 1];
     __shared__ uint16_t tab6[BITS == 6 ? 256 : 1];
     __shared__ int32_t red[2 * MR * PG_WARPS];
@@ -277,14 +281,14 @@ __global__ void __launch_bounds__(PG_WARPS * 32) wxa8_gemv_kernel(const int8_t *
     if (active) prefetch_packed_row<BITS>(w, col, lane, part, split); /* on its way into L2 while the prologue finishes */
     pdl_wait(); /* the activation codes are the prologue's */
     int32_t acc[MR] = {};
-    for (int64_t c0 = 0; c0 < w.k; c0 += PG_KC) {
-        const int kc = (int)(w.k - c0 < PG_KC ? w.k - c0 : PG_KC);
+    constexpr int KC = pg_kc<MR>();
+    for (int64_t c0 = 0; c0 < w.k; c0 += KC) {
+        const int kc = (int)(w.k - c0 < KC ? w.k - c0 : KC);
         __syncthreads(); /* the tables are in; the last pass's rows are read */
         stage_rows<MR>(a, lda, c0, kc, permuted, xs);
         __syncthreads();
         if (!active) continue;
-#pragma unroll 4
-        for (int kk = (part * 32 + lane) * 32; kk < kc; kk += 32 * 32 * split) {
+        rounds4((part * 32 + lane) * 32, kc, 32 * 32 * split, [&](int kk) {
             /* kc % 16 == 0: the second half may lie past kc (4 bits, k % 32 == 16); its loads stay inside the row's
              * padding (pitches padded to 16 bytes), its codes are dropped */
             uint32_t lo[4], hi[4];
@@ -293,20 +297,20 @@ __global__ void __launch_bounds__(PG_WARPS * 32) wxa8_gemv_kernel(const int8_t *
             const int8_t *xp = xs + xs_off(kk);
 #pragma unroll
             for (int r = 0; r < MR; r++) {
-                const int4 x0 = *(const int4 *)(xp + r * PG_PITCH);
+                const int4 x0 = *(const int4 *)(xp + r * pg_pitch<MR>());
                 acc[r] = __dp4a(x0.x, (int)lo[0], acc[r]);
                 acc[r] = __dp4a(x0.y, (int)lo[1], acc[r]);
                 acc[r] = __dp4a(x0.z, (int)lo[2], acc[r]);
                 acc[r] = __dp4a(x0.w, (int)lo[3], acc[r]);
                 if (both) {
-                    const int4 x1 = *(const int4 *)(xp + 16 + r * PG_PITCH);
+                    const int4 x1 = *(const int4 *)(xp + 16 + r * pg_pitch<MR>());
                     acc[r] = __dp4a(x1.x, (int)hi[0], acc[r]);
                     acc[r] = __dp4a(x1.y, (int)hi[1], acc[r]);
                     acc[r] = __dp4a(x1.z, (int)hi[2], acc[r]);
                     acc[r] = __dp4a(x1.w, (int)hi[3], acc[r]);
                 }
             }
-        }
+        });
     }
     if (!gemv_split_reduce<PG_WARPS, MR>(acc, split, red, 0) || !active) return;
     gemv_finish<MR>(acc, p, lane, col);
@@ -349,8 +353,7 @@ __global__ void __launch_bounds__(GEMV_ROW_WARPS * 32, 2) wxa8_gemv_row_g256_ker
     pp.sx = &sc.sx; /* the row's scale, NaN for a bad row */
     gemv_split_columns<GEMV_ROW_WARPS>(w.n, split, pp, red, [&](int64_t col, int part) {
         int32_t acc = 0;
-#pragma unroll 4
-        for (int kk = (part * 32 + lane) * 32; kk < k; kk += 32 * 32 * split) { /* k % 256 == 0: no tail */
+        rounds4((part * 32 + lane) * 32, k, 32 * 32 * split, [&](int kk) { /* k % 256 == 0: no tail */
             uint32_t lo[4], hi[4];
             decode_chunk32<BITS, GS>(w, col, kk, lut4, tab6, lo, hi);
             const int4 x0 = *(const int4 *)(xs + xs_off(kk)), x1 = *(const int4 *)(xs + xs_off(kk + 16));
@@ -362,7 +365,7 @@ __global__ void __launch_bounds__(GEMV_ROW_WARPS * 32, 2) wxa8_gemv_row_g256_ker
             acc = __dp4a(x1.y, (int)hi[1], acc);
             acc = __dp4a(x1.z, (int)hi[2], acc);
             acc = __dp4a(x1.w, (int)hi[3], acc);
-        }
+        });
         return acc;
     });
 }
