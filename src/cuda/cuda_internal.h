@@ -81,7 +81,7 @@ cudaError_t prepare_s8_gemm_sm90(int *pairs);
 /* Portable tensor-core GEMM (mma.sync, sm_80+): any K, any pitch and alignment. */
 cudaError_t launch_s8_gemm_mma(const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m, int64_t n,
                                int64_t k, const EpiParams &p, cudaStream_t stream);
-/* Few rows (m <= QLC_GEMV_MAX_M): `split` warps (1, 2 or 4) a output
+/* Few rows (m <= QLC_GEMV_MAX_M): `split` warps (1, 2 or 4) an output
  * column stream its weight row once, each a part of K; 16-byte aligned
  * operands with pitches multiple of 16. gemv_split: the most warps a
  * column that leave every part at least four rounds of the loop (as
@@ -103,10 +103,10 @@ cudaError_t launch_s8_gemv(const int8_t *a, int64_t lda, const int8_t *b, int64_
  * a wave, every part at least four rounds of the loop (rounds4's batch, a
  * round 1 024 codes; shorter parts measured slower) and the row's work
  * within its budget; one for int8 (measured as fast); `force` (2 or 4; 0
- * auto, 1 none) skips all but the budget. launch_s8_gemv_row: the int8 weight b in the prologue's
- * code order, pitch k; q [k] and sx [1] receive the codes and scale the
- * prologue kernel would have written (the packed one: launch_wxa8_gemv_row,
- * wxa8_cuda.h). */
+ * auto, 1 none) skips all but the budget. launch_s8_gemv_row: the int8
+ * weight b in the prologue's code order, pitch k; q [k] and sx [1] receive
+ * the codes and scale the prologue kernel would have written (the packed
+ * one: launch_wxa8_gemv_row, wxa8_cuda.h). */
 #define QLC_GEMV_ROW_MAX_K 16384
 constexpr int GEMV_ROW_WARPS = 16, GEMV_ROW_ROT_WARPS = 8;
 int64_t gemv_row_blocks(int64_t n, int split, int sms);

@@ -29,7 +29,7 @@ struct PackedW {
  * GEMM after it must be an ordinary launch too (it loads B before waiting). */
 cudaError_t launch_wxa8_decode(const PackedW &w, bool permuted, int8_t *out, int64_t ldo, cudaStream_t stream);
 
-/* Few rows (m <= QLC_GEMV_MAX_M): `split` warps a output column
+/* Few rows (m <= QLC_GEMV_MAX_M): `split` warps an output column
  * (gemv_split, each a part of K) read its packed row once, decode 32 codes
  * a lane at a time in registers and multiply
  * them with dp4a against the activation codes a [m, lda] (prologue order,
