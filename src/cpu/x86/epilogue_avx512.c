@@ -74,9 +74,21 @@ static void row_exact(const ql_w8a8_epi *e, const int32_t *c, int nr, int r, int
     }
 }
 
+/* 32 values to bf16 (lo: columns 0-15, hi: 16-31), rounded to nearest
+ * even: vcvtne2ps2bf16 where the CPU has it, else the integer rounding of
+ * ql512_bf16_bits (NaNs quieted, denormals kept) and one word permute that
+ * packs the two halves in the same order. */
+static inline __m512i cvt2_bf16(__m512 hi, __m512 lo, bool fbf)
+{
+    if (fbf) return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+    const __m512i even = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30, 28, 26, 24,
+                                          22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    return _mm512_permutex2var_epi16(ql512_bf16_bits(lo), even, ql512_bf16_bits(hi));
+}
+
 /* Full 32-column tiles with bf16 output, optional bias, no residual: the
- * common case, two vectors at a time. vcvtne2ps2bf16 rounds 32 values in one
- * instruction and vpunpck{l,h}wd widen them back to fp32 (columns 0-3, 8-11,
+ * common case, two vectors at a time. cvt2_bf16 rounds 32 values (one
+ * instruction with AVX512-BF16) and vpunpck{l,h}wd widen them back to fp32 (columns 0-3, 8-11,
  * 16-19, 24-27 and 4-7, ...; the bias is permuted to match, once per tile);
  * one vpermw restores the column order of the final 32 bf16. That
  * instruction flushes denormal inputs, so the caller only comes here when
@@ -117,11 +129,11 @@ static void tile32_bf16(const ql_w8a8_epi *e, const int32_t *c, int64_t m0, int6
             v1 = _mm512_add_ps(v1, _mm512_mul_ps(a1, _mm512_mul_ps(s, su1)));
             denormal |= _mm512_fpclass_ps_mask(v0, 0x20) | _mm512_fpclass_ps_mask(v1, 0x20);
         }
-        __m512i y = (__m512i)_mm512_cvtne2ps_pbh(v1, v0); /* columns 0..31 */
+        __m512i y = cvt2_bf16(v1, v0, fbf); /* columns 0..31 */
         if (has_bias) {
             const __m512 lo = _mm512_add_ps(_mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, y)), blo);
             const __m512 hi = _mm512_add_ps(_mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, y)), bhi);
-            y = _mm512_permutexvar_epi16(order, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+            y = _mm512_permutexvar_epi16(order, cvt2_bf16(hi, lo, fbf));
         }
         _mm512_storeu_si512((void *)((uint16_t *)e->y + row * e->ldy + n0), y);
     }
@@ -163,7 +175,8 @@ void ql_w8a8_epilogue_avx512(void *arg, const int32_t *c, int nr, int64_t m0, in
 static void epilogue_avx512(const ql_w8a8_epi *e, const int32_t *c, int nr, int64_t m0, int64_t n0, int mr_eff, int nr_eff)
 {
     const bool fbf = ql_cpu()->avx512bf16;
-    if (fbf && !e->c_out && e->plan.y_dtype == QL_BF16 && !e->plan.residual && !e->plan.act && nr == 32 && nr_eff == 32) {
+    /* without AVX512-BF16 the same tiles round by integer arithmetic (cvt2_bf16), still faster than row by row */
+    if (!e->c_out && e->plan.y_dtype == QL_BF16 && !e->plan.residual && !e->plan.act && nr == 32 && nr_eff == 32) {
         const __m512 sw0 = e->sw_scalar ? _mm512_set1_ps(e->sw[0]) : _mm512_loadu_ps(e->sw + n0);
         const __m512 sw1 = e->sw_scalar ? sw0 : _mm512_loadu_ps(e->sw + n0 + 16);
         /* every row's |s_x|·min|s_w| >= 2^-126 (a NaN scale fails), 16 rows
