@@ -558,8 +558,11 @@ static void wx_forward_case(ql_linear *pk, ql_linear *dec, ql_linear *cpu, const
           f2 >= 0 ? ql_load_f(ydt, y0, f2) : 0.0);
     CHECK(same_bits(ydt, y2, y1, m, n, ldy, &f3), "%s packed vs decoded on the GPU, %s M=%lld K=%lld: first difference at %lld",
           tag, wx_modes[mode], (long long)m, (long long)k, (long long)f3);
-    /* the path taken: the packed GEMV for a few rows (auto), the decode + GEMM above; the correction */
-    const char *want = !strcmp(tag, "auto") ? (m <= 8 ? "wxa8 gemv" : "wxa8 decode") : "wxa8 decode";
+    /* the path taken: the packed GEMV for a few rows (auto), the tensor-core kernel up to 16 rows (auto, or
+     * forced on for fewer), the decode + GEMM above or where forced; the correction */
+    const char *want = !strcmp(tag, "auto")       ? (m <= 8 ? "wxa8 gemv" : m <= 16 ? "wxa8 mma16" : "wxa8 decode")
+                       : !strcmp(tag, "mma16 on") ? "wxa8 mma16"
+                                                  : "wxa8 decode";
     CHECK(strstr(kname, want) && (mode != 3) == !strstr(kname, "correction"), "%s M=%lld %s: kernel '%s' (want '%s')", tag,
           (long long)m, wx_modes[mode], kname, want);
     cudaFree(dx), cudaFree(dres), cudaFree(drs), cudaFree(dy1), cudaFree(dy2);
@@ -570,11 +573,12 @@ static void wx_forward_case(ql_linear *pk, ql_linear *dec, ql_linear *cpu, const
  * 6-bit and asymmetric layers; groups 4 .. 64 (48: a group of three
  * decode steps); K = 32 .. 4608 (not a multiple of 256, one or two
  * staging passes of the GEMV; ConvRot groups 4 .. 256, with and without the
- * prologue's permuted order); N tails; M = 1 .. 8 (the packed GEMV), 9, 77,
- * 300, 1024 (the decode kernel and the int8 GEMM; forced mma / sm90 kernels
- * at small M too). The decode kernel's grid equals ql_wxa8_decode's (in
- * the permuted order where the prologue permutes); resident bytes as the
- * layout says. */
+ * prologue's permuted order); N tails; M = 1 .. 8 (the packed GEMV), 9, 12,
+ * 16 (the tensor-core kernel, B decoded in registers), 77, 300, 1024 (the
+ * decode kernel and the int8 GEMM; forced mma / sm90 kernels at small M
+ * too, the tensor-core kernel forced on below 9 rows and off above). The
+ * decode kernel's grid equals ql_wxa8_decode's (in the permuted order
+ * where the prologue permutes); resident bytes as the layout says. */
 static void test_wxa8_packed(ql_context *gpu)
 {
     ql_context *cpu = NULL;
@@ -584,7 +588,7 @@ static void test_wxa8_packed(ql_context *gpu)
         {1, 1, 7, 80, 16, 16},      {1, 1, 200, 768, 48, 256}, {2, 0, 300, 512, 16, 256}, {2, 1, 65, 96, 32, 16},
         {2, 1, 130, 4608, 48, 256}, {2, 1, 17, 1280, 64, 256}, {3, 0, 260, 1024, 16, 256}, {3, 1, 40, 48, 4, 16},
         {3, 1, 96, 512, 8, 256},    {3, 0, 150, 2048, 32, 64}, {0, 1, 1, 256, 16, 256},  {2, 1, 2, 32, 32, 16}};
-    static const int64_t ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 77, 300, 1024};
+    static const int64_t ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 77, 300, 1024};
     static const ql_dtype dts[] = {QL_F32, QL_BF16, QL_F16};
     int iter = 0;
     for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
@@ -633,17 +637,22 @@ static void test_wxa8_packed(ql_context *gpu)
         ql_linear_destroy(pk), ql_linear_destroy(dec);
         /* the decode path at few rows and the GEMV's refusal of many: forced kernels (read at creation) */
         if (ci % 4 == 0) {
-            static const char *forced[] = {"mma", "sm90", "gemv"};
-            for (int f = 0; f < 3; f++) {
-                setenv("QLINEAR_CUDA_GEMM", forced[f], 1);
+            static const struct { const char *env, *value, *tag; } forced[] = {
+                {"QLINEAR_CUDA_GEMM", "mma", "mma"},
+                {"QLINEAR_CUDA_GEMM", "sm90", "sm90"},
+                {"QLINEAR_CUDA_GEMM", "gemv", "gemv"},
+                {"QLINEAR_CUDA_PACKED_MMA", "on", "mma16 on"},   /* the tensor-core kernel below 9 rows */
+                {"QLINEAR_CUDA_PACKED_MMA", "off", "mma16 off"}, /* 9 .. 16 rows decoded */
+            };
+            for (int f = 0; f < 5; f++) {
+                setenv(forced[f].env, forced[f].value, 1);
                 d.kind = QL_LINEAR_WXA8_PACKED;
                 CHECK_OK(ql_linear_create(gpu, &d, &pk));
                 d.kind = QL_LINEAR_W8A8;
                 CHECK_OK(ql_linear_create(gpu, &d, &dec));
-                unsetenv("QLINEAR_CUDA_GEMM");
-                if (pk && dec)
-                    wx_forward_case(pk, dec, cl, &c, cfgs[ci].mode, f == 2 ? 77 : (int64_t[]){1, 5, 8}[tu_range(0, 2)],
-                                    dts[f], f == 1, forced[f]);
+                unsetenv(forced[f].env);
+                const int64_t fm = f == 2 ? 77 : f == 4 ? (int64_t[]){9, 16}[tu_range(0, 1)] : (int64_t[]){1, 5, 8}[tu_range(0, 2)];
+                if (pk && dec) wx_forward_case(pk, dec, cl, &c, cfgs[ci].mode, fm, dts[f % 3], f == 1 || f == 3, forced[f].tag);
                 ql_linear_destroy(pk), ql_linear_destroy(dec);
             }
         }
@@ -674,8 +683,8 @@ static void test_wxa8_shared(ql_context *gpu)
         CHECK_OK(ql_linear_create(gpu, &d, &lin[i]));
         if (!lin[i]) return;
     }
-    static const int64_t ms[] = {5, 300};
-    for (size_t mi = 0; mi < 2; mi++) {
+    static const int64_t ms[] = {5, 12, 300};
+    for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
         const int64_t m = ms[mi];
         uint16_t *x = malloc((size_t)(m * k) * 2);
         tu_fill_gauss(QL_BF16, x, m * k, 1.0);
@@ -735,7 +744,7 @@ static void test_wxa8_shared(ql_context *gpu)
         ql_linear_desc d0 = {.kind = QL_LINEAR_W8A8, .wxa8 = c[0].w};
         CHECK_OK(ql_linear_create(gpu, &d0, &dec0));
         const int64_t n0 = c[0].w.n;
-        for (int mi = 0; dec0 && mi < 2; mi++) {
+        for (int mi = 0; dec0 && mi < 3; mi++) {
             const int64_t m = ms[mi];
             uint16_t *x = malloc((size_t)(m * k) * 2), *a = malloc((size_t)(m * n0) * 2), *b = malloc((size_t)(m * n0) * 2);
             tu_fill_gauss(QL_BF16, x, m * k, 1.0);

@@ -99,6 +99,7 @@ struct ql_cuda_linear {
     int force_roww; /* QLINEAR_CUDA_ROWW: 0 auto, else the prologue's warps per row (1, 2, 4) */
     bool fuse_row; /* QLINEAR_CUDA_FUSE (auto | off): at M = 1 the GEMV may quantize the row itself (gemv_row_g256_ok) */
     int force_split; /* QLINEAR_CUDA_SPLIT (auto | 1 | 2 | 4): warps a column of that GEMV (gemv_row_split) */
+    int packed_mma;  /* QLINEAR_CUDA_PACKED_MMA: 0 auto (9 .. 16 rows), 1 off, 2 on (1 .. 16 rows) */
     char kernel[96];
     PrologueFit fit; /* the prologue's launch shape at this K, on this device */
     CUtensorMap bmap[QLC_SM90_TILES]; /* the weight's TMA descriptor per Hopper tile, made on first use */
@@ -321,6 +322,8 @@ ql_status linear_begin(const char *fn, int device, int64_t n, int64_t k, int64_t
     l->fuse_row = env_choice("QLINEAR_CUDA_FUSE", fuses, 2) == 0;
     static const char *const splits[] = {"auto", "1", "2", "4"};
     l->force_split = (1 << env_choice("QLINEAR_CUDA_SPLIT", splits, 4)) >> 1;
+    static const char *const pmmas[] = {"auto", "off", "on"};
+    l->packed_mma = env_choice("QLINEAR_CUDA_PACKED_MMA", pmmas, 3);
     snprintf(l->kernel, sizeof l->kernel, "none");
     cudaError_t e = cudaMalloc(&l->sw, (size_t)n_scale * sizeof(float) + 4);
     if (e == cudaSuccess) e = cudaMemcpy(l->sw, scale, (size_t)n_scale * sizeof(float), cudaMemcpyHostToDevice);
@@ -699,9 +702,22 @@ ql_status grow_zeroed(const char *fn, cudaStream_t s, void **buf, size_t *have, 
     return QL_OK;
 }
 
-/* A packed layer's forward of m rows decodes in registers (the packed GEMV)
- * rather than into the workspace. */
-bool packed_gemv(const ql_cuda_linear *l, int64_t m) { return m <= QLC_GEMV_MAX_M && (l->force == 0 || l->force == 3); }
+/* A packed layer's forward of m rows on the tensor-core kernel that decodes
+ * B in registers (launch_wxa8_mma16): above the GEMV's rows by default. */
+bool packed_mma(const ql_cuda_linear *l, int64_t m)
+{
+    if (l->force != 0 || m > QLC_PACKED_MMA_MAX_M || l->packed_mma == 1) return false;
+    return l->packed_mma == 2 || m > QLC_GEMV_MAX_M;
+}
+
+/* A packed layer's forward of m rows on the packed GEMV (dp4a, decoded in registers). */
+bool packed_gemv(const ql_cuda_linear *l, int64_t m)
+{
+    return m <= QLC_GEMV_MAX_M && (l->force == 0 || l->force == 3) && !packed_mma(l, m);
+}
+
+/* Neither: decoded into the workspace each call, then the int8 GEMM. */
+bool packed_decodes(const ql_cuda_linear *l, int64_t m) { return l->bits && !packed_gemv(l, m) && !packed_mma(l, m); }
 
 int64_t acc_pitch(int64_t n) { return (n + 3) / 4 * 4; }
 
@@ -780,7 +796,7 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
     /* the decoded weight of a packed layer and an asymmetric layer's buffers */
     for (int i = 0; i < count; i++) {
         const ql_cuda_linear *li = ls[i];
-        if (li->bits && !packed_gemv(li, m) &&
+        if (packed_decodes(li, m) &&
             (st = grow(fn, s, (void **)&ws->wdec, &ws->wdec_bytes, (size_t)(li->n * li->kp), "decoded-weight workspace")) !=
                 QL_OK)
             return st;
@@ -890,6 +906,10 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
             const int split = gemv_split(li->n, li->kp, li->bits, li->sms, li->force_split);
             QLC_CUDA(fn, "the packed GEMV kernel", launch_wxa8_gemv(ws->q, li->kp, li->pw, perm, m, split, pg, s, li->sm90));
             snprintf(name, sizeof name, "wxa8 gemv %d-bit dp4a, %d warp%s a column", li->bits, split, split > 1 ? "s" : "");
+        } else if (li->bits && packed_mma(li, m)) {
+            const int tiles = wxa8_mma16_tiles(li->n, li->sms);
+            QLC_CUDA(fn, "the packed mma kernel", launch_wxa8_mma16(ws->q, li->kp, li->pw, perm, m, tiles, pg, s, li->sm90));
+            snprintf(name, sizeof name, "wxa8 mma16 %d-bit, B decoded in registers, %d columns a block", li->bits, 8 * tiles);
         } else {
             const int8_t *b = li->w;
             if (li->bits) {

@@ -39,6 +39,16 @@ cudaError_t launch_wxa8_decode(const PackedW &w, bool permuted, int8_t *out, int
 cudaError_t launch_wxa8_gemv(const int8_t *a, int64_t lda, const PackedW &w, bool permuted, int64_t m, int split,
                              const EpiParams &p, cudaStream_t stream, bool pdl);
 
+/* 1 to QLC_PACKED_MMA_MAX_M rows on the tensor cores (sm_80+): mma.sync
+ * with the packed codes decoded in registers into B fragments, the rows
+ * staged as A; a block of 8·tiles columns (tiles 2 or 4:
+ * wxa8_mma16_tiles) whose warps share K; the int8 GEMV's epilogue per
+ * output pair. pdl as for launch_wxa8_gemv. */
+#define QLC_PACKED_MMA_MAX_M 16
+int wxa8_mma16_tiles(int64_t n, int sms);
+cudaError_t launch_wxa8_mma16(const int8_t *a, int64_t lda, const PackedW &w, bool permuted, int64_t m, int tiles,
+                              const EpiParams &p, cudaStream_t stream, bool pdl);
+
 /* One row of x (dtype xdt) at G = 256 (gemv_row_g256_ok): the packed GEMV
  * that rotates and quantizes the row in each block itself
  * (launch_s8_gemv_row's scheme, cuda_internal.h, `split` warps a column);

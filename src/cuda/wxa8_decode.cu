@@ -226,24 +226,28 @@ template <int MR> __host__ __device__ constexpr int pg_pitch() { return pg_kc<MR
 
 __device__ __forceinline__ int xs_off(int kk) { return kk / 256 * 272 + kk % 256; }
 
-/* Rows [0, MR) of the activation codes, natural codes [c0, c0 + kc), into
- * xs in natural order. Permuted codes come as 16 x 16 byte tiles (stored
+/* Rows [0, rows) of the activation codes, natural codes [c0, c0 + kc), into
+ * xs (PITCH bytes a row) in natural order. Permuted codes come as 16 x 16 byte tiles (stored
  * row i = values i + 16·t): a thread takes four stored rows (64 bytes) and
  * transposes them 4 x 4 bytes at a time into words of four consecutive
  * values. */
-template <int MR>
-__device__ __forceinline__ void stage_rows(const int8_t *a, int64_t lda, int64_t c0, int kc, bool permuted, int8_t *xs)
+template <int PITCH>
+__device__ __forceinline__ void stage_rows(const int8_t *a, int64_t lda, int rows, int64_t c0, int kc, bool permuted,
+                                           int8_t *xs)
 {
     if (!permuted) {
         const int per_row = kc / 16;
-        for (int i = threadIdx.x; i < MR * per_row; i += blockDim.x) {
+        for (int i = threadIdx.x; i < rows * per_row; i += blockDim.x) {
             const int r = i / per_row, u = i % per_row;
-            *(int4 *)(xs + r * pg_pitch<MR>() + xs_off(16 * u)) = *(const int4 *)(a + r * lda + c0 + 16 * u);
+            const int4 v = *(const int4 *)(a + r * lda + c0 + 16 * u);
+            int8_t *dst = xs + r * PITCH + xs_off(16 * u);
+            if constexpr (PITCH % 16 == 0) *(int4 *)dst = v;
+            else *(int2 *)dst = make_int2(v.x, v.y), *(int2 *)(dst + 8) = make_int2(v.z, v.w);
         }
         return;
     }
     const int per_row = kc / 64; /* units of four stored rows */
-    for (int i = threadIdx.x; i < MR * per_row; i += blockDim.x) {
+    for (int i = threadIdx.x; i < rows * per_row; i += blockDim.x) {
         const int r = i / per_row, rem = i % per_row, b = rem / 4, q = rem % 4;
         const int4 *src = (const int4 *)(a + r * lda + c0 + 256 * b + 64 * q);
         const int4 x0 = src[0], x1 = src[1], x2 = src[2], x3 = src[3];
@@ -251,7 +255,7 @@ __device__ __forceinline__ void stage_rows(const int8_t *a, int64_t lda, int64_t
                                    {(uint32_t)x1.x, (uint32_t)x1.y, (uint32_t)x1.z, (uint32_t)x1.w},
                                    {(uint32_t)x2.x, (uint32_t)x2.y, (uint32_t)x2.z, (uint32_t)x2.w},
                                    {(uint32_t)x3.x, (uint32_t)x3.y, (uint32_t)x3.z, (uint32_t)x3.w}};
-        int8_t *dst = xs + r * pg_pitch<MR>() + 272 * b + 4 * q;
+        int8_t *dst = xs + r * PITCH + 272 * b + 4 * q;
 #pragma unroll
         for (int wd = 0; wd < 4; wd++) { /* bytes t = 4wd..4wd+3 of stored rows 4q..4q+3 */
             const uint32_t t0 = __byte_perm(xw[0][wd], xw[1][wd], 0x5140), t1 = __byte_perm(xw[0][wd], xw[1][wd], 0x7362);
@@ -285,7 +289,7 @@ __global__ void __launch_bounds__(PG_WARPS * 32) wxa8_gemv_kernel(const int8_t *
     for (int64_t c0 = 0; c0 < w.k; c0 += KC) {
         const int kc = (int)(w.k - c0 < KC ? w.k - c0 : KC);
         __syncthreads(); /* the tables are in; the last pass's rows are read */
-        stage_rows<MR>(a, lda, c0, kc, permuted, xs);
+        stage_rows<pg_pitch<MR>()>(a, lda, MR, c0, kc, permuted, xs);
         __syncthreads();
         if (!active) continue;
         rounds4((part * 32 + lane) * 32, kc, 32 * 32 * split, [&](int kk) {
@@ -314,6 +318,94 @@ __global__ void __launch_bounds__(PG_WARPS * 32) wxa8_gemv_kernel(const int8_t *
     }
     if (!gemv_split_reduce<PG_WARPS, MR>(acc, split, red, 0) || !active) return;
     gemv_finish<MR>(acc, p, lane, col);
+}
+
+/* 9 to 16 rows on the tensor cores: an mma.sync m16n8k32 whose B fragment
+ * is decoded in registers from the packed codes. A block covers 8·T output
+ * columns and its warps share K (warp w the 128-code blocks w, w + 8, ...);
+ * the activation rows are staged in natural order (stage_rows) and read as
+ * A fragments. Within a 128-code block lane (g, t) = (lane/4, lane%4)
+ * decodes codes 32t .. 32t + 31 of column g of each tile (decode_chunk32:
+ * one 16-byte load), and k step s multiplies their codes 8s .. 8s + 7: the
+ * mma's k positions 4t .. 4t + 3 and 16 + 4t .. 16 + 4t + 3 carry these
+ * eight codes on both sides, which a dot product allows (the same order on
+ * A and B). Rows past m are not staged and not stored; integer sums, so the
+ * result equals the GEMV's and the CPU's. */
+constexpr int PM_WARPS = 8;
+constexpr int PM_KC = 2048; /* codes of a row staged per pass */
+/* 8 bytes past a multiple of 128: the A fragments' 8-byte reads (rows g,
+ * bytes 32t + 8s) of a warp fall in two wavefronts, not eight */
+constexpr int PM_PITCH = PM_KC / 256 * 272 + 8;
+
+template <int BITS, int GS, int T>
+__global__ void __launch_bounds__(PM_WARPS * 32, 2) wxa8_mma16_kernel(const int8_t *a, int64_t lda, int m, PackedW w,
+                                                                      bool permuted, EpiParams p)
+{
+    __shared__ __align__(16) int8_t xs[16 * PM_PITCH]; /* then the warps' partial sums */
+    __shared__ uint4 lut4[BITS == 4 ? 256 : 1];
+    __shared__ uint16_t tab6[BITS == 6 ? 256 : 1];
+    static_assert(PM_WARPS * T * 4 * 32 * 4 <= (int)sizeof xs, "the partial sums fit the staging buffer");
+    pdl_trigger();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+    const int64_t c0 = (int64_t)blockIdx.x * (8 * T);
+    load_tables<BITS>(w, lut4, tab6);
+    for (int r = warp; r < 8 * T; r += PM_WARPS)
+        if (c0 + r < w.n) prefetch_packed_row<BITS>(w, c0 + r, lane); /* into L2 while the prologue finishes */
+    pdl_wait();
+    int32_t acc[T][4] = {};
+    for (int64_t k0 = 0; k0 < w.k; k0 += PM_KC) {
+        const int kc = (int)(w.k - k0 < PM_KC ? w.k - k0 : PM_KC);
+        __syncthreads(); /* the tables are in; the last pass's rows are read */
+        stage_rows<PM_PITCH>(a, lda, m, k0, kc, permuted, xs);
+        __syncthreads();
+        rounds4(warp * 128, kc, PM_WARPS * 128, [&](int kb) {
+            const int kk = kb + 32 * t4;
+            uint32_t b[T][8];
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                const int64_t col = c0 + 8 * t + g;
+                uint32_t lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+                if (col < w.n && kk < kc) {
+                    /* kc % 16 == 0: a second half past kc (4 bits) reads the row's padding; its codes are dropped */
+                    decode_chunk32<BITS, GS>(w, col, k0 + kk, lut4, tab6, lo, hi);
+                    if (kk + 32 > kc) hi[0] = hi[1] = hi[2] = hi[3] = 0;
+                }
+#pragma unroll
+                for (int j = 0; j < 4; j++) b[t][j] = lo[j], b[t][4 + j] = hi[j];
+            }
+            /* codes past kc meet zeros in B; the staged bytes they read lie inside the buffer */
+            const int8_t *xp = xs + xs_off(kk);
+#pragma unroll
+            for (int s = 0; s < 4; s++) {
+                const uint2 r0 = *(const uint2 *)(xp + g * PM_PITCH + 8 * s);
+                const uint2 r1 = *(const uint2 *)(xp + (g + 8) * PM_PITCH + 8 * s);
+                const uint32_t af[4] = {r0.x, r1.x, r0.y, r1.y};
+#pragma unroll
+                for (int t = 0; t < T; t++) {
+                    const uint32_t bf[2] = {b[t][2 * s], b[t][2 * s + 1]};
+                    mma_s8(acc[t], af, bf);
+                }
+            }
+        });
+    }
+    __syncthreads(); /* every warp is done with the staged rows */
+    int32_t *red = (int32_t *)xs; /* [warp][tile][4][lane] */
+#pragma unroll
+    for (int t = 0; t < T; t++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) red[((warp * T + t) * 4 + j) * 32 + lane] = acc[t][j];
+    __syncthreads();
+    for (int i = threadIdx.x; i < T * 32; i += blockDim.x) {
+        const int t = i / 32, ln = i % 32, row = ln / 4;
+        int32_t v[4] = {0, 0, 0, 0};
+        for (int wp = 0; wp < PM_WARPS; wp++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) v[j] += red[((wp * T + t) * 4 + j) * 32 + ln];
+        const int64_t col = c0 + 8 * t + 2 * (ln % 4);
+        if (col >= w.n) continue;
+        if (row < m) epi_store2(p, row, col, w.n, v[0], v[1], p.sx[row]);
+        if (row + 8 < m) epi_store2(p, row + 8, col, w.n, v[2], v[3], p.sx[row + 8]);
+    }
 }
 
 /* The packed GEMV for one row at G = 256 that quantizes the row itself
@@ -482,6 +574,18 @@ template <int BITS, int GS> struct GemvLaunch {
     }
 };
 
+template <int BITS, int GS> struct Mma16Launch {
+    static cudaError_t run(const PackedW &w, const int8_t *a, int64_t lda, bool permuted, int64_t m, const EpiParams &p,
+                           int tiles, cudaStream_t stream, bool pdl)
+    {
+        cudaLaunchAttribute attr[1];
+        cudaLaunchConfig_t cfg = launch_config(dim3((unsigned)((w.n + 8 * tiles - 1) / (8 * tiles))), dim3(PM_WARPS * 32), 0,
+                                               stream, pdl, attr);
+        if (tiles == 4) return cudaLaunchKernelEx(&cfg, wxa8_mma16_kernel<BITS, GS, 4>, a, lda, (int)m, w, permuted, p);
+        return cudaLaunchKernelEx(&cfg, wxa8_mma16_kernel<BITS, GS, 2>, a, lda, (int)m, w, permuted, p);
+    }
+};
+
 template <int BITS, int GS> struct GemvRowLaunch {
     static cudaError_t run(const PackedW &w, const void *x, int xdt, int split, const EpiParams &p, int8_t *q, float *sx,
                            int sms, cudaStream_t stream, bool pdl)
@@ -515,6 +619,18 @@ cudaError_t launch_wxa8_gemv(const int8_t *a, int64_t lda, const PackedW &w, boo
         (split != 1 && split != 2 && split != 4))
         return cudaErrorInvalidValue;
     return with_format<GemvLaunch>(w, a, lda, permuted, m, split, p, stream, pdl);
+}
+
+int wxa8_mma16_tiles(int64_t n, int sms) { return (n + 31) / 32 >= (sms > 0 ? sms : 1) ? 4 : 2; }
+
+cudaError_t launch_wxa8_mma16(const int8_t *a, int64_t lda, const PackedW &w, bool permuted, int64_t m, int tiles,
+                              const EpiParams &p, cudaStream_t stream, bool pdl)
+{
+    if ((uintptr_t)a % 16 != 0 || lda % 16 != 0 || w.k % 16 != 0 || (permuted && w.k % 256 != 0) || m < 1 ||
+        m > QLC_PACKED_MMA_MAX_M || (tiles != 2 && tiles != 4))
+        return cudaErrorInvalidValue;
+    if (w.n == 0) return cudaSuccess;
+    return with_format<Mma16Launch>(w, a, lda, permuted, m, p, tiles, stream, pdl);
 }
 
 cudaError_t launch_group_sums(const int8_t *a, int64_t lda, int64_t m, int64_t k, int64_t group, bool permuted, float *s,
