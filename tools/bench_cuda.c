@@ -18,10 +18,12 @@
 #include "quant/wxa8.h"
 #include "qlinear.h"
 
-enum { C_BF16, C_FP16, C_INT8, C_W8A8, C_GEMM, C_PRO, C_MMA, C_W4A8, C_W4A8P, C_W6A8, C_W6A8P, C_LORA, C_GELU, C_BF16G, NPATHS };
+enum { C_BF16, C_FP16, C_INT8, C_W8A8, C_GEMM, C_PRO, C_MMA, C_W4A8, C_W4A8P, C_W6A8, C_W6A8P, C_LORA, C_GELU, C_BF16G,
+       C_RD8, C_RD4, C_RD6, NPATHS };
 static const char *names[NPATHS] = {"cublas-bf16", "cublas-fp16", "cublaslt-int8", "w8a8-convrot", "int8-gemm", "prologue",
                                     "w8a8-sm80", "w4a8", "w4a8-packed", "w6a8", "w6a8-packed", "w8a8-convrot+lora64",
-                                    "w8a8-convrot+gelu", "cublas-bf16+gelu"};
+                                    "w8a8-convrot+gelu", "cublas-bf16+gelu", "read-int8", "read-w4a8-packed",
+                                    "read-w6a8-packed"};
 #define LORA_RANK 64
 static const char *notes[NPATHS] = {
     "peer: cuBLASLt bf16 in/out, fp32 accumulate, the dequantized un-rotated weight (the same function in bf16)",
@@ -38,7 +40,11 @@ static const char *notes[NPATHS] = {
     "ours: w8a8-convrot with an unmerged rank-64 LoRA (the down GEMM, t requantized, the low-rank product in an epilogue "
     "kernel after the base GEMM); its floor is the base + R/N + R/K of it",
     "ours: w8a8-convrot with the output GELU (exact erf form, bit-identical to the CPU) in the GEMM's epilogue",
-    "peer: cuBLASLt bf16 with its own GELU epilogue (CUBLASLT_EPILOGUE_GELU)"};
+    "peer: cuBLASLt bf16 with its own GELU epilogue (CUBLASLT_EPILOGUE_GELU)",
+    "floor: one kernel that reads the int8 weight's bytes once and nothing else (what a one-kernel layer costs at least)",
+    "floor: the same for the W4A8 packed layer's resident bytes",
+    "floor: the same for the W6A8 packed layer's resident bytes"};
+int ql_bench_read_bytes(const void *p, size_t bytes, unsigned *sink, int sms, cudaStream_t s); /* read_floor.cu */
 
 typedef struct { int64_t n, k, count; } shape;
 static const shape anima[] = {{2048, 2048, 168}, {256, 2048, 84}, {6144, 256, 84},
@@ -292,6 +298,12 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
     }
     ltmm gb, gh, gi, gbg;
     const ql_epilogue gelu_epi = {.activation = QL_ACTIVATION_GELU};
+    /* the floors read as many bytes as each layer keeps resident, from the int8 sets (DRAM, like the layers') */
+    const size_t rd_bytes[3] = {ql_linear_weight_bytes(lin[0]), ql_linear_weight_bytes(lin_wx[1][0]),
+                                ql_linear_weight_bytes(lin_wx[3][0])};
+    unsigned *sink = dmalloc(4);
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev_index));
     int have[NPATHS];
     for (int p = 0; p < NPATHS; p++) have[p] = 1;
     have[C_BF16] = lt_setup(&gb, C_BF16, m, n, k, dwb[0], dxb[0], dyb[0], st);
@@ -346,6 +358,14 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
                     case C_LORA: qs = ql_linear_forward(lin_lora[s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, NULL); break;
                     case C_GELU: qs = ql_linear_forward(lin[s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, &gelu_epi); break;
                     case C_BF16G: lt_run(&gbg, dwb[s], dxb[s], dyb[s], st); break;
+                    case C_RD8: case C_RD4: case C_RD6: {
+                        const size_t b = rd_bytes[p - C_RD8] < (size_t)(n * k) ? rd_bytes[p - C_RD8] : (size_t)(n * k);
+                        if (ql_bench_read_bytes(dwq[s], b, sink, sms, st)) {
+                            fprintf(stderr, "qlinear bench: the read-floor kernel: %s\n", cudaGetErrorString(cudaGetLastError()));
+                            exit(1);
+                        }
+                        break;
+                    }
                     default: /* C_W4A8 .. C_W6A8P */
                         qs = ql_linear_forward(lin_wx[p - C_W4A8][s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, NULL);
                         break;
@@ -393,6 +413,7 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
     out->rel_l2 = rel_l2_bf16(y0, y1, (size_t)(m * n));
     free(y0), free(y1);
     cudaEventDestroy(e0), cudaEventDestroy(e1);
+    cudaFree(sink);
     ql_cuda_workspace_free(pro_ws);
     if (have[C_BF16]) lt_free(&gb);
     if (have[C_BF16G]) lt_free(&gbg);
@@ -599,6 +620,10 @@ int ql_cmd_bench_cuda(int argc, char **argv)
                 printf(" %s %.4f (%.2fx; %.1f MB, %.2fx)", names[p], r.ms[p], r.ms[p] / r.ms[C_W8A8], r.wbytes[p] / 1e6,
                        (double)r.wbytes[p] / (double)r.wbytes[C_W8A8]);
             printf(" | %s | %s\n", r.wx_kernel[0], r.wx_kernel[1]);
+            printf("%-12s %6s   floor (one kernel reading the resident bytes once), ms: int8 %.4f (w8a8 %.2fx it), "
+                   "w4a8-packed %.4f (%.2fx; %.2fx the int8 floor), w6a8-packed %.4f (%.2fx; %.2fx)\n", "", "",
+                   r.ms[C_RD8], r.ms[C_W8A8] / r.ms[C_RD8], r.ms[C_RD4], r.ms[C_W4A8P] / r.ms[C_RD4], r.ms[C_RD4] / r.ms[C_RD8],
+                   r.ms[C_RD6], r.ms[C_W6A8P] / r.ms[C_RD6], r.ms[C_RD6] / r.ms[C_RD8]);
             fflush(stdout);
             for (int p = 0; p < NPATHS; p++) tot[p] += r.ms[p] * (double)sh->count;
             if (js) {
@@ -627,6 +652,9 @@ int ql_cmd_bench_cuda(int argc, char **argv)
         printf("%-12s %6s   wxa8 totals, ms (x w8a8):", "", "");
         for (int p = C_W4A8; p <= C_W6A8P; p++) printf(" %s %.3f (%.2fx)", names[p], tot[p], tot[p] / tot[C_W8A8]);
         printf("\n");
+        printf("%-12s %6s   floor totals, ms: int8 %.3f (w8a8 %.2fx it), w4a8-packed %.3f (%.2fx the int8 floor; the packed "
+               "layer %.2fx it), w6a8-packed %.3f (%.2fx; %.2fx)\n", "", "", tot[C_RD8], tot[C_W8A8] / tot[C_RD8], tot[C_RD4],
+               tot[C_RD4] / tot[C_RD8], tot[C_W4A8P] / tot[C_RD4], tot[C_RD6], tot[C_RD6] / tot[C_RD8], tot[C_W6A8P] / tot[C_RD6]);
         if (shapes != anima) continue;
         /* the same layers where a block's layers share their input (ql_linear_forward_shared) */
         double saved = 0;
