@@ -29,6 +29,19 @@ __device__ __forceinline__ void pdl_wait()
 #endif
 }
 
+/* Hopper: bytes [0, bytes) of a weight row on their way from DRAM into L2,
+ * issued by a kernel launched while the one before still runs, before its
+ * pdl_wait(). `split` warps share the row: this one (`part`) every
+ * split-th 128-byte line of it. */
+__device__ __forceinline__ void prefetch_row_l2(const void *row, int64_t bytes, int lane, int part = 0, int split = 1)
+{
+#if __CUDA_ARCH__ >= 900
+    const char *p = (const char *)row;
+    for (int64_t o = (int64_t)(lane * split + part) * 128; o < bytes; o += 32 * 128 * (int64_t)split)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
+#endif
+}
+
 /* ql_dtype values, usable in device code. */
 enum : int { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, DT_I32 = 5 };
 

@@ -133,16 +133,9 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32) s8_gemv_kernel(const int8_t *
     const int64_t col = (int64_t)blockIdx.x * (GEMV_WARPS / split) + warp / split;
     const bool active = col < n;
     const int8_t *w = b + (active ? col : 0) * ldb;
-#if __CUDA_ARCH__ >= 900
-    /* Launched while the prologue still runs (programmatic dependent
-     * launch): start the weight row's way from DRAM into L2 first (a
-     * column's warps every split-th line each), then wait for the
-     * activation codes. */
-    if (active)
-        for (int64_t k0 = (int64_t)(lane * split + part) * 128; k0 < k; k0 += 32 * 128 * split)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(w + k0));
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+    /* launched while the prologue still runs: the weight row on its way into L2, then wait for the codes */
+    if (active) prefetch_row_l2(w, k, lane, part, split);
+    pdl_wait();
     int32_t acc[MR] = {};
     if (active) {
         /* k is a multiple of 16 here (the pitch pads with zeros). */
@@ -191,15 +184,10 @@ __global__ void __launch_bounds__(GEMV_ROW_WARPS * 32, 2) s8_gemv_row_g256_kerne
     __shared__ int32_t red[2 * GEMV_ROW_WARPS];
     pdl_trigger(); /* the next layer's prologue may launch (it waits for this grid) */
     const int lane = threadIdx.x % 32;
-#if __CUDA_ARCH__ >= 900
-    /* the first weight row on its way from DRAM into L2 while the kernel before finishes (a column's warps
-     * take every split-th line each) */
+    /* the first weight row on its way into L2 while the kernel before finishes */
     const int warp = threadIdx.x / 32;
     const int64_t col0 = (int64_t)blockIdx.x * (GEMV_ROW_WARPS / split) + warp / split;
-    if (col0 < n)
-        for (int64_t k0 = (int64_t)(lane * split + warp % split) * 128; k0 < k; k0 += 32 * 128 * split)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(b + col0 * k + k0));
-#endif
+    if (col0 < n) prefetch_row_l2(b + col0 * k, k, lane, warp % split, split);
     pdl_wait(); /* x is the previous kernel's output; q and sx may still be read by it */
     /* the codes where the prologue kernel stores them (value i + 16·t of a group at 16·i + t); block 0 also
      * into q */

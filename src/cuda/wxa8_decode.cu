@@ -207,13 +207,8 @@ __global__ void __launch_bounds__(DEC_THREADS) wxa8_decode_kernel(PackedW w, boo
 template <int BITS>
 __device__ __forceinline__ void prefetch_packed_row(const PackedW &w, int64_t col, int lane, int part = 0, int split = 1)
 {
-#if __CUDA_ARCH__ >= 900
-    /* `split` warps share the row: each every split-th line */
-    const int64_t o0 = (int64_t)(lane * split + part) * 128, step = 32 * 128 * (int64_t)split;
-    for (int64_t o = o0; o < w.k / 2; o += step) asm volatile("prefetch.global.L2 [%0];" ::"l"(w.nib + col * w.ldn + o));
-    if (BITS == 6)
-        for (int64_t o = o0; o < w.k / 4; o += step) asm volatile("prefetch.global.L2 [%0];" ::"l"(w.hi + col * w.ldh + o));
-#endif
+    prefetch_row_l2(w.nib + col * w.ldn, w.k / 2, lane, part, split);
+    if (BITS == 6) prefetch_row_l2(w.hi + col * w.ldh, w.k / 4, lane, part, split);
 }
 
 constexpr int PG_WARPS = 8;
