@@ -558,11 +558,12 @@ static void wx_forward_case(ql_linear *pk, ql_linear *dec, ql_linear *cpu, const
           f2 >= 0 ? ql_load_f(ydt, y0, f2) : 0.0);
     CHECK(same_bits(ydt, y2, y1, m, n, ldy, &f3), "%s packed vs decoded on the GPU, %s M=%lld K=%lld: first difference at %lld",
           tag, wx_modes[mode], (long long)m, (long long)k, (long long)f3);
-    /* the path taken: the packed GEMV for a few rows (auto), the tensor-core kernel up to 16 rows (auto, or
-     * forced on for fewer), the decode + GEMM above or where forced; the correction */
-    const char *want = !strcmp(tag, "auto")       ? (m <= 8 ? "wxa8 gemv" : m <= 16 ? "wxa8 mma16" : "wxa8 decode")
-                       : !strcmp(tag, "mma16 on") ? "wxa8 mma16"
-                                                  : "wxa8 decode";
+    /* the path taken: the packed GEMV for up to 4 rows (auto), the tensor-core kernel from 5 to 16 rows (auto,
+     * or forced on for fewer), the decode + GEMM above or where forced; the correction */
+    const char *want = !strcmp(tag, "auto")       ? (m <= 4 ? "wxa8 gemv" : m <= 16 ? "wxa8 mma16" : "wxa8 decode")
+                       : !strcmp(tag, "mma16 on")  ? "wxa8 mma16"
+                       : !strcmp(tag, "mma16 off") ? (m <= 8 ? "wxa8 gemv" : "wxa8 decode")
+                                                   : "wxa8 decode";
     CHECK(strstr(kname, want) && (mode != 3) == !strstr(kname, "correction"), "%s M=%lld %s: kernel '%s' (want '%s')", tag,
           (long long)m, wx_modes[mode], kname, want);
     cudaFree(dx), cudaFree(dres), cudaFree(drs), cudaFree(dy1), cudaFree(dy2);
@@ -573,10 +574,10 @@ static void wx_forward_case(ql_linear *pk, ql_linear *dec, ql_linear *cpu, const
  * 6-bit and asymmetric layers; groups 4 .. 64 (48: a group of three
  * decode steps); K = 32 .. 4608 (not a multiple of 256, one or two
  * staging passes of the GEMV; ConvRot groups 4 .. 256, with and without the
- * prologue's permuted order); N tails; M = 1 .. 8 (the packed GEMV), 9, 12,
- * 16 (the tensor-core kernel, B decoded in registers), 77, 300, 1024 (the
- * decode kernel and the int8 GEMM; forced mma / sm90 kernels at small M
- * too, the tensor-core kernel forced on below 9 rows and off above). The
+ * prologue's permuted order); N tails; M = 1 .. 4 (the packed GEMV), 5 ..
+ * 9, 12, 16 (the tensor-core kernel, B decoded in registers), 77, 300, 1024
+ * (the decode kernel and the int8 GEMM; forced mma / sm90 kernels at small
+ * M too, the tensor-core kernel forced on below 5 rows and off above). The
  * decode kernel's grid equals ql_wxa8_decode's (in the permuted order
  * where the prologue permutes); resident bytes as the layout says. */
 static void test_wxa8_packed(ql_context *gpu)
@@ -642,7 +643,7 @@ static void test_wxa8_packed(ql_context *gpu)
                 {"QLINEAR_CUDA_GEMM", "sm90", "sm90"},
                 {"QLINEAR_CUDA_GEMM", "gemv", "gemv"},
                 {"QLINEAR_CUDA_PACKED_MMA", "on", "mma16 on"},   /* the tensor-core kernel below 9 rows */
-                {"QLINEAR_CUDA_PACKED_MMA", "off", "mma16 off"}, /* 9 .. 16 rows decoded */
+                {"QLINEAR_CUDA_PACKED_MMA", "off", "mma16 off"}, /* 5 .. 8 rows on the GEMV, 9 .. 16 decoded */
             };
             for (int f = 0; f < 5; f++) {
                 setenv(forced[f].env, forced[f].value, 1);
@@ -651,7 +652,10 @@ static void test_wxa8_packed(ql_context *gpu)
                 d.kind = QL_LINEAR_W8A8;
                 CHECK_OK(ql_linear_create(gpu, &d, &dec));
                 unsetenv(forced[f].env);
-                const int64_t fm = f == 2 ? 77 : f == 4 ? (int64_t[]){9, 16}[tu_range(0, 1)] : (int64_t[]){1, 5, 8}[tu_range(0, 2)];
+                const int64_t fm = f == 2   ? 77
+                                   : f == 3 ? (int64_t[]){1, 2, 4}[tu_range(0, 2)]
+                                   : f == 4 ? (int64_t[]){6, 9, 16}[tu_range(0, 2)]
+                                            : (int64_t[]){1, 5, 8}[tu_range(0, 2)];
                 if (pk && dec) wx_forward_case(pk, dec, cl, &c, cfgs[ci].mode, fm, dts[f % 3], f == 1 || f == 3, forced[f].tag);
                 ql_linear_destroy(pk), ql_linear_destroy(dec);
             }

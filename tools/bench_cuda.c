@@ -34,9 +34,10 @@ static const char *notes[NPATHS] = {
     "ours: the prologue kernel alone (bf16 rows -> rotated int8 codes + scales); GB/s counts bytes read + written",
     "ours: w8a8-convrot on the sm_80 mma.sync kernel (QLINEAR_CUDA_GEMM=mma): the sm_80 kernel on Hopper, not an Ampere figure",
     "ours: W4A8 (codebook, g16 e4m3) decoded once at load to the int8 grid, then the w8a8 pipeline",
-    "ours: W4A8 (codebook, g16) kept 4-bit: M <= 8 the packed GEMV (decoded in registers), else decoded each call, then the int8 GEMM",
+    "ours: W4A8 (codebook, g16) kept 4-bit: M <= 4 the packed GEMV (decoded in registers), M <= 16 the tensor-core kernel "
+    "(B decoded in registers), else decoded each call, then the int8 GEMM",
     "ours: W6A8 (g16 e4m3) decoded once at load, then the w8a8 pipeline",
-    "ours: W6A8 kept 6-bit: M <= 8 the packed GEMV, else decoded each call, then the int8 GEMM",
+    "ours: W6A8 kept 6-bit: M <= 4 the packed GEMV, M <= 16 the tensor-core kernel, else decoded each call, then the int8 GEMM",
     "ours: w8a8-convrot with an unmerged rank-64 LoRA (the down GEMM, t requantized, the low-rank product in an epilogue "
     "kernel after the base GEMM); its floor is the base + R/N + R/K of it",
     "ours: w8a8-convrot with the output GELU (exact erf form, bit-identical to the CPU) in the GEMM's epilogue",

@@ -99,7 +99,7 @@ struct ql_cuda_linear {
     int force_roww; /* QLINEAR_CUDA_ROWW: 0 auto, else the prologue's warps per row (1, 2, 4) */
     bool fuse_row; /* QLINEAR_CUDA_FUSE (auto | off): at M = 1 the GEMV may quantize the row itself (gemv_row_g256_ok) */
     int force_split; /* QLINEAR_CUDA_SPLIT (auto | 1 | 2 | 4): warps a column of that GEMV (gemv_row_split) */
-    int packed_mma;  /* QLINEAR_CUDA_PACKED_MMA: 0 auto (9 .. 16 rows), 1 off, 2 on (1 .. 16 rows) */
+    int packed_mma;  /* QLINEAR_CUDA_PACKED_MMA: 0 auto (QLC_PACKED_MMA_MIN_M .. 16 rows), 1 off, 2 on (1 .. 16 rows) */
     char kernel[96];
     PrologueFit fit; /* the prologue's launch shape at this K, on this device */
     CUtensorMap bmap[QLC_SM90_TILES]; /* the weight's TMA descriptor per Hopper tile, made on first use */
@@ -703,11 +703,11 @@ ql_status grow_zeroed(const char *fn, cudaStream_t s, void **buf, size_t *have, 
 }
 
 /* A packed layer's forward of m rows on the tensor-core kernel that decodes
- * B in registers (launch_wxa8_mma16): above the GEMV's rows by default. */
+ * B in registers (launch_wxa8_mma16): from QLC_PACKED_MMA_MIN_M rows by default. */
 bool packed_mma(const ql_cuda_linear *l, int64_t m)
 {
     if (l->force != 0 || m > QLC_PACKED_MMA_MAX_M || l->packed_mma == 1) return false;
-    return l->packed_mma == 2 || m > QLC_GEMV_MAX_M;
+    return l->packed_mma == 2 || m >= QLC_PACKED_MMA_MIN_M;
 }
 
 /* A packed layer's forward of m rows on the packed GEMV (dp4a, decoded in registers). */

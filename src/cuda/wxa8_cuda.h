@@ -45,6 +45,9 @@ cudaError_t launch_wxa8_gemv(const int8_t *a, int64_t lda, const PackedW &w, boo
  * wxa8_mma16_tiles) whose warps share K; the int8 GEMV's epilogue per
  * output pair. pdl as for launch_wxa8_gemv. */
 #define QLC_PACKED_MMA_MAX_M 16
+/* the first M it takes by default: on an H200 it beat the packed GEMV at
+ * M = 8 (both formats) and lost at M = 2 (both) and at M = 4 (6 bits) */
+#define QLC_PACKED_MMA_MIN_M 5
 int wxa8_mma16_tiles(int64_t n, int sms);
 cudaError_t launch_wxa8_mma16(const int8_t *a, int64_t lda, const PackedW &w, bool permuted, int64_t m, int tiles,
                               const EpiParams &p, cudaStream_t stream, bool pdl);
