@@ -315,7 +315,7 @@ __global__ void __launch_bounds__(PG_WARPS * 32) wxa8_gemv_kernel(const int8_t *
     gemv_finish<MR>(acc, p, lane, col);
 }
 
-/* 9 to 16 rows on the tensor cores: an mma.sync m16n8k32 whose B fragment
+/* Up to 16 rows (by default from QLC_PACKED_MMA_MIN_M) on the tensor cores: an mma.sync m16n8k32 whose B fragment
  * is decoded in registers from the packed codes. A block covers 8·T output
  * columns and its warps share K (warp w the 128-code blocks w, w + 8, ...);
  * the activation rows are staged in natural order (stage_rows) and read as
