@@ -41,6 +41,10 @@
  *    bound (test_bf16), blocked (1, 2 threads, K across slices) and small-M
  *    bit-identical to each other, M/N/K tails of the 32×32×32 tile, NaN/Inf
  *    and denormal activations (their bits beside the SDM model's: counted);
+ *  - input_act_row: every activation, dtype and weight dtype, K 1..80 and
+ *    odd larger K (rms_norm's cascade past 16 and 256 blocks), rows of the
+ *    special kinds above plus values at the exp/tanh clamps and the tanh
+ *    polynomial's edge, written into a buffer whose gap past K must stay;
  *  - rows_to_f32, quantize_rows, sr_row, lowrank_add, wxa8_decode (panels
  *    of the table's s8_decoded from library-quantized and random W4A8/W6A8
  *    weights), lora_t_row (where kt->s8 has kb 64, nr 32, aes 1): bit for
@@ -1103,6 +1107,42 @@ static void rows_case(const ql_cpu_kernels *kt, ql_dtype dt, int64_t g, int64_t 
     free(x); free(ot); free(og);
 }
 
+/* input_act_row against the generic (scalar) row. */
+static void input_act_case(const ql_cpu_kernels *kt, int it)
+{
+    static const int64_t big[] = {255, 513, 1031, 4096, 8223};
+    static const float edges[] = {0.55f, -0.55f, 0x1.19999ap-1f, 0x1.199998p-1f, 10.0f, -10.0f, 9.0f, 44.5f, -52.0f,
+                                  89.0f, -104.0f, 88.7f, -87.4f, 1e-30f, -1e-38f, 0x1p-149f, 3.0f, -3.0f, 0.0f, -0.0f};
+    const int act = 1 + it % 3;
+    const ql_dtype dt = dts[(it / 3) % 3], wdt = dts[tu_range(0, 2)];
+    const int64_t k = it < 240 ? 1 + it % 80 : big[it % 5], cols = ql_input_act_cols(act, k);
+    const int kind = pick_row_kind();
+    void *x = xalloc((size_t)cols * 4), *w = xalloc((size_t)k * 4);
+    fill_row(dt, x, 0, cols, kind);
+    if (it % 4 == 1)
+        for (int e = 0; e < 6; e++) ql_store_f(dt, x, tu_range(0, cols - 1), edges[tu_range(0, 19)]);
+    for (int64_t j = 0; j < k; j++) ql_store_f(wdt, w, j, (float)(1.0 + 0.5 * tu_gauss()));
+    const ql_input_act_plan p = {act, dt, w, wdt, it % 2 ? 1e-6f : 0.0f};
+    const size_t bytes = (size_t)(k + 8) * 4;
+    char *ot = xalloc(bytes), *og = xalloc(bytes);
+    memset(ot, 0x5b, bytes);
+    memset(og, 0x5b, bytes);
+    kt->input_act_row(&p, x, k, ot);
+    gen->input_act_row(&p, x, k, og);
+    int64_t bad = 0, first = -1;
+    for (int64_t j = 0; j < k; j++)
+        if (!same_elem(dt, ot, og, j)) {
+            if (!bad) first = j;
+            bad++;
+        }
+    const size_t used = (size_t)k * ql_dtype_size(dt);
+    CHECK(bad == 0 && !memcmp(ot + used, og + used, bytes - used),
+          "%s input_act_row %d %s (weight %s) K=%lld row %s: %lld values differ (first col %lld: %a, generic %a), or a "
+          "write past K", tname, act, ql_dtype_name(dt), ql_dtype_name(wdt), (long long)k, row_kind_names[kind],
+          (long long)bad, (long long)first, bad ? ql_load_f(dt, ot, first) : 0.0f, bad ? ql_load_f(dt, og, first) : 0.0f);
+    free(x); free(w); free(ot); free(og);
+}
+
 /* A fixed row of signed zeros, (-0, -0, +0, +0) repeated: the rotation's
  * butterflies give -0 (a - b with a = b = -0 ... ) in the generic order, so a
  * kernel that forms b - a for -(a - b) shows here whatever the seed. */
@@ -1474,6 +1514,7 @@ static void report_entries(const ql_cpu_kernels *kt)
         {"quantize_rows", kt->quantize_rows == gen->quantize_rows},
         {"sr_row", kt->sr_row == gen->sr_row},
         {"lowrank_add", kt->lowrank_add == gen->lowrank_add},
+        {"input_act_row", kt->input_act_row == gen->input_act_row},
     };
     char own[512] = "", same[512] = "";
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
@@ -1535,6 +1576,10 @@ static void test_table(const ql_cpu_kernels *kt)
         if (kt->rows_to_f32 != gen->rows_to_f32)
             for (int gi = 0; gi < NGROUPS; gi++) rows_signed_zero(kt, dts[gi % 3], groups[gi]);
         printf("  rows_to_f32 / quantize_rows: %d cases each (where own)\n", cases);
+    }
+    if (kt->input_act_row != gen->input_act_row) {
+        for (int it = 0; it < 300; it++) input_act_case(kt, it);
+        printf("  input_act_row: 300 rows\n");
     }
     if (kt->sr_row != gen->sr_row) {
         for (int it = 0; it < 100; it++) sr_case(kt, it);

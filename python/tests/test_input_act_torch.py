@@ -8,7 +8,7 @@ of fp32 FMAs adding exact zeros; only the sign of a zero is lost). The
 bit-identical fractions are printed (pytest -s); the asserted floors hold on
 x86-64 (docs/NUMERICS.md §11: rms_norm and, with 16-bit dtypes, swiglu are
 bit for bit; gelu_tanh and fp32 silu differ where PyTorch's vectorized
-tanhf / expf round differently from libm's)."""
+tanhf / expf round differently from qlinear's own, act_math.h)."""
 import platform
 
 import pytest

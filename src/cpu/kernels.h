@@ -10,6 +10,7 @@
 #include "cpu/features.h"
 #include "cpu/gemm.h"
 #include "quant/epilogue.h"
+#include "quant/input_act.h"
 
 /* Quantize rows [r0, r1) of x into packed A (panels of mr rows; threads
  * may split a panel's rows), with per-row scale sx and Σq in rowsum. Rows
@@ -166,6 +167,9 @@ typedef struct ql_cpu_kernels {
     ql_f32_epilogue_fn f32_epilogue;
     ql_blocking f32_blocking;
     ql_rows_to_f32_fn rows_to_f32;
+
+    /* the input activation of one row (ql_input_act_row's vector twin) */
+    ql_input_act_row_fn input_act_row;
 
     /* weight quantization, stochastic rounding, LoRA merge */
     ql_quantize_rows_fn quantize_rows;

@@ -239,7 +239,7 @@ static void prologue_rows(const prologue_job *j, const void *x, int64_t m, int64
     void *row = mine + j->act_off;
     int64_t r = r0;
     for (; r < r1 && r < m; r++) {
-        ql_input_act_row(j->act, ql_row_cptr(j->xdt, x, r, j->ldx), j->k, row);
+        j->ops->input_act_row(j->act, ql_row_cptr(j->xdt, x, r, j->ldx), j->k, row);
         pro(j->xdt, row, 0, m, j->k, j->group, mr, r, r + 1, packed, sx, rowsum, (float *)mine);
     }
     if (r < r1) pro(j->xdt, row, 0, m, j->k, j->group, mr, r, r1, packed, sx, rowsum, (float *)mine); /* padding: zeros */
@@ -465,7 +465,7 @@ static void act_rows_to_f32(const cpu_linear *l, const ql_input_act_plan *act, c
         return;
     }
     for (int64_t r = r0; r < r1; r++) {
-        ql_input_act_row(act, ql_row_cptr(xdt, x, r, ldx), l->k, row);
+        l->kt->input_act_row(act, ql_row_cptr(xdt, x, r, ldx), l->k, row);
         rows_to_f32(l, row, xdt, 0, r, r + 1, group, a, lda);
     }
 }

@@ -1,6 +1,6 @@
 /* Operations outside ql_linear that run CPU kernels: weight quantization,
- * stochastic rounding, the LoRA merge's rotation and low-rank add, and the
- * bare packed GEMM the bench times. They take the default table (QLINEAR_ISA
+ * stochastic rounding, the input activations alone, the LoRA merge's
+ * rotation and low-rank add, and the bare packed GEMM the bench times. They take the default table (QLINEAR_ISA
  * or the best this CPU runs). */
 #include "cpu/ops.h"
 
@@ -63,6 +63,25 @@ ql_status ql_quantize_rowwise_sr(const float *x, int64_t rows, int64_t k, int64_
     if (bad >= 0)
         return ql_fail(QL_ERR_NONFINITE, "%s: row %lld holds NaN or Inf; its codes are 0 and its scale NaN", fn,
                        (long long)bad);
+    return QL_OK;
+}
+
+ql_status ql_input_act_apply(const ql_epilogue *epi, ql_dtype dtype, const void *x, int64_t rows, int64_t k,
+                             int64_t ldx, void *out, int64_t ldo)
+{
+    const char *fn = "ql_input_act_apply";
+    QL_TRY(ql_check_float_dtype(fn, "x", dtype));
+    const ql_input_act_plan p = ql_input_act_plan_of(epi, dtype);
+    if (p.code < QL_INPUT_ACT_NONE || p.code > QL_INPUT_ACT_RMS_NORM)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: unknown input_act %d", fn, p.code);
+    if (p.code == QL_INPUT_ACT_RMS_NORM && !p.w)
+        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: rms_norm needs input_act_weight", fn);
+    QL_TRY(ql_check_matrix(fn, "x", x, rows, ql_input_act_cols(p.code, k), ldx));
+    QL_TRY(ql_check_matrix(fn, "out", out, rows, k, ldo));
+    const ql_input_act_row_fn row = ql_cpu_kernels_default()->input_act_row; /* bit-identical on every table */
+    const size_t es = ql_dtype_size(dtype);
+    for (int64_t r = 0; r < rows; r++)
+        row(&p, (const char *)x + (size_t)(r * ldx) * es, k, (char *)out + (size_t)(r * ldo) * es);
     return QL_OK;
 }
 

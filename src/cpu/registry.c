@@ -66,7 +66,7 @@ static ql_cpu_kernels over_base(const ql_cpu_kernels *t)
     QL_OVER(prologue); QL_OVER(w8a8_epilogue); QL_OVER(wxa8_decode); QL_OVER(wxa8_rows); QL_OVER(wxa8_rows_ok);
     QL_OVER(wxa8_rows_max); QL_OVER(lora_t_row); QL_OVER(f32); QL_OVER(bf16);
     QL_OVER(wo_bf16); QL_OVER(f32_epilogue); QL_OVER(rows_to_f32); QL_OVER(quantize_rows); QL_OVER(sr_row);
-    QL_OVER(lowrank_add);
+    QL_OVER(lowrank_add); QL_OVER(input_act_row);
     QL_OVER(s8_blocking.mc); QL_OVER(s8_blocking.nc); QL_OVER(s8_blocking.kc);
     QL_OVER(f32_blocking.mc); QL_OVER(f32_blocking.nc); QL_OVER(f32_blocking.kc);
 #undef QL_OVER
@@ -80,7 +80,7 @@ static ql_cpu_kernels resolve(const ql_cpu_kernels *t, const ql_cpu_kernels *g)
 #define QL_FILL(field) if (!r.field) r.field = g->field
     QL_FILL(s8); QL_FILL(s8_rows_max); QL_FILL(small_m); QL_FILL(prologue); QL_FILL(w8a8_epilogue);
     QL_FILL(wxa8_decode); QL_FILL(lora_t_row); QL_FILL(f32); QL_FILL(bf16); QL_FILL(f32_epilogue);
-    QL_FILL(rows_to_f32); QL_FILL(quantize_rows); QL_FILL(sr_row); QL_FILL(lowrank_add);
+    QL_FILL(rows_to_f32); QL_FILL(quantize_rows); QL_FILL(sr_row); QL_FILL(lowrank_add); QL_FILL(input_act_row);
     QL_FILL(s8_blocking.mc); QL_FILL(s8_blocking.nc); QL_FILL(s8_blocking.kc);
     QL_FILL(f32_blocking.mc); QL_FILL(f32_blocking.nc); QL_FILL(f32_blocking.kc);
 #undef QL_FILL

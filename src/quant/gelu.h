@@ -20,11 +20,13 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "act_math.h"
+
 #define QL_GELU_XMAX 15.0f
 #define QL_GELU_C 0x1.6a09e6p-2f /* 1/(2√2) */
-#define QL_GELU_LOG2E 0x1.715476p+0f
-#define QL_GELU_LN2HI 0x1.62e430p-1f
-#define QL_GELU_LN2LO -0x1.05c610p-29f
+#define QL_GELU_LOG2E QL_ACT_LOG2E /* the input activations' exp reduction constants */
+#define QL_GELU_LN2HI QL_ACT_LN2HI
+#define QL_GELU_LN2LO QL_ACT_LN2LO
 /* Q(t) = Σ q_i u^i, i = 0..10 (fp32 coefficients fitted one by one) */
 #define QL_GELU_T0 0x1.28p-1f /* Q is evaluated in u = t - T0, |u| <= 0.43 */
 #define QL_GELU_Q0 0x1.22ca5cp-1f
@@ -50,14 +52,6 @@
 #else
 #define QL_GELU_HD
 #endif
-
-static inline QL_GELU_HD float ql_pow2i_f32(int32_t n) /* 2^n, -126 <= n <= 127 */
-{
-    const uint32_t u = (uint32_t)(n + 127) << 23;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 /* (Also compiled for CUDA devices: no operation here may be contracted or
  * reordered, and nvcc's device defaults — IEEE division, no fast math —
@@ -89,7 +83,7 @@ static inline QL_GELU_HD float ql_gelu_f32(float x)
     e = fmaf(e, r, QL_GELU_E0);
     e = fmaf(r * r, e, r) + 1.0f;
     const int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1; /* n in [-163, 0] */
-    const float s1 = (t * q) * e * ql_pow2i_f32(n1 - 1), s2 = ql_pow2i_f32(n2); /* T = s1·s2 */
+    const float s1 = (t * q) * e * ql_act_pow2i(n1 - 1), s2 = ql_act_pow2i(n2); /* T = s1·s2 */
     float g = signbit(x) ? (x * s1) * s2 : fmaf(-x, s1 * s2, x);
     if (x > QL_GELU_XMAX) g = x;
     if (x < -QL_GELU_XMAX) g = x == -INFINITY ? NAN : -0.0f;

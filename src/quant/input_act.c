@@ -1,8 +1,12 @@
 /* Input activations, scalar, in the operation order of PyTorch 2.15's CPU
- * kernels (measured agreement in docs/NUMERICS.md §11). */
+ * kernels (measured agreement in docs/NUMERICS.md §11), with exp and tanh
+ * from act_math.h: the reference twins of the vector rows (the tables'
+ * input_act_row). */
 #include "quant/input_act.h"
 
 #include <math.h>
+
+#include "quant/act_math.h"
 
 ql_input_act_plan ql_input_act_plan_of(const ql_epilogue *epi, ql_dtype dt)
 {
@@ -60,8 +64,13 @@ float ql_rms_sum_squares(ql_dtype dt, const void *x, int64_t k)
         for (int64_t j = 4 * blocks; j < k; j++) tot[0] += square_at(dt, x, j);
         return ((tot[0] + tot[1]) + tot[2]) + tot[3];
     }
+    cascade(dt, x, k / 32, 32, tot);
+    return ql_rms_sum_squares_finish(dt, x, k, tot);
+}
+
+float ql_rms_sum_squares_finish(ql_dtype dt, const void *x, int64_t k, float tot[32])
+{
     const int64_t vecs = k / 8, blocks = vecs / 4;
-    cascade(dt, x, blocks, 32, tot);
     for (int64_t v = 4 * blocks; v < vecs; v++)
         for (int l = 0; l < 8; l++) tot[l] += square_at(dt, x, 8 * v + l);
     float s = 0.0f;
@@ -74,13 +83,7 @@ float ql_rms_sum_squares(ql_dtype dt, const void *x, int64_t k)
  * fp32 throughout in PyTorch's order, rounded once. */
 static void gelu_tanh_row(ql_dtype dt, const void *src, int64_t k, void *dst)
 {
-    const float beta = 0.7978845608028654f, kappa = 0.044715f;
-    for (int64_t j = 0; j < k; j++) {
-        const float x = ql_load_f(dt, src, j);
-        const float cube = x * x * x;
-        const float inner = beta * (x + kappa * cube);
-        ql_store_f(dt, dst, j, 0.5f * x * (1.0f + tanhf(inner)));
-    }
+    for (int64_t j = 0; j < k; j++) ql_store_f(dt, dst, j, ql_act_gelu_tanh(ql_load_f(dt, src, j)));
 }
 
 /* silu(gate) = gate / (1 + e^-gate) rounded to dt, then · up rounded. */
@@ -88,8 +91,7 @@ static void swiglu_row(ql_dtype dt, const void *src, int64_t k, void *dst)
 {
     const void *up = ql_row_cptr(dt, src, 1, k);
     for (int64_t j = 0; j < k; j++) {
-        const float g = ql_load_f(dt, src, j);
-        const float s = ql_round_to(dt, g / (1.0f + expf(-g)));
+        const float s = ql_round_to(dt, ql_act_silu(ql_load_f(dt, src, j)));
         ql_store_f(dt, dst, j, s * ql_load_f(dt, up, j));
     }
 }
@@ -116,22 +118,4 @@ void ql_input_act_row(const ql_input_act_plan *p, const void *src, int64_t k, vo
     case QL_INPUT_ACT_RMS_NORM: rms_norm_row(p, src, k, dst); break;
     default: memcpy(dst, src, (size_t)k * ql_dtype_size(p->dt)); break;
     }
-}
-
-ql_status ql_input_act_apply(const ql_epilogue *epi, ql_dtype dtype, const void *x, int64_t rows, int64_t k,
-                             int64_t ldx, void *out, int64_t ldo)
-{
-    const char *fn = "ql_input_act_apply";
-    QL_TRY(ql_check_float_dtype(fn, "x", dtype));
-    const ql_input_act_plan p = ql_input_act_plan_of(epi, dtype);
-    if (p.code < QL_INPUT_ACT_NONE || p.code > QL_INPUT_ACT_RMS_NORM)
-        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: unknown input_act %d", fn, p.code);
-    if (p.code == QL_INPUT_ACT_RMS_NORM && !p.w)
-        return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: rms_norm needs input_act_weight", fn);
-    QL_TRY(ql_check_matrix(fn, "x", x, rows, ql_input_act_cols(p.code, k), ldx));
-    QL_TRY(ql_check_matrix(fn, "out", out, rows, k, ldo));
-    const size_t es = ql_dtype_size(dtype);
-    for (int64_t r = 0; r < rows; r++)
-        ql_input_act_row(&p, (const char *)x + (size_t)(r * ldx) * es, k, (char *)out + (size_t)(r * ldo) * es);
-    return QL_OK;
 }

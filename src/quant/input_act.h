@@ -1,6 +1,7 @@
 /* Input activations (comfy-kitchen's apply_input_act), one row at a time:
- * the one scalar implementation the reference and every fast path call, so
- * their results are bit-identical (docs/NUMERICS.md §11). */
+ * the scalar implementation the reference calls; the ISA tables' vector
+ * twins (input_act_row) repeat its operations, so every path is
+ * bit-identical to it (docs/NUMERICS.md §11). */
 #ifndef QL_INPUT_ACT_H
 #define QL_INPUT_ACT_H
 
@@ -28,5 +29,11 @@ void ql_input_act_row(const ql_input_act_plan *p, const void *src, int64_t k, vo
  * fp32 in the order of PyTorch's CPU sum of a contiguous row on x86-64 (its
  * AVX2 kernel, 8 lanes): what rms_norm's mean(x²) adds up. */
 float ql_rms_sum_squares(ql_dtype dt, const void *x, int64_t k);
+/* Its end for K >= 8, given the 32 slot totals of the row's k/32 whole
+ * blocks (the part a vector kernel computes lane for lane). */
+float ql_rms_sum_squares_finish(ql_dtype dt, const void *x, int64_t k, float tot[32]);
+
+/* A vector twin of ql_input_act_row (bit for bit), an entry of the ISA tables. */
+typedef void (*ql_input_act_row_fn)(const ql_input_act_plan *p, const void *src, int64_t k, void *dst);
 
 #endif

@@ -23,4 +23,5 @@ const ql_cpu_kernels ql_cpu_kernels_generic = {
     .quantize_rows = ql_quantize_rows_generic,
     .sr_row = ql_sr_row_generic,
     .lowrank_add = ql_lowrank_add_generic,
+    .input_act_row = ql_input_act_row,
 };
