@@ -99,7 +99,7 @@ def test_int8_linear_cuda_input_act_fused(act, convrot, gen, monkeypatch):
     activation: no PyTorch pass over x first) and matches comfy-kitchen's
     eager act-then-linear on the same GPU within comfy-kitchen's own
     tolerance for a fused input activation (relative Frobenius error < 5 %;
-    the GPU's tanhf/expf and eager's may differ in the last ulp, which moves
+    qlinear's exp/tanh (act_math.h) and PyTorch's CUDA ones may differ in the last ulp, which moves
     an int8 code now and then)."""
     from qlinear.comfy import _ops
     if act not in _ops.FUSED_ACTS:

@@ -3,10 +3,9 @@
  * computed in fp32 and rounded once to x's dtype), as fp32 numbers the
  * kernel then rotates and quantizes. docs/NUMERICS.md §11 gives the order of
  * operations; every step here is an explicit _rn intrinsic so nvcc contracts
- * nothing the CPU does not. What may differ from the CPU: CUDA's tanhf and
- * expf (within 2 ulp, like glibc's within 1), so gelu_tanh and swiglu can
- * move a value by one ulp of its dtype now and then (the GPU rule, issue
- * #25). rms_norm is bit-identical: its sum of squares follows the CPU's
+ * nothing the CPU does not, and exp and tanh are the CPU's own
+ * (quant/act_math.h, compiled for the device), so every activation is
+ * bit-identical to the CPU's: rms_norm's sum of squares follows the CPU's
  * (PyTorch's) order exactly (rms_sum_squares_warp).
  *
  * Use: a kernel holding 16 consecutive values j..j+15 of a row (j a
@@ -15,6 +14,7 @@
  * by launch_rms_factors (cuda_internal.h) into InputAct::rms. */
 #pragma once
 #include "common.cuh"
+#include "../quant/act_math.h"
 
 namespace qlc {
 
@@ -54,18 +54,12 @@ __device__ __forceinline__ void load16(int dt, const char *row, int64_t j, bool 
 }
 
 /* gelu(x, approximate="tanh") = (0.5·x)·(1 + tanh(β·(x + κ·((x·x)·x)))), fp32, rounded once to dt. */
-__device__ __forceinline__ float act_gelu_tanh(int dt, float x)
-{
-    const float beta = 0.7978845608028654f, kappa = 0.044715f;
-    const float cube = __fmul_rn(__fmul_rn(x, x), x);
-    const float inner = __fmul_rn(beta, __fadd_rn(x, __fmul_rn(kappa, cube)));
-    return round_to(dt, __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(inner))));
-}
+__device__ __forceinline__ float act_gelu_tanh(int dt, float x) { return round_to(dt, ql_act_gelu_tanh(x)); }
 
 /* swiglu: s = round(gate / (1 + e^-gate)), then round(s·up). */
 __device__ __forceinline__ float act_swiglu(int dt, float gate, float up)
 {
-    const float s = round_to(dt, __fdiv_rn(gate, __fadd_rn(1.0f, expf(-gate))));
+    const float s = round_to(dt, ql_act_silu(gate));
     return round_to(dt, __fmul_rn(s, up));
 }
 
