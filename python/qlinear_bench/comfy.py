@@ -8,6 +8,7 @@ round; then the dispatch overhead per call at M = 1.
     python3 -m qlinear_bench.comfy [--profile anima|qwen3-te] [--m 1024] [--reps 5] [--threads N]
                                    [--dtype bf16|fp32] [--paths LIST] [--calls N] [--json FILE]
     python3 -m qlinear_bench.comfy --device cuda [--profile ...] [--m 1024] [--reps 5] [--paths LIST]
+    python3 -m qlinear_bench.comfy [--device cuda] --input-act gelu_tanh,swiglu,rms_norm [--profile ...] [--m ...]
 
 --device cuda: the same on a GPU, where ComfyUI's alternative is comfy-kitchen's
 own CUDA backend (ck-cuda, its compiled kernels) besides eager and PyTorch
@@ -15,6 +16,14 @@ bf16, and W4A8 layers (w4a8_int8_linear, 4-bit codebook codes, group 16)
 through qlinear (codes kept packed on the GPU) and through comfy-kitchen
 (whose CUDA backend hands W4A8 to eager code); bf16 activations, each
 sample a run of calls between two CUDA events.
+
+--input-act: the input activations of comfy-kitchen's int8_linear
+(input_act = gelu_tanh, swiglu with the input twice as wide, rms_norm with a
+norm weight and eps 1e-6), per shape: the layer alone, the layer with the
+activation fused (through qlinear), PyTorch's op (comfy-kitchen's
+apply_input_act) then the layer, and the same fused call through the backend
+a user has without qlinear (comfy-kitchen's CUDA backend on a GPU, eager on a
+CPU), where it takes the call.
 
 Weights: random int8 ConvRot codes (group 256) with per-row scales; the
 float peers get the dequantized weights. Totals weight each shape by its
@@ -32,6 +41,7 @@ PROFILES = {  # (N, K, count): the shapes of tools/bench.c's profiles
                      (2048, 8192, 28)]),
     "qwen3-te": (256, [(2048, 1024, 28), (1024, 1024, 56), (1024, 2048, 28), (3072, 1024, 56), (1024, 3072, 28)]),
 }
+ACTS = ("gelu_tanh", "swiglu", "rms_norm")
 PATHS = ["ck-qlinear", "ck-eager", "torch-bf16", "torch-fp32", "torch-int-mm"]
 NOTES = {
     "ck-qlinear": "comfy_kitchen.int8_linear (ConvRot G=256) through the qlinear backend (registry, weight cache, C)",
@@ -56,7 +66,14 @@ def _parse(argv):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--input-act", metavar="LIST", default=None,
+                   help="time the fused input activations instead: a comma-separated list from " + ", ".join(ACTS))
     a = p.parse_args(argv)
+    if a.input_act is not None:
+        a.input_act = [x for x in a.input_act.split(",") if x]
+        bad = [x for x in a.input_act if x not in ACTS]
+        if bad or not a.input_act:
+            p.error(f"--input-act: unknown activation(s) {', '.join(bad) or '(none given)'}; choose from {', '.join(ACTS)}")
     allowed = CUDA_PATHS if a.device == "cuda" else PATHS
     a.paths = [x for x in (a.paths or ",".join(allowed)).split(",") if x]
     bad = [x for x in a.paths if x not in allowed]
@@ -92,18 +109,28 @@ def _layer(torch, n, k, g):
     return q, s, b
 
 
-def run(a):
-    import torch
-    torch.set_num_threads(a.threads)
+def _backend(register):
+    """comfy_kitchen, its registry and the qlinear backend's state (register:
+    put it first in the priority), or None (said why) where it is unavailable."""
     import comfy_kitchen as ck
     from comfy_kitchen.registry import registry
 
-    import qlinear
     import qlinear.comfy as qc
-    st = qc.state()
+    st = qc.register() if register else qc.state()
     if not st["available"]:
         print(f"qlinear.comfy: the backend is unavailable: {st['reason']}", file=sys.stderr)
+        return None
+    return ck, registry, st
+
+
+def run(a):
+    import torch
+    torch.set_num_threads(a.threads)
+    import qlinear
+    got = _backend(False)
+    if got is None:
         return 2
+    ck, registry, st = got
     dt = torch.bfloat16 if a.dtype == "bf16" else torch.float32
     print(f"qlinear comfy bench: profile {a.profile}, M = {a.m}, {a.dtype} activations in and out, {a.threads} threads "
           f"(torch.get_num_threads() = {torch.get_num_threads()}), {a.reps} rounds (median), seed {a.seed}")
@@ -454,8 +481,128 @@ def host_cost_cuda(torch, ck, registry, a, dt, dev, calls=2000):
     return out
 
 
+def _timer(torch, dev, reps):
+    """ms per call of f: on a GPU a run of calls between two CUDA events, on a
+    CPU each call on the wall clock; the median of reps samples."""
+    if dev.type == "cuda":
+        ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+        def sample(f, iters):
+            torch.cuda.synchronize()
+            ev0.record()
+            for _ in range(iters):
+                f()
+            ev1.record()
+            ev1.synchronize()
+            return ev0.elapsed_time(ev1) / iters
+    else:
+        def sample(f, iters):
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                f()
+            return (time.perf_counter() - t0) * 1e3 / iters
+    return sample
+
+
+def run_input_acts(a):
+    """--input-act: what a fused input activation costs over the layer alone,
+    against PyTorch's op followed by the layer (module docstring)."""
+    import torch
+    dev = torch.device(a.device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            print("qlinear comfy bench: --device cuda, but torch sees no CUDA device", file=sys.stderr)
+            return 2
+        os.environ.setdefault("QLINEAR_COMFY_CUDA", "1")
+    else:
+        torch.set_num_threads(a.threads)
+    import qlinear
+    got = _backend(True)
+    if got is None:
+        return 2
+    ck, registry, _ = got
+    from comfy_kitchen.backends._activations import apply_input_act
+    from qlinear.comfy import _ops
+    dt = torch.bfloat16 if a.dtype == "bf16" else torch.float32
+    peer = "cuda" if dev.type == "cuda" else "eager"
+    print(f"qlinear comfy bench, input activations: profile {a.profile}, M = {a.m}, {a.dtype} in and out, device "
+          f"{dev.type}" + ("" if dev.type == "cuda" else f", {a.threads} threads") + f", {a.reps} rounds (median), "
+          f"seed {a.seed}; torch {torch.__version__}, comfy-kitchen {_version('comfy-kitchen')}, qlinear "
+          f"{qlinear.version()}; fused = int8_linear(input_act=...) through qlinear; op+layer = comfy-kitchen's "
+          f"apply_input_act (PyTorch ops), then int8_linear through qlinear; peer = the fused call through "
+          f"comfy-kitchen's {peer} backend")
+    cache_was, _ops.HAS_PROLOGUE_CACHE = _ops.HAS_PROLOGUE_CACHE, False  # a lone layer called again and again
+    g = torch.Generator().manual_seed(a.seed)
+    sample = _timer(torch, dev, a.reps)
+    prio = list(registry._priority)
+
+    def first(bk):
+        registry.set_priority([bk] + [b for b in prio if b != bk])
+
+    rows = []
+    try:
+        for n, k, count in PROFILES[a.profile][1]:
+            q, s, b = _layer(torch, n, k, g)
+            qd, sd, bd = q.to(dev), s.to(dev), b.to(dev, dt)
+            iters = 1 if dev.type == "cpu" else max(3, min(200, int(2e9 / max(1, 2 * a.m * n * k))))
+            x = torch.randn(a.m, k, generator=g).to(dev, dt)
+            base = dict(weight=qd, weight_scale=sd, bias=bd, out_dtype=dt, convrot=True, convrot_groupsize=256)
+            row = {"n": n, "k": k, "count": count, "ms": {}, "rel_l2_fused_vs_op_then_layer": {}}
+            fns = {"layer": ("qlinear", lambda: ck.int8_linear(x, **base))}
+            for act in a.input_act:
+                xin = torch.randn(a.m, 2 * k if act == "swiglu" else k, generator=g).to(dev, dt)
+                aw = (torch.rand(k, generator=g) + 0.5).to(dev, dt) if act == "rms_norm" else None
+                kw = dict(base, x=xin, input_act=act, input_act_weight=aw, input_act_eps=1e-6)
+                fns[f"{act} fused"] = ("qlinear", lambda kw=kw: ck.int8_linear(**kw))
+                fns[f"{act} op+layer"] = ("qlinear", lambda xin=xin, act=act, aw=aw: ck.int8_linear(
+                    apply_input_act(xin, act, aw, 1e-6), **base))
+                why = _cuda_backend_ok(registry, peer, "int8_linear", kw) if dev.type == "cuda" else None
+                if why is None:
+                    fns[f"{act} {peer}"] = (peer, lambda kw=kw: ck.int8_linear(**kw))
+                elif not rows:
+                    print(f"  {act} through comfy-kitchen's {peer} backend: left out ({why})")
+            with torch.no_grad():
+                outs = {}
+                for p, (bk, f) in fns.items():
+                    first(bk)
+                    outs[p] = f().double()  # warm-up: packs the weight once
+                for act in a.input_act:
+                    y0 = outs[f"{act} op+layer"]
+                    row["rel_l2_fused_vs_op_then_layer"][act] = float((outs[f"{act} fused"] - y0).norm() / y0.norm())
+                times = {p: [] for p in fns}
+                for _ in range(a.reps):
+                    for p, (bk, f) in fns.items():
+                        first(bk)
+                        times[p].append(sample(f, iters))
+            row["ms"] = {p: median(v) for p, v in times.items()}
+            rows.append(row)
+            print(f"  {n:>5}x{k:<5} x{count:<3} ms: " + "  ".join(f"{p} {v:.4f}" for p, v in row["ms"].items()))
+    finally:
+        registry.set_priority(prio)
+        _ops.HAS_PROLOGUE_CACHE = cache_was
+    tot = {p: sum(r["ms"][p] * r["count"] for r in rows) for p in rows[0]["ms"] if all(p in r["ms"] for r in rows)}
+    print(f"\nweighted totals over the profile's {sum(r['count'] for r in rows)} linears at M = {a.m} "
+          f"(the layer alone: {tot['layer']:.3f} ms):")
+    summary = {}
+    for act in a.input_act:
+        fu, op = tot[f"{act} fused"], tot[f"{act} op+layer"]
+        pe = tot.get(f"{act} {peer}")
+        summary[act] = {"fused_ms": fu, "op_then_layer_ms": op, "peer_ms": pe,
+                        "fused_over_layer": fu / tot["layer"] - 1, "op_then_layer_over_fused": op / fu}
+        print(f"  {act:<9} fused {fu:9.3f} ms ({100 * (fu / tot['layer'] - 1):+.1f} % over the layer alone); "
+              f"op+layer {op:9.3f} ms ({op / fu:.2f}x the fused time)"
+              + (f"; comfy-kitchen {peer} fused {pe:9.3f} ms ({pe / fu:.2f}x)" if pe is not None else "")
+              + f"; rel-L2 fused vs op+layer ≤ {max(r['rel_l2_fused_vs_op_then_layer'][act] for r in rows):.1e}")
+    if a.json:
+        write_json(a.json, {"profile": a.profile, "m": a.m, "device": dev.type, "dtype": a.dtype, "reps": a.reps,
+                            "torch": torch.__version__, "shapes": rows, "totals_ms": tot, "input_act": summary})
+    return 0
+
+
 def main(argv=None):
     a = _parse(sys.argv[1:] if argv is None else argv)
+    if a.input_act:
+        return run_input_acts(a)
     return run_cuda(a) if a.device == "cuda" else run(a)
 
 
