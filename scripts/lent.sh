@@ -33,13 +33,13 @@ lscpu | grep -E "Model name|^CPU\(s\)|amx" | sed 's/Flags:.*\(amx[a-z0-9_ ]*\).*
 if [[ $skip != *,build,* ]]; then
   gen=Ninja; command -v ninja >/dev/null || gen="Unix Makefiles"
   cmake -S . -B build-gpu -G "$gen" -DCMAKE_BUILD_TYPE=Release -DQL_CUDA="${QL_LENT_CUDA:-ON}" "${extra[@]}" > "$out/cmake.log" 2>&1
-  cmake --build build-gpu -j "$(nproc)" --target qlinear qlinear_shared test_amx test_kernels test_linear test_dispatch \
+  cmake --build build-gpu -j "$(nproc)" --target qlinear qlinear_shared test_amx test_kernels test_linear test_dispatch test_input_act \
     > "$out/build.log" 2>&1 || { tail -n 30 "$out/build.log"; exit 1; }
 fi
 export QLINEAR_LIBRARY="$PWD/build-gpu/libqlinear.so" QLINEAR_CLI="$PWD/build-gpu/qlinear" PYTHONPATH="$PWD/python:${PYTHONPATH:-}"
 if [[ $skip != *,amx,* ]]; then
-  echo "== AMX: test_amx, test_kernels, test_linear, test_dispatch"
-  for t in test_amx test_kernels test_linear test_dispatch; do
+  echo "== AMX: test_amx, test_kernels, test_linear, test_dispatch, test_input_act"
+  for t in test_amx test_kernels test_linear test_dispatch test_input_act; do
     ./build-gpu/$t > "$out/$t.log" 2>&1; echo "$t rc $? $(tail -n 1 "$out/$t.log")"
   done
 fi
