@@ -87,4 +87,5 @@ const ql_cpu_kernels ql_cpu_kernels_amx = {
     .quantize_rows = ql_quantize_rows_avx512,
     .sr_row = ql_sr_row_avx512,
     .lowrank_add = ql_lowrank_add_avx512,
+    .input_act_row = ql_input_act_row_avx512,
 };

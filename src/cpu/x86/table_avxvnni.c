@@ -20,4 +20,5 @@ const ql_cpu_kernels ql_cpu_kernels_avxvnni = {
     .bf16 = &ql_f32_gemm_6x16__avx2,
     .f32_epilogue = ql_f32_epilogue_avx2,
     .lowrank_add = ql_lowrank_add_avx2,
+    .input_act_row = ql_input_act_row_avx2,
 };
