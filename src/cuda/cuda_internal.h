@@ -88,6 +88,10 @@ cudaError_t launch_s8_gemm_mma(const int8_t *a, int64_t lda, const int8_t *b, in
  * gemv_row_split) and at most 32 warps per SM; `force` (1, 2, 4; 0 auto)
  * wins. */
 #define QLC_GEMV_MAX_M 8
+/* ... and by default on Hopper up to this many rows, the Hopper GEMM above
+ * (H100, anima with graphs: at 6 rows the GEMV 2.81 ms against 2.99, at 8
+ * rows 3.16 against 3.06; docs/MEASUREMENTS.md §33) */
+#define QLC_GEMV_AUTO_MAX_M_SM90 7
 int gemv_split(int64_t n, int64_t k, int bits, int sms, int force);
 cudaError_t launch_s8_gemv(const int8_t *a, int64_t lda, const int8_t *b, int64_t ldb, int64_t m, int64_t n,
                            int64_t k, int split, const EpiParams &p, cudaStream_t stream, bool pdl);

@@ -514,7 +514,7 @@ int gemm_use(int force, bool sm90, const int8_t *a, int64_t lda, const int8_t *b
     int use = force;
     if ((use == 1 && !sm90_ok) || (use == 3 && !gemv_ok)) use = 0;
     if (k == 0) use = 2; /* no K slices: the tile loop never runs, the epilogue sees zeros */
-    if (use == 0) use = gemv_ok ? 3 : sm90_ok ? 1 : 2;
+    if (use == 0) use = gemv_ok && !(sm90_ok && m > QLC_GEMV_AUTO_MAX_M_SM90) ? 3 : sm90_ok ? 1 : 2;
     return use;
 }
 
