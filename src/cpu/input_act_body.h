@@ -1,5 +1,6 @@
 /* The body of a vector twin of ql_input_act_row (quant/input_act.c), for
- * one vector width: the including file defines QV (a vector of QW fp32
+ * one vector width (x86/input_act_avx512.c, x86/input_act_avx2.c,
+ * arm/input_act_neon.c): the including file defines QV (a vector of QW fp32
  * lanes), QVI (its int32 lanes) and the operations below, then includes
  * this. The rows run whole vectors and finish with the scalar functions of
  * act_math.h, element by element: every lane repeats the scalar's

@@ -11,6 +11,8 @@ extern const ql_f32_kernel ql_f32_gemm_8x8__neon;
 extern const ql_f32_kernel ql_bf16_gemm_8x8c4__neonbf16;
 
 /* c4 panels (kb = 4) and the SMMLA kernel's 8-k blocks (kb = 8) */
+/* the input activations (quant/input_act.c's twin, bit for bit) */
+void ql_input_act_row_neon(const ql_input_act_plan *p, const void *src, int64_t k, void *dst);
 void ql_prologue_neon(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,
                       int64_t r0, int64_t r1, int8_t *packed, float *sx, int32_t *rowsum, float *scratch);
 void ql_prologue_neon_k8(ql_dtype dt, const void *x, int64_t ldx, int64_t m, int64_t k, int64_t group, int mr,

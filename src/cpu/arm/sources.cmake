@@ -11,7 +11,8 @@ if(CMAKE_C_COMPILER_ID STREQUAL "GNU")
   set(QL_ARM_KFLAGS -fno-schedule-insns)
 endif()
 ql_cpu_sources(arm ""
-  features_arm.c table_neon.c table_neondot.c table_i8mm.c table_neonbf16.c prologue_neon.c epilogue_neon.c)
+  features_arm.c table_neon.c table_neondot.c table_i8mm.c table_neonbf16.c prologue_neon.c epilogue_neon.c
+  input_act_neon.c)
 ql_cpu_sources(arm "${QL_ARM_KFLAGS}" ukernel_neon.c f32_neon.c)
 ql_cpu_sources(arm "-march=armv8.2-a+dotprod;${QL_ARM_KFLAGS}" ukernel_neondot.c)
 ql_cpu_sources(arm "-march=armv8.2-a+dotprod+i8mm;${QL_ARM_KFLAGS}" ukernel_i8mm.c)

@@ -12,6 +12,7 @@ const ql_cpu_kernels ql_cpu_kernels_i8mm = {
     /* the W4A8/W6A8 decoders write 8-column c4 panels: the NEON kernel's */
     .s8_decoded = &ql_s8_gemm_4x8c4__neon,
     .prologue = ql_prologue_neon_k8,
+    .input_act_row = ql_input_act_row_neon,
     .w8a8_epilogue = ql_w8a8_epilogue_neon,
     .f32 = &ql_f32_gemm_8x8__neon,
     .bf16 = &ql_f32_gemm_8x8__neon,

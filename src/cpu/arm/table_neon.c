@@ -9,6 +9,7 @@ const ql_cpu_kernels ql_cpu_kernels_neon = {
     .s8 = &ql_s8_gemm_4x8c4__neon,
     .s8_rows_max = 4, /* no fewer-row variants: every height runs the 4-row tile */
     .prologue = ql_prologue_neon,
+    .input_act_row = ql_input_act_row_neon,
     .w8a8_epilogue = ql_w8a8_epilogue_neon,
     .f32 = &ql_f32_gemm_8x8__neon,
     .bf16 = &ql_f32_gemm_8x8__neon,

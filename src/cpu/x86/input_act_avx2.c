@@ -31,7 +31,7 @@
 #define QV_ROUND_TO ql256_round_to
 #define QV_STOREU_F32 _mm256_storeu_ps
 
-#include "cpu/x86/input_act_body.h"
+#include "cpu/input_act_body.h"
 
 void ql_input_act_row_avx2(const ql_input_act_plan *p, const void *src, int64_t k, void *dst)
 {

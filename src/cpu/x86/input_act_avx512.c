@@ -33,7 +33,7 @@
 #define QV_ROUND_TO ql512_round_to
 #define QV_STOREU_F32 _mm512_storeu_ps
 
-#include "cpu/x86/input_act_body.h"
+#include "cpu/input_act_body.h"
 
 void ql_input_act_row_avx512(const ql_input_act_plan *p, const void *src, int64_t k, void *dst)
 {
