@@ -296,9 +296,9 @@ ql_status ql_gemm_s8s8s32_ref(int64_t m, int64_t n, int64_t k, const int8_t *a, 
  *              eps): input_act_weight [K] in input_act_weight_dtype, eps
  *              finite (0.0 as eager's default: a zero row gives NaN, as in torch).
  * The CUDA backend fuses input_act into its prologue (W8A8 layers; the
- * rms_norm weight a device pointer on the layer's device; gelu_tanh and
- * swiglu may differ from the CPU's in the last ulp, docs/NUMERICS.md §11)
- * and takes a per-call bias as a device pointer on the layer's device. */
+ * rms_norm weight a device pointer on the layer's device; the activated
+ * values bit-identical to the CPU's, docs/NUMERICS.md §11) and takes a
+ * per-call bias as a device pointer on the layer's device. */
 typedef enum ql_activation { QL_ACTIVATION_NONE = 0, QL_ACTIVATION_GELU = 1 } ql_activation;
 typedef enum ql_input_act {
     QL_INPUT_ACT_NONE = 0,

@@ -19,11 +19,12 @@
 #include "qlinear.h"
 
 enum { C_BF16, C_FP16, C_INT8, C_W8A8, C_GEMM, C_PRO, C_MMA, C_W4A8, C_W4A8P, C_W6A8, C_W6A8P, C_LORA, C_GELU, C_BF16G,
-       C_RD8, C_RD4, C_RD6, NPATHS };
+       C_RD8, C_RD4, C_RD6, C_IN_GELU, C_IN_SWIGLU, C_IN_RMS, C_OP_GELU, C_OP_SWIGLU, C_OP_RMS, NPATHS };
 static const char *names[NPATHS] = {"cublas-bf16", "cublas-fp16", "cublaslt-int8", "w8a8-convrot", "int8-gemm", "prologue",
                                     "w8a8-sm80", "w4a8", "w4a8-packed", "w6a8", "w6a8-packed", "w8a8-convrot+lora64",
                                     "w8a8-convrot+gelu", "cublas-bf16+gelu", "read-int8", "read-w4a8-packed",
-                                    "read-w6a8-packed"};
+                                    "read-w6a8-packed", "in-gelu_tanh", "in-swiglu", "in-rms_norm", "op-gelu_tanh",
+                                    "op-swiglu", "op-rms_norm"};
 #define LORA_RANK 64
 static const char *notes[NPATHS] = {
     "peer: cuBLASLt bf16 in/out, fp32 accumulate, the dequantized un-rotated weight (the same function in bf16)",
@@ -44,8 +45,18 @@ static const char *notes[NPATHS] = {
     "peer: cuBLASLt bf16 with its own GELU epilogue (CUBLASLT_EPILOGUE_GELU)",
     "floor: one kernel that reads the int8 weight's bytes once and nothing else (what a one-kernel layer costs at least)",
     "floor: the same for the W4A8 packed layer's resident bytes",
-    "floor: the same for the W6A8 packed layer's resident bytes"};
+    "floor: the same for the W6A8 packed layer's resident bytes",
+    "ours: w8a8-convrot with the input activation gelu_tanh fused into its prologue (comfy-kitchen's input_act)",
+    "ours: the same with swiglu (x [M, 2K]: gate | up)",
+    "ours: the same with rms_norm (a bf16 weight [K], eps 1e-6)",
+    "peer: gelu_tanh as its own op (one kernel, bf16 rows read once and written once: the least a separate op costs), "
+    "then w8a8-convrot",
+    "peer: swiglu as its own op (one kernel; eager's is two), then w8a8-convrot",
+    "peer: rms_norm as its own op (one kernel, one block a row), then w8a8-convrot"};
 int ql_bench_read_bytes(const void *p, size_t bytes, unsigned *sink, int sms, cudaStream_t s); /* read_floor.cu */
+int ql_bench_act_op(int act, const void *x, void *y, const void *w, int64_t m, int64_t k, float eps, int sms,
+                    cudaStream_t s); /* act_op.cu */
+#define ACT_EPS 1e-6f
 
 typedef struct { int64_t n, k, count; } shape;
 static const shape anima[] = {{2048, 2048, 168}, {256, 2048, 84}, {6144, 256, 84},
@@ -182,6 +193,7 @@ static int cmpf(const void *a, const void *b)
 typedef struct {
     double ms[NPATHS], host_us[NPATHS];
     double rel_l2;
+    double act_rel_l2[3]; /* each fused input activation's output against its op, then the layer */
     char kernel[48];
     size_t wbytes[NPATHS]; /* resident weight bytes (ql_linear_weight_bytes) of the layer paths */
     char wx_kernel[2][96]; /* what the packed w4a8 / w6a8 layers ran */
@@ -256,11 +268,12 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
     float cb[16];
     const ql_wxa8_weight wx[2] = {wx_weight(0, n, k, cb, bb), wx_weight(1, n, k, cb, bb)};
     /* enough sets that one round's data is larger than twice the L2 */
-    const size_t set_bytes = (size_t)(m * k) * 3 + (size_t)(n * k) * 3 + (size_t)(m * n) * 6 + (size_t)(n * k) * 33 / 10;
+    const size_t set_bytes = (size_t)(m * k) * 9 + (size_t)(n * k) * 3 + (size_t)(m * n) * 6 + (size_t)(n * k) * 33 / 10;
     int sets = (int)((2 * l2 + set_bytes - 1) / set_bytes);
     if (sets < 2) sets = 2;
     if (sets > 16) sets = 16;
     void *dxb[16], *dwb[16], *dxq[16], *dwq[16], *dyb[16], *dyi[16];
+    void *dx2[16], *dxa[16]; /* swiglu's [m, 2k] input; the separate ops' activated rows */
     float *dsx[16];
     ql_linear *lin[16], *lin_mma[16], *lin_wx[4][16], *lin_lora[16];
     float *ldown = malloc((size_t)(LORA_RANK * k) * 4), *lup = malloc((size_t)(n * LORA_RANK) * 4);
@@ -273,7 +286,11 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
         dxb[s] = dmalloc((size_t)(m * k) * 2), dwb[s] = dmalloc((size_t)(n * k) * 2);
         dxq[s] = dmalloc((size_t)(m * k)), dwq[s] = dmalloc((size_t)(n * k)), dsx[s] = dmalloc((size_t)m * 4);
         dyb[s] = dmalloc((size_t)(m * n) * 2), dyi[s] = dmalloc((size_t)(m * n) * 4);
+        dx2[s] = dmalloc((size_t)(m * k) * 4), dxa[s] = dmalloc((size_t)(m * k) * 2);
         CK(cudaMemcpy(dxb[s], xb, (size_t)(m * k) * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy2D(dx2[s], (size_t)k * 4, xb, (size_t)k * 2, (size_t)k * 2, (size_t)m, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy2D((char *)dx2[s] + k * 2, (size_t)k * 4, xb, (size_t)k * 2, (size_t)k * 2, (size_t)m,
+                        cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dwb[s], wb, (size_t)(n * k) * 2, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dwq[s], q, (size_t)(n * k), cudaMemcpyHostToDevice));
         /* int8 activations for the bare GEMMs: any codes do */
@@ -299,6 +316,17 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
     }
     ltmm gb, gh, gi, gbg;
     const ql_epilogue gelu_epi = {.activation = QL_ACTIVATION_GELU};
+    /* the input activations: a bf16 rms_norm weight near 1, one for every set */
+    uint16_t *aw = malloc((size_t)k * 2);
+    for (int64_t i = 0; i < k; i++) aw[i] = ql_fp32_to_bf16(1.0f + 0.1f * gauss());
+    void *daw = dmalloc((size_t)k * 2);
+    CK(cudaMemcpy(daw, aw, (size_t)k * 2, cudaMemcpyHostToDevice));
+    free(aw);
+    const int in_act[3] = {QL_INPUT_ACT_GELU_TANH, QL_INPUT_ACT_SWIGLU, QL_INPUT_ACT_RMS_NORM};
+    ql_epilogue in_epi[3];
+    for (int i = 0; i < 3; i++)
+        in_epi[i] = (ql_epilogue){.input_act = in_act[i], .input_act_weight = i == 2 ? daw : NULL,
+                                  .input_act_weight_dtype = QL_BF16, .input_act_eps = i == 2 ? ACT_EPS : 0.0f};
     /* the floors read as many bytes as each layer keeps resident, from the int8 sets (DRAM, like the layers') */
     const size_t rd_bytes[3] = {ql_linear_weight_bytes(lin[0]), ql_linear_weight_bytes(lin_wx[1][0]),
                                 ql_linear_weight_bytes(lin_wx[3][0])};
@@ -324,6 +352,8 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
         for (int i = 0; i < 4; i++) ql_linear_forward(lin_wx[i][0], dxb[0], QL_BF16, m, k, dyb[0], QL_BF16, n, NULL);
         ql_linear_forward(lin_lora[0], dxb[0], QL_BF16, m, k, dyb[0], QL_BF16, n, NULL); /* so is the LoRA's */
         ql_linear_forward(lin[0], dxb[0], QL_BF16, m, k, dyb[0], QL_BF16, n, &gelu_epi);     /* and the GELU's table */
+        for (int i = 0; i < 3; i++) /* and the input activations' (rms_norm's row factors) */
+            ql_linear_forward(lin[0], i == 1 ? dx2[0] : dxb[0], QL_BF16, m, i == 1 ? 2 * k : k, dyb[0], QL_BF16, n, &in_epi[i]);
         CK(cudaEventSynchronize(b));
         float per = event_ms(a, b) / sets;
         while (calls * per < 2.0f && calls < 4096) calls += sets;
@@ -359,6 +389,21 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
                     case C_LORA: qs = ql_linear_forward(lin_lora[s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, NULL); break;
                     case C_GELU: qs = ql_linear_forward(lin[s], dxb[s], QL_BF16, m, k, dyb[s], QL_BF16, n, &gelu_epi); break;
                     case C_BF16G: lt_run(&gbg, dwb[s], dxb[s], dyb[s], st); break;
+                    case C_IN_GELU: case C_IN_SWIGLU: case C_IN_RMS: {
+                        const int i = p - C_IN_GELU;
+                        qs = ql_linear_forward(lin[s], i == 1 ? dx2[s] : dxb[s], QL_BF16, m, i == 1 ? 2 * k : k, dyb[s],
+                                               QL_BF16, n, &in_epi[i]);
+                        break;
+                    }
+                    case C_OP_GELU: case C_OP_SWIGLU: case C_OP_RMS: {
+                        const int i = p - C_OP_GELU;
+                        if (ql_bench_act_op(in_act[i], i == 1 ? dx2[s] : dxb[s], dxa[s], daw, m, k, ACT_EPS, sms, st)) {
+                            fprintf(stderr, "qlinear bench: the activation op: %s\n", cudaGetErrorString(cudaGetLastError()));
+                            exit(1);
+                        }
+                        qs = ql_linear_forward(lin[s], dxa[s], QL_BF16, m, k, dyb[s], QL_BF16, n, NULL);
+                        break;
+                    }
                     case C_RD8: case C_RD4: case C_RD6: {
                         const size_t b = rd_bytes[p - C_RD8] < (size_t)(n * k) ? rd_bytes[p - C_RD8] : (size_t)(n * k);
                         if (ql_bench_read_bytes(dwq[s], b, sink, sms, st)) {
@@ -412,7 +457,18 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
     CK(cudaMemcpy(y1, dyb[0], (size_t)(m * n) * 2, cudaMemcpyDeviceToHost));
     for (int64_t i = 0; i < m * n; i++) y1[i] = ql_fp32_to_bf16(ql_bf16_to_fp32(y1[i]) + ql_bf16_to_fp32(bb[i % n]));
     out->rel_l2 = rel_l2_bf16(y0, y1, (size_t)(m * n));
+    /* each fused activation's output against its op's, then the layer (the op's tanhf and expf are
+       CUDA's, not the library's: a few values one ulp apart, so a few codes one step apart) */
+    for (int i = 0; i < 3; i++) {
+        ql_linear_forward(lin[0], i == 1 ? dx2[0] : dxb[0], QL_BF16, m, i == 1 ? 2 * k : k, dyb[0], QL_BF16, n, &in_epi[i]);
+        CK(cudaMemcpy(y0, dyb[0], (size_t)(m * n) * 2, cudaMemcpyDeviceToHost));
+        if (ql_bench_act_op(in_act[i], i == 1 ? dx2[0] : dxb[0], dxa[0], daw, m, k, ACT_EPS, sms, st)) exit(1);
+        ql_linear_forward(lin[0], dxa[0], QL_BF16, m, k, dyb[0], QL_BF16, n, NULL);
+        CK(cudaMemcpy(y1, dyb[0], (size_t)(m * n) * 2, cudaMemcpyDeviceToHost));
+        out->act_rel_l2[i] = rel_l2_bf16(y0, y1, (size_t)(m * n));
+    }
     free(y0), free(y1);
+    cudaFree(daw);
     cudaEventDestroy(e0), cudaEventDestroy(e1);
     cudaFree(sink);
     ql_cuda_workspace_free(pro_ws);
@@ -424,6 +480,7 @@ static void run_shape(ql_context *ctx, int64_t m, int64_t n, int64_t k, int reps
         ql_linear_destroy(lin[s]), ql_linear_destroy(lin_mma[s]), ql_linear_destroy(lin_lora[s]);
         for (int i = 0; i < 4; i++) ql_linear_destroy(lin_wx[i][s]);
         cudaFree(dxb[s]), cudaFree(dwb[s]), cudaFree(dxq[s]), cudaFree(dwq[s]), cudaFree(dyb[s]), cudaFree(dyi[s]), cudaFree(dsx[s]);
+        cudaFree(dx2[s]), cudaFree(dxa[s]);
     }
     free(q), free(sw), free(bias), free(wb), free(xb), free(bb);
     for (int b = 0; b < 2; b++) free((void *)wx[b].q), free((void *)wx[b].s_rel), free((void *)wx[b].s_channel);
@@ -614,6 +671,11 @@ int ql_cmd_bench_cuda(int argc, char **argv)
             printf(" | gelu %.4f (+%.1f%%; cuBLASLt bf16+gelu +%.1f%% over bf16)", r.ms[C_GELU],
                    100.0 * (r.ms[C_GELU] / r.ms[C_W8A8] - 1.0), 100.0 * (r.ms[C_BF16G] / r.ms[C_BF16] - 1.0));
             if (!use_graphs) printf(" | host us w8a8 %.1f bf16 %.1f i8 %.1f", r.host_us[C_W8A8], r.host_us[C_BF16], r.host_us[C_INT8]);
+            printf("\n%-12s %6s   input act, fused ms (over w8a8; op + layer, x fused; rel-L2 to it):", "", "");
+            for (int i = 0; i < 3; i++)
+                printf(" %s %.4f (+%.1f%%; %.4f, %.2fx; %.1e)", names[C_IN_GELU + i] + 3, r.ms[C_IN_GELU + i],
+                       100.0 * (r.ms[C_IN_GELU + i] / r.ms[C_W8A8] - 1.0), r.ms[C_OP_GELU + i],
+                       r.ms[C_OP_GELU + i] / r.ms[C_IN_GELU + i], r.act_rel_l2[i]);
             printf("\n");
             /* W4A8 / W6A8: time and resident bytes against w8a8-convrot's */
             printf("%-12s %6s   wxa8 ms (x w8a8; MB resident, x int8):", "", "");
@@ -650,6 +712,11 @@ int ql_cmd_bench_cuda(int argc, char **argv)
         printf("%-12s %6s   gelu total %.3f ms (+%.1f%% over w8a8; %.2fx cuBLASLt bf16+gelu's %.3f ms, which is +%.1f%% over bf16)\n",
                "", "", tot[C_GELU], 100.0 * (tot[C_GELU] / tot[C_W8A8] - 1.0), tot[C_GELU] / tot[C_BF16G], tot[C_BF16G],
                100.0 * (tot[C_BF16G] / tot[C_BF16] - 1.0));
+        printf("%-12s %6s   input act totals, ms (fused, over w8a8; op + layer, x fused):", "", "");
+        for (int i = 0; i < 3; i++)
+            printf(" %s %.3f (+%.1f%%; %.3f, %.2fx)", names[C_IN_GELU + i] + 3, tot[C_IN_GELU + i],
+                   100.0 * (tot[C_IN_GELU + i] / tot[C_W8A8] - 1.0), tot[C_OP_GELU + i], tot[C_OP_GELU + i] / tot[C_IN_GELU + i]);
+        printf("\n");
         printf("%-12s %6s   wxa8 totals, ms (x w8a8):", "", "");
         for (int p = C_W4A8; p <= C_W6A8P; p++) printf(" %s %.3f (%.2fx)", names[p], tot[p], tot[p] / tot[C_W8A8]);
         printf("\n");
