@@ -34,12 +34,17 @@ static const profile profiles[] = {
 };
 
 enum {
-    P_FP32, P_BF16, P_DEQUANT, P_WONLY, P_W8A8, P_W8A8_CACHED, P_W8A8_LORA, P_W4A8, P_W4A8_PACKED, P_W6A8, P_W6A8_PACKED, P_GEMM,
-    P_OPENBLAS, P_ONEDNN_F32, P_ONEDNN_BF16, P_ONEDNN_INT8, NPATHS
+    P_FP32, P_BF16, P_DEQUANT, P_WONLY, P_W8A8, P_W8A8_CACHED, P_W8A8_LORA, P_IN_GELU, P_IN_SWIGLU, P_IN_RMS, P_OP_GELU,
+    P_OP_SWIGLU, P_OP_RMS, P_W4A8, P_W4A8_PACKED, P_W6A8, P_W6A8_PACKED, P_GEMM, P_OPENBLAS, P_ONEDNN_F32, P_ONEDNN_BF16,
+    P_ONEDNN_INT8, NPATHS
 };
 static const char *path_names[NPATHS] = {"fp32", "bf16", "dequant", "weight-only", "w8a8-convrot", "w8a8-convrot-cached", "w8a8-convrot+lora64",
+                                         "in-gelu_tanh", "in-swiglu", "in-rms_norm", "op-gelu_tanh", "op-swiglu", "op-rms_norm",
                                          "w4a8", "w4a8-packed", "w6a8", "w6a8-packed", "int8-gemm",
                                          "openblas-fp32", "onednn-fp32", "onednn-bf16", "onednn-int8"};
+/* the input activations' paths (asked for by name): ql_input_act codes, in order */
+static const int in_acts[3] = {QL_INPUT_ACT_GELU_TANH, QL_INPUT_ACT_SWIGLU, QL_INPUT_ACT_RMS_NORM};
+#define BENCH_RMS_EPS 1e-6f
 /* the path every "vs" ratio divides (fp32 unless --paths leaves it out) */
 static int base_path;
 
@@ -51,6 +56,12 @@ static const char *path_notes[NPATHS] = {
     "ours, full pipeline: rotate + quantize x (bf16) + int8 GEMM + scale restore + bias -> y bf16",
     "ours, the same with x quantized by an earlier call (a prologue-cache hit, as q/k/v share an input): w8a8-convrot less its prologue",
     "ours, the same with one rank-64 LoRA unmerged (down after the prologue, up in the epilogue)",
+    "ours, w8a8-convrot with the input activation gelu_tanh in its prologue (comfy-kitchen's input_act)",
+    "ours, the same with swiglu (x bf16 [M, 2K]: gate | up)",
+    "ours, the same with rms_norm (a bf16 weight [K], eps 1e-6)",
+    "ours as the peer: gelu_tanh as its own pass (ql_input_act_apply, the vector rows), then w8a8-convrot",
+    "ours as the peer: swiglu as its own pass, then w8a8-convrot",
+    "ours as the peer: rms_norm as its own pass, then w8a8-convrot",
     "ours, W4A8 (codebook, g16 e4m3) decoded once at load to the int8 grid, then the w8a8 pipeline",
     "ours, W4A8 (codebook, g16) kept 4-bit, decoded to int8 inside the GEMM per K slice, same pipeline",
     "ours, W6A8 (g16 e4m3, scale search) decoded once at load, then the w8a8 pipeline",
@@ -69,6 +80,7 @@ typedef struct {
     int64_t inexact, checked;
     size_t wbytes;
     int ok;
+    int same; /* op-*: whose outputs equal the fused path's, bit for bit (1), differ (0), not compared (-1) */
     int dram, copies; /* weights from DRAM: rotated over this many copies */
     char kernel[128]; /* what ran (ours: micro-kernel and path, weight-only both of its kernels; peers: their ISA) */
 } result;
@@ -111,6 +123,7 @@ typedef struct {
     double wrel[2];
     float *down, *up; /* a rank-64 LoRA [64, K], [N, 64] (scale BENCH_LORA_SCALE) */
     double *ref_lora; /* the reference with it */
+    uint16_t *xb2, *actw; /* made on first use: swiglu's x [M, 2K] (xb twice), rms_norm's bf16 weight [K] */
     int64_t rows[16];
     int nrows;
 } layer_data;
@@ -180,7 +193,7 @@ static void free_data(layer_data *d)
 {
     for (int b = 0; b < 2; b++) free(d->wq[b]), free(d->wsr[b]), free(d->wsc[b]);
     free(d->w); free(d->x); free(d->xb); free(d->bias); free(d->biasb); free(d->q); free(d->sw); free(d->ref);
-    free(d->down); free(d->up); free(d->ref_lora);
+    free(d->down); free(d->up); free(d->ref_lora); free(d->xb2); free(d->actw);
 }
 
 /* rel L2 of an output (fp32 / bf16 values; with_bias says whether y includes it) */
@@ -226,12 +239,19 @@ typedef struct {
     ql_dtype xdt, ydt;
     int64_t m, n, k;
     void *y;
-    ql_epilogue *epi; /* NULL, or a prologue cache this run reads (w8a8-convrot-cached) */
+    ql_epilogue *epi; /* NULL, or a prologue cache this run reads (w8a8-convrot-cached), or an input activation */
+    int64_t ldx;      /* 0: k */
+    void *act_rows;   /* op-*: the activated rows [m, k] (ql_input_act_apply), then the layer without epi */
 } lin_run;
 static int run_linear(void *a)
 {
     lin_run *r = a;
-    return ql_linear_forward(r->lin, r->x, r->xdt, r->m, r->k, r->y, r->ydt, r->n, r->epi) != QL_OK;
+    const int64_t ldx = r->ldx ? r->ldx : r->k;
+    if (r->act_rows) {
+        if (ql_input_act_apply(r->epi, r->xdt, r->x, r->m, r->k, ldx, r->act_rows, r->k) != QL_OK) return 1;
+        return ql_linear_forward(r->lin, r->act_rows, r->xdt, r->m, r->k, r->y, r->ydt, r->n, NULL) != QL_OK;
+    }
+    return ql_linear_forward(r->lin, r->x, r->xdt, r->m, ldx, r->y, r->ydt, r->n, r->epi) != QL_OK;
 }
 
 typedef struct {
@@ -339,7 +359,40 @@ static int prepare(ql_context *ctx, const layer_data *d, int p, runner *rn, int 
         }
         rn->ydt = QL_BF16;
         lin_run *r = malloc(sizeof *r);
-        *r = (lin_run){lin, d->xb, QL_BF16, QL_BF16, m, n, k, rn->y, NULL};
+        *r = (lin_run){lin, d->xb, QL_BF16, QL_BF16, m, n, k, rn->y, NULL, 0, NULL};
+        rn->fn = run_linear;
+        rn->arg = r;
+        *wbytes = ql_linear_weight_bytes(lin);
+        ql_linear_describe(lin, m, kernel, klen);
+        return 1;
+    }
+    if (p >= P_IN_GELU && p <= P_OP_RMS) { /* w8a8-convrot with an input activation, fused or its own pass */
+        const int a = (p - P_IN_GELU) % 3, op = p >= P_OP_GELU;
+        ql_linear_desc desc = {.kind = QL_LINEAR_W8A8, .n = n, .k = k};
+        desc.int8 = (ql_int8_weight){n, k, d->q, k, d->sw, n, 256, d->biasb, QL_BF16};
+        layer_data *dm = (layer_data *)d; /* the shared inputs, made once per shape */
+        if (a == 1 && !dm->xb2 && (dm->xb2 = malloc((size_t)(m * k) * 4)))
+            for (int64_t r = 0; r < m; r++) {
+                memcpy(dm->xb2 + r * 2 * k, d->xb + r * k, (size_t)k * 2);
+                memcpy(dm->xb2 + r * 2 * k + k, d->xb + ((r + 1) % m) * k, (size_t)k * 2);
+            }
+        if (a == 2 && !dm->actw && (dm->actw = malloc((size_t)k * 2)))
+            for (int64_t i = 0; i < k; i++) dm->actw[i] = ql_fp32_to_bf16((float)(1.0 + 0.1 * gauss()));
+        ql_linear *lin = NULL;
+        lin_run *r = calloc(1, sizeof *r);
+        ql_epilogue *epi = calloc(1, sizeof *epi);
+        void *rows = op ? malloc((size_t)(m * k) * 2) : NULL;
+        const int mem = r && epi && (!op || rows) && (a != 1 || d->xb2) && (a != 2 || d->actw);
+        if (!mem || ql_linear_create(ctx, &desc, &lin) != QL_OK) {
+            fprintf(stderr, "\n  %s: %s\n", path_names[p], mem ? ql_last_error() : "out of memory");
+            free(r), free(epi), free(rows);
+            return 0;
+        }
+        *epi = (ql_epilogue){.input_act = in_acts[a], .input_act_weight = a == 2 ? d->actw : NULL,
+                             .input_act_weight_dtype = QL_BF16, .input_act_eps = a == 2 ? BENCH_RMS_EPS : 0.0f};
+        *r = (lin_run){lin, a == 1 ? (const void *)d->xb2 : d->xb, QL_BF16, QL_BF16, m, n, k, rn->y, epi, a == 1 ? 2 * k : 0, rows};
+        rn->ydt = QL_BF16;
+        rn->has_error = 0; /* another function than the reference's; fused and op are compared instead */
         rn->fn = run_linear;
         rn->arg = r;
         *wbytes = ql_linear_weight_bytes(lin);
@@ -372,7 +425,7 @@ static int prepare(ql_context *ctx, const layer_data *d, int p, runner *rn, int 
             return 0;
         }
         lin_run *r = malloc(sizeof *r);
-        *r = (lin_run){lin, x, xdt, rn->ydt, m, n, k, rn->y, NULL};
+        *r = (lin_run){lin, x, xdt, rn->ydt, m, n, k, rn->y, NULL, 0, NULL};
         if (p == P_W8A8_CACHED) { /* x never changes: one generation; the first run fills the cache */
             ql_prologue_cache *pc = NULL;
             r->epi = calloc(1, sizeof *r->epi);
@@ -452,6 +505,7 @@ static void release_arg(const runner *rn, void *arg)
         ql_linear_destroy(r->lin);
         if (r->epi) ql_prologue_cache_destroy(r->epi->prologue_cache);
         free(r->epi);
+        free(r->act_rows);
     } else if (rn->fn == run_gemm) {
         gemm_run *g = arg;
         ql_s8_prepared_free(g->p);
@@ -535,6 +589,9 @@ static void bench_shape(ql_context *ctx, const layer_data *d, const int *want, i
         if (dt > slowest) slowest = dt;
         res[p].rel_l2 = rn[p].ok && rn[p].has_error ? rel_l2(d, rn[p].ydt, rn[p].y, rn[p].with_bias, p == P_W8A8_LORA) : NAN;
         res[p].inexact = res[p].checked = -1;
+        res[p].same = -1;
+        if (rn[p].ok && p >= P_OP_GELU && p <= P_OP_RMS && rn[p - 3].ok)
+            res[p].same = !memcmp(rn[p].y, rn[p - 3].y, (size_t)(d->m * d->n) * 2);
         if (rn[p].ok && p == P_ONEDNN_INT8) res[p].inexact = int8_peer_mismatches(d, rn[p].arg, &res[p].checked);
         /* weights from DRAM: more copies of the path, each with its own weight */
         const int want_copies = dram ? dram_copies(res[p].wbytes) : 1;
@@ -723,7 +780,8 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
     o->nm = 0;
     o->json_path = NULL;
     o->weights = WEIGHTS_AUTO;
-    for (int p = 0; p < NPATHS; p++) o->want[p] = p != P_W8A8_CACHED; /* a diagnostic: asked for by name */
+    for (int p = 0; p < NPATHS; p++) /* the diagnostics and the activations: asked for by name */
+        o->want[p] = p != P_W8A8_CACHED && !(p >= P_IN_GELU && p <= P_OP_RMS);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); return 0; }
@@ -869,6 +927,15 @@ static void print_shape(const bench_results *R, int mi, int s, const shape *sh, 
     if (row[P_W8A8].ok && row[P_W8A8_LORA].ok)
         printf("%-11s %6s %5s  rank-64 LoRA unmerged: %+.1f%% time over w8a8-convrot\n", "", "", "",
                100.0 * (row[P_W8A8_LORA].ms / row[P_W8A8].ms - 1.0));
+    for (int a = 0; a < 3; a++)
+        if (row[P_W8A8].ok && row[P_IN_GELU + a].ok) {
+            printf("%-11s %6s %5s  input activation %s fused: %+.1f%% time over w8a8-convrot", "", "", "",
+                   path_names[P_IN_GELU + a] + 3, 100.0 * (row[P_IN_GELU + a].ms / row[P_W8A8].ms - 1.0));
+            if (row[P_OP_GELU + a].ok)
+                printf("; its own pass, then the layer: %.2fx the fused time (outputs %s)", row[P_OP_GELU + a].ms / row[P_IN_GELU + a].ms,
+                       row[P_OP_GELU + a].same == 1 ? "bit-identical" : row[P_OP_GELU + a].same == 0 ? "DIFFER" : "not compared");
+            printf("\n");
+        }
     if (row[P_W8A8].ok && row[P_W8A8_CACHED].ok) { /* x bf16 read once, the codes written once */
         const double pro = row[P_W8A8].ms - row[P_W8A8_CACHED].ms, bytes = (double)m * (double)sh->k * 3.0;
         printf("%-11s %6s %5s  prologue (w8a8-convrot less -cached): %.4f ms", "", "", "", pro);
@@ -918,6 +985,14 @@ static void print_totals(const bench_results *R, const bench_opts *o, int mi)
     if (lora_total)
         printf("  rank-64 LoRA unmerged: %+.1f%% weighted time over w8a8-convrot\n",
                100.0 * (R->totals[mi][P_W8A8_LORA] / R->totals[mi][P_W8A8] - 1.0));
+    for (int a = 0; a < 3; a++)
+        if (path_complete(R, prof, mi, P_W8A8) && path_complete(R, prof, mi, P_IN_GELU + a)) {
+            printf("  input activation %s fused: %+.1f%% weighted time over w8a8-convrot", path_names[P_IN_GELU + a] + 3,
+                   100.0 * (R->totals[mi][P_IN_GELU + a] / R->totals[mi][P_W8A8] - 1.0));
+            if (path_complete(R, prof, mi, P_OP_GELU + a))
+                printf("; its own pass, then the layer: %.2fx the fused time", R->totals[mi][P_OP_GELU + a] / R->totals[mi][P_IN_GELU + a]);
+            printf("\n");
+        }
     fflush(stdout);
 }
 
@@ -990,6 +1065,7 @@ static int write_json(const bench_opts *o, const bench_results *R, const char *c
                             (long long)r->inexact);
                 const int wb = p == P_W4A8 || p == P_W4A8_PACKED ? 0 : p == P_W6A8 || p == P_W6A8_PACKED ? 1 : -1;
                 if (wb >= 0) fprintf(f, ", \"weight_rel_l2\": %.8f", R->wrel[mi][s][wb]);
+                if (r->same >= 0) fprintf(f, ", \"same_as_fused\": %s", r->same ? "true" : "false");
                 fprintf(f, "}");
                 first = 0;
             }

@@ -136,3 +136,23 @@ def test_thread_curve_small(tmp_path):
     assert "thread scaling" in r.stdout and " 1.00x)" in r.stdout
     bad = _run(["qlinear_bench.threads", "--cli", cli, "--threads", "0"])
     assert bad.returncode != 0 and ">= 1" in bad.stderr
+
+
+def test_bench_input_acts(tmp_path, cli):
+    """The bench's input-activation paths (asked for by name, not in the
+    default set): each fused layer's output equals its own pass followed by
+    the layer, bit for bit, on an odd row count; the JSON says so too."""
+    js = tmp_path / "bench.json"
+    acts = ("gelu_tanh", "swiglu", "rms_norm")
+    paths = ["w8a8-convrot"] + [f"{w}-{a}" for w in ("in", "op") for a in acts]
+    r = run_cli(cli, "bench", "--shape", "256x512", "--m", "5", "--reps", "1", "--threads", "2", "--paths",
+                ",".join(paths), "--json", js)
+    for a in acts:
+        line = [ln for ln in r.stdout.splitlines() if f"input activation {a} fused:" in ln and "weighted" not in ln]
+        assert line and "outputs bit-identical" in line[0], (a, line)
+    recs = {x["path"]: x for x in json.loads(js.read_text())["records"]}
+    assert set(paths) <= set(recs)
+    assert all(recs[f"op-{a}"]["same_as_fused"] is True for a in acts)
+    assert "same_as_fused" not in recs["in-gelu_tanh"]
+    plain = run_cli(cli, "bench", "--shape", "256x512", "--m", "2", "--reps", "1")
+    assert " w8a8-convrot " in plain.stdout and "in-gelu_tanh" not in plain.stdout  # not a default path
