@@ -1499,9 +1499,11 @@ typedef struct {
     int same;
 } entry_fact;
 
-static void report_entries(const ql_cpu_kernels *kt)
+#define N_ENTRY_FACTS 13
+/* Which of kt's entries are the generic table's own (the scalar twins). */
+static void entry_facts(const ql_cpu_kernels *kt, entry_fact f[N_ENTRY_FACTS])
 {
-    const entry_fact f[] = {
+    const entry_fact all[N_ENTRY_FACTS] = {
         {"s8", kt->s8 == gen->s8},
         {"prologue", kt->prologue == gen->prologue},
         {"w8a8_epilogue", kt->w8a8_epilogue == gen->w8a8_epilogue},
@@ -1516,8 +1518,15 @@ static void report_entries(const ql_cpu_kernels *kt)
         {"lowrank_add", kt->lowrank_add == gen->lowrank_add},
         {"input_act_row", kt->input_act_row == gen->input_act_row},
     };
+    memcpy(f, all, sizeof all);
+}
+
+static void report_entries(const ql_cpu_kernels *kt)
+{
+    entry_fact f[N_ENTRY_FACTS];
+    entry_facts(kt, f);
     char own[512] = "", same[512] = "";
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+    for (size_t i = 0; i < N_ENTRY_FACTS; i++) {
         char *dst = f[i].same ? same : own;
         if (*dst) strcat(dst, ", ");
         strcat(dst, f[i].name);
@@ -1618,6 +1627,38 @@ static void test_table(const ql_cpu_kernels *kt)
     }
 }
 
+/* No table runs an entry on the scalar twin where a lesser table of its
+ * line has a vector one: a table that lists its entries without a base
+ * keeps the generic ones for any it forgets (amx and avxvnni once ran the
+ * input activations that way). Checked on every built table, run or not. */
+static void check_no_fallback(void)
+{
+    static const ql_isa line[][2] = {{QL_ISA_AVXVNNI, QL_ISA_AVX2},      {QL_ISA_AVX512VNNI, QL_ISA_AVX2},
+                                     {QL_ISA_AVX512BF16, QL_ISA_AVX512VNNI}, {QL_ISA_AMX, QL_ISA_AVX512VNNI},
+                                     {QL_ISA_NEONDOT, QL_ISA_NEON},       {QL_ISA_I8MM, QL_ISA_NEONDOT},
+                                     {QL_ISA_NEONBF16, QL_ISA_I8MM}};
+    int pairs = 0;
+    for (size_t i = 0; i < sizeof line / sizeof line[0]; i++) {
+        const ql_cpu_kernels *hi = NULL, *lo = NULL;
+        for (int t = 0; t < ql_cpu_kernels_count(); t++) {
+            const ql_cpu_kernels *kt = ql_cpu_kernels_at(t);
+            if (kt->isa == line[i][0]) hi = kt;
+            if (kt->isa == line[i][1]) lo = kt;
+        }
+        if (!hi || !lo) continue; /* not built for this architecture */
+        pairs++;
+        entry_fact fh[N_ENTRY_FACTS], fl[N_ENTRY_FACTS];
+        entry_facts(hi, fh);
+        entry_facts(lo, fl);
+        for (int e = 0; e < N_ENTRY_FACTS; e++)
+            CHECK(!fh[e].same || fl[e].same, "table %s runs %s on the generic twin, where %s has its own", ql_isa_name(hi->isa),
+                  fh[e].name, ql_isa_name(lo->isa));
+    }
+    CHECK(pairs > 0 || ql_cpu_kernels_count() == 1, "no pair of tables of one line was found among %d tables",
+          ql_cpu_kernels_count());
+    printf("tables of one line, no entry below the lesser table's: %d pairs\n", pairs);
+}
+
 int main(void)
 {
     tu_init("test_kernels");
@@ -1627,6 +1668,7 @@ int main(void)
     const int count = ql_cpu_kernels_count();
     CHECK(count >= 1 && ql_cpu_kernels_at(count - 1) == gen, "the registry's last table is not the generic one");
     make_s8_cases();
+    check_no_fallback();
     /* generic first (the reference's own exactness), then from the oldest up */
     for (int i = count - 1; i >= 0; i--) {
         const ql_cpu_kernels *kt = ql_cpu_kernels_at(i);
