@@ -4,8 +4,13 @@
  * lanes), QVI (its int32 lanes) and the operations below, then includes
  * this. The rows run whole vectors and finish with the scalar functions of
  * act_math.h, element by element: every lane repeats the scalar's
- * operations in its order, so any width gives the reference's bits. */
+ * operations in its order, so any width gives the reference's bits.
+ * bf16 and fp16 rows of gelu_tanh and swiglu look their values up in the
+ * tables of the same scalar functions (act_table.h) instead: QV_LOOKUP16(dt,
+ * table, indices) gathers QW entries as fp32 values where the ISA can
+ * gather, else scalar loads. */
 #include "quant/act_math.h"
+#include "quant/act_table.h"
 #include "quant/input_act.h"
 
 #define QV_C(c) QV_SET1((float)(c))
@@ -62,6 +67,17 @@ static inline QV qv_tanh(QV x) /* ql_act_tanh */
 
 static void qv_gelu_tanh_row(ql_dtype dt, const void *src, int64_t k, void *dst)
 {
+    const uint16_t *t = ql_act_table16(QL_INPUT_ACT_GELU_TANH, dt);
+    if (t) {
+        const uint16_t *x = src;
+        uint16_t *y = dst;
+        int64_t j = 0;
+#ifdef QV_LOOKUP16
+        for (; j + QW <= k; j += QW) QV_STORE(dt, dst, j, QV_LOOKUP16(dt, t, x + j)); /* exact values: stored as they are */
+#endif
+        for (; j < k; j++) y[j] = t[x[j]];
+        return;
+    }
     int64_t j = 0;
     for (; j + QW <= k; j += QW) {
         const QV x = QV_LOAD(dt, src, j);
@@ -76,6 +92,21 @@ static void qv_swiglu_row(ql_dtype dt, const void *src, int64_t k, void *dst)
 {
     const void *up = ql_row_cptr(dt, src, 1, k);
     int64_t j = 0;
+    const uint16_t *t = ql_act_table16(QL_INPUT_ACT_SWIGLU, dt);
+    if (t) { /* silu(gate) rounded, looked up; the product as below */
+        const uint16_t *g = src;
+#ifdef QV_LOOKUP16
+        for (; j + QW <= k; j += QW) QV_STORE(dt, dst, j, QV_MUL(QV_LOOKUP16(dt, t, g + j), QV_LOAD(dt, up, j)));
+#else
+        for (; j + QW <= k; j += QW) {
+            uint16_t s[2 * QW]; /* QW values; sized for QV_LOAD's fp32 branch, which dt never takes */
+            for (int l = 0; l < QW; l++) s[l] = t[g[j + l]];
+            QV_STORE(dt, dst, j, QV_MUL(QV_LOAD(dt, s, 0), QV_LOAD(dt, up, j)));
+        }
+#endif
+        for (; j < k; j++) ql_store_f(dt, dst, j, ql_load_f(dt, &t[g[j]], 0) * ql_load_f(dt, up, j));
+        return;
+    }
     for (; j + QW <= k; j += QW) {
         const QV g = QV_LOAD(dt, src, j);
         const QV s = QV_ROUND_TO(dt, QV_DIV(g, QV_ADD(QV_C(1.0f), qv_exp(QV_NEG(g)))));

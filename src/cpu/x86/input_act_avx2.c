@@ -31,6 +31,20 @@
 #define QV_ROUND_TO ql256_round_to
 #define QV_STOREU_F32 _mm256_storeu_ps
 
+/* 8 entries of a 16-bit table (act_table.h) at the indices g[0..8), as fp32
+ * values of dt: one gather of 4-byte words at 2·index (the table's pad keeps
+ * the last inside), the entry in each word's low half. */
+static inline __m256 lookup16(ql_dtype dt, const uint16_t *t, const uint16_t *g)
+{
+    const __m256i w = _mm256_i32gather_epi32((const int *)t, _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)g)), 2);
+    if (dt == QL_F16) {
+        const __m256i lo = _mm256_and_si256(w, _mm256_set1_epi32(0xFFFF));
+        return _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1)));
+    }
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+#define QV_LOOKUP16 lookup16
+
 #include "cpu/input_act_body.h"
 
 void ql_input_act_row_avx2(const ql_input_act_plan *p, const void *src, int64_t k, void *dst)

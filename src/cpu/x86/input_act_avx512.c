@@ -33,6 +33,17 @@
 #define QV_ROUND_TO ql512_round_to
 #define QV_STOREU_F32 _mm512_storeu_ps
 
+/* 16 entries of a 16-bit table (act_table.h) at the indices g[0..16), as
+ * fp32 values of dt: one gather of 4-byte words at 2·index (the table's
+ * pad keeps the last inside), the entry in each word's low half. */
+static inline __m512 lookup16(ql_dtype dt, const uint16_t *t, const uint16_t *g)
+{
+    const __m512i w = _mm512_i32gather_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)g)), t, 2);
+    if (dt == QL_F16) return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+#define QV_LOOKUP16 lookup16
+
 #include "cpu/input_act_body.h"
 
 void ql_input_act_row_avx512(const ql_input_act_plan *p, const void *src, int64_t k, void *dst)
