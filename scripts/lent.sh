@@ -9,7 +9,10 @@
 # QL_LENT_EXTRA=comma list of: tune (scripts/amx_tune.sh: the amx table's
 # blocking, prefetch and small-M sweeps), threads (the 1..16-thread curve of
 # w8a8-convrot and the int8 GEMM through AMX and AVX512-VNNI, beside the
-# sampled dot-product peak's: python -m qlinear_bench.threads).
+# sampled dot-product peak's: python -m qlinear_bench.threads), acts (the
+# input activations at 16 threads through AMX: fused, and as their own pass
+# then the layer, in `qlinear bench`; against PyTorch's op then the layer on
+# ComfyUI's path, qlinear_bench.comfy --input-act).
 # QL_LENT_CUDA=OFF builds without the CUDA backend (the CPU work alone, a
 # quicker build); QL_LENT_TUNE names amx_tune.sh's parts (default: all).
 set -uo pipefail
@@ -61,6 +64,13 @@ fi
 if [[ $more == *,tune,* ]]; then
   echo "== amx table sweeps (scripts/amx_tune.sh)"
   bash scripts/amx_tune.sh build-gpu/qlinear ${QL_LENT_TUNE:-} 2>&1 | tee "$out/amx_tune.txt"
+fi
+if [[ $more == *,acts,* ]]; then
+  echo "== input activations, anima M = 1024, $(nproc) threads, AMX"
+  QLINEAR_ISA=amx ./build-gpu/qlinear bench --paths w8a8-convrot,in-gelu_tanh,in-swiglu,in-rms_norm,op-gelu_tanh,op-swiglu,op-rms_norm \
+    --reps 3 --json "$out/bench_acts.json" 2>&1 | grep -E "weighted|^  [a-z]"
+  python3 -m qlinear_bench.comfy --threads "$(nproc)" --reps 3 --input-act gelu_tanh,swiglu,rms_norm \
+    --json "$out/comfy_acts.json" 2>&1 | tail -n 12
 fi
 if [[ $more == *,threads,* ]]; then
   for isa in amx avx512vnni; do
