@@ -530,7 +530,7 @@ def run_input_acts(a):
           f"seed {a.seed}; torch {torch.__version__}, comfy-kitchen {_version('comfy-kitchen')}, qlinear "
           f"{qlinear.version()}; fused = int8_linear(input_act=...) through qlinear; op+layer = comfy-kitchen's "
           f"apply_input_act (PyTorch ops), then int8_linear through qlinear; peer = the fused call through "
-          f"comfy-kitchen's {peer} backend")
+          f"comfy-kitchen's {peer} backend" + ("; each CPU sample follows an untimed call of the same path" if dev.type == "cpu" else ""))
     cache_was, _ops.HAS_PROLOGUE_CACHE = _ops.HAS_PROLOGUE_CACHE, False  # a lone layer called again and again
     g = torch.Generator().manual_seed(a.seed)
     sample = _timer(torch, dev, a.reps)
@@ -573,6 +573,8 @@ def run_input_acts(a):
                 for _ in range(a.reps):
                     for p, (bk, f) in fns.items():
                         first(bk)
+                        if dev.type == "cpu":
+                            f()  # every path timed with its weights and inputs warm, none after another's misses
                         times[p].append(sample(f, iters))
             row["ms"] = {p: median(v) for p, v in times.items()}
             rows.append(row)

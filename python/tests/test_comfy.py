@@ -386,6 +386,35 @@ def test_prologue_cache_qkv(dtype, m, gen):
     assert torch.equal(y2, _alone(**dict(kws[2], x=x2, input_act="gelu_tanh")))
 
 
+@pytest.mark.parametrize("cache", [True, False])
+def test_fast_path_state(cache, gen, monkeypatch):
+    """The one-C-call path (plain and fused input activations, bias in the
+    epilogue) reuses a per-thread epilogue and a per-weight bias memo: calls in
+    a row, alternating activations, biases and inputs, with the prologue cache
+    on and off, each give the bits of the general path (_run, which builds
+    everything per call) on the same arguments; nothing of one call leaks
+    into the next."""
+    if cache and not _ops.HAS_PROLOGUE_CACHE:
+        pytest.skip("no prologue cache")
+    monkeypatch.setattr(_ops, "HAS_PROLOGUE_CACHE", cache)
+    k, n = 256, 48
+    q, s = int8_weight(n, k, gen)
+    x = (torch.randn(7, k, generator=gen) * 2).to(torch.bfloat16)
+    x2 = torch.randn(7, 2 * k, generator=gen).to(torch.bfloat16)
+    w = (torch.rand(k, generator=gen) + 0.5).to(torch.bfloat16)
+    b = torch.randn(n, generator=gen).to(torch.bfloat16)
+    e = _ops._int8_layer(q, s, 256)
+    calls = [(x, None, None), (x, "gelu_tanh", b), (x, None, b), (x2, "swiglu", None), (x, "rms_norm", b),
+             (x, None, b), (x, None, None), (x, "gelu_tanh", None), (x2, "swiglu", b), (x, "rms_norm", None)] * 2
+    for i, (xi, act, bi) in enumerate(calls):
+        kw = dict(x=xi, weight=q, weight_scale=s, bias=bi, out_dtype=torch.bfloat16, convrot=True,
+                  convrot_groupsize=256, input_act=act, input_act_weight=w if act == "rms_norm" else None,
+                  input_act_eps=1e-6)
+        got = call("qlinear", "int8_linear", **kw)
+        want = _ops._run(e.layer, xi, bi, torch.bfloat16, act, kw["input_act_weight"], 1e-6, None, None)
+        assert torch.equal(got, want), f"call {i}: {act} bias={bi is not None} cache={cache}"
+
+
 def test_prologue_cache_rms_weight_and_threads(gen):
     """rms_norm's weight written in place between two layers on one x: a miss
     (the weight's version is in the key); two threads on one x each keep

@@ -170,6 +170,10 @@ def _int8_linear_cuda(x, weight, weight_scale, bias, out_dtype, convrot, convrot
     if e.failed is not None:
         return _eager().int8_linear(x, weight, weight_scale, bias, out_dtype, convrot, convrot_groupsize, input_act,
                                     input_act_weight, input_act_eps, residual, residual_scale)
+    if residual is None:
+        y = _fast(e, x, bias, out_dtype, input_act, input_act_weight, input_act_eps)
+        if y is not None:
+            return y
     return _run_cuda(e, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual, residual_scale)
 
 
@@ -294,39 +298,72 @@ def int8_linear(x, weight, weight_scale, bias=None, out_dtype=torch.bfloat16, co
                                  input_act_weight, input_act_eps, residual, residual_scale)
     group = convrot_groupsize if convrot else 0
     e = _int8_layer(weight, weight_scale, group)
-    if e.failed is None and input_act is None and residual is None and x.is_contiguous() and \
-            (bias is None or HAS_EPI_BIAS):
-        # the common call (ComfyUI's F.linear path): no per-call tables, one C call
-        layer = e.layer
-        k, n = layer.k, layer.n
-        y = torch.empty(x.shape[:-1] + (n,), dtype=out_dtype)
-        m = x.numel() // k
-        if _ctx.threads != torch.get_num_threads():
-            _context()
-        if HAS_PROLOGUE_CACHE:
-            epi = _prologue(x, m, k)
-            epi.bias = _ffi.NULL if bias is None else _ffi.cast("const float *", _bias_f32(e, bias, out_dtype).data_ptr())
-        else:
-            epi = _ffi.NULL if bias is None else _bias_epilogue(e, bias, out_dtype)
-        st = layer._fwd_int(layer._ptr, x.data_ptr(), CODE[x.dtype], m, k, y.data_ptr(), CODE[out_dtype], n, epi)
-        if st:
-            check(st, "ql_linear_forward")
-        return y
+    if e.failed is None and residual is None:
+        y = _fast(e, x, bias, out_dtype, input_act, input_act_weight, input_act_eps)
+        if y is not None:
+            return y
     if e.failed is not None:
         return _eager().int8_linear(x, weight, weight_scale, bias, out_dtype, convrot, convrot_groupsize, input_act,
                                     input_act_weight, input_act_eps, residual, residual_scale)
     return _run(e.layer, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual, residual_scale)
 
 
-def _bias_epilogue(e, bias, out_dtype):
-    """A ql_epilogue holding only the per-call bias, kept with it on the entry."""
-    _bias_f32(e, bias, out_dtype)
-    m = e.bias_memo
-    if len(m) == 4:
-        epi = _ffi.new("ql_epilogue *")
-        epi.bias = _ffi.cast("const float *", m[3].data_ptr())
-        e.bias_memo = m = m + (epi,)
-    return m[4]
+def _fast(e, x, bias, out_dtype, input_act, act_weight, act_eps):
+    """The common call in one C call, or None where it needs the general path
+    (_run, _run_cuda): ComfyUI's F.linear path and its fused input
+    activations on a contiguous x, with the bias in the epilogue. Nothing is
+    built per call: this thread's epilogue (its prologue cache's, or a plain
+    one) carries the bias (converted once, kept on the weight's entry) and the
+    activation for the call and is reset after it; an rms_norm weight in a
+    dtype the library reads is passed as it lies (else the general path
+    converts it)."""
+    layer = e.layer
+    k, n = layer.k, layer.n
+    code = 0
+    if input_act is not None and input_act != "none":
+        code = FUSED_ACTS.get(input_act)
+        if code is None:
+            return None
+    cols = 2 * k if code and input_act == "swiglu" else k
+    if not x.is_contiguous() or x.dim() == 0 or x.shape[-1] != cols or x.dtype not in CODE or out_dtype not in CODE:
+        return None
+    m = x.numel() // cols if cols else 0
+    if m == 0:
+        return None
+    cuda = x.is_cuda
+    if bias is not None and (not HAS_EPI_BIAS if not cuda else not CUDA_EPI_BIAS[0]):
+        return None
+    w = None
+    if code and input_act == "rms_norm":
+        w = act_weight
+        if w is None or w.dtype not in CODE or not w.is_contiguous() or w.device != x.device:
+            return None
+    y = torch.empty(x.shape[:-1] + (n,), dtype=out_dtype, device=x.device)
+    if not cuda and _ctx.threads != torch.get_num_threads():
+        _context()
+    if HAS_PROLOGUE_CACHE:
+        epi = _prologue(x, m, cols, () if w is None else (w.data_ptr(), w._version))
+    else:
+        epi = _plain_epilogue()
+    epi.bias = _ffi.NULL if bias is None else _ffi.cast("const float *", _bias_f32(e, bias, out_dtype).data_ptr())
+    if code:
+        epi.input_act = code
+        if w is not None:
+            epi.input_act_weight, epi.input_act_weight_dtype = _ffi.cast("void *", w.data_ptr()), CODE[w.dtype]
+            epi.input_act_eps = float(act_eps if act_eps is not None else torch.finfo(x.dtype).eps)
+    if cuda:
+        layer._use_current_stream()
+    st = layer._fwd_int(layer._ptr, x.data_ptr(), CODE[x.dtype], m, cols, y.data_ptr(), CODE[out_dtype], n, epi)
+    epi.bias = _ffi.NULL  # the epilogue is this thread's, reused by the next call
+    if code:
+        epi.input_act, epi.input_act_weight = 0, _ffi.NULL
+    if st == C.QL_ERR_UNSUPPORTED and cuda:
+        if bias is not None:  # a library without the CUDA per-call bias
+            CUDA_EPI_BIAS[0] = False
+        return None  # or without CUDA input activations: the general path applies them in PyTorch
+    if st:
+        check(st, "ql_linear_forward")
+    return y
 
 
 def _bias_f32(e, bias, out_dtype):
@@ -494,6 +531,10 @@ def w4a8_int8_linear(x, qdata, s_rel, s_channel, codebook=None, correction=None,
         return _eager().w4a8_int8_linear(x, qdata, s_rel, s_channel, codebook, correction, bias, group_size,
                                          convrot_groupsize, out_dtype, input_act, input_act_weight, input_act_eps,
                                          residual, residual_scale)
+    if residual is None:
+        y = _fast(e, x, bias, out_dtype, input_act, input_act_weight, input_act_eps)
+        if y is not None:
+            return y
     if x.is_cuda:
         return _run_cuda(e, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual, residual_scale)
     return _run(e.layer, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual, residual_scale)
