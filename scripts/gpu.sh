@@ -8,7 +8,7 @@
 # end-to-end DiT step (python3 -m qlinear_bench.e2e --device cuda: PyTorch fp32 /
 # bf16 against qlinear's CUDA layers; QL_GPU_E2E lists the runs, "4096g":
 # M = 4096 with CUDA graphs, "4096gs": and --shared-input), results under $OUT when set. QL_GPU_ONLY=python skips to the
-# Python part (after the build).
+# Python part (after the build); QL_GPU_ONLY=c stops before it.
 #   bash scripts/gpu.sh            build + tests + bench
 #   bash scripts/gpu.sh stage      (on a machine with apt) copy libjansson's
 #                                  header and static library into .devdeps/,
@@ -83,6 +83,10 @@ echo "== bench"
 echo "== bench, CUDA graphs (every path's calls replayed from one graph: no host launch cost)"
 ./build-gpu/qlinear bench --device cuda --graphs --m "${QL_GPU_GRAPH_M:-1024,1}" --no-peak --json "$out/bench_cuda_graphs.json" 2>&1 \
   | tee "$out/bench_cuda_graphs.txt"
+fi
+if [ "${QL_GPU_ONLY:-}" = c ]; then
+  echo "test_cuda rc=$tc test_linear rc=$tl forward rc=$fwd (QL_GPU_ONLY=c: the Python part not run)"
+  [ "$tc" = 0 ] && [ "$tl" = 0 ] && [ "$fwd" = 0 ]; exit
 fi
 echo "== PyTorch on the GPU (python3: $(python3 -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)' 2>&1 | tail -n 1))"
 set +e
