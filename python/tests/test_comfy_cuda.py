@@ -104,14 +104,27 @@ def test_int8_linear_cuda_input_act_fused(act, convrot, gen, monkeypatch):
     from qlinear.comfy import _ops
     if act not in _ops.FUSED_ACTS:
         pytest.skip(f"{act} is not fused by this library")
-    fused = []
-    real = _ops._cuda_fused_act
+    fused, applied = [], []  # the library's fused call answered; PyTorch's activation ran first
+    real_fast, real_fused, real_acts = _ops._fast, _ops._cuda_fused_act, _ops._acts
 
-    def spy(*a, **kw):
-        y = real(*a, **kw)
-        fused.append(y is not None)
-        return y
-    monkeypatch.setattr(_ops, "_cuda_fused_act", spy)
+    def spy(real):
+        def f(*a, **kw):
+            y = real(*a, **kw)
+            fused.append(y is not None)
+            return y
+        return f
+
+    def acts():
+        apply, residual = real_acts()
+
+        def spy_apply(*a, **kw):
+            applied.append(True)
+            return apply(*a, **kw)
+        return [spy_apply, residual]
+    # the one-C-call path (_fast) or, where it declines, the general one (_cuda_fused_act)
+    monkeypatch.setattr(_ops, "_fast", spy(real_fast))
+    monkeypatch.setattr(_ops, "_cuda_fused_act", spy(real_fused))
+    monkeypatch.setattr(_ops, "_acts", acts)
     dtype = torch.bfloat16
     width = 2 if act == "swiglu" else 1
     for m, k, n in ((1, 256, 64), (77, 1024, 130), (300, 2048, 512)):
@@ -125,7 +138,7 @@ def test_int8_linear_cuda_input_act_fused(act, convrot, gen, monkeypatch):
         assert selected("int8_linear", **kw) == "qlinear"
         fused.clear()
         y = call("qlinear", "int8_linear", **kw)
-        assert fused == [True], f"{act}: the library did not fuse it ({fused})"
+        assert fused and fused[-1] and not applied, f"{act}: the library did not fuse it ({fused}, {applied})"
         ref = call("eager", "int8_linear", **kw)
         assert y.shape == ref.shape and y.dtype == ref.dtype and y.device == x.device
         assert torch.isfinite(y).all()
