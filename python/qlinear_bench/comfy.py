@@ -66,6 +66,9 @@ def _parse(argv):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--host-cost", action="store_true",
+                   help="instead: the host's time a call, piece by piece (registry, the backend's op, its fast "
+                        "path, the C call, torch.empty, PyTorch's F.linear), the GPU left to run behind")
     p.add_argument("--input-act", metavar="LIST", default=None,
                    help="time the fused input activations instead: a comma-separated list from " + ", ".join(ACTS))
     a = p.parse_args(argv)
@@ -80,7 +83,7 @@ def _parse(argv):
     if bad:
         p.error(f"unknown path(s) {', '.join(bad)} for --device {a.device}; choose from {', '.join(allowed)}")
     if a.m is None:
-        a.m = PROFILES[a.profile][0]
+        a.m = 1 if a.host_cost else PROFILES[a.profile][0]
     return a
 
 
@@ -601,8 +604,97 @@ def run_input_acts(a):
     return 0
 
 
+def run_host_cost(a):
+    """--host-cost: where a ComfyUI call's host time goes. Each entry point
+    is called --calls times in chunks of 100, each call timed on its own on
+    the host clock (no synchronization inside a chunk: a GPU runs the
+    kernels behind; the device is synchronized between chunks so its queue
+    never fills and blocks a launch), entries interleaved chunk by chunk,
+    medians. The pieces nest: ck.int8_linear = the registry's choice and the
+    rules + the backend's op; the op = the weight-cache lookup + _fast; _fast
+    = torch.empty + epilogue + the C call."""
+    import torch
+    cuda = a.device == "cuda"
+    if cuda:
+        if not torch.cuda.is_available():
+            print("qlinear comfy bench: --device cuda, but torch sees no CUDA device", file=sys.stderr)
+            return 2
+        os.environ.setdefault("QLINEAR_COMFY_CUDA", "1")
+    else:
+        torch.set_num_threads(a.threads)
+    got = _backend(True)
+    if got is None:
+        return 2
+    ck, registry, st = got
+    from qlinear.comfy import _ops
+    dev = torch.device(a.device)
+    dt = torch.bfloat16 if a.dtype == "bf16" else torch.float32
+    m = a.m  # default 1: on a CPU the C call is then small beside the Python around it
+    print(f"qlinear comfy bench, host time a call: device {a.device}, M = {m}, {a.dtype}, median of {a.calls} calls "
+          f"each (chunks of 100, interleaved); torch {torch.__version__}, comfy-kitchen {_version('comfy-kitchen')}, "
+          f"qlinear serves {', '.join(st['devices'])}")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    clock = time.perf_counter_ns
+    g = torch.Generator().manual_seed(a.seed)
+    out = []
+    for n, k in ((256, 256), (2048, 2048)):
+        q, s, b = _layer(torch, n, k, g)
+        q, s = q.to(dev), s.to(dev)
+        bb = b.to(dev, dt)
+        x = torch.randn(m, k, generator=g).to(dev, dt)
+        wf = torch.randn(n, k, generator=g).to(dev, dt)
+        kw = dict(x=x, weight=q, weight_scale=s, bias=bb, out_dtype=dt, convrot=True, convrot_groupsize=256,
+                  input_act=None, input_act_weight=None, input_act_eps=0.0, residual=None, residual_scale=None)
+        if registry.get_capable_backend("int8_linear", kw) != "qlinear":
+            print(f"  {n}x{k}: the registry does not choose qlinear for this call: left out")
+            continue
+        e = (_ops._int8_layer_cuda if cuda else _ops._int8_layer)(q, s, 256)
+        lin = e.layer
+        y = torch.empty(m, n, dtype=dt, device=dev)
+        epi = lin._ffi.new("ql_epilogue *")
+        b32 = _ops._bias_f32(e, bb, dt)
+        if _ops.HAS_EPI_BIAS:
+            epi.bias = lin._ffi.cast("const float *", b32.data_ptr())
+        code = _ops.CODE[dt]
+        args = (lin._ptr, x.data_ptr(), code, m, k, y.data_ptr(), code, n, epi)
+        fns = {
+            "ck.int8_linear (ComfyUI's call)": lambda: ck.int8_linear(x, q, s, bb, dt, True, 256),
+            "registry: choose + rules": lambda: registry.get_capable_backend("int8_linear", kw),
+            "_ops.int8_linear (the op)": lambda: _ops.int8_linear(x, q, s, bb, dt, True, 256),
+            "_fast (entry found)": lambda: _ops._fast(e, x, bb, dt, None, None, 0.0),
+            "C call, prepared args": lambda: lin._fwd_int(*args),
+            "torch.empty": lambda: torch.empty(m, n, dtype=dt, device=dev),
+            "F.linear (PyTorch)": lambda: torch.nn.functional.linear(x, wf, bb),
+        }
+        times = {nm: [] for nm in fns}
+        with torch.no_grad():
+            for f in fns.values():
+                for _ in range(20):
+                    f()
+            sync()
+            for _ in range(max(1, a.calls // 100)):
+                for nm, f in fns.items():
+                    rec = times[nm].append
+                    for _ in range(100):
+                        t0 = clock()
+                        f()
+                        rec(clock() - t0)
+                    sync()
+        med = {nm: median(v) / 1e3 for nm, v in times.items()}
+        print(f"  {n}x{k}:")
+        for nm, v in med.items():
+            print(f"    {nm:<34} {v:8.1f} us")
+        out.append({"n": n, "k": k, "m": m, "median_us": med})
+    if a.json:
+        write_json(a.json, {"device": a.device, "m": m, "dtype": a.dtype, "calls": a.calls, "torch": torch.__version__,
+                            "host_us": out})
+    return 0
+
+
 def main(argv=None):
     a = _parse(sys.argv[1:] if argv is None else argv)
+    if a.host_cost:
+        return run_host_cost(a)
     if a.input_act:
         return run_input_acts(a)
     return run_cuda(a) if a.device == "cuda" else run(a)

@@ -48,6 +48,24 @@ def test_comfy_bench_small(tmp_path):
     assert "prologue cache" in r.stdout
 
 
+def test_comfy_host_cost(tmp_path):
+    """--host-cost: every piece of a ComfyUI call timed, in its JSON (not timed
+    against anything: the pieces are positive numbers and the nesting holds
+    for the one that must: the registry's part is below the whole call)."""
+    if not _has_comfy_kitchen():
+        pytest.skip("needs torch >= 2.7 and comfy-kitchen")
+    js = tmp_path / "host.json"
+    r = _run(["qlinear_bench.comfy", "--host-cost", "--calls", "100", "--threads", "1", "--json", str(js)], timeout=600)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(js.read_text())
+    assert d["device"] == "cpu" and d["m"] == 1 and [(o["n"], o["k"]) for o in d["host_us"]] == [(256, 256), (2048, 2048)]
+    for o in d["host_us"]:
+        med = o["median_us"]
+        assert len(med) == 7 and all(v > 0 for v in med.values())
+        assert med["registry: choose + rules"] < med["ck.int8_linear (ComfyUI's call)"]
+    assert "C call, prepared args" in r.stdout
+
+
 def test_e2e_small(tmp_path):
     js, png = tmp_path / "e2e.json", tmp_path / "e2e.png"
     r = _run(["qlinear_bench.e2e", "--blocks", "1", "--tokens", "24", "--text-tokens", "8", "--reps", "1",
