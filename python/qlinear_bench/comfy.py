@@ -286,6 +286,19 @@ def overhead(torch, ck, a, dt):
     return out
 
 
+def _device_ready(torch, a):
+    """False (said why) where --device cuda has no GPU; else the backend set up
+    for the device (CUDA tensors served, or the CPU's thread count)."""
+    if a.device == "cuda":
+        if not torch.cuda.is_available():
+            print("qlinear comfy bench: --device cuda, but torch sees no CUDA device", file=sys.stderr)
+            return False
+        os.environ.setdefault("QLINEAR_COMFY_CUDA", "1")
+    else:
+        torch.set_num_threads(a.threads)
+    return True
+
+
 CUDA_PATHS = ["ck-qlinear", "ck-cuda", "ck-eager", "torch-bf16", "ck-qlinear-w4a8", "ck-cuda-w4a8", "ck-eager-w4a8"]
 CUDA_NOTES = {
     "ck-qlinear": "comfy_kitchen.int8_linear (ConvRot G=256) through the qlinear backend's CUDA layers",
@@ -512,13 +525,8 @@ def run_input_acts(a):
     against PyTorch's op followed by the layer (module docstring)."""
     import torch
     dev = torch.device(a.device)
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            print("qlinear comfy bench: --device cuda, but torch sees no CUDA device", file=sys.stderr)
-            return 2
-        os.environ.setdefault("QLINEAR_COMFY_CUDA", "1")
-    else:
-        torch.set_num_threads(a.threads)
+    if not _device_ready(torch, a):
+        return 2
     import qlinear
     got = _backend(True)
     if got is None:
@@ -615,13 +623,8 @@ def run_host_cost(a):
     = torch.empty + epilogue + the C call."""
     import torch
     cuda = a.device == "cuda"
-    if cuda:
-        if not torch.cuda.is_available():
-            print("qlinear comfy bench: --device cuda, but torch sees no CUDA device", file=sys.stderr)
-            return 2
-        os.environ.setdefault("QLINEAR_COMFY_CUDA", "1")
-    else:
-        torch.set_num_threads(a.threads)
+    if not _device_ready(torch, a):
+        return 2
     got = _backend(True)
     if got is None:
         return 2
