@@ -241,13 +241,34 @@ def shared_input(torch, ck, a, dt, shape):
     return {"n": n, "k": k, "ms_per_layer_prologue": off, "ms_prologue_cache": on}
 
 
+def _interleaved_us(fns, calls, warm, sync=lambda: None):
+    """Median µs a call of each entry point: warm calls each, then `calls`
+    calls each in chunks of 100, entries interleaved chunk by chunk, every
+    call timed on its own on the host clock; sync() after the warm-up and
+    after each chunk (a GPU's queue drained outside the timed calls)."""
+    clock = time.perf_counter_ns
+    times = {nm: [] for nm in fns}
+    for f in fns.values():
+        for _ in range(warm):
+            f()
+    sync()
+    for _ in range(max(1, calls // 100)):
+        for nm, f in fns.items():
+            rec = times[nm].append
+            for _ in range(100):
+                t0 = clock()
+                f()
+                rec(clock() - t0)
+            sync()
+    return {nm: median(v) / 1e3 for nm, v in times.items()}
+
+
 def overhead(torch, ck, a, dt):
     """Per call at M = 1: ck.int8_linear through the registry to qlinear
     (dispatch, constraints, weight cache, binding, C) against the C call with
     prepared arguments on the same packed layer; each call timed on its own,
     the two interleaved in chunks of 100, medians."""
     from qlinear.comfy import _ops
-    clock = time.perf_counter_ns
     out = []
     print(f"\ndispatch overhead at M = 1 ({a.dtype}), median of {a.calls} calls each:")
     g = torch.Generator().manual_seed(a.seed + 1)
@@ -268,18 +289,7 @@ def overhead(torch, ck, a, dt):
         fwd, args = lin._fwd_int, (lin._ptr, x.data_ptr(), code, 1, k, y.data_ptr(), code, n, epi)
         fns = {"ck.int8_linear -> qlinear": lambda: ck.int8_linear(x, q, s, bb, dt, True, 256),
                "ql_linear_forward, prepared args": lambda: fwd(*args)}
-        times = {nm: [] for nm in fns}
-        for f in fns.values():
-            for _ in range(100):
-                f()
-        for _ in range(max(1, a.calls // 100)):
-            for nm, f in fns.items():
-                rec = times[nm].append
-                for _ in range(100):
-                    t0 = clock()
-                    f()
-                    rec(clock() - t0)
-        med = {nm: median(v) / 1e3 for nm, v in times.items()}
+        med = _interleaved_us(fns, a.calls, warm=100)
         over = med["ck.int8_linear -> qlinear"] - med["ql_linear_forward, prepared args"]
         print(f"  {n}x{k}: " + ", ".join(f"{nm} {v:.1f} us" for nm, v in med.items()) + f"; overhead {over:.1f} us")
         out.append({"n": n, "k": k, "median_us": med, "overhead_us": over})
@@ -637,7 +647,6 @@ def run_host_cost(a):
           f"each (chunks of 100, interleaved); torch {torch.__version__}, comfy-kitchen {_version('comfy-kitchen')}, "
           f"qlinear serves {', '.join(st['devices'])}")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    clock = time.perf_counter_ns
     g = torch.Generator().manual_seed(a.seed)
     out = []
     for n, k in ((256, 256), (2048, 2048)):
@@ -669,21 +678,8 @@ def run_host_cost(a):
             "torch.empty": lambda: torch.empty(m, n, dtype=dt, device=dev),
             "F.linear (PyTorch)": lambda: torch.nn.functional.linear(x, wf, bb),
         }
-        times = {nm: [] for nm in fns}
         with torch.no_grad():
-            for f in fns.values():
-                for _ in range(20):
-                    f()
-            sync()
-            for _ in range(max(1, a.calls // 100)):
-                for nm, f in fns.items():
-                    rec = times[nm].append
-                    for _ in range(100):
-                        t0 = clock()
-                        f()
-                        rec(clock() - t0)
-                    sync()
-        med = {nm: median(v) / 1e3 for nm, v in times.items()}
+            med = _interleaved_us(fns, a.calls, warm=20, sync=sync)
         print(f"  {n}x{k}:")
         for nm, v in med.items():
             print(f"    {nm:<34} {v:8.1f} us")
