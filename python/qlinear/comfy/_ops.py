@@ -331,7 +331,7 @@ def _fast(e, x, bias, out_dtype, input_act, act_weight, act_eps):
     if m == 0:
         return None
     cuda = x.is_cuda
-    if bias is not None and (not HAS_EPI_BIAS if not cuda else not CUDA_EPI_BIAS[0]):
+    if bias is not None and not (CUDA_EPI_BIAS[0] if cuda else HAS_EPI_BIAS):  # a library without per-call bias
         return None
     w = None
     if code and input_act == "rms_norm":
