@@ -25,6 +25,8 @@ struct InputAct {
     int wdt;
     float eps;      /* RMS_NORM, finite */
     float *rms;     /* RMS_NORM: [m] row factors 1/sqrt(Σx²/k + eps), filled by launch_rms_factors */
+    const uint16_t *tab; /* GELU_TANH / SWIGLU on bf16 or fp16 rows: the CPU's table of the function over every
+                          * bit pattern (ql_act_table16), on the device; NULL: computed (the same bits, slower) */
 };
 
 /* 16 consecutive values j..j+15 of a row as fp32; vec: 16-byte loads (row
@@ -53,13 +55,27 @@ __device__ __forceinline__ void load16(int dt, const char *row, int64_t j, bool 
     for (int i = 0; i < 16; i++) v[i] = load_f(dt, row, j + i);
 }
 
+/* tab's entry for x, a value of dt (bf16 or fp16, exact in fp32): one load
+ * where the function costs an exp, a division and a tanh per value, which the
+ * low-occupancy prologue cannot hide. */
+__device__ __forceinline__ float act_lookup(int dt, const uint16_t *tab, float x)
+{
+    const unsigned short b =
+        dt == DT_BF16 ? (unsigned short)(__float_as_uint(x) >> 16) : __half_as_ushort(__float2half_rn(x));
+    const unsigned short r = __ldg(tab + b);
+    return dt == DT_BF16 ? __bfloat162float(__ushort_as_bfloat16(r)) : __half2float(__ushort_as_half(r));
+}
+
 /* gelu(x, approximate="tanh") = (0.5·x)·(1 + tanh(β·(x + κ·((x·x)·x)))), fp32, rounded once to dt. */
-__device__ __forceinline__ float act_gelu_tanh(int dt, float x) { return round_to(dt, ql_act_gelu_tanh(x)); }
+__device__ __forceinline__ float act_gelu_tanh(int dt, float x, const uint16_t *tab)
+{
+    return tab && dt != DT_F32 ? act_lookup(dt, tab, x) : round_to(dt, ql_act_gelu_tanh(x));
+}
 
 /* swiglu: s = round(gate / (1 + e^-gate)), then round(s·up). */
-__device__ __forceinline__ float act_swiglu(int dt, float gate, float up)
+__device__ __forceinline__ float act_swiglu(int dt, float gate, float up, const uint16_t *tab)
 {
-    const float s = round_to(dt, ql_act_silu(gate));
+    const float s = tab && dt != DT_F32 ? act_lookup(dt, tab, gate) : round_to(dt, ql_act_silu(gate));
     return round_to(dt, __fmul_rn(s, up));
 }
 
@@ -132,10 +148,10 @@ __device__ __forceinline__ void activate16(int code, const InputAct &a, int dt, 
 {
     if (code == QL_INPUT_ACT_GELU_TANH) {
 #pragma unroll
-        for (int t = 0; t < 16; t++) v[t] = act_gelu_tanh(dt, v[t]);
+        for (int t = 0; t < 16; t++) v[t] = act_gelu_tanh(dt, v[t], a.tab);
     } else if (code == QL_INPUT_ACT_SWIGLU) {
 #pragma unroll
-        for (int t = 0; t < 16; t++) v[t] = act_swiglu(dt, v[t], up[t]);
+        for (int t = 0; t < 16; t++) v[t] = act_swiglu(dt, v[t], up[t], a.tab);
     } else if (code == QL_INPUT_ACT_RMS_NORM) {
         float w[16];
         load16(a.wdt, (const char *)a.w, j, ((uintptr_t)a.w & 15) == 0, w);
@@ -164,8 +180,8 @@ __device__ __forceinline__ float act_value(const InputAct &a, int dt, const char
 {
     const float x = load_f(dt, row, j);
     switch (a.code) {
-    case QL_INPUT_ACT_GELU_TANH: return act_gelu_tanh(dt, x);
-    case QL_INPUT_ACT_SWIGLU: return act_swiglu(dt, x, load_f(dt, row, k + j));
+    case QL_INPUT_ACT_GELU_TANH: return act_gelu_tanh(dt, x, a.tab);
+    case QL_INPUT_ACT_SWIGLU: return act_swiglu(dt, x, load_f(dt, row, k + j), a.tab);
     case QL_INPUT_ACT_RMS_NORM: return act_rms_norm(dt, x, r, round_to(dt, load_f(a.wdt, a.w, j)));
     default: return x;
     }
