@@ -406,7 +406,17 @@ def test_fast_path_state(cache, gen, monkeypatch):
     e = _ops._int8_layer(q, s, 256)
     calls = [(x, None, None), (x, "gelu_tanh", b), (x, None, b), (x2, "swiglu", None), (x, "rms_norm", b),
              (x, None, b), (x, None, None), (x, "gelu_tanh", None), (x2, "swiglu", b), (x, "rms_norm", None)] * 2
+    calls += [(x, None, b), ("bias", 0, 0), (x, None, b), ("weight", 0, 0), (x, "rms_norm", b), ("swap", 0, 0), (x, "rms_norm", b)]
     for i, (xi, act, bi) in enumerate(calls):
+        if isinstance(xi, str) and xi == "bias":  # written in place (as LoRA patching does): the kept plan and fp32 bias must follow
+            b.mul_(-2)
+            continue
+        if isinstance(xi, str) and xi == "swap":  # another rms_norm weight tensor
+            w = (torch.rand(k, generator=gen) + 0.5).to(torch.bfloat16)
+            continue
+        if isinstance(xi, str):  # the rms_norm weight written in place
+            w.add_(0.25)
+            continue
         kw = dict(x=xi, weight=q, weight_scale=s, bias=bi, out_dtype=torch.bfloat16, convrot=True,
                   convrot_groupsize=256, input_act=act, input_act_weight=w if act == "rms_norm" else None,
                   input_act_eps=1e-6)

@@ -24,7 +24,7 @@ from collections import OrderedDict
 
 class _Entry:
     __slots__ = ("key", "ref", "ptr", "shape", "stride", "version", "extra", "parts", "layer", "bytes", "failed",
-                 "bias_memo")
+                 "bias_memo", "plan")
 
 
 def _part_sig(t):
@@ -84,7 +84,7 @@ class WeightCache:
             e.ptr, e.shape, e.stride, e.version = weight.data_ptr(), weight.shape, weight.stride(), weight._version
             e.extra = extra
             e.parts = [(_part_sig(t), None if t is None else t.detach().clone()) for t in parts]
-            e.layer, e.failed, e.bias_memo = None, None, None
+            e.layer, e.failed, e.bias_memo, e.plan = None, None, None, None
             try:
                 e.layer = make()
                 e.bytes = e.layer.weight_bytes
@@ -94,6 +94,22 @@ class WeightCache:
             self.bytes += e.bytes
             self._shrink()
             return e
+
+    def hit(self, weight, extra, part):
+        """get()'s hit for a layer of one small part, found without building
+        the call's make() (the common call: the same weight and scale
+        tensors); None where get() must decide."""
+        e = self._d.get(id(weight))
+        if (e is None or e.ref() is not weight or e.version != weight._version or e.extra != extra
+                or e.ptr != weight.data_ptr() or len(e.parts) != 1):
+            return None
+        sig = e.parts[0][0]
+        if sig[0] is not part or sig[1] != part._version:
+            return None
+        self.hits += 1
+        if self.limit_bytes:
+            self._touch(e)
+        return e
 
     def _parts_match(self, e, parts):
         for (sig, copy), t in zip(e.parts, parts):

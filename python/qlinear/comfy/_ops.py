@@ -71,18 +71,9 @@ HAS_PROLOGUE_CACHE = _has_field("ql_epilogue", "prologue_cache") and \
 _tls = threading.local()
 
 
-def _prologue(x, m, ldx, extra=()):
-    """This thread's prologue-cache state for an int8_linear on x: a
-    ql_epilogue (reused per call) carrying the cache and the generation of x.
-    The generation moves on whenever x is not the input of the last call —
-    data pointer, rows, row length or stride, or dtype differ (views of one
-    memory as [m, k] rows are the same input) — or has been written since
-    (its version counter, which views share with their base). The last x is
-    held (a strong reference), so its memory cannot be handed to another
-    tensor while the cache holds its codes: an equal pointer is the same
-    memory. extra: what else the codes depend on that the library keys by
-    pointer only (an rms_norm weight's version). ComfyUI calls q, k and v
-    one by one on one x: the second and third quantize nothing."""
+def _thread_cache():
+    """This thread's prologue-cache state: [cache, epilogue, last x, its key,
+    generation] (made on first use)."""
     st = getattr(_tls, "pc", None)
     if st is None:
         p = _ffi.new("ql_prologue_cache **")
@@ -91,12 +82,34 @@ def _prologue(x, m, ldx, extra=()):
         epi = _ffi.new("ql_epilogue *")
         epi.prologue_cache = cache
         st = _tls.pc = [cache, epi, None, None, 0]
+    return st
+
+
+def _generation(st, x, m, ldx, extra):
+    """The generation of x in this thread's cache state st: it moves on
+    whenever x is not the input of the last call — data pointer, rows, row
+    length or stride, or dtype differ (views of one memory as [m, k] rows are
+    the same input) — or has been written since (its version counter, which
+    views share with their base). The last x is held (a strong reference), so
+    its memory cannot be handed to another tensor while the cache holds its
+    codes: an equal pointer is the same memory. extra: what else the codes
+    depend on that the library keys by pointer only (an rms_norm weight's
+    version)."""
     key = (x.data_ptr(), m, x.shape[-1], ldx, x.dtype, x._version, extra)
     if key != st[3]:
         st[2], st[3] = x, key
         st[4] += 1
+    return st[4]
+
+
+def _prologue(x, m, ldx, extra=()):
+    """This thread's prologue-cache state for an int8_linear on x: a
+    ql_epilogue (reused per call) carrying the cache and the generation of x
+    (_generation). ComfyUI calls q, k and v one by one on one x: the second
+    and third quantize nothing."""
+    st = _thread_cache()
     epi = st[1]
-    epi.prologue_generation = st[4]
+    epi.prologue_generation = _generation(st, x, m, ldx, extra)
     return epi
 
 
@@ -144,6 +157,10 @@ def sr_dtypes():
 # ---------------------------------------------------------------- int8_linear
 
 def _int8_layer(weight, weight_scale, group):
+    e = weights.hit(weight, ("int8", group), weight_scale)
+    if e is not None:
+        return e
+
     def make():
         _context()
         w = weight.detach()
@@ -155,6 +172,10 @@ def _int8_layer(weight, weight_scale, group):
 
 
 def _int8_layer_cuda(weight, weight_scale, group):
+    e = weights.hit(weight, ("int8-cuda", group), weight_scale)
+    if e is not None:
+        return e
+
     def make():
         # the CUDA layer keeps its own copy (codes permuted within each rotation group
         # into its prologue's order, rows padded to TMA's pitch), uploaded from the host
@@ -312,20 +333,20 @@ def _fast(e, x, bias, out_dtype, input_act, act_weight, act_eps):
     """The common call in one C call, or None where it needs the general path
     (_run, _run_cuda): ComfyUI's F.linear path and its fused input
     activations on a contiguous x, with the bias in the epilogue. Nothing is
-    built per call: this thread's epilogue (its prologue cache's, or a plain
-    one) carries the bias (converted once, kept on the weight's entry) and the
-    activation for the call and is reset after it; an rms_norm weight in a
-    dtype the library reads is passed as it lies (else the general path
-    converts it)."""
+    built per call: the weight's entry keeps a plan (_Plan: the epilogue with
+    the bias converted once, the activation, this thread's prologue cache)
+    while the call's terms stay the same; an rms_norm weight in a dtype the
+    library reads is passed as it lies (else the general path converts it)."""
     layer = e.layer
-    k, n = layer.k, layer.n
     code = 0
     if input_act is not None and input_act != "none":
         code = FUSED_ACTS.get(input_act)
         if code is None:
             return None
+    k = layer.k
     cols = 2 * k if code and input_act == "swiglu" else k
-    if not x.is_contiguous() or x.dim() == 0 or x.shape[-1] != cols or x.dtype not in CODE or out_dtype not in CODE:
+    xdt = x.dtype
+    if not x.is_contiguous() or x.dim() == 0 or x.shape[-1] != cols or xdt not in CODE or out_dtype not in CODE:
         return None
     m = x.numel() // cols if cols else 0
     if m == 0:
@@ -334,36 +355,68 @@ def _fast(e, x, bias, out_dtype, input_act, act_weight, act_eps):
     if bias is not None and not (CUDA_EPI_BIAS[0] if cuda else HAS_EPI_BIAS):  # a library without per-call bias
         return None
     w = None
+    eps = 0.0
     if code and input_act == "rms_norm":
         w = act_weight
         if w is None or w.dtype not in CODE or not w.is_contiguous() or w.device != x.device:
             return None
-    y = torch.empty(x.shape[:-1] + (n,), dtype=out_dtype, device=x.device)
+        eps = float(act_eps if act_eps is not None else torch.finfo(xdt).eps)
+    st = _thread_cache() if HAS_PROLOGUE_CACHE else None
+    bver = 0 if bias is None else bias._version
+    p = e.plan
+    if (p is None or p.st is not st or p.bias is not bias or p.bver != bver or p.odt is not out_dtype or p.code != code
+            or (w is not None and (p.w is not w or p.wptr != w.data_ptr() or p.eps != eps))):
+        p = e.plan = _Plan(e, st, bias, bver, out_dtype, code, w, eps)
     if not cuda and _ctx.threads != torch.get_num_threads():
         _context()
-    if HAS_PROLOGUE_CACHE:
-        epi = _prologue(x, m, cols, () if w is None else (w.data_ptr(), w._version))
-    else:
-        epi = _plain_epilogue()
-    epi.bias = _ffi.NULL if bias is None else _ffi.cast("const float *", _bias_f32(e, bias, out_dtype).data_ptr())
-    if code:
-        epi.input_act = code
-        if w is not None:
-            epi.input_act_weight, epi.input_act_weight_dtype = _ffi.cast("void *", w.data_ptr()), CODE[w.dtype]
-            epi.input_act_eps = float(act_eps if act_eps is not None else torch.finfo(x.dtype).eps)
+    if st is not None:
+        g = _generation(st, x, m, cols, () if w is None else (w.data_ptr(), w._version))
+        if g != p.gen:
+            p.epi.prologue_generation = p.gen = g
+    n = layer.n
+    sh = x.shape
+    y = x.new_empty((m, n) if len(sh) == 2 else (*sh[:-1], n), dtype=out_dtype)
     if cuda:
         layer._use_current_stream()
-    st = layer._fwd_int(layer._ptr, x.data_ptr(), CODE[x.dtype], m, cols, y.data_ptr(), CODE[out_dtype], n, epi)
-    epi.bias = _ffi.NULL  # the epilogue is this thread's, reused by the next call
-    if code:
-        epi.input_act, epi.input_act_weight = 0, _ffi.NULL
+    st = layer._fwd_int(layer._ptr, x.data_ptr(), CODE[xdt], m, cols, y.data_ptr(), p.ycode, n, p.arg)
     if st == C.QL_ERR_UNSUPPORTED and cuda:
+        e.plan = None
         if bias is not None:  # a library without the CUDA per-call bias
             CUDA_EPI_BIAS[0] = False
         return None  # or without CUDA input activations: the general path applies them in PyTorch
     if st:
         check(st, "ql_linear_forward")
     return y
+
+
+class _Plan:
+    """What _fast hands the C call for one weight entry, built once and kept
+    on the entry while the call's terms stay the same (the thread's cache
+    state st, the bias tensor and its version, the output dtype, the
+    activation and its weight): a ql_epilogue of its own (the bias converted
+    once, the activation, the thread's prologue cache; per call only the
+    generation of x moves) and the epilogue in the form the binding passes.
+    The plan holds st, so the cache it points to lives while the plan does;
+    another thread's call finds another st and builds its own plan."""
+    __slots__ = ("st", "bias", "bver", "odt", "code", "w", "wptr", "eps", "b32", "epi", "arg", "gen", "ycode")
+
+    def __init__(self, e, st, bias, bver, out_dtype, code, w, eps):
+        self.st, self.bias, self.bver, self.odt, self.code = st, bias, bver, out_dtype, code
+        self.w, self.wptr, self.eps, self.gen, self.ycode = w, None, eps, -1, CODE[out_dtype]
+        epi = self.epi = _ffi.new("ql_epilogue *")
+        self.b32 = None
+        if bias is not None:
+            self.b32 = _bias_f32(e, bias, out_dtype)
+            epi.bias = _ffi.cast("const float *", self.b32.data_ptr())
+        if code:
+            epi.input_act = code
+            if w is not None:
+                self.wptr = w.data_ptr()
+                epi.input_act_weight, epi.input_act_weight_dtype = _ffi.cast("void *", self.wptr), CODE[w.dtype]
+                epi.input_act_eps = eps
+        if st is not None:
+            epi.prologue_cache = st[0]
+        self.arg = getattr(epi, "_as_parameter_", epi)  # ctypes: the struct's address, made once
 
 
 def _bias_f32(e, bias, out_dtype):
