@@ -360,6 +360,21 @@ static int pick_roww(int64_t m, int k, int64_t resident_warps, int force)
     return roww;
 }
 
+/* With an input activation, the team size that keeps the most warps
+ * resident (ties: the smaller team): an activated item takes longer between
+ * its loads, and a long row's buffers (one warp a row: 98 KB a block at
+ * K = 8192, two blocks an SM) leave too few warps to hide it. resident:
+ * blocks per team size 1, 2, 4. */
+static int occupancy_roww(int k, const int (&resident)[3])
+{
+    const int items = wp_items(k);
+    int roww = 1, best = 0;
+    if (k == 256) return 1;
+    for (int r = 1, rw = 2; rw <= WP_WARPS; r++, rw *= 2)
+        if (items % (2 * rw) == 0 && resident[r] > resident[best]) best = r, roww = rw;
+    return roww;
+}
+
 /* The kernels of a dtype: [input activation][team size 1, 2, 4]. */
 template <int DT, int ACT> void *const *g256_kernels_act()
 {
@@ -404,7 +419,11 @@ template <int DT> cudaError_t launch_g256(const void *x, int64_t ldx_bytes, int6
                                           bool pdl, cudaStream_t stream)
 {
     const int a = act.code;
-    const int roww = pick_roww(m, k, (int64_t)resident[a][0] * WP_WARPS, force_roww);
+    int roww = pick_roww(m, k, (int64_t)resident[a][0] * WP_WARPS, force_roww);
+    if (a != QL_INPUT_ACT_NONE && !force_roww) {
+        const int occ = occupancy_roww(k, resident[a]);
+        if (occ > roww) roww = occ;
+    }
     const int r = roww == 1 ? 0 : roww == 2 ? 1 : 2;
     const int64_t units = k == 256 ? (m + 1) / 2 : m;
     int64_t blocks = (units * roww + WP_WARPS - 1) / WP_WARPS;
