@@ -407,7 +407,14 @@ def test_fast_path_state(cache, gen, monkeypatch):
     calls = [(x, None, None), (x, "gelu_tanh", b), (x, None, b), (x2, "swiglu", None), (x, "rms_norm", b),
              (x, None, b), (x, None, None), (x, "gelu_tanh", None), (x2, "swiglu", b), (x, "rms_norm", None)] * 2
     calls += [(x, None, b), ("bias", 0, 0), (x, None, b), ("weight", 0, 0), (x, "rms_norm", b), ("swap", 0, 0), (x, "rms_norm", b)]
-    for i, (xi, act, bi) in enumerate(calls):
+    # a pre-norm block's residual (fused in the epilogue on the CPU), then calls without one on the same plan's weight
+    r, rs = torch.randn(7, n, generator=gen).to(torch.bfloat16), torch.randn(n, generator=gen).to(torch.bfloat16)
+    calls += [(x, "rms_norm", b, 1), (x, None, b), (x, None, None, 1), (x, None, None), (x2, "swiglu", b, 1),
+              (x, "rms_norm", b, 1)]
+    real_run, general = _ops._run, []
+    monkeypatch.setattr(_ops, "_run", lambda *a: general.append(a) or real_run(*a))
+    for i, (xi, act, bi, *res) in enumerate(calls):
+        rr = (r, rs) if res else (None, None)
         if isinstance(xi, str) and xi == "bias":  # written in place (as LoRA patching does): the kept plan and fp32 bias must follow
             b.mul_(-2)
             continue
@@ -420,9 +427,11 @@ def test_fast_path_state(cache, gen, monkeypatch):
         kw = dict(x=xi, weight=q, weight_scale=s, bias=bi, out_dtype=torch.bfloat16, convrot=True,
                   convrot_groupsize=256, input_act=act, input_act_weight=w if act == "rms_norm" else None,
                   input_act_eps=1e-6)
+        kw["residual"], kw["residual_scale"] = rr
         got = call("qlinear", "int8_linear", **kw)
-        want = _ops._run(e.layer, xi, bi, torch.bfloat16, act, kw["input_act_weight"], 1e-6, None, None)
-        assert torch.equal(got, want), f"call {i}: {act} bias={bi is not None} cache={cache}"
+        assert not general, f"call {i}: took the general path"  # every call here is one the one-C-call path serves
+        want = real_run(e.layer, xi, bi, torch.bfloat16, act, kw["input_act_weight"], 1e-6, *rr)
+        assert torch.equal(got, want), f"call {i}: {act} bias={bi is not None} residual={bool(res)} cache={cache}"
 
 
 def test_prologue_cache_rms_weight_and_threads(gen):

@@ -319,8 +319,8 @@ def int8_linear(x, weight, weight_scale, bias=None, out_dtype=torch.bfloat16, co
                                  input_act_weight, input_act_eps, residual, residual_scale)
     group = convrot_groupsize if convrot else 0
     e = _int8_layer(weight, weight_scale, group)
-    if e.failed is None and residual is None:
-        y = _fast(e, x, bias, out_dtype, input_act, input_act_weight, input_act_eps)
+    if e.failed is None:
+        y = _fast(e, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual, residual_scale)
         if y is not None:
             return y
     if e.failed is not None:
@@ -329,10 +329,12 @@ def int8_linear(x, weight, weight_scale, bias=None, out_dtype=torch.bfloat16, co
     return _run(e.layer, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual, residual_scale)
 
 
-def _fast(e, x, bias, out_dtype, input_act, act_weight, act_eps):
+def _fast(e, x, bias, out_dtype, input_act, act_weight, act_eps, residual=None, residual_scale=None):
     """The common call in one C call, or None where it needs the general path
     (_run, _run_cuda): ComfyUI's F.linear path and its fused input
-    activations on a contiguous x, with the bias in the epilogue. Nothing is
+    activations on a contiguous x, with the bias in the epilogue, and on the
+    CPU a pre-norm block's residual (residual + residual_scale ⊙ y, 16-bit
+    outputs, both in the output dtype and laid out as _run fuses them). Nothing is
     built per call: the weight's entry keeps a plan (_Plan: the epilogue with
     the bias converted once, the activation, this thread's prologue cache)
     while the call's terms stay the same; an rms_norm weight in a dtype the
@@ -361,21 +363,31 @@ def _fast(e, x, bias, out_dtype, input_act, act_weight, act_eps):
         if w is None or w.dtype not in CODE or not w.is_contiguous() or w.device != x.device:
             return None
         eps = float(act_eps if act_eps is not None else torch.finfo(xdt).eps)
+    n = layer.n
+    sh = x.shape
+    oshape = (m, n) if len(sh) == 2 else (*sh[:-1], n)
+    res = residual is not None
+    if res and (cuda or out_dtype is torch.float32 or residual.dtype is not out_dtype or residual.shape != oshape
+                or not residual.is_contiguous() or residual_scale is None or residual_scale.dtype is not out_dtype
+                or residual_scale.dim() == 0 or residual_scale.numel() != n
+                or residual_scale.shape[-1] != n or not residual_scale.is_contiguous()):
+        return None
     st = _thread_cache() if HAS_PROLOGUE_CACHE else None
     bver = 0 if bias is None else bias._version
     p = e.plan
     if (p is None or p.st is not st or p.bias is not bias or p.bver != bver or p.odt is not out_dtype or p.code != code
-            or (w is not None and (p.w is not w or p.wptr != w.data_ptr() or p.eps != eps))):
-        p = e.plan = _Plan(e, st, bias, bver, out_dtype, code, w, eps)
+            or p.res is not res or (w is not None and (p.w is not w or p.wptr != w.data_ptr() or p.eps != eps))):
+        p = e.plan = _Plan(e, st, bias, bver, out_dtype, code, w, eps, res)
     if not cuda and _ctx.threads != torch.get_num_threads():
         _context()
     if st is not None:
         g = _generation(st, x, m, cols, () if w is None else (w.data_ptr(), w._version))
         if g != p.gen:
             p.epi.prologue_generation = p.gen = g
-    n = layer.n
-    sh = x.shape
-    y = x.new_empty((m, n) if len(sh) == 2 else (*sh[:-1], n), dtype=out_dtype)
+    y = x.new_empty(oshape, dtype=out_dtype)
+    if res:  # the plan's epilogue is its own: these are written before each of its calls
+        epi = p.epi
+        epi.residual, epi.ld_residual, epi.residual_scale = _ptr(residual), n, _ptr(residual_scale)
     if cuda:
         layer._use_current_stream()
     st = layer._fwd_int(layer._ptr, x.data_ptr(), CODE[xdt], m, cols, y.data_ptr(), p.ycode, n, p.arg)
@@ -393,15 +405,16 @@ class _Plan:
     """What _fast hands the C call for one weight entry, built once and kept
     on the entry while the call's terms stay the same (the thread's cache
     state st, the bias tensor and its version, the output dtype, the
-    activation and its weight): a ql_epilogue of its own (the bias converted
-    once, the activation, the thread's prologue cache; per call only the
-    generation of x moves) and the epilogue in the form the binding passes.
+    activation and its weight, whether a residual is fused): a ql_epilogue of
+    its own (the bias converted once, the activation, the thread's prologue
+    cache; per call only the generation of x moves, and a residual's
+    pointers) and the epilogue in the form the binding passes.
     The plan holds st, so the cache it points to lives while the plan does;
     another thread's call finds another st and builds its own plan."""
-    __slots__ = ("st", "bias", "bver", "odt", "code", "w", "wptr", "eps", "b32", "epi", "arg", "gen", "ycode")
+    __slots__ = ("st", "bias", "bver", "odt", "code", "w", "wptr", "eps", "res", "b32", "epi", "arg", "gen", "ycode")
 
-    def __init__(self, e, st, bias, bver, out_dtype, code, w, eps):
-        self.st, self.bias, self.bver, self.odt, self.code = st, bias, bver, out_dtype, code
+    def __init__(self, e, st, bias, bver, out_dtype, code, w, eps, res):
+        self.st, self.bias, self.bver, self.odt, self.code, self.res = st, bias, bver, out_dtype, code, res
         self.w, self.wptr, self.eps, self.gen, self.ycode = w, None, eps, -1, CODE[out_dtype]
         epi = self.epi = _ffi.new("ql_epilogue *")
         self.b32 = None
@@ -584,8 +597,8 @@ def w4a8_int8_linear(x, qdata, s_rel, s_channel, codebook=None, correction=None,
         return _eager().w4a8_int8_linear(x, qdata, s_rel, s_channel, codebook, correction, bias, group_size,
                                          convrot_groupsize, out_dtype, input_act, input_act_weight, input_act_eps,
                                          residual, residual_scale)
-    if residual is None:
-        y = _fast(e, x, bias, out_dtype, input_act, input_act_weight, input_act_eps)
+    if residual is None or not x.is_cuda:
+        y = _fast(e, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual, residual_scale)
         if y is not None:
             return y
     if x.is_cuda:
