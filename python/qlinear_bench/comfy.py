@@ -630,7 +630,8 @@ def run_host_cost(a):
     never fills and blocks a launch), entries interleaved chunk by chunk,
     medians. The pieces nest: ck.int8_linear = the registry's choice and the
     rules + the backend's op; the op = the weight-cache lookup + _fast; _fast
-    = torch.empty + epilogue + the C call."""
+    = torch.empty + epilogue + the C call. Beside them, a pre-norm block's
+    call (rms_norm on the input, the gated residual on the output)."""
     import torch
     cuda = a.device == "cuda"
     if not _device_ready(torch, a):
@@ -655,6 +656,9 @@ def run_host_cost(a):
         bb = b.to(dev, dt)
         x = torch.randn(m, k, generator=g).to(dev, dt)
         wf = torch.randn(n, k, generator=g).to(dev, dt)
+        # a pre-norm block's call: rms_norm on the input, the gated residual on the output
+        wn = (torch.rand(k, generator=g) + 0.5).to(dev, dt)
+        res, rsc = torch.randn(m, n, generator=g).to(dev, dt), torch.randn(n, generator=g).to(dev, dt)
         kw = dict(x=x, weight=q, weight_scale=s, bias=bb, out_dtype=dt, convrot=True, convrot_groupsize=256,
                   input_act=None, input_act_weight=None, input_act_eps=0.0, residual=None, residual_scale=None)
         if registry.get_capable_backend("int8_linear", kw) != "qlinear":
@@ -671,6 +675,9 @@ def run_host_cost(a):
         args = (lin._ptr, x.data_ptr(), code, m, k, y.data_ptr(), code, n, epi)
         fns = {
             "ck.int8_linear (ComfyUI's call)": lambda: ck.int8_linear(x, q, s, bb, dt, True, 256),
+            "the same, rms_norm + residual": lambda: ck.int8_linear(x, q, s, bb, dt, True, 256, input_act="rms_norm",
+                                                                    input_act_weight=wn, input_act_eps=1e-6,
+                                                                    residual=res, residual_scale=rsc),
             "registry: choose + rules": lambda: registry.get_capable_backend("int8_linear", kw),
             "_ops.int8_linear (the op)": lambda: _ops.int8_linear(x, q, s, bb, dt, True, 256),
             "_fast (entry found)": lambda: _ops._fast(e, x, bb, dt, None, None, 0.0),

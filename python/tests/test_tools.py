@@ -61,7 +61,7 @@ def test_comfy_host_cost(tmp_path):
     assert d["device"] == "cpu" and d["m"] == 1 and [(o["n"], o["k"]) for o in d["host_us"]] == [(256, 256), (2048, 2048)]
     for o in d["host_us"]:
         med = o["median_us"]
-        assert len(med) == 7 and all(v > 0 for v in med.values())
+        assert len(med) == 8 and all(v > 0 for v in med.values())
         assert med["registry: choose + rules"] < med["ck.int8_linear (ComfyUI's call)"]
     assert "C call, prepared args" in r.stdout
 
