@@ -316,21 +316,61 @@ def test_cache_two_threads_one_layer(gen):
     xs = [torch.randn(17, 512, generator=gen).to(torch.bfloat16) for _ in range(8)]
     with registry.use_backend("eager"):
         refs = [ck.int8_linear(x, q, s, None, torch.bfloat16, True, 256) for x in xs]
-    out, errs = [None] * len(xs), []
+    out = [None] * len(xs)
 
     def work(i):
+        for _ in range(5):
+            out[i] = ck.int8_linear(xs[i], q, s, None, torch.bfloat16, True, 256)
+    assert not _in_threads(work, len(xs))
+    assert all(torch.equal(a, b) for a, b in zip(out, refs))
+
+
+def _in_threads(work, count):
+    """work(i) for i < count, each on its own thread, all at once; the
+    exceptions they raised."""
+    errs = []
+
+    def run(i):
         try:
-            for _ in range(5):
-                out[i] = ck.int8_linear(xs[i], q, s, None, torch.bfloat16, True, 256)
-        except Exception as e:  # pragma: no cover (reported below)
+            work(i)
+        except Exception as e:  # pragma: no cover (reported by the caller)
             errs.append(e)
-    ts = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(count)]
     for t in ts:
         t.start()
     for t in ts:
         t.join()
-    assert not errs
-    assert all(torch.equal(a, b) for a, b in zip(out, refs))
+    return errs
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_fast_path_threads_residual(cache, gen, monkeypatch):
+    """Threads calling one weight at once, each with its own input and
+    residual, with the prologue cache on and off: a call's plan (whose
+    epilogue takes the residual's pointers per call) is its thread's alone,
+    so each gets the bits of _run on its own arguments."""
+    if cache and not _ops.HAS_PROLOGUE_CACHE:
+        pytest.skip("no prologue cache")
+    monkeypatch.setattr(_ops, "HAS_PROLOGUE_CACHE", cache)
+    k, n, m = 512, 256, 64
+    q, s = int8_weight(n, k, gen)
+    b = torch.randn(n, generator=gen).to(torch.bfloat16)
+    e = _ops._int8_layer(q, s, 256)
+    args = [(torch.randn(m, k, generator=gen).to(torch.bfloat16), torch.randn(m, n, generator=gen).to(torch.bfloat16),
+             torch.randn(n, generator=gen).to(torch.bfloat16)) for _ in range(4)]
+    refs = [_ops._run(e.layer, x, b, torch.bfloat16, None, None, 0.0, r, rs) for x, r, rs in args]
+    bad = []
+    start = threading.Barrier(len(args))
+
+    def work(i):
+        x, r, rs = args[i]
+        start.wait()
+        for j in range(120):
+            y = ck.int8_linear(x, q, s, b, torch.bfloat16, True, 256, residual=r, residual_scale=rs)
+            if not torch.equal(y, refs[i]):
+                bad.append((i, j))
+    assert not _in_threads(work, len(args))
+    assert not bad, f"{len(bad)} calls got another thread's residual (first: thread, call {bad[0]})"
 
 
 def _pc():

@@ -85,6 +85,14 @@ def _thread_cache():
     return st
 
 
+def _thread_token():
+    """An object of this thread's own (what a plan is kept for without the prologue cache)."""
+    t = getattr(_tls, "token", None)
+    if t is None:
+        t = _tls.token = object()
+    return t
+
+
 def _generation(st, x, m, ldx, extra):
     """The generation of x in this thread's cache state st: it moves on
     whenever x is not the input of the last call — data pointer, rows, row
@@ -372,7 +380,9 @@ def _fast(e, x, bias, out_dtype, input_act, act_weight, act_eps, residual=None, 
                 or residual_scale.dim() == 0 or residual_scale.numel() != n
                 or residual_scale.shape[-1] != n or not residual_scale.is_contiguous()):
         return None
-    st = _thread_cache() if HAS_PROLOGUE_CACHE else None
+    # the plan's owner: this thread's cache state, or without the cache a token of this thread (a plan's
+    # epilogue is written per call, so no two threads share one)
+    st = _thread_cache() if HAS_PROLOGUE_CACHE else _thread_token()
     bver = 0 if bias is None else bias._version
     p = e.plan
     if (p is None or p.st is not st or p.bias is not bias or p.bver != bver or p.odt is not out_dtype or p.code != code
@@ -380,7 +390,7 @@ def _fast(e, x, bias, out_dtype, input_act, act_weight, act_eps, residual=None, 
         p = e.plan = _Plan(e, st, bias, bver, out_dtype, code, w, eps, res)
     if not cuda and _ctx.threads != torch.get_num_threads():
         _context()
-    if st is not None:
+    if HAS_PROLOGUE_CACHE:
         g = _generation(st, x, m, cols, () if w is None else (w.data_ptr(), w._version))
         if g != p.gen:
             p.epi.prologue_generation = p.gen = g
@@ -409,8 +419,10 @@ class _Plan:
     its own (the bias converted once, the activation, the thread's prologue
     cache; per call only the generation of x moves, and a residual's
     pointers) and the epilogue in the form the binding passes.
-    The plan holds st, so the cache it points to lives while the plan does;
-    another thread's call finds another st and builds its own plan."""
+    The plan holds st (the thread's cache state, or a token of the thread),
+    so the cache it points to lives while the plan does; another thread's
+    call finds another st and builds its own plan: no two threads write one
+    epilogue."""
     __slots__ = ("st", "bias", "bver", "odt", "code", "w", "wptr", "eps", "res", "b32", "epi", "arg", "gen", "ycode")
 
     def __init__(self, e, st, bias, bver, out_dtype, code, w, eps, res):
@@ -427,7 +439,7 @@ class _Plan:
                 self.wptr = w.data_ptr()
                 epi.input_act_weight, epi.input_act_weight_dtype = _ffi.cast("void *", self.wptr), CODE[w.dtype]
                 epi.input_act_eps = eps
-        if st is not None:
+        if isinstance(st, list):  # the thread's prologue-cache state (else a token of the thread)
             epi.prologue_cache = st[0]
         self.arg = getattr(epi, "_as_parameter_", epi)  # ctypes: the struct's address, made once
 
