@@ -32,6 +32,12 @@ def _part_sig(t):
     return (t, t._version) if t is not None else (None, 0)
 
 
+def _same(e, weight, extra):
+    """Entry e (or None) is this weight, unchanged since it was packed, for this call's extra key."""
+    return (e is not None and e.ref() is weight and e.version == weight._version and e.extra == extra
+            and e.ptr == weight.data_ptr())
+
+
 class WeightCache:
     def __init__(self, limit_bytes=None):
         if limit_bytes is None:
@@ -63,16 +69,14 @@ class WeightCache:
         entry then says failed, and the caller declines) until the weight
         changes."""
         e = self._d.get(id(weight))
-        if (e is not None and e.ref() is weight and e.version == weight._version and e.extra == extra
-                and e.ptr == weight.data_ptr() and self._parts_match(e, parts)):
+        if _same(e, weight, extra) and self._parts_match(e, parts):
             self.hits += 1
             if self.limit_bytes:
                 self._touch(e)
             return e
         with self._lock:
             e = self._d.get(id(weight))
-            if (e is not None and e.ref() is weight and e.version == weight._version and e.extra == extra
-                    and e.ptr == weight.data_ptr() and e.shape == weight.shape and self._parts_match(e, parts)):
+            if _same(e, weight, extra) and e.shape == weight.shape and self._parts_match(e, parts):
                 self.hits += 1
                 return e
             self.misses += 1
@@ -100,8 +104,7 @@ class WeightCache:
         the call's make() (the common call: the same weight and scale
         tensors); None where get() must decide."""
         e = self._d.get(id(weight))
-        if (e is None or e.ref() is not weight or e.version != weight._version or e.extra != extra
-                or e.ptr != weight.data_ptr() or len(e.parts) != 1):
+        if not _same(e, weight, extra) or len(e.parts) != 1:
             return None
         sig = e.parts[0][0]
         if sig[0] is not part or sig[1] != part._version:
