@@ -2,8 +2,10 @@
  * equal to ql_gemm_s8s8s32_ref for every kernel (Hopper wgmma tiles, the
  * portable mma.sync kernel, the GEMV) and every tail; the full W8A8 pipeline
  * bit-identical to ql_int8_linear_ref for every dtype, group, bias, residual
- * and stride; input activations fused into the prologue against the CPU's
- * (test_input_act); W4A8/W6A8 layers decoded once or kept packed (the
+ * and stride, with the exact prologue (QLINEAR_CUDA_PROLOGUE=exact); the
+ * default tensor-core rotation of bf16 rows under issue #25's rule
+ * (test_prologue_mma); input activations fused into the prologue against
+ * the CPU's (test_input_act); W4A8/W6A8 layers decoded once or kept packed (the
  * packed GEMV, the decode kernel + GEMM, the asymmetric correction)
  * bit-identical to the CPU's; outputs poisoned first so unwritten elements
  * show; bad input
@@ -1280,6 +1282,17 @@ typedef struct act_tally {
     int64_t codes, moved; /* over every case of an (activation, dtype) */
 } act_tally;
 
+/* set: the prologue under test rotates bf16 rows on the tensor cores
+ * (QLINEAR_CUDA_PROLOGUE=mma), in another order than the reference: issue
+ * #25's rule instead of identity. A rotated value may round to the
+ * neighbouring bf16; its code then moves by one, or by two where the
+ * reference's second rounding (the quotient to bf16, ties to even) falls
+ * the other way too; a row's absmax rounded the other way moves its scale by
+ * up to one bf16 step (2^-7 relative). The caller holds the moved codes of
+ * all cases to 0.1 %; the GPU's outputs stay exactly the epilogue of its own
+ * codes and within the bound above of the CPU's. */
+static int rule_mode;
+
 static void act_case(ql_context *gpu, ql_context *cpu, ql_cuda_workspace **ws, int act, ql_dtype xdt, int64_t g, int64_t m,
                      int64_t k, int64_t n, int64_t pad, float eps, ql_dtype wdt, ql_dtype ydt, int bias_on, act_tally *tally)
 {
@@ -1334,7 +1347,8 @@ static void act_case(ql_context *gpu, ql_context *cpu, ql_cuda_workspace **ws, i
     int64_t *row_moved = calloc((size_t)m + 1, sizeof(int64_t));
     for (int64_t r = 0; r < m; r++) {
         const int nan0 = isnan(s0[r]), nan1 = isnan(s1[r]);
-        if (nan0 != nan1 || (!nan0 && s1[r] != s0[r])) {
+        const int scale_ok = rule_mode ? fabs((double)s1[r] - s0[r]) <= 0x1p-7 * s0[r] : s1[r] == s0[r];
+        if (nan0 != nan1 || (!nan0 && !scale_ok)) {
             if (bad_scale < 0) bad_scale = r;
         }
         for (int64_t j = 0; j < k; j++) {
@@ -1351,8 +1365,8 @@ static void act_case(ql_context *gpu, ql_context *cpu, ql_cuda_workspace **ws, i
     CHECK(bad_scale < 0, "%s: row %lld scale %.9g, reference %.9g", what, (long long)bad_scale,
           bad_scale >= 0 ? s1[bad_scale] : 0.0, bad_scale >= 0 ? s0[bad_scale] : 0.0);
     CHECK(bad_pad < 0, "%s: row %lld has non-zero padding codes", what, (long long)bad_pad);
-    CHECK(moved == 0, "%s: %lld of %lld codes differ from the CPU's (by up to %lld; first at %lld)", what, (long long)moved,
-          (long long)(m * k), (long long)worst, (long long)first);
+    CHECK(rule_mode ? worst <= 2 : moved == 0, "%s: %lld of %lld codes differ from the CPU's (by up to %lld; first at %lld)",
+          what, (long long)moved, (long long)(m * k), (long long)worst, (long long)first);
     tally->codes += m * k, tally->moved += moved;
 
     /* the layers: the GPU's against its own codes (exact) and against the CPU's layer (the bound above) */
@@ -1403,7 +1417,8 @@ static void act_case(ql_context *gpu, ql_context *cpu, ql_cuda_workspace **ws, i
         CHECK(far < 0, "%s: output %lld %.9g vs the CPU layer's %.9g: beyond the bound by %.3g", what, (long long)far,
               far >= 0 ? ql_load_f(ydt, y1, far) : 0.0, far >= 0 ? ql_load_f(ydt, y0, far) : 0.0, excess);
         int64_t f = -1;
-        CHECK(same_bits(ydt, y0, y1, m, n, n, &f), "%s: the CPU layer's output differs at %lld", what, (long long)f);
+        CHECK(rule_mode || same_bits(ydt, y0, y1, m, n, n, &f), "%s: the CPU layer's output differs at %lld", what,
+              (long long)f);
         ql_aligned_free(b32);
     }
     ql_linear_destroy(lg);
@@ -1550,6 +1565,47 @@ static void test_input_act(ql_context *gpu)
     ql_cuda_workspace_free(ws);
     ql_context_destroy(cpu);
     test_input_act_shared(gpu);
+}
+
+/* The default bf16 prologue (G = 256 rows on the tensor cores) under the
+ * rule above: every activation, K from one group to the fast kernel's
+ * limit (odd group counts too), M from 1 (FUSE=off: the layer's own
+ * prologue, not the GEMV's row quantizer) to past a wave of the GPU, every
+ * team size, aligned and padded rows, the NaN / Inf / zero / tiny rows of
+ * act_case. Moved codes over all cases of an activation: at most 0.1 %. */
+static void test_prologue_mma(ql_context *gpu)
+{
+    static const int64_t ks[] = {256, 512, 768, 2048, 4096, 8192};
+    static const int64_t ms[] = {1, 2, 3, 77, 300, 1100};
+    static const char *const rowws[] = {"auto", "1", "2", "4"};
+    ql_context *cpu = NULL;
+    CHECK_OK(ql_context_create(&cpu));
+    ql_cuda_workspace *ws = NULL;
+    setenv("QLINEAR_CUDA_PROLOGUE", "mma", 1);
+    setenv("QLINEAR_CUDA_FUSE", "off", 1);
+    rule_mode = 1;
+    int c = 0;
+    for (int act = 0; act <= 3; act++) {
+        act_tally t = {0, 0};
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++, c++) {
+                if (ks[ki] > 2048 && ms[mi] > 300) continue; /* the CPU's check of the outputs is M·N·K */
+                setenv("QLINEAR_CUDA_ROWW", rowws[c % 4], 1);
+                act_case(gpu, cpu, &ws, act, QL_BF16, 256, ms[mi], ks[ki], c % 2 ? 72 : 16, c % 3 == 1 ? 8 : 0,
+                         c % 4 < 2 ? 0.0f : 1e-6f, (ql_dtype[]){QL_F32, QL_F16, QL_BF16}[(c / 3) % 3],
+                         (ql_dtype[]){QL_F32, QL_F16, QL_BF16}[(c / 5) % 3], c % 3 != 1, &t);
+            }
+        CHECK(t.moved * 1000 <= t.codes, "tensor-core prologue, %s: %lld of %lld codes moved (more than 0.1 %%)",
+              act_names[act], (long long)t.moved, (long long)t.codes);
+        printf("  tensor-core prologue, %s: %lld of %lld codes moved (%.4f %%; at most 0.1 %%)\n", act_names[act],
+               (long long)t.moved, (long long)t.codes, t.codes ? 100.0 * (double)t.moved / (double)t.codes : 0.0);
+    }
+    rule_mode = 0;
+    setenv("QLINEAR_CUDA_PROLOGUE", "exact", 1);
+    unsetenv("QLINEAR_CUDA_FUSE");
+    unsetenv("QLINEAR_CUDA_ROWW");
+    ql_cuda_workspace_free(ws);
+    ql_context_destroy(cpu);
 }
 
 static void test_bad_input(ql_context *gpu)
@@ -1771,6 +1827,9 @@ int main(void)
     CHECK_OK(ql_cuda_device_name(0, name, sizeof name));
     printf("device: %s\n", name);
     CHECK_OK(ql_context_set_device(ctx, QL_DEVICE_CUDA, 0));
+    /* bit for bit against the CPU: the exact prologue (the butterflies); the default tensor-core rotation of bf16
+     * rows is held to issue #25's rule by test_prologue_mma */
+    setenv("QLINEAR_CUDA_PROLOGUE", "exact", 1);
     test_gemm(ctx);
     test_linear(ctx);
     test_gelu_sweep(ctx);
@@ -1783,6 +1842,7 @@ int main(void)
     test_fused_rows(ctx);
     test_lora(ctx);
     test_input_act(ctx);
+    test_prologue_mma(ctx);
     test_bad_input(ctx);
 #endif
     ql_context_destroy(ctx);

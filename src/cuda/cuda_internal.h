@@ -38,12 +38,19 @@ inline cudaLaunchConfig_t launch_config(dim3 grid, dim3 block, size_t smem, cuda
 
 #define QLC_INPUT_ACTS 4 /* ql_input_act codes: none, gelu_tanh, swiglu, rms_norm */
 struct PrologueFit {
-    int resident[3][QLC_INPUT_ACTS][3]; /* [dtype f32 / f16 / bf16][input activation][team size 1, 2, 4] */
+    /* [f32 / f16 / bf16 / bf16 on the tensor cores][input activation][team size 1, 2, 4] */
+    int resident[4][QLC_INPUT_ACTS][3];
     bool pdl; /* the fast prologue is a programmatic dependent launch (sm_90+) */
 };
 cudaError_t prepare_quantize_rows(int64_t k, PrologueFit *fit);
+/* How bf16 rows are rotated by the G = 256 kernel (QLINEAR_CUDA_PROLOGUE):
+ * by the reference's butterflies in its order (auto, exact: codes
+ * bit-identical to the CPU's) or on the tensor cores (mma: issue #25's rule,
+ * a code may move). Other dtypes and groups always take the butterflies. */
+enum { PROLOGUE_AUTO = 0, PROLOGUE_EXACT = 1, PROLOGUE_MMA = 2 };
+int prologue_form_from_env();
 cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m, int64_t k, int64_t group,
-                                 const InputAct &act, int8_t *q, int64_t ldq, float *sx, int force_roww,
+                                 const InputAct &act, int8_t *q, int64_t ldq, float *sx, int force_roww, int form,
                                  const PrologueFit &fit, cudaStream_t stream);
 /* rms_norm's row factors: out[r] = 1/sqrt(Σ x[r]²/k + eps) for x [m, k]
  * (ldx elements), the sum in the CPU's order (bit-identical); a warp per

@@ -9,7 +9,7 @@
  * (PyTorch's) order exactly (rms_sum_squares_warp).
  *
  * Use: a kernel holding 16 consecutive values j..j+15 of a row (j a
- * multiple of 16) calls activate16 on them, or load16_act loads and
+ * multiple of 16) calls activate<16> on them, or load16_act loads and
  * activates them; rms_norm's per-row factor is computed before the prologue
  * by launch_rms_factors (cuda_internal.h) into InputAct::rms. */
 #pragma once
@@ -138,25 +138,30 @@ __device__ __forceinline__ float rms_sum_squares_warp(int dt, const char *row, i
     return s;
 }
 
-/* In registers: v holds x's values j..j+15 of one row (j a multiple of 16)
- * -> their activations. up: the up half's values j..j+15 (SWIGLU only);
- * r: the row's factor a.rms[row] (RMS_NORM only; the weight's values
- * j..j+15 are read here). code: a.code, or the same as a compile-time
+/* In registers: v holds x's values j..j+N-1 of one row (N = 16: j a
+ * multiple of 16) -> their activations. up: the up half's values (SWIGLU
+ * only); r: the row's factor a.rms[row] (RMS_NORM only; the weight's values
+ * j..j+N-1 are read here). code: a.code, or the same as a compile-time
  * constant (the switch then folds away). */
-__device__ __forceinline__ void activate16(int code, const InputAct &a, int dt, float (&v)[16], const float (&up)[16],
-                                           float r, int64_t j)
+template <int N>
+__device__ __forceinline__ void activate(int code, const InputAct &a, int dt, float (&v)[N], const float (&up)[N], float r,
+                                         int64_t j)
 {
     if (code == QL_INPUT_ACT_GELU_TANH) {
 #pragma unroll
-        for (int t = 0; t < 16; t++) v[t] = act_gelu_tanh(dt, v[t], a.tab);
+        for (int t = 0; t < N; t++) v[t] = act_gelu_tanh(dt, v[t], a.tab);
     } else if (code == QL_INPUT_ACT_SWIGLU) {
 #pragma unroll
-        for (int t = 0; t < 16; t++) v[t] = act_swiglu(dt, v[t], up[t], a.tab);
+        for (int t = 0; t < N; t++) v[t] = act_swiglu(dt, v[t], up[t], a.tab);
     } else if (code == QL_INPUT_ACT_RMS_NORM) {
-        float w[16];
-        load16(a.wdt, (const char *)a.w, j, ((uintptr_t)a.w & 15) == 0, w);
+        float w[N];
+        if constexpr (N == 16) load16(a.wdt, (const char *)a.w, j, ((uintptr_t)a.w & 15) == 0, w);
+        else {
 #pragma unroll
-        for (int t = 0; t < 16; t++) v[t] = act_rms_norm(dt, v[t], r, round_to(dt, w[t]));
+            for (int t = 0; t < N; t++) w[t] = load_f(a.wdt, a.w, j + t);
+        }
+#pragma unroll
+        for (int t = 0; t < N; t++) v[t] = act_rms_norm(dt, v[t], r, round_to(dt, w[t]));
     }
 }
 
@@ -171,8 +176,8 @@ __device__ __forceinline__ void load16_act(const InputAct &a, int dt, const char
         const int es = dt == DT_F32 ? 4 : 2;
         float up[16];
         load16(dt, row + k * es, j, vec && (k * es) % 16 == 0, up);
-        activate16(QL_INPUT_ACT_SWIGLU, a, dt, v, up, r, j);
-    } else activate16(a.code, a, dt, v, v, r, j);
+        activate<16>(QL_INPUT_ACT_SWIGLU, a, dt, v, up, r, j);
+    } else activate<16>(a.code, a, dt, v, v, r, j);
 }
 
 /* Value j of a row after the activation (as load16_act, one value). */

@@ -100,6 +100,7 @@ struct ql_cuda_linear {
     int force;   /* QLINEAR_CUDA_GEMM: 0 auto, 1 sm90, 2 mma, 3 gemv */
     int force_tile; /* QLINEAR_CUDA_TILE: -1 auto, else a Hopper tile (sm90_tile) */
     int force_roww; /* QLINEAR_CUDA_ROWW: 0 auto, else the prologue's warps per row (1, 2, 4) */
+    int prologue_form; /* QLINEAR_CUDA_PROLOGUE: PROLOGUE_AUTO / EXACT / MMA */
     bool fuse_row; /* QLINEAR_CUDA_FUSE (auto | off): at M = 1 the GEMV may quantize the row itself (gemv_row_g256_ok) */
     int force_split; /* QLINEAR_CUDA_SPLIT (auto | 1 | 2 | 4): warps a column of that GEMV (gemv_row_split) */
     int packed_mma;  /* QLINEAR_CUDA_PACKED_MMA: 0 auto (QLC_PACKED_MMA_MIN_M .. 16 rows), 1 off, 2 on (1 .. 16 rows) */
@@ -322,6 +323,7 @@ ql_status linear_begin(const char *fn, int device, int64_t n, int64_t k, int64_t
     l->force_tile = tile && *tile ? atoi(tile) % QLC_SM90_TILES : -1;
     static const char *const rowws[] = {"auto", "1", "2", "4"};
     l->force_roww = (1 << env_choice("QLINEAR_CUDA_ROWW", rowws, 4)) >> 1;
+    l->prologue_form = prologue_form_from_env();
     static const char *const fuses[] = {"auto", "off"};
     l->fuse_row = env_choice("QLINEAR_CUDA_FUSE", fuses, 2) == 0;
     static const char *const splits[] = {"auto", "1", "2", "4"};
@@ -890,7 +892,7 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
         ws->token = 0; /* overwritten from here on, whatever happens */
         QLC_CUDA(fn, "the prologue kernel",
                  launch_quantize_rows(x, dtype_code(xdt), ldx, m, l->k, l->group, act, ws->q, l->kp, ws->sx,
-                                      l->force_roww, l->fit, s));
+                                      l->force_roww, l->prologue_form, l->fit, s));
         ws->token = ++prologue_tokens, ws->token_stream = stream;
     }
     if (token) *token = ws->token;
@@ -1041,8 +1043,8 @@ extern "C" ql_status ql_cuda_quantize_rows(ql_cuda_workspace **wsp, int device, 
     }
     act.tab = act_table_for(ws, act.code, xdt, (cudaStream_t)stream);
     QLC_CUDA(fn, "the prologue kernel",
-             launch_quantize_rows(x, dtype_code(xdt), ldx, m, k, group, act, q, ldq, sx, 0, ws->fit,
-                                  (cudaStream_t)stream));
+             launch_quantize_rows(x, dtype_code(xdt), ldx, m, k, group, act, q, ldq, sx, 0, prologue_form_from_env(),
+                                  ws->fit, (cudaStream_t)stream));
     return QL_OK;
 }
 

@@ -5,7 +5,12 @@
  * (zero-padded to ldq, the GEMM's 16-byte row pitch) and fp32 scales [M];
  * with G = 256 each group's codes are stored 16x16-transposed (see
  * codes_permuted). Codes and scales bit-identical to ql_load_row_rotated +
- * ql_quantize_row_f32. */
+ * ql_quantize_row_f32, except for bf16 rows in the G = 256 kernel with
+ * QLINEAR_CUDA_PROLOGUE=mma, rotated on the tensor cores (rotate_g256_mma:
+ * issue #25's rule, a code may move). */
+#include <stdlib.h>
+#include <string.h>
+
 #include "common.cuh"
 #include "cuda_internal.h"
 #include "input_act.cuh"
@@ -156,15 +161,21 @@ template <int ESZ> __host__ __device__ constexpr int lane_stride() { return 16 *
 /* items (pairs of groups) of a row, and a warp's share of them in a team of roww */
 __host__ __device__ inline int wp_items(int k) { return k == 256 ? 1 : (k / 256 + 1) / 2; }
 __host__ __device__ inline int wp_slots(int k, int roww) { return 2 * (wp_items(k) / roww); }
-template <int DT> __host__ __device__ inline size_t wp_warp_bytes(int k, int roww)
+/* a warp's shared memory: the transpose buffers (none for the tensor-core rotation), then its row buffer */
+template <int DT> __host__ __device__ inline size_t wp_warp_bytes(int k, int roww, bool mma)
 {
-    return 2 * TB_HALF * sizeof(float) + (size_t)wp_slots(k, roww) * 16 * lane_stride<DT == DT_F32 ? 4 : 2>();
+    return (mma ? 0 : 2 * TB_HALF * sizeof(float)) + (size_t)wp_slots(k, roww) * 16 * lane_stride<DT == DT_F32 ? 4 : 2>();
 }
 
 /* ACT: the input activation (ql_input_act), a template parameter so that
  * the kernels without one are unchanged; swiglu's items carry the up half
- * too (twice the registers per item: half the items in flight). */
-template <int DT, int ROWW, int ACT>
+ * too (twice the registers per item: half the items in flight).
+ * MMA (bf16 only): the warp rotates both groups of an item on the tensor
+ * cores (rotate_g256_mma) instead of a half-warp each by butterflies; its
+ * lanes load 8-byte pieces (the MMA's operand order) and write the rounded
+ * values to the same row buffer in the same order, so everything after the
+ * rotation is shared. */
+template <int DT, int ROWW, int ACT, bool MMA>
 __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(const char *x, int64_t ldx_bytes, int64_t m,
                                                                           int k, int8_t *q, float *sx, InputAct act)
 {
@@ -185,11 +196,14 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
     constexpr int DEPTH = (SWI ? 4 : 8) / ESZ; /* items loading while one is computed: 4 KiB per warp in flight */
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, half = lane / 16, i = lane % 16;
-    unsigned char *mine = smem_raw + (size_t)warp * wp_warp_bytes<DT>(k, roww);
+    static_assert(!MMA || DT == DT_BF16, "the tensor-core rotation takes bf16 rows");
+    unsigned char *mine = smem_raw + (size_t)warp * wp_warp_bytes<DT>(k, roww, MMA);
     __shared__ float team_amax[2][WP_WARPS]; /* by row parity: a row's reads end before row + 2 writes */
     __shared__ unsigned team_bad[2][WP_WARPS];
     float *tb = (float *)mine + half * TB_HALF; /* this half's transpose buffer */
-    unsigned char *rbuf = mine + 2 * TB_HALF * sizeof(float);
+    unsigned char *rbuf = mine + (MMA ? 0 : 2 * TB_HALF * sizeof(float));
+    RotMma rc;
+    if constexpr (MMA) rc = rot_mma_constants(lane);
     constexpr int LS = lane_stride<ESZ>(), SLOT = 16 * LS; /* bytes: a lane's values, a group's */
     const int G = k / 256;
     const bool halves = G == 1; /* K = 256: a row per half-warp */
@@ -200,6 +214,27 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
 
     /* item (u, p): the row and group this lane's half rotates; zeros where there is none */
     auto load = [&](int64_t u, int p, uint4 (&r)[NRAW]) {
+        if constexpr (MMA) {
+            /* both groups (h = 0, 1): r[h] = X_h[g + 8t][4q..4q+3] for t = 0, 1 (swiglu: the up half's in r[2 + h]) */
+            const int gq = lane >> 2, q = lane & 3;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int64_t row = halves ? 2 * u + h : u;
+                const int g = halves ? 0 : 2 * p + h;
+#pragma unroll
+                for (int j = 0; j < NRAW / 2; j++) r[2 * j + h] = make_uint4(0, 0, 0, 0);
+                if (row < m && g < G) {
+                    const char *src = x + row * ldx_bytes + (size_t)(g * 256 + 16 * gq + 4 * q) * ESZ;
+#pragma unroll
+                    for (int j = 0; j < NRAW / 2; j++) { /* j = 1: swiglu's up half, k values on */
+                        const uint2 *s = (const uint2 *)(src + (size_t)j * k * ESZ);
+                        const uint2 t0 = __ldcs(s), t1 = __ldcs((const uint2 *)((const char *)s + 128 * ESZ)); /* rows a, a + 8 */
+                        r[2 * j + h] = make_uint4(t0.x, t0.y, t1.x, t1.y);
+                    }
+                }
+            }
+            return;
+        }
         const int64_t row = halves ? 2 * u + half : u;
         const int g = halves ? 0 : 2 * p + half;
         if (row < m && g < G) {
@@ -218,12 +253,46 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
     };
 
     /* running absmax of the row: packed pairs for 16-bit dtypes, a float for fp32 */
-    __nv_bfloat162 amax_b = __float2bfloat162_rn(0.0f);
+    __nv_bfloat162 amax_b = __float2bfloat162_rn(0.0f), amax_b2 = amax_b; /* amax_b2: the second row, MMA with K = 256 */
     __half2 amax_h = __float2half2_rn(0.0f);
     float amax_f = 0.0f;
     unsigned bad_f = 0;
 
     auto process = [&](const uint4 (&raw)[NRAW], const int64_t u, const int p) {
+        if constexpr (MMA) {
+            const int gq = lane >> 2, q = lane & 3;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                uint2 xt[2] = {make_uint2(raw[h].x, raw[h].y), make_uint2(raw[h].z, raw[h].w)};
+                if constexpr (ACT != QL_INPUT_ACT_NONE) {
+                    const int64_t row = halves ? 2 * u + h : u;
+                    const int g = halves ? 0 : 2 * p + h;
+                    if (row < m && g < G) { /* padding stays zeros, as below */
+                        const float r = ACT == QL_INPUT_ACT_RMS_NORM ? act.rms[row] : 0.0f;
+#pragma unroll
+                        for (int t = 0; t < 2; t++) {
+                            float e4[4], up4[4];
+                            unpack4_bf16(xt[t], e4);
+                            if constexpr (SWI) unpack4_bf16(t ? make_uint2(raw[2 + h].z, raw[2 + h].w)
+                                                              : make_uint2(raw[2 + h].x, raw[2 + h].y), up4);
+                            activate<4>(ACT, act, DT, e4, SWI ? up4 : e4, r, (int64_t)g * 256 + 16 * (gq + 8 * t) + 4 * q);
+                            xt[t] = make_uint2(pack_bf16x2(e4[0], e4[1]), pack_bf16x2(e4[2], e4[3])); /* exact: bf16 values */
+                        }
+                    }
+                }
+                uint32_t y[4];
+                rotate_g256_mma(rc, xt, y);
+                /* value 16a' + b' at b'·LS + 2a': this lane's words at b' = 2q + e + 8u, a' = 2gq */
+                unsigned char *slot = rbuf + (halves ? h : 2 * (p - p0) + h) * SLOT + 4 * gq;
+#pragma unroll
+                for (int w = 0; w < 4; w++) {
+                    *(uint32_t *)(slot + (2 * q + (w & 1) + 8 * (w >> 1)) * LS) = y[w];
+                    const __nv_bfloat162 v = *(const __nv_bfloat162 *)&y[w];
+                    if (halves && h) amax_b2 = __hmax2_nan(amax_b2, __habs2(v));
+                    else amax_b = __hmax2_nan(amax_b, __habs2(v));
+                }
+            }
+        } else {
         float e[16];
         unpack16<DT>(raw, e);
         if constexpr (ACT != QL_INPUT_ACT_NONE) {
@@ -234,7 +303,7 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
                 float up[16];
                 if constexpr (SWI) unpack16<DT>(raw + RAW, up);
                 const float r = ACT == QL_INPUT_ACT_RMS_NORM ? act.rms[row] : 0.0f;
-                activate16(ACT, act, DT, e, SWI ? up : e, r, (int64_t)g * 256 + i * 16);
+                activate<16>(ACT, act, DT, e, SWI ? up : e, r, (int64_t)g * 256 + i * 16);
             }
         }
         rotate16_g256(e, tb, i);
@@ -268,9 +337,21 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
             ((uint4 *)mine_vals)[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
             ((uint4 *)mine_vals)[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
         }
+        }
 
         if (p == p0 + PW - 1) {
             /* the row (each half's row when K = 256) is complete */
+            if (MMA && halves) {
+                /* every lane holds values of both rows: each row's absmax over the warp, each half keeps its own */
+#pragma unroll
+                for (int o = 16; o; o >>= 1) {
+                    const uint32_t a0 = __shfl_xor_sync(0xffffffffu, *(const uint32_t *)&amax_b, o),
+                                   a1 = __shfl_xor_sync(0xffffffffu, *(const uint32_t *)&amax_b2, o);
+                    amax_b = __hmax2_nan(amax_b, *(const __nv_bfloat162 *)&a0);
+                    amax_b2 = __hmax2_nan(amax_b2, *(const __nv_bfloat162 *)&a1);
+                }
+                if (half) amax_b = amax_b2;
+            }
             float amax;
             if constexpr (DT == DT_BF16) amax = fmaxf(__low2float(amax_b), __high2float(amax_b));
             else if constexpr (DT == DT_F16) amax = fmaxf(__low2float(amax_h), __high2float(amax_h));
@@ -312,7 +393,7 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
                 if ((halves ? i : lane + p0) == 0) sx[row] = bad ? __int_as_float(0x7fc00000) : s;
             }
             __syncwarp(); /* read back before the next row overwrites it */
-            amax_b = __float2bfloat162_rn(0.0f), amax_h = __float2half2_rn(0.0f), amax_f = 0.0f, bad_f = 0;
+            amax_b = amax_b2 = __float2bfloat162_rn(0.0f), amax_h = __float2half2_rn(0.0f), amax_f = 0.0f, bad_f = 0;
         }
     };
 
@@ -375,46 +456,46 @@ static int occupancy_roww(int k, const int (&resident)[3])
     return roww;
 }
 
-/* The kernels of a dtype: [input activation][team size 1, 2, 4]. */
-template <int DT, int ACT> void *const *g256_kernels_act()
+/* The kernels of a dtype and rotation: [input activation][team size 1, 2, 4]. */
+template <int DT, int ACT, bool MMA> void *const *g256_kernels_act()
 {
-    static void *const k[3] = {(void *)quantize_rows_g256_kernel<DT, 1, ACT>,
-                               (void *)quantize_rows_g256_kernel<DT, 2, ACT>,
-                               (void *)quantize_rows_g256_kernel<DT, 4, ACT>};
+    static void *const k[3] = {(void *)quantize_rows_g256_kernel<DT, 1, ACT, MMA>,
+                               (void *)quantize_rows_g256_kernel<DT, 2, ACT, MMA>,
+                               (void *)quantize_rows_g256_kernel<DT, 4, ACT, MMA>};
     return k;
 }
-template <int DT> const void *g256_kernel(int act, int r)
+template <int DT, bool MMA> const void *g256_kernel(int act, int r)
 {
     switch (act) {
-    case QL_INPUT_ACT_GELU_TANH: return g256_kernels_act<DT, QL_INPUT_ACT_GELU_TANH>()[r];
-    case QL_INPUT_ACT_SWIGLU: return g256_kernels_act<DT, QL_INPUT_ACT_SWIGLU>()[r];
-    case QL_INPUT_ACT_RMS_NORM: return g256_kernels_act<DT, QL_INPUT_ACT_RMS_NORM>()[r];
-    default: return g256_kernels_act<DT, QL_INPUT_ACT_NONE>()[r];
+    case QL_INPUT_ACT_GELU_TANH: return g256_kernels_act<DT, QL_INPUT_ACT_GELU_TANH, MMA>()[r];
+    case QL_INPUT_ACT_SWIGLU: return g256_kernels_act<DT, QL_INPUT_ACT_SWIGLU, MMA>()[r];
+    case QL_INPUT_ACT_RMS_NORM: return g256_kernels_act<DT, QL_INPUT_ACT_RMS_NORM, MMA>()[r];
+    default: return g256_kernels_act<DT, QL_INPUT_ACT_NONE, MMA>()[r];
     }
 }
 
 /* The shared-memory limit of each kernel raised to what the largest fast
  * row (K = 8192) needs, and the resident blocks at this K (per input
  * activation: their register counts differ). */
-template <int DT> cudaError_t fit_g256(int k, int sms, int (&resident)[QLC_INPUT_ACTS][3])
+template <int DT, bool MMA> cudaError_t fit_g256(int k, int sms, int (&resident)[QLC_INPUT_ACTS][3])
 {
     for (int a = 0; a < QLC_INPUT_ACTS; a++)
         for (int r = 0; r < 3; r++) {
-            const void *kern = g256_kernel<DT>(a, r);
+            const void *kern = g256_kernel<DT, MMA>(a, r);
             cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 (int)(WP_WARPS * wp_warp_bytes<DT>(8192, 1 << r)));
+                                                 (int)(WP_WARPS * wp_warp_bytes<DT>(8192, 1 << r, MMA)));
             if (e != cudaSuccess) return e;
             int per_sm = 0;
             if (k % 256 == 0 && k > 0 && k <= 8192)
                 e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, WP_WARPS * 32,
-                                                                  WP_WARPS * wp_warp_bytes<DT>(k, 1 << r));
+                                                                  WP_WARPS * wp_warp_bytes<DT>(k, 1 << r, MMA));
             if (e != cudaSuccess) return e;
             resident[a][r] = (sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1);
         }
     return cudaSuccess;
 }
 
-template <int DT> cudaError_t launch_g256(const void *x, int64_t ldx_bytes, int64_t m, int k, const InputAct &act,
+template <int DT, bool MMA> cudaError_t launch_g256(const void *x, int64_t ldx_bytes, int64_t m, int k, const InputAct &act,
                                           int8_t *q, float *sx, int force_roww, const int (&resident)[QLC_INPUT_ACTS][3],
                                           bool pdl, cudaStream_t stream)
 {
@@ -428,10 +509,10 @@ template <int DT> cudaError_t launch_g256(const void *x, int64_t ldx_bytes, int6
     const int64_t units = k == 256 ? (m + 1) / 2 : m;
     int64_t blocks = (units * roww + WP_WARPS - 1) / WP_WARPS;
     if (blocks > resident[a][r]) blocks = resident[a][r];
-    auto kern = (void (*)(const char *, int64_t, int64_t, int, int8_t *, float *, InputAct))g256_kernel<DT>(a, r);
+    auto kern = (void (*)(const char *, int64_t, int64_t, int, int8_t *, float *, InputAct))g256_kernel<DT, MMA>(a, r);
     cudaLaunchAttribute attr[1];
     cudaLaunchConfig_t cfg = launch_config(dim3((unsigned)blocks), dim3(WP_WARPS * 32),
-                                           WP_WARPS * wp_warp_bytes<DT>(k, roww), stream, pdl, attr);
+                                           WP_WARPS * wp_warp_bytes<DT>(k, roww, MMA), stream, pdl, attr);
     return cudaLaunchKernelEx(&cfg, kern, (const char *)x, ldx_bytes, m, k, q, sx, act);
 }
 
@@ -464,6 +545,12 @@ int log4_of(int64_t g)
     return p;
 }
 
+int prologue_form_from_env()
+{
+    const char *v = getenv("QLINEAR_CUDA_PROLOGUE");
+    return v && !strcmp(v, "exact") ? PROLOGUE_EXACT : v && !strcmp(v, "mma") ? PROLOGUE_MMA : PROLOGUE_AUTO;
+}
+
 bool codes_permuted(int64_t k, int64_t group, int64_t ldq) { return group == 256 && k % 256 == 0 && k > 0 && ldq == k; }
 
 static bool fast_ok(int64_t k, int64_t group, int64_t ldq) { return codes_permuted(k, group, ldq) && k <= 8192; }
@@ -484,9 +571,10 @@ cudaError_t prepare_quantize_rows(int64_t k, PrologueFit *fit)
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     fit->pdl = major >= 9;
-    if (e == cudaSuccess) e = fit_g256<DT_F32>((int)k, sms, fit->resident[0]);
-    if (e == cudaSuccess) e = fit_g256<DT_F16>((int)k, sms, fit->resident[1]);
-    if (e == cudaSuccess) e = fit_g256<DT_BF16>((int)k, sms, fit->resident[2]);
+    if (e == cudaSuccess) e = fit_g256<DT_F32, false>((int)k, sms, fit->resident[0]);
+    if (e == cudaSuccess) e = fit_g256<DT_F16, false>((int)k, sms, fit->resident[1]);
+    if (e == cudaSuccess) e = fit_g256<DT_BF16, false>((int)k, sms, fit->resident[2]);
+    if (e == cudaSuccess) e = fit_g256<DT_BF16, true>((int)k, sms, fit->resident[3]);
     return e;
 }
 
@@ -502,7 +590,7 @@ cudaError_t launch_rms_factors(const void *x, int xdt, int64_t ldx, int64_t m, i
 }
 
 cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m, int64_t k, int64_t group,
-                                 const InputAct &act, int8_t *q, int64_t ldq, float *sx, int force_roww,
+                                 const InputAct &act, int8_t *q, int64_t ldq, float *sx, int force_roww, int form,
                                  const PrologueFit &fit, cudaStream_t stream)
 {
     if (act.code < 0 || act.code >= QLC_INPUT_ACTS) return cudaErrorInvalidValue;
@@ -515,13 +603,17 @@ cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m,
      * kernel's); the generic kernel checks it itself */
     const bool vec = ((uintptr_t)x % 16 == 0) && ((ldx * esize) % 16 == 0);
     if (vec && fast_ok(k, group, ldq)) {
+        if (xdt == DT_BF16 && form == PROLOGUE_MMA)
+            return launch_g256<DT_BF16, true>(x, ldx * esize, m, (int)k, act, q, sx, force_roww, fit.resident[3],
+                                              fit.pdl, stream);
         if (xdt == DT_BF16)
-            return launch_g256<DT_BF16>(x, ldx * esize, m, (int)k, act, q, sx, force_roww, fit.resident[2], fit.pdl,
-                                        stream);
+            return launch_g256<DT_BF16, false>(x, ldx * esize, m, (int)k, act, q, sx, force_roww, fit.resident[2],
+                                               fit.pdl, stream);
         if (xdt == DT_F16)
-            return launch_g256<DT_F16>(x, ldx * esize, m, (int)k, act, q, sx, force_roww, fit.resident[1], fit.pdl,
-                                       stream);
-        return launch_g256<DT_F32>(x, ldx * esize, m, (int)k, act, q, sx, force_roww, fit.resident[0], fit.pdl, stream);
+            return launch_g256<DT_F16, false>(x, ldx * esize, m, (int)k, act, q, sx, force_roww, fit.resident[1],
+                                              fit.pdl, stream);
+        return launch_g256<DT_F32, false>(x, ldx * esize, m, (int)k, act, q, sx, force_roww, fit.resident[0], fit.pdl,
+                                          stream);
     }
     quantize_rows_kernel<<<(unsigned)m, PRO_THREADS, quantize_rows_smem(k), stream>>>(
         (const char *)x, xdt, ldx * esize, k, log4_of(group), vec, q, ldq, sx, codes_permuted(k, group, ldq), act);

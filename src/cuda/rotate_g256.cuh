@@ -253,3 +253,97 @@ __device__ __forceinline__ void quantize_row_g256(const char *x, int k, RowScrat
 }
 
 } // namespace qlc
+
+namespace qlc {
+
+/* ---- The G = 256 rotation on the tensor cores (bf16 rows)
+ *
+ * A group viewed as X[16][16] (value 16a + b) is rotated as Y = H16·X·H16/16
+ * (H256 = H16 ⊗ H16 over the base-4 digits, FORMATS.md §3): two bf16 MMAs
+ * (m16n8k16, fp32 sums) per 16 × 8 half. Step 1, M = (H16/16)·Xᵀ: A is the
+ * constant, B this lane's input words as they load (X[a][4q..4q+3], a = g and
+ * g + 8; the constant's columns are permuted to match, so no shuffle). Its
+ * fp32 accumulator is, register for register, the B operand of step 2,
+ * Y = H16·Mᵀ, once split into bf16 hi + lo (two MMAs into one fp32
+ * accumulator: the intermediate keeps ~16 bits, where one bf16 would move
+ * about a quarter of the codes near the row's absmax). Step 2's rows are
+ * permuted so that a lane's two rows are a' = 2g, 2g + 1: each packs into one
+ * 32-bit word at the position the exact kernel stores value 16a' + b' (16·b'
+ * + a', the weight's permuted order). Sums run in another order than the
+ * reference's, so a rotated value may round to the neighbouring bf16 (about
+ * 0.05 % of them), and a code then moves (issue #25's rule: at most 0.1 % of
+ * the codes; NUMERICS.md §10). Requires sm_80. */
+
+struct RotMma {
+    uint32_t a1[4], a2[4]; /* step 1's and step 2's constant, as this lane's A fragments */
+};
+
+/* H16[i][j]: −1 where an odd number of the two base-4 digit pairs sum to 3 (H4[r][c] = −1 iff r + c = 3). */
+__device__ __forceinline__ bool h16_negative(int i, int j) { return (((i & 3) + (j & 3)) == 3) ^ (((i >> 2) + (j >> 2)) == 3); }
+
+__device__ __forceinline__ RotMma rot_mma_constants(int lane)
+{
+    const int g = lane >> 2, q = lane & 3;
+    /* step 1's column s holds b = β(s): the B words carry X[a][4q..4q+1] in k = 2q, 2q+1 and X[a][4q+2..4q+3] in
+     * k = 2q+8, 2q+9 */
+    auto beta = [](int s) { return 4 * ((s & 7) >> 1) + (s & 1) + 2 * (s >> 3); };
+    auto pi2 = [](int r) { return r < 8 ? 2 * r : 2 * (r - 8) + 1; }; /* step 2's row r is a' = π2(r) */
+    auto elem = [](bool neg, float mag) { return __bfloat16_as_ushort(__float2bfloat16_rn(neg ? -mag : mag)); };
+    RotMma c;
+#pragma unroll
+    for (int f = 0; f < 4; f++) { /* fragment f: rows g (+8 for f odd), columns 2q.. (+8 for f >= 2) */
+        const int row = g + 8 * (f & 1), col = 2 * q + 8 * (f >> 1);
+        c.a1[f] = elem(h16_negative(row, beta(col)), 0.0625f) | (uint32_t)elem(h16_negative(row, beta(col + 1)), 0.0625f) << 16;
+        c.a2[f] = elem(h16_negative(pi2(row), col), 1.0f) | (uint32_t)elem(h16_negative(pi2(row), col + 1), 1.0f) << 16;
+    }
+    return c;
+}
+
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+/* Four bf16 values (two words, low half first) as fp32. */
+__device__ __forceinline__ void unpack4_bf16(uint2 w, float (&e)[4])
+{
+    e[0] = __uint_as_float(w.x << 16), e[1] = __uint_as_float(w.x & 0xffff0000u);
+    e[2] = __uint_as_float(w.y << 16), e[3] = __uint_as_float(w.y & 0xffff0000u);
+}
+
+/* One group: x[t] = this lane's X[g + 8t][4q..4q+3] (bf16, two words);
+ * y[2u + e] = the rotated values a' = 2g (low half), 2g + 1 (high half) of
+ * b' = 2q + e + 8u, rounded to bf16. Every lane of the warp calls it. */
+__device__ __forceinline__ void rotate_g256_mma(const RotMma &c, const uint2 (&x)[2], uint32_t (&y)[4])
+{
+    float m[2][4];
+#pragma unroll
+    for (int t = 0; t < 2; t++) {
+        m[t][0] = m[t][1] = m[t][2] = m[t][3] = 0.0f;
+        mma_bf16_16816(m[t], c.a1, x[t].x, x[t].y);
+    }
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        /* B of step 2 for rows i = g + 8u of M: k = a = 2q, 2q+1 from half t = 0, a + 8 from t = 1 */
+        const float v[4] = {m[0][2 * u], m[0][2 * u + 1], m[1][2 * u], m[1][2 * u + 1]};
+        uint32_t hi[2], lo[2];
+#pragma unroll
+        for (int w = 0; w < 2; w++) {
+            hi[w] = pack_bf16x2(v[2 * w], v[2 * w + 1]);
+            lo[w] = pack_bf16x2(__fsub_rn(v[2 * w], __uint_as_float(hi[w] << 16)),
+                                __fsub_rn(v[2 * w + 1], __uint_as_float(hi[w] & 0xffff0000u)));
+        }
+        float r[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma_bf16_16816(r, c.a2, hi[0], hi[1]);
+        mma_bf16_16816(r, c.a2, lo[0], lo[1]);
+        y[2 * u] = pack_bf16x2(r[0], r[2]);     /* column 2q (+8u): rows a' = 2g, 2g + 1 */
+        y[2 * u + 1] = pack_bf16x2(r[1], r[3]); /* column 2q + 1 (+8u) */
+    }
+}
+
+} // namespace qlc
