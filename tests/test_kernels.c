@@ -259,9 +259,10 @@ static void check_sanity(const ql_cpu_kernels *kt)
     if (kt->s8_decoded) {
         const ql_s8_kernel *d = kt->s8_decoded;
         check_s8_kernel(d, "s8_decoded");
-        CHECK((d->kg ? d->kg : 4) == 4 && (d->aes ? d->aes : 1) == 1 && d->nr % 8 == 0,
-              "%s: s8_decoded %s must take c4 int8 panels of 8-column chunks (kg %d aes %d nr %d)", tname, d->name, d->kg, d->aes,
-              d->nr);
+        const int kg = d->kg ? d->kg : 4, aes = d->aes ? d->aes : 1;
+        CHECK((kg == 4 && aes == 1) || (kg == 2 && aes == 2), "%s: s8_decoded %s must take k in quads of int8 A or in pairs "
+              "of int16 A, as the decoders write (kg %d aes %d)", tname, d->name, kg, aes);
+        CHECK(d->nr % 8 == 0, "%s: s8_decoded %s: the packed panels hold 8-column chunks (nr %d)", tname, d->name, d->nr);
     }
     if (kt->s8_int8_a) {
         check_s8_kernel(kt->s8_int8_a, "s8_int8_a");
@@ -1441,6 +1442,12 @@ static void wxa8_case(const ql_cpu_kernels *kt, int it)
             jp1 = tu_range(jp0 + 1, p.panels);
             pc = tu_range(0, p.k4 - 1);
             kc = tu_range(1, p.k4 - pc);
+            const int64_t step = kern->kb / 4; /* the GEMM's slices: whole A blocks (the vector decoders' case) */
+            if (it % 2 && step > 1 && p.k4 >= step) {
+                pc = pc / step * step;
+                kc = kc / step * step > 0 ? kc / step * step : step;
+                if (pc + kc > p.k4) pc = p.k4 - kc;
+            }
         }
         const size_t bytes = (size_t)((jp1 - jp0) * kc * nr * 4);
         uint8_t *dt = xalloc(bytes + 64), *dg = xalloc(bytes + 64);
@@ -1464,14 +1471,16 @@ static void wxa8_case(const ql_cpu_kernels *kt, int it)
             int8_t *grid = malloc((size_t)(n * k));
             CHECK_OK(ql_wxa8_decode(&o.w, grid, k));
             const uint8_t off = kern->b_offset128 ? 128 : 0;
+            const int kg = kern->kg ? kern->kg : 4; /* [rows][nr][kg]: k in groups of kg at the kernel's positions */
+            const int64_t rows = p.k4 * 4 / kg;
             int64_t wrong = 0;
             for (int64_t jp = 0; jp < p.panels; jp++)
-                for (int64_t r = 0; r < p.k4; r++)
+                for (int64_t r = 0; r < rows; r++)
                     for (int j = 0; j < nr; j++)
-                        for (int t = 0; t < 4; t++) {
-                            const int64_t col = jp * nr + j, kk = ql_a_element(kern->kb, 4 * r + t);
+                        for (int t = 0; t < kg; t++) {
+                            const int64_t col = jp * nr + j, kk = ql_a_element(kern->kb, kg * r + t);
                             const int want = col < n && kk < k ? grid[col * k + kk] : 0;
-                            wrong += dg[(size_t)(((jp * kc + r) * nr + j) * 4 + t)] != (uint8_t)((uint8_t)want + off);
+                            wrong += dg[(size_t)(((jp * rows + r) * nr + j) * kg + t)] != (uint8_t)((uint8_t)want + off);
                         }
             CHECK(wrong == 0, "generic wxa8_decode (%s, %d bits) N=%lld K=%lld: %lld bytes not the grid of ql_wxa8_decode",
                   kern->name, o.w.bits, (long long)n, (long long)k, (long long)wrong);
@@ -1710,7 +1719,16 @@ int main(void)
         CHECK(ql_cpu_kernels_for(kt->isa) == kt, "%s: ql_cpu_kernels_for does not return the walked table", tname);
         check_sanity(kt);
         if (!ql_isa_supported(kt->isa)) {
-            printf("table %s: not run by this CPU (sanity only)\n", tname);
+            /* a decoder of another table's ISA (AVX-VNNI's is AVX2's) still runs: its panels against the generic ones */
+            const ql_cpu_kernels *own = NULL;
+            for (int j = 0; j < count; j++)
+                if (ql_cpu_kernels_at(j) != kt && ql_cpu_kernels_at(j)->wxa8_decode == kt->wxa8_decode) own = ql_cpu_kernels_at(j);
+            if (own && own != gen && ql_isa_supported(own->isa)) {
+                for (int it = 0; it < 36; it++) wxa8_case(kt, it);
+                printf("table %s: not run by this CPU; its wxa8_decode (%s's) on 36 weights of %s panels\n", tname,
+                       ql_isa_name(own->isa), kt->s8_decoded->name);
+            } else
+                printf("table %s: not run by this CPU (sanity only)\n", tname);
             continue;
         }
         printf("table %s:\n", tname);

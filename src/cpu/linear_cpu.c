@@ -103,6 +103,7 @@ static ql_status create_int8(cpu_linear *l, const ql_linear_desc *d, const ql_wx
             l->wp = calloc(1, sizeof *l->wp);
             if (!l->wp) return ql_fail(QL_ERR_OUT_OF_MEMORY, "ql_linear_create: out of memory");
             l->s8 = l->kt->s8_decoded;
+            if (l->corr && l->s8->aes == 2) l->s8 = l->kt->s8_int8_a; /* the correction reads int8 A back, not int16 */
             return ql_wxa8_panels_pack(l->s8, packed, l->wp, &l->b8);
         }
         return ql_pack_b_s8(l->s8, w->q, w->n, w->k, w->ldq, &l->b8);

@@ -16,6 +16,7 @@ ql_status ql_wxa8_panels_pack(const ql_s8_kernel *kern, const ql_wxa8_weight *w,
     p->bits = w->bits;
     p->nr = nr;
     p->kb = kern->kb;
+    p->kg = kern->kg;
     p->offset128 = kern->b_offset128;
     p->n = w->n;
     p->k = w->k;
@@ -112,10 +113,12 @@ void ql_wxa8_decode_generic(const void *src, int64_t jp0, int64_t jp1, int64_t p
     for (int64_t jp = jp0; jp < jp1; jp++) {
         const uint8_t *codes = p->codes + jp * p->blocks * p->block_bytes;
         const uint8_t *sidx = p->sidx + jp * p->ngroups * nr;
-        for (int64_t r = pc; r < pc + kc; r++)
+        /* k4 rows [pc, pc + kc) are rows of kg codes [pc·4/kg, (pc + kc)·4/kg): [rows][nr][kg] */
+        const int kg = p->kg;
+        for (int64_t r = pc * 4 / kg; r < (pc + kc) * 4 / kg; r++)
             for (int j = 0; j < nr; j++)
-                for (int t = 0; t < 4; t++) {
-                    const int64_t kk = ql_a_element(p->kb, 4 * r + t); /* packed position -> k */
+                for (int t = 0; t < kg; t++) {
+                    const int64_t kk = ql_a_element(p->kb, kg * r + t); /* packed position -> k */
                     if (kk >= p->k) { /* K padding: the grid value 0 */
                         *dst++ = off;
                         continue;

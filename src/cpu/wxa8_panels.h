@@ -22,7 +22,7 @@
 #include "cpu/gemm.h"
 
 typedef struct ql_wxa8_panels {
-    int bits, nr, kb;
+    int bits, nr, kb, kg; /* the kernel's B layout: NR columns, A blocks of kb, k in groups of kg (4, or 2: int16 kernels) */
     bool offset128;
     int64_t n, k, k4, panels, group, ngroups;
     int64_t blocks;      /* 16-k blocks per panel: k4 · 4 / 16, rounded up */

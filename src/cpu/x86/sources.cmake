@@ -4,7 +4,7 @@
 ql_cpu_sources(x86 ""
   features_x86.c table_avx2.c table_avxvnni.c table_avx512vnni.c table_avx512bf16.c table_amx.c)
 ql_cpu_sources(x86 "-mavx2;-mfma;-mf16c"
-  ukernel_avx2.c f32_avx2.c prologue_avx2.c epilogue_avx2.c input_act_avx2.c)
+  ukernel_avx2.c f32_avx2.c prologue_avx2.c epilogue_avx2.c input_act_avx2.c wxa8_decode_avx2.c)
 ql_cpu_sources(x86 "-mavx2;-mfma;-mf16c;-mavxvnni"
   ukernel_avxvnni.c)
 ql_cpu_sources(x86 "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512bf16;-mfma;-mf16c"

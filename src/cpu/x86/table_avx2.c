@@ -18,10 +18,12 @@ const ql_cpu_kernels ql_cpu_kernels_avx2 = {
      * activation slice (6 KiB) stay in a 32 KiB L1 */
     .s8_blocking = {96, 256, 512},
     .small_m = 24, /* an estimate */
-    /* the int16 kernel's A is widened from int8 panels and its B holds k in
-     * pairs: W4A8/W6A8 decoders (c4 int8 panels) and the asymmetric
-     * correction (int8 A read back) run on the generic kernel */
-    .s8_decoded = &ql_s8_gemm_4x8c4__generic,
+    .decoded_small_m = 24,
+    /* W4A8/W6A8 packed: decoded into this kernel's own B layout (k in
+     * pairs); the asymmetric correction reads int8 A back, which this
+     * kernel widens to int16: the generic kernel */
+    .s8_decoded = &ql_s8_small_avx2[5],
+    .wxa8_decode = ql_wxa8_decode_avx2,
     .s8_int8_a = &ql_s8_gemm_4x8c4__generic,
     .prologue = ql_prologue_avx2,
     .w8a8_epilogue = ql_w8a8_epilogue_avx2,

@@ -14,6 +14,7 @@ const ql_cpu_kernels ql_cpu_kernels_avxvnni = {
     .s8_rows = rows,
     .s8_rows_max = 6,
     .small_m = 24, /* an estimate */
+    .wxa8_decode = ql_wxa8_decode_avx2, /* its 16-column, 32-block layout with k in quads, weights + 128 */
     .prologue = ql_prologue_avx2,
     .w8a8_epilogue = ql_w8a8_epilogue_avx2,
     .f32 = &ql_f32_gemm_6x16__avx2,
