@@ -20,6 +20,14 @@ def _devices():
 cuda = pytest.mark.skipif(_devices() == 0, reason="skipped: no CUDA device (torch or libqlinear)")
 
 
+@pytest.fixture(autouse=True)
+def _exact_prologue(monkeypatch):
+    """Bit for bit needs the prologue that rotates in the CPU's order
+    (test_cuda holds the tensor-core rotation to issue #25's rule; the
+    comfy tests hold it against eager)."""
+    monkeypatch.setenv("QLINEAR_CUDA_PROLOGUE", "exact")
+
+
 @pytest.mark.skipif(_devices() > 0, reason="a CUDA device is present")
 def test_no_device_is_an_error():
     with pytest.raises(qlinear.QlinearError, match="CUDA"):
