@@ -116,6 +116,36 @@ def test_prologue_cache_qkv_cuda(gen):
     assert torch.equal(y, call("qlinear", "int8_linear", **kws[1])) and not torch.equal(y, want[1])
 
 
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16])
+def test_int8_linear_cuda_residual_fused(out_dtype, gen, monkeypatch):
+    """A pre-norm block's call on the GPU (residual + residual_scale ⊙ y in
+    a 16-bit output dtype) is answered by the one-C-call path with the
+    residual in the layer's epilogue, and equals the same call without it
+    followed by comfy-kitchen's own apply_residual, bit for bit (the product
+    of two 16-bit values is exact in fp32: the epilogue rounds as addcmul)."""
+    from qlinear.comfy import _ops
+    seen = []  # (a residual was passed, the one-C-call path answered)
+    real = _ops._fast
+
+    def spy(*a):
+        y = real(*a)
+        seen.append((len(a) > 7 and a[7] is not None, y is not None))
+        return y
+    monkeypatch.setattr(_ops, "_fast", spy)
+    for m, k, n, act in ((1, 256, 64, None), (77, 1024, 130, "gelu_tanh"), (300, 2048, 512, None)):
+        x = (torch.randn(m, k, generator=gen) * 2).to(torch.bfloat16).cuda()
+        q, s = int8_weight(n, k, gen)
+        kw = dict(x=x, weight=q.cuda(), weight_scale=s.cuda(), bias=torch.randn(n, generator=gen).to(out_dtype).cuda(),
+                  out_dtype=out_dtype, convrot=True, convrot_groupsize=256, input_act=act)
+        res = torch.randn(m, n, generator=gen).to(out_dtype).cuda()
+        rs = torch.randn(n, generator=gen).to(out_dtype).cuda()
+        seen.clear()
+        y = call("qlinear", "int8_linear", **kw, residual=res, residual_scale=rs)
+        assert seen == [(True, True)], f"M={m}: the residual call did not take the one-C-call path ({seen})"
+        want = _ops._acts()[1](call("qlinear", "int8_linear", **kw), res, rs)
+        assert y.dtype == out_dtype and torch.equal(y, want), f"M={m} act={act}: differs from the layer then addcmul"
+
+
 @pytest.mark.parametrize("act", ["gelu_tanh", "swiglu", "rms_norm"])
 @pytest.mark.parametrize("convrot", [False, True])
 def test_int8_linear_cuda_input_act_fused(act, convrot, gen, monkeypatch):

@@ -199,10 +199,9 @@ def _int8_linear_cuda(x, weight, weight_scale, bias, out_dtype, convrot, convrot
     if e.failed is not None:
         return _eager().int8_linear(x, weight, weight_scale, bias, out_dtype, convrot, convrot_groupsize, input_act,
                                     input_act_weight, input_act_eps, residual, residual_scale)
-    if residual is None:
-        y = _fast(e, x, bias, out_dtype, input_act, input_act_weight, input_act_eps)
-        if y is not None:
-            return y
+    y = _fast(e, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual, residual_scale)
+    if y is not None:
+        return y
     return _run_cuda(e, x, bias, out_dtype, input_act, input_act_weight, input_act_eps, residual, residual_scale)
 
 
@@ -340,9 +339,11 @@ def int8_linear(x, weight, weight_scale, bias=None, out_dtype=torch.bfloat16, co
 def _fast(e, x, bias, out_dtype, input_act, act_weight, act_eps, residual=None, residual_scale=None):
     """The common call in one C call, or None where it needs the general path
     (_run, _run_cuda): ComfyUI's F.linear path and its fused input
-    activations on a contiguous x, with the bias in the epilogue, and on the
-    CPU a pre-norm block's residual (residual + residual_scale ⊙ y, 16-bit
-    outputs, both in the output dtype and laid out as _run fuses them). Nothing is
+    activations on a contiguous x, with the bias in the epilogue, and a
+    pre-norm block's residual (residual + residual_scale ⊙ y, 16-bit outputs,
+    both in the output dtype on x's device and laid out as _run fuses them:
+    the product of two 16-bit values is exact in fp32, so the epilogue's
+    rounding is addcmul's on either device). Nothing is
     built per call: the weight's entry keeps a plan (_Plan: the epilogue with
     the bias converted once, the activation, this thread's prologue cache)
     while the call's terms stay the same; an rms_norm weight in a dtype the
@@ -375,8 +376,9 @@ def _fast(e, x, bias, out_dtype, input_act, act_weight, act_eps, residual=None, 
     sh = x.shape
     oshape = (m, n) if len(sh) == 2 else (*sh[:-1], n)
     res = residual is not None
-    if res and (cuda or out_dtype is torch.float32 or residual.dtype is not out_dtype or residual.shape != oshape
-                or not residual.is_contiguous() or residual_scale is None or residual_scale.dtype is not out_dtype
+    if res and (out_dtype is torch.float32 or residual.dtype is not out_dtype or residual.shape != oshape
+                or residual.device != x.device or residual_scale is None or residual_scale.device != x.device
+                or not residual.is_contiguous() or residual_scale.dtype is not out_dtype
                 or residual_scale.dim() == 0 or residual_scale.numel() != n
                 or residual_scale.shape[-1] != n or not residual_scale.is_contiguous()):
         return None
