@@ -1354,7 +1354,7 @@ static void act_case(ql_context *gpu, ql_context *cpu, ql_cuda_workspace **ws, i
         for (int64_t j = 0; j < k; j++) {
             const int64_t d = llabs((int64_t)q1[r * kp + code_pos(j, perm)] - q0[r * kp + j]);
             if (d) {
-                row_moved[r]++, moved++;
+                row_moved[r] += d, moved++; /* the bound below needs the codes' total move, not their count */
                 if (first < 0) first = r * k + j;
             }
             if (d > worst) worst = d;
@@ -1543,7 +1543,10 @@ static void test_input_act(ql_context *gpu)
     static const int64_t ms[] = {1, 3, 77, 300};
     /* (group, K): the fast G = 256 kernel (16-byte aligned rows) and the generic one (other groups, odd K, unaligned rows) */
     static const int64_t shapes[][2] = {{256, 256}, {256, 512}, {256, 2048}, {256, 4096}, {0, 48}, {0, 77}, {0, 1000},
-                                        {4, 48},    {4, 212},   {16, 48},    {16, 400},   {64, 192}, {64, 1024}};
+                                        {4, 48},    {4, 212},   {16, 48},    {16, 400},   {64, 192}, {64, 1024},
+                                        /* rms_norm's pre-pass: 33 partials (two rounds of them), leftover blocks, a
+                                         * leftover vector and a scalar tail */
+                                        {0, 17003}};
     ql_context *cpu = NULL;
     CHECK_OK(ql_context_create(&cpu));
     ql_cuda_workspace *ws = NULL;

@@ -53,7 +53,7 @@ cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m,
                                  const InputAct &act, int8_t *q, int64_t ldq, float *sx, int force_roww, int form,
                                  const PrologueFit &fit, cudaStream_t stream);
 /* rms_norm's row factors: out[r] = 1/sqrt(Σ x[r]²/k + eps) for x [m, k]
- * (ldx elements), the sum in the CPU's order (bit-identical); a warp per
+ * (ldx elements), the sum in the CPU's order (bit-identical); a block per
  * row. pdl: a programmatic dependent launch that waits for the kernel
  * before it (launch_quantize_rows calls it; a prologue of its own may too). */
 cudaError_t launch_rms_factors(const void *x, int xdt, int64_t ldx, int64_t m, int64_t k, float eps, float *out,

@@ -6,7 +6,7 @@
  * nothing the CPU does not, and exp and tanh are the CPU's own
  * (quant/act_math.h, compiled for the device), so every activation is
  * bit-identical to the CPU's: rms_norm's sum of squares follows the CPU's
- * (PyTorch's) order exactly (rms_sum_squares_warp).
+ * (PyTorch's) order exactly (rms_sum_squares_block).
  *
  * Use: a kernel holding 16 consecutive values j..j+15 of a row (j a
  * multiple of 16) calls activate<16> on them, or load16_act loads and
@@ -15,6 +15,7 @@
 #pragma once
 #include "common.cuh"
 #include "../quant/act_math.h"
+#include "../quant/act_window.h"
 
 namespace qlc {
 
@@ -27,7 +28,14 @@ struct InputAct {
     float *rms;     /* RMS_NORM: [m] row factors 1/sqrt(Σx²/k + eps), filled by launch_rms_factors */
     const uint16_t *tab; /* GELU_TANH / SWIGLU on bf16 or fp16 rows: the CPU's table of the function over every
                           * bit pattern (ql_act_table16), on the device; NULL: computed (the same bits, slower) */
+    const uint16_t *win; /* GELU_TANH / SWIGLU on bf16 rows: the table's 8 KiB window (ql_act_window_bf16), on the
+                          * device, which the G = 256 kernel copies into its block's shared memory; or NULL */
+    bool swin_on;        /* set by a kernel holding the window in shared memory at swin (a shared address) */
+    uint32_t swin;
 };
+
+/* The bytes a block of the G = 256 kernel reserves for the window. */
+constexpr int ACT_WIN_BYTES = QL_ACT_WIN_ENTRIES * 2;
 
 /* 16 consecutive values j..j+15 of a row as fp32; vec: 16-byte loads (row
  * 16-byte aligned, j a multiple of 16). */
@@ -55,27 +63,40 @@ __device__ __forceinline__ void load16(int dt, const char *row, int64_t j, bool 
     for (int i = 0; i < 16; i++) v[i] = load_f(dt, row, j + i);
 }
 
-/* tab's entry for x, a value of dt (bf16 or fp16, exact in fp32): one load
- * where the function costs an exp, a division and a tanh per value, which the
- * low-occupancy prologue cannot hide. */
-__device__ __forceinline__ float act_lookup(int dt, const uint16_t *tab, float x)
+/* The function's value at x, a value of dt (bf16 or fp16, exact in fp32),
+ * by lookup: one load where the function costs an exp, a division and a
+ * tanh per value, which the low-occupancy prologue cannot hide. From the
+ * block's shared window where the kernel holds one (bf16: a warp's 32
+ * random lookups meet a few bank conflicts, where through L1 they touch up
+ * to 32 lines of the 128 KiB table), else from the whole table. */
+__device__ __forceinline__ float act_lookup(int dt, const InputAct &a, float x)
 {
+    if (dt == DT_BF16 && a.swin_on) {
+        const int32_t r = ql_act_window_rule(__float_as_uint(x) >> 16);
+        unsigned short v = (unsigned short)r;
+        if (r < 0) asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(a.swin + 2u * (uint32_t)(-1 - r)));
+        return __bfloat162float(__ushort_as_bfloat16(v));
+    }
     const unsigned short b =
         dt == DT_BF16 ? (unsigned short)(__float_as_uint(x) >> 16) : __half_as_ushort(__float2half_rn(x));
-    const unsigned short r = __ldg(tab + b);
+    const unsigned short r = __ldg(a.tab + b);
     return dt == DT_BF16 ? __bfloat162float(__ushort_as_bfloat16(r)) : __half2float(__ushort_as_half(r));
+}
+__device__ __forceinline__ bool act_by_lookup(int dt, const InputAct &a)
+{
+    return dt != DT_F32 && (a.tab || (dt == DT_BF16 && a.swin_on));
 }
 
 /* gelu(x, approximate="tanh") = (0.5·x)·(1 + tanh(β·(x + κ·((x·x)·x)))), fp32, rounded once to dt. */
-__device__ __forceinline__ float act_gelu_tanh(int dt, float x, const uint16_t *tab)
+__device__ __forceinline__ float act_gelu_tanh(int dt, float x, const InputAct &a)
 {
-    return tab && dt != DT_F32 ? act_lookup(dt, tab, x) : round_to(dt, ql_act_gelu_tanh(x));
+    return act_by_lookup(dt, a) ? act_lookup(dt, a, x) : round_to(dt, ql_act_gelu_tanh(x));
 }
 
 /* swiglu: s = round(gate / (1 + e^-gate)), then round(s·up). */
-__device__ __forceinline__ float act_swiglu(int dt, float gate, float up, const uint16_t *tab)
+__device__ __forceinline__ float act_swiglu(int dt, float gate, float up, const InputAct &a)
 {
-    const float s = tab && dt != DT_F32 ? act_lookup(dt, tab, gate) : round_to(dt, ql_act_silu(gate));
+    const float s = act_by_lookup(dt, a) ? act_lookup(dt, a, gate) : round_to(dt, ql_act_silu(gate));
     return round_to(dt, __fmul_rn(s, up));
 }
 
@@ -95,13 +116,23 @@ __device__ __forceinline__ float rms_factor(float sum_squares, int64_t k, float 
  * ql_rms_sum_squares (PyTorch's order: 32 slots over blocks of four 8-lane
  * vectors, cascaded every 16 / 256 / 4096 blocks; the 0-3 leftover vectors
  * into the first vector's lanes; the four vectors added lane-wise; a
- * scalar sum of the tail, then of the 8 lanes). One warp: lane s is slot s
- * (it reads x[32u + s], so the warp reads each block coalesced). Every lane
- * of the warp must call it; every lane gets the sum. */
-__device__ __forceinline__ float rms_sum_squares_warp(int dt, const char *row, int64_t k)
+ * scalar sum of the tail, then of the 8 lanes). Lane s of a warp is slot s
+ * (it reads x[32u + s], so a warp reads each block coalesced).
+ *
+ * The order is one long chain per slot, but the chain restarts every 16
+ * blocks (the cascade adds each 16-block partial into the next level), so
+ * the partials are independent: the block's warps compute them side by
+ * side, each partial's 16 loads issued before its adds (one memory round
+ * trip, not 16), into `part` (shared, RMS_PARTS × 32 floats), and warp 0
+ * adds them into the cascade in order. A warp a row, adding as it loaded,
+ * was latency-bound: 2.5× the rest of the rms_norm prologue at K = 2048.
+ * Every thread of the block calls it (it has barriers); warp 0's lanes get
+ * the sum. */
+constexpr int RMS_PARTS = 32;
+__device__ __forceinline__ float rms_sum_squares_block(int dt, const char *row, int64_t k, float *part)
 {
     const unsigned all = 0xffffffffu;
-    const int lane = threadIdx.x & 31;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, warps = blockDim.x / 32;
     auto sq = [&](int64_t j) {
         const float v = load_f(dt, row, j);
         return __fmul_rn(v, v);
@@ -112,18 +143,42 @@ __device__ __forceinline__ float rms_sum_squares_warp(int dt, const char *row, i
         for (int64_t j = k / 4 * 4; j < k; j++) t[0] = __fadd_rn(t[0], sq(j));
         return __fadd_rn(__fadd_rn(__fadd_rn(t[0], t[1]), t[2]), t[3]);
     }
-    const int64_t vecs = k / 8, blocks = vecs / 4;
+    const int64_t vecs = k / 8, blocks = vecs / 4, groups = blocks / 16;
     float l0 = 0.0f, l1 = 0.0f, l2 = 0.0f, l3 = 0.0f;
-    int64_t u = 0;
-    while (blocks - u >= 16) {
-        for (const int64_t end = u + 16; u < end; u++) l0 = __fadd_rn(l0, sq(32 * u + lane));
-        l1 = __fadd_rn(l1, l0), l0 = 0.0f;
-        if (u % 256 == 0) {
-            l2 = __fadd_rn(l2, l1), l1 = 0.0f;
-            if (u % 4096 == 0) l3 = __fadd_rn(l3, l2), l2 = 0.0f;
+    for (int64_t g0 = 0; g0 < groups; g0 += RMS_PARTS) {
+        const int64_t n = groups - g0 < RMS_PARTS ? groups - g0 : RMS_PARTS;
+        for (int64_t g = warp; g < n; g += warps) {
+            const int64_t u0 = 16 * (g0 + g);
+            float e[16];
+#pragma unroll
+            for (int i = 0; i < 16; i++) e[i] = sq(32 * (u0 + i) + lane);
+            float p = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 16; i++) p = __fadd_rn(p, e[i]);
+            part[g * 32 + lane] = p;
         }
+        __syncthreads();
+        if (warp == 0)
+            for (int64_t g = 0; g < n; g++) {
+                const int64_t u = 16 * (g0 + g + 1); /* blocks done after this partial */
+                l1 = __fadd_rn(l1, part[g * 32 + lane]);
+                if (u % 256 == 0) {
+                    l2 = __fadd_rn(l2, l1), l1 = 0.0f;
+                    if (u % 4096 == 0) l3 = __fadd_rn(l3, l2), l2 = 0.0f;
+                }
+            }
+        __syncthreads();
     }
-    for (; u < blocks; u++) l0 = __fadd_rn(l0, sq(32 * u + lane));
+    if (warp != 0) return 0.0f;
+    {
+        const int left = (int)(blocks - 16 * groups); /* 0..15 blocks, into l0 in order */
+        float e[15];
+#pragma unroll
+        for (int i = 0; i < 15; i++) e[i] = i < left ? sq(32 * (16 * groups + i) + lane) : 0.0f;
+#pragma unroll
+        for (int i = 0; i < 15; i++)
+            if (i < left) l0 = __fadd_rn(l0, e[i]);
+    }
     float tot = __fadd_rn(__fadd_rn(__fadd_rn(l0, l1), l2), l3);
     if (lane < 8)
         for (int64_t v = 4 * blocks; v < vecs; v++) tot = __fadd_rn(tot, sq(8 * v + lane));
@@ -149,10 +204,10 @@ __device__ __forceinline__ void activate(int code, const InputAct &a, int dt, fl
 {
     if (code == QL_INPUT_ACT_GELU_TANH) {
 #pragma unroll
-        for (int t = 0; t < N; t++) v[t] = act_gelu_tanh(dt, v[t], a.tab);
+        for (int t = 0; t < N; t++) v[t] = act_gelu_tanh(dt, v[t], a);
     } else if (code == QL_INPUT_ACT_SWIGLU) {
 #pragma unroll
-        for (int t = 0; t < N; t++) v[t] = act_swiglu(dt, v[t], up[t], a.tab);
+        for (int t = 0; t < N; t++) v[t] = act_swiglu(dt, v[t], up[t], a);
     } else if (code == QL_INPUT_ACT_RMS_NORM) {
         float w[N];
         if constexpr (N == 16) load16(a.wdt, (const char *)a.w, j, ((uintptr_t)a.w & 15) == 0, w);
@@ -185,8 +240,8 @@ __device__ __forceinline__ float act_value(const InputAct &a, int dt, const char
 {
     const float x = load_f(dt, row, j);
     switch (a.code) {
-    case QL_INPUT_ACT_GELU_TANH: return act_gelu_tanh(dt, x, a.tab);
-    case QL_INPUT_ACT_SWIGLU: return act_swiglu(dt, x, load_f(dt, row, k + j), a.tab);
+    case QL_INPUT_ACT_GELU_TANH: return act_gelu_tanh(dt, x, a);
+    case QL_INPUT_ACT_SWIGLU: return act_swiglu(dt, x, load_f(dt, row, k + j), a);
     case QL_INPUT_ACT_RMS_NORM: return act_rms_norm(dt, x, r, round_to(dt, load_f(a.wdt, a.w, j)));
     default: return x;
     }
