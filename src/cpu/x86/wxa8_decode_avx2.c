@@ -43,14 +43,31 @@ static inline void load_tables(const ql_wxa8_panels *p, const uint8_t *s, tables
                                                      (const __m128i *)(p->lut + s[4 * q + h] * row + 16 * r));
 }
 
-/* v[h] for quad q of block blk: lane 0 column 4q + h, lane 1 column 4q + 2 + h, 16 k each, decoded. */
+/* 4 bits: the byte offsets of a group's 16 table rows (16·scale byte), two vector operations where a byte load,
+ * a shift and an add per row cost more than the row's own load */
+static inline __attribute__((always_inline)) void row_offsets4(const uint8_t *s, uint32_t off[16])
+{
+    const __m128i b = _mm_loadu_si128((const __m128i *)s);
+    _mm256_store_si256((__m256i *)off, _mm256_slli_epi32(_mm256_cvtepu8_epi32(b), 4));
+    _mm256_store_si256((__m256i *)(off + 8), _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)), 4));
+}
+
+/* 4 bits: the table row pair of quad q, h (off: row_offsets4 of the block's group). */
+static inline __attribute__((always_inline)) __m256i row_pair4(const ql_wxa8_panels *p, const uint32_t *off, int q, int h)
+{
+    return _mm256_loadu2_m128i((const __m128i *)(p->lut + off[4 * q + h + 2]), (const __m128i *)(p->lut + off[4 * q + h]));
+}
+
+/* v[h] for quad q of block blk: lane 0 column 4q + h, lane 1 column 4q + 2 + h, 16 k each, decoded. 4 bits:
+ * the table rows are loaded here through the group's row offsets off (with 16-k groups, the common case, every
+ * block has its own, and staging them through tb cost a store and a load each); 6 bits: from tb. */
 static inline __attribute__((always_inline)) void quad(const ql_wxa8_panels *p, const uint8_t *blk, const tables *tb,
-                                                       int q, __m256i v[2])
+                                                       const uint32_t *off, int q, __m256i v[2])
 {
     const __m256i m4 = _mm256_set1_epi8(15), raw = _mm256_loadu_si256((const __m256i *)(blk + 32 * q));
     const __m256i nib[2] = {_mm256_and_si256(raw, m4), _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4)};
     if (p->bits == 4) {
-        for (int h = 0; h < 2; h++) v[h] = _mm256_shuffle_epi8(tb->t[q][h][0], nib[h]);
+        for (int h = 0; h < 2; h++) v[h] = _mm256_shuffle_epi8(row_pair4(p, off, q, h), nib[h]);
         return;
     }
     /* the top two bits of column 4q + s: bits 2s, 2s + 1 of byte 128 + 16q + k */
@@ -67,10 +84,10 @@ static inline __attribute__((always_inline)) void quad(const ql_wxa8_panels *p, 
 
 /* One 16-k block -> w[c], c = 0..7: lane 0 column c, lane 1 column c + 8, 16 k each. */
 static inline __attribute__((always_inline)) void block_columns(const ql_wxa8_panels *p, const uint8_t *blk,
-                                                                const tables *tb, __m256i w[8])
+                                                                const tables *tb, const uint32_t *off, __m256i w[8])
 {
     __m256i v[4][2];
-    for (int q = 0; q < 4; q++) quad(p, blk, tb, q, v[q]);
+    for (int q = 0; q < 4; q++) quad(p, blk, tb, off, q, v[q]);
     for (int q = 0; q < 2; q++) /* c = 4Q + s, Q = 0, 1: column c from quad Q, column c + 8 from quad Q + 2 */
         for (int h = 0; h < 2; h++) {
             w[4 * q + h] = _mm256_permute2x128_si256(v[q][h], v[q + 2][h], 0x20);
@@ -132,11 +149,14 @@ void ql_wxa8_decode_avx2(const void *src, int64_t jp0, int64_t jp1, int64_t pc, 
     const __m256i pad = _mm256_set1_epi8((char)(p->offset128 ? 0x80 : 0));
     const int64_t bpg = p->group / 16; /* 16-k blocks per scale group */
     tables tb;
+    _Alignas(32) uint32_t off[16];
     for (int64_t jp = jp0; jp < jp1; jp++) {
         const uint8_t *codes = p->codes + jp * p->blocks * p->block_bytes;
         const uint8_t *sidx = p->sidx + jp * p->ngroups * 16;
         uint8_t *out = dst + (jp - jp0) * kc * 64; /* kc k4 rows of 16 columns × 4 bytes */
-        int64_t loaded = -1;
+        /* the first block's scale group and its place there (no division per block) */
+        int64_t g = (pc / 4) / bpg, in_g = (pc / 4) % bpg;
+        bool fresh = true;
         for (int64_t b = pc / 4; b < (pc + kc) / 4; b++) { /* 16-k blocks of the slice */
             uint8_t *blk32 = out + ((b / 2) * 8 - pc) * 64; /* its 32-block's first byte */
             const int half = (int)(b % 2);
@@ -144,9 +164,14 @@ void ql_wxa8_decode_avx2(const void *src, int64_t jp0, int64_t jp1, int64_t pc, 
             if (16 * b >= p->k) { /* K padding: the grid value 0 */
                 for (int i = 0; i < 8; i++) r[i] = pad;
             } else {
-                if (b / bpg != loaded) load_tables(p, sidx + (loaded = b / bpg) * 16, &tb);
+                if (fresh || in_g == 0) {
+                    if (p->bits == 6) load_tables(p, sidx + g * 16, &tb);
+                    else row_offsets4(sidx + g * 16, off);
+                }
+                fresh = false;
+                if (++in_g == bpg) in_g = 0, g++;
                 __m256i w[8];
-                block_columns(p, codes + b * p->block_bytes, &tb, w);
+                block_columns(p, codes + b * p->block_bytes, &tb, off, w);
                 if (p->kg == 2) pair_rows(w, r); /* (the tables hold the + 128 of the VNNI kernels' weights) */
                 else quad_rows(w, r);
             }
