@@ -1830,23 +1830,28 @@ int main(void)
     CHECK_OK(ql_cuda_device_name(0, name, sizeof name));
     printf("device: %s\n", name);
     CHECK_OK(ql_context_set_device(ctx, QL_DEVICE_CUDA, 0));
-    /* bit for bit against the CPU: the exact prologue (the butterflies); the default tensor-core rotation of bf16
-     * rows is held to issue #25's rule by test_prologue_mma */
+    /* bit for bit against the CPU: the exact prologue (the butterflies); the tensor-core rotation of bf16 rows
+     * (QLINEAR_CUDA_PROLOGUE=mma) is held to issue #25's rule by test_prologue_mma */
     setenv("QLINEAR_CUDA_PROLOGUE", "exact", 1);
-    test_gemm(ctx);
-    test_linear(ctx);
-    test_gelu_sweep(ctx);
-    test_chain(ctx);
-    test_shared(ctx);
-    test_wxa8(ctx);
-    test_wxa8_packed(ctx);
-    test_wxa8_shared(ctx);
-    test_prologue_cache(ctx);
-    test_fused_rows(ctx);
-    test_lora(ctx);
-    test_input_act(ctx);
-    test_prologue_mma(ctx);
-    test_bad_input(ctx);
+    /* QL_TEST_ONLY=name[,name...]: those tests alone (a lease's short call) */
+    const char *only = getenv("QL_TEST_ONLY");
+#define RUN(t) \
+    if (!only || strstr(only, #t)) t(ctx)
+    RUN(test_gemm);
+    RUN(test_linear);
+    RUN(test_gelu_sweep);
+    RUN(test_chain);
+    RUN(test_shared);
+    RUN(test_wxa8);
+    RUN(test_wxa8_packed);
+    RUN(test_wxa8_shared);
+    RUN(test_prologue_cache);
+    RUN(test_fused_rows);
+    RUN(test_lora);
+    RUN(test_input_act);
+    RUN(test_prologue_mma);
+    RUN(test_bad_input);
+#undef RUN
 #endif
     ql_context_destroy(ctx);
     return tu_finish();

@@ -50,7 +50,11 @@ def cuda_codes(x, group):
         r = y * cand / top
         ok = ((r - r.round()).abs() < 0.02).all(dim=1, keepdim=True) & ~found
         q, found = torch.where(ok, r.round(), q), found | ok
-    assert bool(found.all()), "identity layer: a row's outputs are not a scale's integer multiples"
+    if not bool(found.all()):
+        r = int((~found).nonzero()[0, 0])
+        row = y[r] * 127 / top[r]
+        raise AssertionError(f"identity layer: row {r} of {y.shape[0]} (K {k}, group {group}): outputs are not a "
+                             f"scale's integer multiples: max |y| {float(top[r])}, y·127/max: {row[:8].tolist()}")
     return q.to(torch.int8)
 
 

@@ -71,11 +71,11 @@ __device__ __forceinline__ void load16(int dt, const char *row, int64_t j, bool 
  * to 32 lines of the 128 KiB table), else from the whole table. */
 __device__ __forceinline__ float act_lookup(int dt, const InputAct &a, float x)
 {
-    if (dt == DT_BF16 && a.swin_on) {
-        const int32_t r = ql_act_window_rule(__float_as_uint(x) >> 16);
-        unsigned short v = (unsigned short)r;
-        if (r < 0) asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(a.swin + 2u * (uint32_t)(-1 - r)));
-        return __bfloat162float(__ushort_as_bfloat16(v));
+    if (dt == DT_BF16 && a.swin_on) { /* the entry always loaded, then selected: no divergent branch */
+        const uint32_t b = __float_as_uint(x) >> 16;
+        unsigned short v;
+        asm("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(a.swin + 2u * ql_act_window_index(b)));
+        return __uint_as_float((ql_act_window_in(b) ? (uint32_t)v : ql_act_window_closed(b)) << 16);
     }
     const unsigned short b =
         dt == DT_BF16 ? (unsigned short)(__float_as_uint(x) >> 16) : __half_as_ushort(__float2half_rn(x));

@@ -719,7 +719,8 @@ void act_tables_for(ql_cuda_workspace *ws, InputAct *act, ql_dtype xdt, cudaStre
             ws->act_win[w] = upload_table(ql_act_window_bf16(code), ACT_WIN_BYTES);
     }
     act->tab = ws->act_tab[t];
-    if (xdt == QL_BF16) act->win = ws->act_win[w];
+    static const bool window = !getenv("QLINEAR_CUDA_ACT_WINDOW") || strcmp(getenv("QLINEAR_CUDA_ACT_WINDOW"), "off");
+    if (xdt == QL_BF16 && window) act->win = ws->act_win[w];
 }
 
 /* A workspace buffer grown to `need` bytes (its contents are not kept). */

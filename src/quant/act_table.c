@@ -48,13 +48,11 @@ static void build_window(int code, int w)
     const uint16_t *full = ql_act_table16(code, QL_BF16);
     uint16_t *win = full ? malloc(QL_ACT_WIN_ENTRIES * sizeof *win) : NULL;
     if (!win) return;
-    for (uint32_t v = 0; v < 65536; v++) {
-        const int32_t r = ql_act_window_rule(v);
-        if (r < 0) win[-1 - r] = full[v];
-    }
+    for (uint32_t v = 0; v < 65536; v++)
+        if (ql_act_window_in(v)) win[ql_act_window_index(v)] = full[v];
     for (uint32_t v = 0; v < 65536; v++) { /* the closed forms against every entry */
-        const int32_t r = ql_act_window_rule(v);
-        const uint16_t got = r < 0 ? win[-1 - r] : (uint16_t)r, want = full[v];
+        const uint16_t got = (uint16_t)(ql_act_window_in(v) ? win[ql_act_window_index(v)] : ql_act_window_closed(v));
+        const uint16_t want = full[v];
         const int nan_got = (got & 0x7fff) > 0x7f80, nan_want = (want & 0x7fff) > 0x7f80;
         if (nan_got != nan_want || (!nan_want && got != want)) {
             free(win);
