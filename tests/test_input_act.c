@@ -9,16 +9,12 @@
  *    dequant) gives with input_act what it gives on the pre-activated input;
  *  - a per-call bias equals a layer built with that bias;
  *  - NaN/Inf rows, zero rows under rms_norm (eps 0: NaN; eps > 0: the bias),
- *    swiglu with ldx > 2K, and the argument checks;
- *  - the bf16 tables' 8 KiB windows (the GPU prologue's) reproduce the
- *    functions on all 65 536 inputs. */
+ *    swiglu with ldx > 2K, and the argument checks. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
-#include "quant/act_math.h"
-#include "quant/act_table.h"
 #include "quant/input_act.h"
 #include "testutil.h"
 
@@ -521,32 +517,6 @@ static void test_checks(void)
     ql_linear_destroy(lin);
 }
 
-/* ql_act_window_bf16 + the closed forms against the scalar functions
- * themselves (not the table the window was cut from), every bf16 input. */
-static void test_bf16_windows(void)
-{
-    for (int code = QL_INPUT_ACT_GELU_TANH; code <= QL_INPUT_ACT_SWIGLU; code++) {
-        const uint16_t *win = ql_act_window_bf16(code);
-        CHECK(win != NULL, "%s: no bf16 window (its closed forms disagree with the table)", act_names[code]);
-        if (!win) continue;
-        int64_t bad = -1, closed = 0;
-        for (uint32_t v = 0; v < 65536 && bad < 0; v++) {
-            const uint16_t bits = (uint16_t)v;
-            const float x = ql_load_f(QL_BF16, &bits, 0);
-            uint16_t want;
-            ql_store_f(QL_BF16, &want, 0, code == QL_INPUT_ACT_GELU_TANH ? ql_act_gelu_tanh(x) : ql_act_silu(x));
-            const int inside = ql_act_window_in(v);
-            const uint16_t got = (uint16_t)(inside ? win[ql_act_window_index(v)] : ql_act_window_closed(v));
-            closed += !inside;
-            const float fw = ql_load_f(QL_BF16, &want, 0), fg = ql_load_f(QL_BF16, &got, 0);
-            if (isnan(fw) ? !isnan(fg) : got != want) bad = v;
-        }
-        CHECK(bad < 0, "%s: bf16 input 0x%04llx: the window gives another value than the function", act_names[code],
-              (long long)bad);
-        CHECK(closed == 65536 - QL_ACT_WIN_ENTRIES, "%s: %lld inputs by closed form", act_names[code], (long long)closed);
-    }
-}
-
 int main(void)
 {
     tu_init("test_input_act");
@@ -559,7 +529,6 @@ int main(void)
             if (c > 0) ctxs[i][c]->serial_work = 0; /* split even tiny layers over the threads */
             if (c == 2) ctxs[i][c]->small_m = 0;    /* the blocked path for every M */
         }
-    test_bf16_windows();
     test_rows_vs_float64();
     test_row_edges();
     test_sum_order();

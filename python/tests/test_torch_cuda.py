@@ -23,8 +23,7 @@ cuda = pytest.mark.skipif(_devices() == 0, reason="skipped: no CUDA device (torc
 @pytest.fixture(autouse=True)
 def _exact_prologue(monkeypatch):
     """Bit for bit needs the prologue that rotates in the CPU's order
-    (test_cuda holds the tensor-core rotation to issue #25's rule; the
-    comfy tests hold it against eager)."""
+    (test_cuda holds the tensor-core rotation to issue #25's rule)."""
     monkeypatch.setenv("QLINEAR_CUDA_PROLOGUE", "exact")
 
 

@@ -15,7 +15,6 @@
 #pragma once
 #include "common.cuh"
 #include "../quant/act_math.h"
-#include "../quant/act_window.h"
 
 namespace qlc {
 
@@ -28,14 +27,7 @@ struct InputAct {
     float *rms;     /* RMS_NORM: [m] row factors 1/sqrt(Σx²/k + eps), filled by launch_rms_factors */
     const uint16_t *tab; /* GELU_TANH / SWIGLU on bf16 or fp16 rows: the CPU's table of the function over every
                           * bit pattern (ql_act_table16), on the device; NULL: computed (the same bits, slower) */
-    const uint16_t *win; /* GELU_TANH / SWIGLU on bf16 rows: the table's 8 KiB window (ql_act_window_bf16), on the
-                          * device, which the G = 256 kernel copies into its block's shared memory; or NULL */
-    bool swin_on;        /* set by a kernel holding the window in shared memory at swin (a shared address) */
-    uint32_t swin;
 };
-
-/* The bytes a block of the G = 256 kernel reserves for the window. */
-constexpr int ACT_WIN_BYTES = QL_ACT_WIN_ENTRIES * 2;
 
 /* 16 consecutive values j..j+15 of a row as fp32; vec: 16-byte loads (row
  * 16-byte aligned, j a multiple of 16). */
@@ -63,40 +55,27 @@ __device__ __forceinline__ void load16(int dt, const char *row, int64_t j, bool 
     for (int i = 0; i < 16; i++) v[i] = load_f(dt, row, j + i);
 }
 
-/* The function's value at x, a value of dt (bf16 or fp16, exact in fp32),
- * by lookup: one load where the function costs an exp, a division and a
- * tanh per value, which the low-occupancy prologue cannot hide. From the
- * block's shared window where the kernel holds one (bf16: a warp's 32
- * random lookups meet a few bank conflicts, where through L1 they touch up
- * to 32 lines of the 128 KiB table), else from the whole table. */
-__device__ __forceinline__ float act_lookup(int dt, const InputAct &a, float x)
+/* tab's entry for x, a value of dt (bf16 or fp16, exact in fp32): one load
+ * where the function costs an exp, a division and a tanh per value, which the
+ * low-occupancy prologue cannot hide. */
+__device__ __forceinline__ float act_lookup(int dt, const uint16_t *tab, float x)
 {
-    if (dt == DT_BF16 && a.swin_on) { /* the entry always loaded, then selected: no divergent branch */
-        const uint32_t b = __float_as_uint(x) >> 16;
-        unsigned short v;
-        asm("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(a.swin + 2u * ql_act_window_index(b)));
-        return __uint_as_float((ql_act_window_in(b) ? (uint32_t)v : ql_act_window_closed(b)) << 16);
-    }
     const unsigned short b =
         dt == DT_BF16 ? (unsigned short)(__float_as_uint(x) >> 16) : __half_as_ushort(__float2half_rn(x));
-    const unsigned short r = __ldg(a.tab + b);
+    const unsigned short r = __ldg(tab + b);
     return dt == DT_BF16 ? __bfloat162float(__ushort_as_bfloat16(r)) : __half2float(__ushort_as_half(r));
-}
-__device__ __forceinline__ bool act_by_lookup(int dt, const InputAct &a)
-{
-    return dt != DT_F32 && (a.tab || (dt == DT_BF16 && a.swin_on));
 }
 
 /* gelu(x, approximate="tanh") = (0.5·x)·(1 + tanh(β·(x + κ·((x·x)·x)))), fp32, rounded once to dt. */
-__device__ __forceinline__ float act_gelu_tanh(int dt, float x, const InputAct &a)
+__device__ __forceinline__ float act_gelu_tanh(int dt, float x, const uint16_t *tab)
 {
-    return act_by_lookup(dt, a) ? act_lookup(dt, a, x) : round_to(dt, ql_act_gelu_tanh(x));
+    return tab && dt != DT_F32 ? act_lookup(dt, tab, x) : round_to(dt, ql_act_gelu_tanh(x));
 }
 
 /* swiglu: s = round(gate / (1 + e^-gate)), then round(s·up). */
-__device__ __forceinline__ float act_swiglu(int dt, float gate, float up, const InputAct &a)
+__device__ __forceinline__ float act_swiglu(int dt, float gate, float up, const uint16_t *tab)
 {
-    const float s = act_by_lookup(dt, a) ? act_lookup(dt, a, gate) : round_to(dt, ql_act_silu(gate));
+    const float s = tab && dt != DT_F32 ? act_lookup(dt, tab, gate) : round_to(dt, ql_act_silu(gate));
     return round_to(dt, __fmul_rn(s, up));
 }
 
@@ -125,7 +104,8 @@ __device__ __forceinline__ float rms_factor(float sum_squares, int64_t k, float 
  * side, each partial's 16 loads issued before its adds (one memory round
  * trip, not 16), into `part` (shared, RMS_PARTS × 32 floats), and warp 0
  * adds them into the cascade in order. A warp a row, adding as it loaded,
- * was latency-bound: 2.5× the rest of the rms_norm prologue at K = 2048.
+ * was latency-bound (the rms_norm layer at M = 1024, K = 2048 took 1.7× the
+ * plain layer's time; 1.3× this way).
  * Every thread of the block calls it (it has barriers); warp 0's lanes get
  * the sum. */
 constexpr int RMS_PARTS = 32;
@@ -204,10 +184,10 @@ __device__ __forceinline__ void activate(int code, const InputAct &a, int dt, fl
 {
     if (code == QL_INPUT_ACT_GELU_TANH) {
 #pragma unroll
-        for (int t = 0; t < N; t++) v[t] = act_gelu_tanh(dt, v[t], a);
+        for (int t = 0; t < N; t++) v[t] = act_gelu_tanh(dt, v[t], a.tab);
     } else if (code == QL_INPUT_ACT_SWIGLU) {
 #pragma unroll
-        for (int t = 0; t < N; t++) v[t] = act_swiglu(dt, v[t], up[t], a);
+        for (int t = 0; t < N; t++) v[t] = act_swiglu(dt, v[t], up[t], a.tab);
     } else if (code == QL_INPUT_ACT_RMS_NORM) {
         float w[N];
         if constexpr (N == 16) load16(a.wdt, (const char *)a.w, j, ((uintptr_t)a.w & 15) == 0, w);
@@ -240,8 +220,8 @@ __device__ __forceinline__ float act_value(const InputAct &a, int dt, const char
 {
     const float x = load_f(dt, row, j);
     switch (a.code) {
-    case QL_INPUT_ACT_GELU_TANH: return act_gelu_tanh(dt, x, a);
-    case QL_INPUT_ACT_SWIGLU: return act_swiglu(dt, x, load_f(dt, row, k + j), a);
+    case QL_INPUT_ACT_GELU_TANH: return act_gelu_tanh(dt, x, a.tab);
+    case QL_INPUT_ACT_SWIGLU: return act_swiglu(dt, x, load_f(dt, row, k + j), a.tab);
     case QL_INPUT_ACT_RMS_NORM: return act_rms_norm(dt, x, r, round_to(dt, load_f(a.wdt, a.w, j)));
     default: return x;
     }

@@ -16,7 +16,6 @@
 extern "C" ql_status ql_fail(ql_status status, const char *fmt, ...);
 extern "C" void ql_gelu_bf16_lut_fill(uint16_t *lut); /* quant/epilogue.c */
 extern "C" const uint16_t *ql_act_table16(int code, ql_dtype dt); /* quant/act_table.c */
-extern "C" const uint16_t *ql_act_window_bf16(int code);            /* quant/act_table.c */
 
 using namespace qlc;
 
@@ -30,7 +29,6 @@ struct ql_cuda_workspace {
     uint16_t *gelu_lut = nullptr; /* the output GELU's bf16 table (ql_gelu_bf16_bits), made on first use */
     /* the input activations' 16-bit tables (the CPU's ql_act_table16: gelu_tanh, swiglu's silu; bf16, fp16) */
     uint16_t *act_tab[4] = {nullptr, nullptr, nullptr, nullptr};
-    uint16_t *act_win[2] = {nullptr, nullptr}; /* their bf16 windows (ql_act_window_bf16), 8 KiB each */
     std::mutex lock; /* one call's prologue + GEMM are queued as a unit */
     /* TMA descriptor of the codes for the last (m, k, tile) (encoding one costs microseconds of host time) */
     CUtensorMap amap;
@@ -257,7 +255,6 @@ extern "C" void ql_cuda_workspace_free(ql_cuda_workspace *ws)
         cudaFree(ws->rms);
         cudaFree(ws->gelu_lut);
         for (uint16_t *t : ws->act_tab) cudaFree(t);
-        for (uint16_t *t : ws->act_win) cudaFree(t);
         cudaFree(ws->wdec);
         cudaFree(ws->acc);
         cudaFree(ws->gsum);
@@ -634,7 +631,7 @@ ql_status refuse_growth_in_capture(const char *fn, int64_t m)
  * checked with the forward's arguments (ql_check_forward_args). */
 ql_status input_act_of(const char *fn, const ql_epilogue *epi, int device, int64_t k, InputAct *a)
 {
-    *a = InputAct{QL_INPUT_ACT_NONE, nullptr, DT_F32, 0.0f, nullptr, nullptr, nullptr, false, 0};
+    *a = InputAct{QL_INPUT_ACT_NONE, nullptr, DT_F32, 0.0f, nullptr, nullptr};
     if (!epi || epi->input_act == QL_INPUT_ACT_NONE) return QL_OK;
     if (epi->input_act < 0 || epi->input_act >= QLC_INPUT_ACTS)
         return ql_fail(QL_ERR_INVALID_ARGUMENT, "%s: unknown input_act %d (0 none, 1 gelu_tanh, 2 swiglu, 3 rms_norm)",
@@ -685,11 +682,20 @@ ql_status reserve_gelu(const char *fn, ql_cuda_workspace *ws, cudaStream_t s)
     return QL_OK;
 }
 
-/* A copy of a host table of `bytes` on the device, or NULL (no memory). */
-static uint16_t *upload_table(const uint16_t *host, size_t bytes)
+/* The 16-bit table of act's function for rows of xdt on the workspace's
+ * device (128 KiB, uploaded on first use), or NULL where there is none (fp32
+ * rows, rms_norm), or it cannot be made now (no memory; the stream being
+ * captured): the prologue then computes the same bits. */
+const uint16_t *act_table_for(ql_cuda_workspace *ws, int code, ql_dtype xdt, cudaStream_t s)
 {
-    uint16_t *d = nullptr;
+    if ((code != QL_INPUT_ACT_GELU_TANH && code != QL_INPUT_ACT_SWIGLU) || (xdt != QL_BF16 && xdt != QL_F16))
+        return nullptr;
+    const int t = (code == QL_INPUT_ACT_SWIGLU) * 2 + (xdt == QL_F16);
+    if (ws->act_tab[t] || capturing(s)) return ws->act_tab[t];
+    const uint16_t *host = ql_act_table16(code, xdt);
     if (!host) return nullptr;
+    const size_t bytes = (size_t)65536 * sizeof(uint16_t);
+    uint16_t *d = nullptr;
     if (cudaMalloc(&d, bytes) != cudaSuccess) {
         cudaGetLastError();
         return nullptr;
@@ -699,28 +705,7 @@ static uint16_t *upload_table(const uint16_t *host, size_t bytes)
         cudaFree(d);
         return nullptr;
     }
-    return d;
-}
-
-/* The 16-bit table of act's function for rows of xdt on the workspace's
- * device (128 KiB, uploaded on first use) into act->tab, and for bf16 rows
- * its 8 KiB window into act->win; NULL where there is none (fp32 rows,
- * rms_norm), or it cannot be made now (no memory; the stream being
- * captured): the prologue then computes the same bits. */
-void act_tables_for(ql_cuda_workspace *ws, InputAct *act, ql_dtype xdt, cudaStream_t s)
-{
-    const int code = act->code;
-    act->tab = act->win = nullptr;
-    if ((code != QL_INPUT_ACT_GELU_TANH && code != QL_INPUT_ACT_SWIGLU) || (xdt != QL_BF16 && xdt != QL_F16)) return;
-    const int t = (code == QL_INPUT_ACT_SWIGLU) * 2 + (xdt == QL_F16), w = code == QL_INPUT_ACT_SWIGLU;
-    if (!capturing(s)) {
-        if (!ws->act_tab[t]) ws->act_tab[t] = upload_table(ql_act_table16(code, xdt), (size_t)65536 * sizeof(uint16_t));
-        if (xdt == QL_BF16 && !ws->act_win[w])
-            ws->act_win[w] = upload_table(ql_act_window_bf16(code), ACT_WIN_BYTES);
-    }
-    act->tab = ws->act_tab[t];
-    static const bool window = !getenv("QLINEAR_CUDA_ACT_WINDOW") || strcmp(getenv("QLINEAR_CUDA_ACT_WINDOW"), "off");
-    if (xdt == QL_BF16 && window) act->win = ws->act_win[w];
+    return ws->act_tab[t] = d;
 }
 
 /* A workspace buffer grown to `need` bytes (its contents are not kept). */
@@ -903,7 +888,7 @@ extern "C" ql_status ql_cuda_linear_forward(ql_cuda_linear *const *ls, int count
             if ((st = reserve_rms(fn, ws, m, s)) != QL_OK) return st;
             act.rms = ws->rms;
         }
-        act_tables_for(ws, &act, xdt, s);
+        act.tab = act_table_for(ws, act.code, xdt, s);
         ws->token = 0; /* overwritten from here on, whatever happens */
         QLC_CUDA(fn, "the prologue kernel",
                  launch_quantize_rows(x, dtype_code(xdt), ldx, m, l->k, l->group, act, ws->q, l->kp, ws->sx,
@@ -1056,7 +1041,7 @@ extern "C" ql_status ql_cuda_quantize_rows(ql_cuda_workspace **wsp, int device, 
         if ((st = reserve_rms(fn, ws, m, (cudaStream_t)stream)) != QL_OK) return st;
         act.rms = ws->rms;
     }
-    act_tables_for(ws, &act, xdt, (cudaStream_t)stream);
+    act.tab = act_table_for(ws, act.code, xdt, (cudaStream_t)stream);
     QLC_CUDA(fn, "the prologue kernel",
              launch_quantize_rows(x, dtype_code(xdt), ldx, m, k, group, act, q, ldq, sx, 0, prologue_form_from_env(),
                                   ws->fit, (cudaStream_t)stream));

@@ -167,16 +167,6 @@ template <int DT> __host__ __device__ inline size_t wp_warp_bytes(int k, int row
     return (mma ? 0 : 2 * TB_HALF * sizeof(float)) + (size_t)wp_slots(k, roww) * 16 * lane_stride<DT == DT_F32 ? 4 : 2>();
 }
 
-/* The kernels that hold an activation's window (ql_act_window_bf16) in shared memory, and a block's bytes. */
-__host__ __device__ constexpr bool has_act_window(int dt, int act)
-{
-    return dt == DT_BF16 && (act == QL_INPUT_ACT_GELU_TANH || act == QL_INPUT_ACT_SWIGLU);
-}
-template <int DT> __host__ __device__ inline size_t wp_block_bytes(int k, int roww, bool mma, int act)
-{
-    return (has_act_window(DT, act) ? ACT_WIN_BYTES : 0) + WP_WARPS * wp_warp_bytes<DT>(k, roww, mma);
-}
-
 /* ACT: the input activation (ql_input_act), a template parameter so that
  * the kernels without one are unchanged; swiglu's items carry the up half
  * too (twice the registers per item: half the items in flight).
@@ -190,18 +180,6 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
                                                                           int k, int8_t *q, float *sx, InputAct act)
 {
     constexpr int roww = ROWW;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    /* gelu_tanh / swiglu on bf16 rows: the function's window in this block's
-     * shared memory, ahead of the warps' buffers (copied before waiting for
-     * the kernel before: the table is not its output) */
-    constexpr bool WIN = has_act_window(DT, ACT);
-    if constexpr (WIN) {
-        if (act.win)
-            for (int o = threadIdx.x; o < ACT_WIN_BYTES / 16; o += blockDim.x)
-                ((uint4 *)smem_raw)[o] = __ldg((const uint4 *)act.win + o);
-        act.swin_on = act.win != nullptr, act.swin = (uint32_t)__cvta_generic_to_shared(smem_raw);
-        __syncthreads();
-    }
     /* Programmatic dependent launch: the GEMM may start its preamble now (it
      * waits for this grid's completion before reading the codes); it is
      * launched only once every block of this grid has started, so nothing
@@ -216,9 +194,10 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
     constexpr bool SWI = ACT == QL_INPUT_ACT_SWIGLU;
     constexpr int NRAW = SWI ? 2 * RAW : RAW; /* uint4 of an item: its 16 values (swiglu: gate, then up) */
     constexpr int DEPTH = (SWI ? 4 : 8) / ESZ; /* items loading while one is computed: 4 KiB per warp in flight */
+    extern __shared__ __align__(16) unsigned char smem_raw[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, half = lane / 16, i = lane % 16;
     static_assert(!MMA || DT == DT_BF16, "the tensor-core rotation takes bf16 rows");
-    unsigned char *mine = smem_raw + (WIN ? ACT_WIN_BYTES : 0) + (size_t)warp * wp_warp_bytes<DT>(k, roww, MMA);
+    unsigned char *mine = smem_raw + (size_t)warp * wp_warp_bytes<DT>(k, roww, MMA);
     __shared__ float team_amax[2][WP_WARPS]; /* by row parity: a row's reads end before row + 2 writes */
     __shared__ unsigned team_bad[2][WP_WARPS];
     float *tb = (float *)mine + half * TB_HALF; /* this half's transpose buffer */
@@ -504,12 +483,12 @@ template <int DT, bool MMA> cudaError_t fit_g256(int k, int sms, int (&resident)
         for (int r = 0; r < 3; r++) {
             const void *kern = g256_kernel<DT, MMA>(a, r);
             cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 (int)wp_block_bytes<DT>(8192, 1 << r, MMA, a));
+                                                 (int)(WP_WARPS * wp_warp_bytes<DT>(8192, 1 << r, MMA)));
             if (e != cudaSuccess) return e;
             int per_sm = 0;
             if (k % 256 == 0 && k > 0 && k <= 8192)
                 e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, WP_WARPS * 32,
-                                                                  wp_block_bytes<DT>(k, 1 << r, MMA, a));
+                                                                  WP_WARPS * wp_warp_bytes<DT>(k, 1 << r, MMA));
             if (e != cudaSuccess) return e;
             resident[a][r] = (sms > 0 ? sms : 1) * (per_sm > 0 ? per_sm : 1);
         }
@@ -533,7 +512,7 @@ template <int DT, bool MMA> cudaError_t launch_g256(const void *x, int64_t ldx_b
     auto kern = (void (*)(const char *, int64_t, int64_t, int, int8_t *, float *, InputAct))g256_kernel<DT, MMA>(a, r);
     cudaLaunchAttribute attr[1];
     cudaLaunchConfig_t cfg = launch_config(dim3((unsigned)blocks), dim3(WP_WARPS * 32),
-                                           wp_block_bytes<DT>(k, roww, MMA, a), stream, pdl, attr);
+                                           WP_WARPS * wp_warp_bytes<DT>(k, roww, MMA), stream, pdl, attr);
     return cudaLaunchKernelEx(&cfg, kern, (const char *)x, ldx_bytes, m, k, q, sx, act);
 }
 

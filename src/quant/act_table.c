@@ -8,7 +8,6 @@
 #include "quant/input_act.h"
 
 enum { GELU_BF16, GELU_F16, SILU_BF16, SILU_F16, TABLES };
-enum { GELU_WIN, SILU_WIN, WINDOWS };
 static uint16_t *tables[TABLES];
 static pthread_once_t once[TABLES] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
 
@@ -38,36 +37,4 @@ const uint16_t *ql_act_table16(int code, ql_dtype dt)
     const int t = (code == QL_INPUT_ACT_GELU_TANH ? GELU_BF16 : SILU_BF16) + (dt == QL_F16);
     pthread_once(&once[t], builders[t]);
     return tables[t];
-}
-
-static uint16_t *windows[WINDOWS];
-static pthread_once_t win_once[WINDOWS] = {PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
-
-static void build_window(int code, int w)
-{
-    const uint16_t *full = ql_act_table16(code, QL_BF16);
-    uint16_t *win = full ? malloc(QL_ACT_WIN_ENTRIES * sizeof *win) : NULL;
-    if (!win) return;
-    for (uint32_t v = 0; v < 65536; v++)
-        if (ql_act_window_in(v)) win[ql_act_window_index(v)] = full[v];
-    for (uint32_t v = 0; v < 65536; v++) { /* the closed forms against every entry */
-        const uint16_t got = (uint16_t)(ql_act_window_in(v) ? win[ql_act_window_index(v)] : ql_act_window_closed(v));
-        const uint16_t want = full[v];
-        const int nan_got = (got & 0x7fff) > 0x7f80, nan_want = (want & 0x7fff) > 0x7f80;
-        if (nan_got != nan_want || (!nan_want && got != want)) {
-            free(win);
-            return;
-        }
-    }
-    windows[w] = win;
-}
-static void build_gelu_window(void) { build_window(QL_INPUT_ACT_GELU_TANH, GELU_WIN); }
-static void build_silu_window(void) { build_window(QL_INPUT_ACT_SWIGLU, SILU_WIN); }
-
-const uint16_t *ql_act_window_bf16(int code)
-{
-    if (code != QL_INPUT_ACT_GELU_TANH && code != QL_INPUT_ACT_SWIGLU) return NULL;
-    const int w = code == QL_INPUT_ACT_SWIGLU;
-    pthread_once(&win_once[w], w ? build_silu_window : build_gelu_window);
-    return windows[w];
 }

@@ -10,7 +10,6 @@
 #include <stdint.h>
 
 #include "core/core.h"
-#include "quant/act_window.h"
 
 /* The table of code (QL_INPUT_ACT_GELU_TANH: gelu_tanh; QL_INPUT_ACT_SWIGLU:
  * silu of the gate) for dtype dt (QL_BF16 or QL_F16): entry v is the result's
@@ -19,17 +18,5 @@
  * dtype, or without memory (callers then compute the functions). Two zero
  * entries follow the 65 536, so a 4-byte gather at 2·v stays inside. */
 const uint16_t *ql_act_table16(int code, ql_dtype dt);
-
-/* The bf16 tables in 8 KiB: outside 16 binades both functions have closed
- * forms in bf16 — below, f(x) rounds to x/2 (its quadratic term is under
- * half an ulp); above, to x for x > 0 and to -0 for x < 0 (NaN for -Inf) —
- * so only the 2 × 16 × 128 patterns of exponents QL_ACT_WIN_E0 ...
- * QL_ACT_WIN_E0 + 15 need entries. Small enough for a GPU block's shared
- * memory, where a warp's 32 random lookups meet few bank conflicts, where
- * they touch up to 32 cache lines of the 128 KiB table through L1.
- * ql_act_window_bf16 builds it from ql_act_table16's table and checks the
- * closed forms against every one of the 65 536 entries: NULL (use the full
- * table) if any differed. */
-const uint16_t *ql_act_window_bf16(int code);
 
 #endif
