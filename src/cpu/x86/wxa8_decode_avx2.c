@@ -26,21 +26,20 @@ static bool shape_ok(const ql_wxa8_panels *p, int64_t pc, int64_t kc)
            p->k % 16 == 0 && p->block_bytes == (p->bits == 6 ? 12 : 8) * 16 && pc % 8 == 0 && kc % 8 == 0;
 }
 
-/* Table rows of one scale group for the four vectors of each quad: t[Q][h][r]
- * with h = 0 (lo: columns 4Q, 4Q + 2) or 1 (hi: 4Q + 1, 4Q + 3) and r the
- * 16-entry sub-row (4 bits: r = 0 only). */
+/* 6 bits: the table rows of one scale group for the four vectors of each
+ * quad, t[Q][h][r] with h = 0 (lo: columns 4Q, 4Q + 2) or 1 (hi: 4Q + 1,
+ * 4Q + 3) and r the 16-entry sub-row of the 64-entry row. */
 typedef struct tables {
     __m256i t[4][2][4];
 } tables;
 
 static inline void load_tables(const ql_wxa8_panels *p, const uint8_t *s, tables *tb)
 {
-    const int row = p->bits == 6 ? 64 : 16, subs = p->bits == 6 ? 4 : 1;
     for (int q = 0; q < 4; q++)
         for (int h = 0; h < 2; h++)
-            for (int r = 0; r < subs; r++)
-                tb->t[q][h][r] = _mm256_loadu2_m128i((const __m128i *)(p->lut + s[4 * q + h + 2] * row + 16 * r),
-                                                     (const __m128i *)(p->lut + s[4 * q + h] * row + 16 * r));
+            for (int r = 0; r < 4; r++)
+                tb->t[q][h][r] = _mm256_loadu2_m128i((const __m128i *)(p->lut + s[4 * q + h + 2] * 64 + 16 * r),
+                                                     (const __m128i *)(p->lut + s[4 * q + h] * 64 + 16 * r));
 }
 
 /* 4 bits: the byte offsets of a group's 16 table rows (16·scale byte), two vector operations where a byte load,
