@@ -27,6 +27,7 @@ struct InputAct {
     float *rms;     /* RMS_NORM: [m] row factors 1/sqrt(Σx²/k + eps), filled by launch_rms_factors */
     const uint16_t *tab; /* GELU_TANH / SWIGLU on bf16 or fp16 rows: the CPU's table of the function over every
                           * bit pattern (ql_act_table16), on the device; NULL: computed (the same bits, slower) */
+    bool ahead = false;  /* with tab: the G = 256 kernel looks an item's values up one item ahead (prologue.cu) */
 };
 
 /* 16 consecutive values j..j+15 of a row as fp32; vec: 16-byte loads (row

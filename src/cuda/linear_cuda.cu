@@ -685,10 +685,13 @@ ql_status reserve_gelu(const char *fn, ql_cuda_workspace *ws, cudaStream_t s)
 /* The 16-bit table of act's function for rows of xdt on the workspace's
  * device (128 KiB, uploaded on first use), or NULL where there is none (fp32
  * rows, rms_norm), or it cannot be made now (no memory; the stream being
- * captured): the prologue then computes the same bits. */
+ * captured): the prologue then computes the same bits.
+ * QLINEAR_CUDA_ACT=computed: never a table (a hook to measure the two forms). */
 const uint16_t *act_table_for(ql_cuda_workspace *ws, int code, ql_dtype xdt, cudaStream_t s)
 {
-    if ((code != QL_INPUT_ACT_GELU_TANH && code != QL_INPUT_ACT_SWIGLU) || (xdt != QL_BF16 && xdt != QL_F16))
+    static const char *const forms[] = {"table", "computed"};
+    static const bool computed = env_choice("QLINEAR_CUDA_ACT", forms, 2) == 1;
+    if ((code != QL_INPUT_ACT_GELU_TANH && code != QL_INPUT_ACT_SWIGLU) || (xdt != QL_BF16 && xdt != QL_F16) || computed)
         return nullptr;
     const int t = (code == QL_INPUT_ACT_SWIGLU) * 2 + (xdt == QL_F16);
     if (ws->act_tab[t] || capturing(s)) return ws->act_tab[t];

@@ -175,7 +175,7 @@ template <int DT> __host__ __device__ inline size_t wp_warp_bytes(int k, int row
  * lanes load 8-byte pieces (the MMA's operand order) and write the rounded
  * values to the same row buffer in the same order, so everything after the
  * rotation is shared. */
-template <int DT, int ROWW, int ACT, bool MMA>
+template <int DT, int ROWW, int ACT, bool MMA, bool AHEAD>
 __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(const char *x, int64_t ldx_bytes, int64_t m,
                                                                           int k, int8_t *q, float *sx, InputAct act)
 {
@@ -252,6 +252,46 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
         }
     };
 
+    /* gelu_tanh / swiglu's silu by table one item ahead (act.ahead): the raw
+     * words of a 16-bit row are the table's indices. look issues an item's
+     * 16 lookups, settle puts the activated values in its raw words (zero
+     * padding stays zero: both functions map +0 to +0). */
+    constexpr bool ahead = AHEAD; /* launched only with act.tab */
+    static_assert(!AHEAD || (!MMA && DT != DT_F32 && (ACT == QL_INPUT_ACT_GELU_TANH || SWI) && DEPTH >= 2),
+                  "lookups ahead: gelu_tanh or swiglu by table on 16-bit rows");
+    auto look = [&](const uint4 (&r)[NRAW], uint32_t (&pd)[16]) {
+        const uint32_t *w = (const uint32_t *)r;
+#pragma unroll
+        for (int t = 0; t < 8; t++) {
+            pd[2 * t] = __ldg(act.tab + (w[t] & 0xffffu));
+            pd[2 * t + 1] = __ldg(act.tab + (w[t] >> 16));
+        }
+    };
+    auto settle = [&](uint4 (&r)[NRAW], const uint32_t (&pd)[16]) {
+        uint32_t *w = (uint32_t *)r;
+        if constexpr (SWI) {
+            float sv[16], up[16];
+#pragma unroll
+            for (int t = 0; t < 8; t++) {
+                sv[2 * t] = DT == DT_BF16 ? __uint_as_float(pd[2 * t] << 16) : __half2float(__ushort_as_half((uint16_t)pd[2 * t]));
+                sv[2 * t + 1] =
+                    DT == DT_BF16 ? __uint_as_float(pd[2 * t + 1] << 16) : __half2float(__ushort_as_half((uint16_t)pd[2 * t + 1]));
+            }
+            unpack16<DT>(r + RAW, up);
+#pragma unroll
+            for (int t = 0; t < 8; t++) {
+                const float a0 = round_to(DT, __fmul_rn(sv[2 * t], up[2 * t]));
+                const float a1 = round_to(DT, __fmul_rn(sv[2 * t + 1], up[2 * t + 1]));
+                w[t] = DT == DT_BF16 ? (__float_as_uint(a0) >> 16) | (__float_as_uint(a1) & 0xffff0000u)
+                                     : (uint32_t)__half_as_ushort(__float2half_rn(a0)) |
+                                           (uint32_t)__half_as_ushort(__float2half_rn(a1)) << 16;
+            }
+        } else {
+#pragma unroll
+            for (int t = 0; t < 8; t++) w[t] = pd[2 * t] | pd[2 * t + 1] << 16;
+        }
+    };
+
     /* running absmax of the row: packed pairs for 16-bit dtypes, a float for fp32 */
     __nv_bfloat162 amax_b = __float2bfloat162_rn(0.0f), amax_b2 = amax_b; /* amax_b2: the second row, MMA with K = 256 */
     __half2 amax_h = __float2half2_rn(0.0f);
@@ -299,7 +339,7 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
             /* the activation of a real item (padding stays zeros: rms_norm's 0·Inf would poison the row) */
             const int64_t row = halves ? 2 * u + half : u;
             const int g = halves ? 0 : 2 * p + half;
-            if (row < m && g < G) {
+            if (row < m && g < G && !ahead) {
                 float up[16];
                 if constexpr (SWI) unpack16<DT>(raw + RAW, up);
                 const float r = ACT == QL_INPUT_ACT_RMS_NORM ? act.rms[row] : 0.0f;
@@ -399,11 +439,15 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
 
     /* Items in order (u, 0..P-1), u = gw, gw + nw, ...; DEPTH of them in
      * flight as register loads (the loop over d is unrolled so that each
-     * buffer is a fixed set of registers). */
+     * buffer is a fixed set of registers). With `ahead` the next item's
+     * table lookups are issued before the current item is processed and
+     * used after it (its raw words become the activated values), so their
+     * latency hides under the rotation. */
     auto advance = [&](int64_t &uu, int &pp) {
         if (++pp == p0 + PW) pp = p0, uu += nw;
     };
     uint4 raw[DEPTH][NRAW];
+    uint32_t pend[16]; /* ahead: the next item's looked-up values (16-bit patterns) */
     int64_t lu = gw, u = gw; /* the next item to load, the item to process */
     int lp = p0, p = p0;
 #pragma unroll
@@ -411,6 +455,7 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
         if (lu < units) load(lu, lp, raw[d]);
         advance(lu, lp);
     }
+    if (ahead) look(raw[0], pend), settle(raw[0], pend);
     while (u < units) {
 #pragma unroll
         for (int d = 0; d < DEPTH; d++) {
@@ -420,7 +465,9 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
             for (int j = 0; j < NRAW; j++) cur[j] = raw[d][j];
             if (lu < units) load(lu, lp, raw[d]);
             advance(lu, lp);
+            if (ahead) look(raw[(d + 1) % DEPTH], pend);
             process(cur, u, p);
+            if (ahead) settle(raw[(d + 1) % DEPTH], pend);
             advance(u, p);
         }
     }
@@ -457,16 +504,21 @@ static int occupancy_roww(int k, const int (&resident)[3])
 }
 
 /* The kernels of a dtype and rotation: [input activation][team size 1, 2, 4]. */
-template <int DT, int ACT, bool MMA> void *const *g256_kernels_act()
+template <int DT, int ACT, bool MMA, bool AHEAD = false> void *const *g256_kernels_act()
 {
-    static void *const k[3] = {(void *)quantize_rows_g256_kernel<DT, 1, ACT, MMA>,
-                               (void *)quantize_rows_g256_kernel<DT, 2, ACT, MMA>,
-                               (void *)quantize_rows_g256_kernel<DT, 4, ACT, MMA>};
+    static void *const k[3] = {(void *)quantize_rows_g256_kernel<DT, 1, ACT, MMA, AHEAD>,
+                               (void *)quantize_rows_g256_kernel<DT, 2, ACT, MMA, AHEAD>,
+                               (void *)quantize_rows_g256_kernel<DT, 4, ACT, MMA, AHEAD>};
     return k;
 }
+/* act: a ql_input_act code, or QLC_ACT_GELU_AHEAD / QLC_ACT_SWIGLU_AHEAD (16-bit rows, butterflies only; elsewhere
+ * the plain kernels, never launched) */
 template <int DT, bool MMA> const void *g256_kernel(int act, int r)
 {
+    constexpr bool CAN = DT != DT_F32 && !MMA;
     switch (act) {
+    case QLC_ACT_GELU_AHEAD: return g256_kernels_act<DT, QL_INPUT_ACT_GELU_TANH, MMA, CAN>()[r];
+    case QLC_ACT_SWIGLU_AHEAD: return g256_kernels_act<DT, QL_INPUT_ACT_SWIGLU, MMA, CAN>()[r];
     case QL_INPUT_ACT_GELU_TANH: return g256_kernels_act<DT, QL_INPUT_ACT_GELU_TANH, MMA>()[r];
     case QL_INPUT_ACT_SWIGLU: return g256_kernels_act<DT, QL_INPUT_ACT_SWIGLU, MMA>()[r];
     case QL_INPUT_ACT_RMS_NORM: return g256_kernels_act<DT, QL_INPUT_ACT_RMS_NORM, MMA>()[r];
@@ -477,9 +529,9 @@ template <int DT, bool MMA> const void *g256_kernel(int act, int r)
 /* The shared-memory limit of each kernel raised to what the largest fast
  * row (K = 8192) needs, and the resident blocks at this K (per input
  * activation: their register counts differ). */
-template <int DT, bool MMA> cudaError_t fit_g256(int k, int sms, int (&resident)[QLC_INPUT_ACTS][3])
+template <int DT, bool MMA> cudaError_t fit_g256(int k, int sms, int (&resident)[QLC_KERNEL_ACTS][3])
 {
-    for (int a = 0; a < QLC_INPUT_ACTS; a++)
+    for (int a = 0; a < QLC_KERNEL_ACTS; a++)
         for (int r = 0; r < 3; r++) {
             const void *kern = g256_kernel<DT, MMA>(a, r);
             cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -496,10 +548,12 @@ template <int DT, bool MMA> cudaError_t fit_g256(int k, int sms, int (&resident)
 }
 
 template <int DT, bool MMA> cudaError_t launch_g256(const void *x, int64_t ldx_bytes, int64_t m, int k, const InputAct &act,
-                                          int8_t *q, float *sx, int force_roww, const int (&resident)[QLC_INPUT_ACTS][3],
+                                          int8_t *q, float *sx, int force_roww, const int (&resident)[QLC_KERNEL_ACTS][3],
                                           bool pdl, cudaStream_t stream)
 {
-    const int a = act.code;
+    int a = act.code;
+    if (DT != DT_F32 && !MMA && act.ahead && act.tab)
+        a = a == QL_INPUT_ACT_GELU_TANH ? QLC_ACT_GELU_AHEAD : a == QL_INPUT_ACT_SWIGLU ? QLC_ACT_SWIGLU_AHEAD : a;
     int roww = pick_roww(m, k, (int64_t)resident[a][0] * WP_WARPS, force_roww);
     if (a != QL_INPUT_ACT_NONE && !force_roww) {
         const int occ = occupancy_roww(k, resident[a]);
@@ -605,16 +659,22 @@ cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m,
      * kernel's); the generic kernel checks it itself */
     const bool vec = ((uintptr_t)x % 16 == 0) && ((ldx * esize) % 16 == 0);
     if (vec && fast_ok(k, group, ldq)) {
+        static const bool ahead = [] {
+            const char *v = getenv("QLINEAR_CUDA_ACT");
+            return v && !strcmp(v, "ahead");
+        }();
+        InputAct a = act;
+        a.ahead = ahead;
         if (xdt == DT_BF16 && form == PROLOGUE_MMA)
-            return launch_g256<DT_BF16, true>(x, ldx * esize, m, (int)k, act, q, sx, force_roww, fit.resident[3],
+            return launch_g256<DT_BF16, true>(x, ldx * esize, m, (int)k, a, q, sx, force_roww, fit.resident[3],
                                               fit.pdl, stream);
         if (xdt == DT_BF16)
-            return launch_g256<DT_BF16, false>(x, ldx * esize, m, (int)k, act, q, sx, force_roww, fit.resident[2],
+            return launch_g256<DT_BF16, false>(x, ldx * esize, m, (int)k, a, q, sx, force_roww, fit.resident[2],
                                                fit.pdl, stream);
         if (xdt == DT_F16)
-            return launch_g256<DT_F16, false>(x, ldx * esize, m, (int)k, act, q, sx, force_roww, fit.resident[1],
+            return launch_g256<DT_F16, false>(x, ldx * esize, m, (int)k, a, q, sx, force_roww, fit.resident[1],
                                               fit.pdl, stream);
-        return launch_g256<DT_F32, false>(x, ldx * esize, m, (int)k, act, q, sx, force_roww, fit.resident[0], fit.pdl,
+        return launch_g256<DT_F32, false>(x, ldx * esize, m, (int)k, a, q, sx, force_roww, fit.resident[0], fit.pdl,
                                           stream);
     }
     quantize_rows_kernel<<<(unsigned)m, PRO_THREADS, quantize_rows_smem(k), stream>>>(
