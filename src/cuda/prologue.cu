@@ -486,7 +486,7 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
     /* Items in order (u, 0..P-1), u = gw, gw + nw, ...; DEPTH of them in
      * flight as register loads (the loop over d is unrolled so that each
      * buffer is a fixed set of registers). With `ahead` the next item's
-     * table lookups are issued before the current item is processed and
+     * activation loads are issued before the current item is processed and
      * used after it (its raw words become the activated values), so their
      * latency hides under the rotation. */
     auto advance = [&](int64_t &uu, int &pp) {
@@ -562,8 +562,8 @@ template <int DT, int ACT, bool MMA, bool AHEAD = false> void *const *g256_kerne
                                (void *)quantize_rows_g256_kernel<DT, 4, ACT, MMA, AHEAD>};
     return k;
 }
-/* act: a ql_input_act code, or QLC_ACT_GELU_AHEAD / QLC_ACT_SWIGLU_AHEAD (16-bit rows, butterflies only; elsewhere
- * the plain kernels, never launched) */
+/* act: a ql_input_act code, or QLC_ACT_*_AHEAD (16-bit rows, butterflies only; for other dtypes and the tensor-core
+ * rotation the plain kernels, never launched) */
 template <int DT, bool MMA> const void *g256_kernel(int act, int r)
 {
     constexpr bool CAN = DT != DT_F32 && !MMA;
@@ -603,13 +603,12 @@ template <int DT, bool MMA> cudaError_t launch_g256(const void *x, int64_t ldx_b
                                           int8_t *q, float *sx, int force_roww, const int (&resident)[QLC_KERNEL_ACTS][3],
                                           bool pdl, cudaStream_t stream)
 {
-    int a = act.code;
-    if (DT != DT_F32 && !MMA && act.ahead)
-        a = a == QL_INPUT_ACT_RMS_NORM                ? QLC_ACT_RMS_AHEAD
-            : !act.tab                                ? a
-            : a == QL_INPUT_ACT_GELU_TANH             ? QLC_ACT_GELU_AHEAD
-            : a == QL_INPUT_ACT_SWIGLU                ? QLC_ACT_SWIGLU_AHEAD
-                                                      : a;
+    int a = act.code; /* the kernel set: the activation, or its loads ahead (gelu_tanh / swiglu: by table only) */
+    if (DT != DT_F32 && !MMA && act.ahead) {
+        if (a == QL_INPUT_ACT_RMS_NORM) a = QLC_ACT_RMS_AHEAD;
+        else if (a == QL_INPUT_ACT_GELU_TANH && act.tab) a = QLC_ACT_GELU_AHEAD;
+        else if (a == QL_INPUT_ACT_SWIGLU && act.tab) a = QLC_ACT_SWIGLU_AHEAD;
+    }
     int roww = pick_roww(m, k, (int64_t)resident[a][0] * WP_WARPS, force_roww);
     if (a != QL_INPUT_ACT_NONE && !force_roww) {
         const int occ = occupancy_roww(k, resident[a]);
