@@ -37,11 +37,11 @@ inline cudaLaunchConfig_t launch_config(dim3 grid, dim3 block, size_t smem, cuda
 }
 
 #define QLC_INPUT_ACTS 4 /* ql_input_act codes: none, gelu_tanh, swiglu, rms_norm */
-/* the G = 256 prologue's kernels: one per input activation, and each activation's loads issued one item ahead */
+/* the G = 256 prologue's kernels: one per input activation, and gelu_tanh / swiglu by table with the lookups one item
+ * ahead (QLINEAR_CUDA_ACT; the default on bf16 rows) */
 #define QLC_ACT_GELU_AHEAD QLC_INPUT_ACTS
 #define QLC_ACT_SWIGLU_AHEAD (QLC_INPUT_ACTS + 1)
-#define QLC_ACT_RMS_AHEAD (QLC_INPUT_ACTS + 2)
-#define QLC_KERNEL_ACTS (QLC_INPUT_ACTS + 3)
+#define QLC_KERNEL_ACTS (QLC_INPUT_ACTS + 2)
 struct PrologueFit {
     /* [f32 / f16 / bf16 / bf16 on the tensor cores][input activation][team size 1, 2, 4] */
     int resident[4][QLC_KERNEL_ACTS][3];

@@ -252,43 +252,14 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
         }
     };
 
-    /* The activation one item ahead (AHEAD): look issues the next item's
-     * loads — gelu_tanh's / silu's table entries (the raw words of a 16-bit
-     * row are the table's indices), or rms_norm's row factor and weights —
-     * into pd, settle (after the current item) turns its raw words into the
-     * activated values. Zero padding stays zero: gelu_tanh and silu map +0 to
-     * +0, and rms_norm leaves items outside the matrix alone (0·Inf). */
-    constexpr bool ahead = AHEAD; /* gelu_tanh / swiglu: launched only with act.tab */
-    constexpr bool RMS = ACT == QL_INPUT_ACT_RMS_NORM;
-    static_assert(!AHEAD || (!MMA && DT != DT_F32 && ACT != QL_INPUT_ACT_NONE && DEPTH >= 2),
-                  "an activation ahead: 16-bit rows, butterflies");
-    float pr = 0.0f;    /* RMS: the next item's row factor */
-    bool pvalid = false; /* RMS: the next item lies inside the matrix */
-    auto look = [&](const uint4 (&r)[NRAW], uint32_t (&pd)[16], int64_t nu, int np) {
-        if constexpr (RMS) {
-            const int64_t row = halves ? 2 * nu + half : nu;
-            const int g = halves ? 0 : 2 * np + half;
-            pvalid = row < m && g < G;
-            if (pvalid) {
-                pr = act.rms[row];
-                const int64_t j = (int64_t)g * 256 + i * 16;
-                const uint4 *wp = (const uint4 *)((const char *)act.w + j * (act.wdt == DT_F32 ? 4 : 2));
-                const bool vec = ((uintptr_t)act.w & 15) == 0;
-                uint4 *pw = (uint4 *)pd;
-                if (vec && act.wdt == DT_F32) {
-#pragma unroll
-                    for (int t = 0; t < 4; t++) pw[t] = __ldg(wp + t);
-                } else if (vec) {
-                    pw[0] = __ldg(wp), pw[1] = __ldg(wp + 1);
-                } else {
-                    float wf[16];
-                    load16(act.wdt, (const char *)act.w, j, false, wf);
-#pragma unroll
-                    for (int t = 0; t < 16; t++) pd[t] = __float_as_uint(wf[t]);
-                }
-            }
-            return;
-        }
+    /* gelu_tanh / swiglu's silu by table one item ahead (AHEAD): the raw
+     * words of a 16-bit row are the table's indices. look issues an item's
+     * 16 lookups, settle puts the activated values in its raw words (zero
+     * padding stays zero: both functions map +0 to +0). */
+    constexpr bool ahead = AHEAD; /* launched only with act.tab */
+    static_assert(!AHEAD || (!MMA && DT != DT_F32 && (ACT == QL_INPUT_ACT_GELU_TANH || SWI) && DEPTH >= 2),
+                  "lookups ahead: gelu_tanh or swiglu by table on 16-bit rows");
+    auto look = [&](const uint4 (&r)[NRAW], uint32_t (&pd)[16]) {
         const uint32_t *w = (const uint32_t *)r;
 #pragma unroll
         for (int t = 0; t < 8; t++) {
@@ -296,31 +267,9 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
             pd[2 * t + 1] = __ldg(act.tab + (w[t] >> 16));
         }
     };
-    auto pack_row = [&](const float (&v)[16], uint32_t *w) { /* values of DT (exact) -> raw words */
-#pragma unroll
-        for (int t = 0; t < 8; t++)
-            w[t] = DT == DT_BF16 ? (__float_as_uint(v[2 * t]) >> 16) | (__float_as_uint(v[2 * t + 1]) & 0xffff0000u)
-                                 : (uint32_t)__half_as_ushort(__float2half_rn(v[2 * t])) |
-                                       (uint32_t)__half_as_ushort(__float2half_rn(v[2 * t + 1])) << 16;
-    };
     auto settle = [&](uint4 (&r)[NRAW], const uint32_t (&pd)[16]) {
         uint32_t *w = (uint32_t *)r;
-        if constexpr (RMS) {
-            if (!pvalid) return;
-            float e[16], wf[16];
-            unpack16<DT>(r, e);
-            const bool vec = ((uintptr_t)act.w & 15) == 0;
-            if (vec && act.wdt != DT_F32) {
-                if (act.wdt == DT_BF16) unpack16<DT_BF16>((const uint4 *)pd, wf);
-                else unpack16<DT_F16>((const uint4 *)pd, wf);
-            } else {
-#pragma unroll
-                for (int t = 0; t < 16; t++) wf[t] = __uint_as_float(pd[t]);
-            }
-#pragma unroll
-            for (int t = 0; t < 16; t++) e[t] = act_rms_norm(DT, e[t], pr, round_to(DT, wf[t]));
-            pack_row(e, w);
-        } else if constexpr (SWI) {
+        if constexpr (SWI) {
             float sv[16], up[16];
 #pragma unroll
             for (int t = 0; t < 8; t++) {
@@ -330,8 +279,13 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
             }
             unpack16<DT>(r + RAW, up);
 #pragma unroll
-            for (int t = 0; t < 16; t++) sv[t] = round_to(DT, __fmul_rn(sv[t], up[t]));
-            pack_row(sv, w);
+            for (int t = 0; t < 8; t++) {
+                const float a0 = round_to(DT, __fmul_rn(sv[2 * t], up[2 * t]));
+                const float a1 = round_to(DT, __fmul_rn(sv[2 * t + 1], up[2 * t + 1]));
+                w[t] = DT == DT_BF16 ? (__float_as_uint(a0) >> 16) | (__float_as_uint(a1) & 0xffff0000u)
+                                     : (uint32_t)__half_as_ushort(__float2half_rn(a0)) |
+                                           (uint32_t)__half_as_ushort(__float2half_rn(a1)) << 16;
+            }
         } else {
 #pragma unroll
             for (int t = 0; t < 8; t++) w[t] = pd[2 * t] | pd[2 * t + 1] << 16;
@@ -486,14 +440,14 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
     /* Items in order (u, 0..P-1), u = gw, gw + nw, ...; DEPTH of them in
      * flight as register loads (the loop over d is unrolled so that each
      * buffer is a fixed set of registers). With `ahead` the next item's
-     * activation loads are issued before the current item is processed and
+     * table lookups are issued before the current item is processed and
      * used after it (its raw words become the activated values), so their
      * latency hides under the rotation. */
     auto advance = [&](int64_t &uu, int &pp) {
         if (++pp == p0 + PW) pp = p0, uu += nw;
     };
     uint4 raw[DEPTH][NRAW];
-    uint32_t pend[16]; /* ahead: the next item's loads (table entries, or rms_norm's weights) */
+    uint32_t pend[16]; /* ahead: the next item's looked-up values (16-bit patterns) */
     int64_t lu = gw, u = gw; /* the next item to load, the item to process */
     int lp = p0, p = p0;
 #pragma unroll
@@ -501,12 +455,7 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
         if (lu < units) load(lu, lp, raw[d]);
         advance(lu, lp);
     }
-    int64_t nu = u; /* ahead: the item after the one processed */
-    int np = p;
-    if (ahead) {
-        look(raw[0], pend, u, p), settle(raw[0], pend);
-        advance(nu, np);
-    }
+    if (ahead) look(raw[0], pend), settle(raw[0], pend);
     while (u < units) {
 #pragma unroll
         for (int d = 0; d < DEPTH; d++) {
@@ -516,9 +465,9 @@ __global__ void __launch_bounds__(WP_WARPS * 32, 5) quantize_rows_g256_kernel(co
             for (int j = 0; j < NRAW; j++) cur[j] = raw[d][j];
             if (lu < units) load(lu, lp, raw[d]);
             advance(lu, lp);
-            if (ahead) look(raw[(d + 1) % DEPTH], pend, nu, np);
+            if (ahead) look(raw[(d + 1) % DEPTH], pend);
             process(cur, u, p);
-            if (ahead) settle(raw[(d + 1) % DEPTH], pend), advance(nu, np);
+            if (ahead) settle(raw[(d + 1) % DEPTH], pend);
             advance(u, p);
         }
     }
@@ -570,7 +519,6 @@ template <int DT, bool MMA> const void *g256_kernel(int act, int r)
     switch (act) {
     case QLC_ACT_GELU_AHEAD: return g256_kernels_act<DT, QL_INPUT_ACT_GELU_TANH, MMA, CAN>()[r];
     case QLC_ACT_SWIGLU_AHEAD: return g256_kernels_act<DT, QL_INPUT_ACT_SWIGLU, MMA, CAN>()[r];
-    case QLC_ACT_RMS_AHEAD: return g256_kernels_act<DT, QL_INPUT_ACT_RMS_NORM, MMA, CAN>()[r];
     case QL_INPUT_ACT_GELU_TANH: return g256_kernels_act<DT, QL_INPUT_ACT_GELU_TANH, MMA>()[r];
     case QL_INPUT_ACT_SWIGLU: return g256_kernels_act<DT, QL_INPUT_ACT_SWIGLU, MMA>()[r];
     case QL_INPUT_ACT_RMS_NORM: return g256_kernels_act<DT, QL_INPUT_ACT_RMS_NORM, MMA>()[r];
@@ -603,11 +551,10 @@ template <int DT, bool MMA> cudaError_t launch_g256(const void *x, int64_t ldx_b
                                           int8_t *q, float *sx, int force_roww, const int (&resident)[QLC_KERNEL_ACTS][3],
                                           bool pdl, cudaStream_t stream)
 {
-    int a = act.code; /* the kernel set: the activation, or its loads ahead (gelu_tanh / swiglu: by table only) */
-    if (DT != DT_F32 && !MMA && act.ahead) {
-        if (a == QL_INPUT_ACT_RMS_NORM) a = QLC_ACT_RMS_AHEAD;
-        else if (a == QL_INPUT_ACT_GELU_TANH && act.tab) a = QLC_ACT_GELU_AHEAD;
-        else if (a == QL_INPUT_ACT_SWIGLU && act.tab) a = QLC_ACT_SWIGLU_AHEAD;
+    int a = act.code; /* the kernel set: the activation, or its table lookups ahead */
+    if (DT != DT_F32 && !MMA && act.ahead && act.tab) {
+        if (a == QL_INPUT_ACT_GELU_TANH) a = QLC_ACT_GELU_AHEAD;
+        else if (a == QL_INPUT_ACT_SWIGLU) a = QLC_ACT_SWIGLU_AHEAD;
     }
     int roww = pick_roww(m, k, (int64_t)resident[a][0] * WP_WARPS, force_roww);
     if (a != QL_INPUT_ACT_NONE && !force_roww) {
@@ -716,15 +663,14 @@ cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m,
     if (vec && fast_ok(k, group, ldq)) {
         /* QLINEAR_CUDA_ACT: unset or auto, gelu_tanh's and swiglu's lookups
          * one item ahead on bf16 rows (measured faster; fp16's variant
-         * spills registers and was not measured); ahead: rms_norm's loads
-         * too, and on fp16 rows; table or computed (no table,
-         * linear_cuda.cu): never ahead */
+         * spills registers and was not measured); ahead: on fp16 rows too;
+         * table or computed (no table, linear_cuda.cu): never ahead */
         static const int act_form = [] {
             const char *v = getenv("QLINEAR_CUDA_ACT");
             return !v || !*v || !strcmp(v, "auto") ? 0 : !strcmp(v, "ahead") ? 1 : 2;
         }();
         InputAct a = act;
-        a.ahead = act_form == 1 || (act_form == 0 && xdt == DT_BF16 && act.code != QL_INPUT_ACT_RMS_NORM);
+        a.ahead = act_form == 1 || (act_form == 0 && xdt == DT_BF16);
         if (xdt == DT_BF16 && form == PROLOGUE_MMA)
             return launch_g256<DT_BF16, true>(x, ldx * esize, m, (int)k, a, q, sx, force_roww, fit.resident[3],
                                               fit.pdl, stream);
