@@ -24,6 +24,9 @@ const ql_cpu_kernels ql_cpu_kernels_avx2 = {
      * kernel widens to int16: the generic kernel */
     .s8_decoded = &ql_s8_small_avx2[5],
     .wxa8_decode = ql_wxa8_decode_avx2,
+    .wxa8_rows = ql_wxa8_rows_avx2, /* one row: the decode in registers (M = 1) */
+    .wxa8_rows_ok = ql_wxa8_rows_ok_avx2,
+    .wxa8_rows_max = 1,
     .s8_int8_a = &ql_s8_gemm_4x8c4__generic,
     .prologue = ql_prologue_avx2,
     .w8a8_epilogue = ql_w8a8_epilogue_avx2,

@@ -12,7 +12,15 @@
  * picked by the code's top two bits with two blends). Lanes are regrouped to
  * columns c | c + 8, and a transpose in each lane gives the kernel's rows:
  * of 16-bit words for the int16 kernel (16 columns × one k pair), of dwords
- * for AVX-VNNI's (kg = 4, weights + 128: 16 columns × four k). */
+ * for AVX-VNNI's (kg = 4, weights + 128: 16 columns × four k).
+ *
+ * One row (M = 1, ql_packed_b.rows): no transpose and no buffer; each
+ * decoded vector meets the row's 16 activations of its block, broadcast to
+ * both lanes, in vpmaddubsw(|a|, w·sign(a)) — exact, since the grid clamps
+ * weights to ±127 (the pack checks the table), so |a|·|w| <= 128·127 and a
+ * pair sums to at most 32 512 — then vpmaddwd by ones into int32. Against
+ * int16 operands this saves the widening of every weight (three shuffles
+ * a vector) on a CPU with two shuffle pipes. */
 #include <immintrin.h>
 
 #include "cpu/generic/generic.h"
@@ -60,12 +68,12 @@ static inline __attribute__((always_inline)) __m256i row_pair4(const ql_wxa8_pan
 /* v[h] for quad q of block blk: lane 0 column 4q + h, lane 1 column 4q + 2 + h, 16 k each, decoded. 4 bits:
  * the table rows are loaded here through the group's row offsets off (with 16-k groups, the common case, every
  * block has its own, and staging them through tb cost a store and a load each); 6 bits: from tb. */
-static inline __attribute__((always_inline)) void quad(const ql_wxa8_panels *p, const uint8_t *blk, const tables *tb,
-                                                       const uint32_t *off, int q, __m256i v[2])
+static inline __attribute__((always_inline)) void quad(const ql_wxa8_panels *p, const int bits, const uint8_t *blk,
+                                                       const tables *tb, const uint32_t *off, int q, __m256i v[2])
 {
     const __m256i m4 = _mm256_set1_epi8(15), raw = _mm256_loadu_si256((const __m256i *)(blk + 32 * q));
     const __m256i nib[2] = {_mm256_and_si256(raw, m4), _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4)};
-    if (p->bits == 4) {
+    if (bits == 4) {
         for (int h = 0; h < 2; h++) v[h] = _mm256_shuffle_epi8(row_pair4(p, off, q, h), nib[h]);
         return;
     }
@@ -86,7 +94,7 @@ static inline __attribute__((always_inline)) void block_columns(const ql_wxa8_pa
                                                                 const tables *tb, const uint32_t *off, __m256i w[8])
 {
     __m256i v[4][2];
-    for (int q = 0; q < 4; q++) quad(p, blk, tb, off, q, v[q]);
+    for (int q = 0; q < 4; q++) quad(p, p->bits, blk, tb, off, q, v[q]);
     for (int q = 0; q < 2; q++) /* c = 4Q + s, Q = 0, 1: column c from quad Q, column c + 8 from quad Q + 2 */
         for (int h = 0; h < 2; h++) {
             w[4 * q + h] = _mm256_permute2x128_si256(v[q][h], v[q + 2][h], 0x20);
@@ -181,5 +189,91 @@ void ql_wxa8_decode_avx2(const void *src, int64_t jp0, int64_t jp1, int64_t pc, 
                     for (int e = 0; e < 2; e++)
                         _mm256_storeu_si256((__m256i *)(blk32 + (at[4 * half + d] + e) * 32), r[2 * d + e]);
         }
+    }
+}
+
+/* The register decode for one row: the int16 kernel's layout (signed weights, k in pairs, A of 32-blocks) and
+ * weights within ±127, which the sign transfer below needs (a table entry of -128 declines the layer). */
+bool ql_wxa8_rows_ok_avx2(const void *src, const ql_s8_kernel *kern)
+{
+    const ql_wxa8_panels *p = src;
+    if (!(kern->kb == 32 && kern->kg == 2 && kern->aes == 2 && !kern->b_offset128 && p->kg == 2 && !p->offset128 &&
+          p->nr == 16 && p->kb == 32 && p->group % 16 == 0 && p->k % 16 == 0 && (p->bits == 4 || p->bits == 6)))
+        return false;
+    for (int i = 0; i < 256 * (p->bits == 6 ? 64 : 16); i++)
+        if (p->lut[i] == 0x80) return false;
+    return true;
+}
+
+/* How far ahead (bytes) the row decode asks for the codes: they stream from DRAM at M = 1. */
+enum { ROWS_PF = 8192 };
+
+/* c[0..15] = row r of the packed A panels a (int16 codes, [kp/32][mr][32], ql_k32_element order) against panel
+ * jp. acc[q][h] lane 0 sums column 4q + h, lane 1 column 4q + 2 + h, in four partial sums each. */
+static inline __attribute__((always_inline)) void row1(const ql_wxa8_panels *p, const int bits, const int16_t *a,
+                                                      int mr, int r, int64_t jp, int32_t *c)
+{
+    const uint8_t *codes = p->codes + jp * p->blocks * p->block_bytes;
+    const uint8_t *sidx = p->sidx + jp * p->ngroups * 16;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i acc[4][2];
+    for (int q = 0; q < 4; q++) acc[q][0] = acc[q][1] = _mm256_setzero_si256();
+    tables tb;
+    _Alignas(32) uint32_t off[16];
+    const int64_t blocks = p->k / 16, bpg = p->group / 16, bb = p->block_bytes;
+    __m256i xn = _mm256_setzero_si256(); /* the current 32-block's activations in natural k order */
+    for (int64_t b = 0, in_g = 0; b < blocks; b++) {
+        if (b % 2 == 0) {
+            /* position 16L + 4j + t holds k = 8j + 4L + t: the 64-bit quarters of the halves L = 0, 1 interleave,
+             * and the pack puts lane l's two quarters in order (the codes fit int8, nothing saturates) */
+            const __m256i l0 = _mm256_load_si256((const __m256i *)(a + ((b / 2) * mr + r) * 32));
+            const __m256i l1 = _mm256_load_si256((const __m256i *)(a + ((b / 2) * mr + r) * 32 + 16));
+            xn = _mm256_packs_epi16(_mm256_unpacklo_epi64(l0, l1), _mm256_unpackhi_epi64(l0, l1));
+        }
+        const __m256i x = b % 2 ? _mm256_permute2x128_si256(xn, xn, 0x11) : _mm256_permute2x128_si256(xn, xn, 0x00);
+        const __m256i ax = _mm256_abs_epi8(x);
+        if (in_g == 0) {
+            if (bits == 6) load_tables(p, sidx, &tb);
+            else row_offsets4(sidx, off);
+            sidx += 16;
+        }
+        if (++in_g == bpg) in_g = 0;
+        const uint8_t *blk = codes + b * bb;
+        for (int o = 0; o < bb; o += 64) _mm_prefetch((const char *)(blk + ROWS_PF + o), _MM_HINT_T1);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) {
+            __m256i v[2];
+            quad(p, bits, blk, &tb, off, q, v);
+            for (int h = 0; h < 2; h++)
+                acc[q][h] = _mm256_add_epi32(
+                    acc[q][h], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(v[h], x)), ones));
+        }
+    }
+    /* hadd(acc[q][0], acc[q][1]): lane 0 columns 4q, 4q + 1, lane 1 4q + 2, 4q + 3, two sums each; a second hadd of
+     * two quads leaves columns (0, 1, 4, 5 | 2, 3, 6, 7) of those eight */
+    const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    for (int q = 0; q < 4; q += 2) {
+        const __m256i t0 = _mm256_hadd_epi32(acc[q][0], acc[q][1]), t1 = _mm256_hadd_epi32(acc[q + 1][0], acc[q + 1][1]);
+        _mm256_storeu_si256((__m256i *)(c + 4 * q), _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(t0, t1), order));
+    }
+}
+
+static void rows4(const ql_wxa8_panels *p, const int16_t *a, int mr, int r, int64_t jp, int32_t *c)
+{
+    row1(p, 4, a, mr, r, jp, c);
+}
+
+static void rows6(const ql_wxa8_panels *p, const int16_t *a, int mr, int r, int64_t jp, int32_t *c)
+{
+    row1(p, 6, a, mr, r, jp, c);
+}
+
+void ql_wxa8_rows_avx2(const void *src, const int8_t *a, int mr, int64_t m, int64_t jp, int32_t *c)
+{
+    const ql_wxa8_panels *p = src;
+    for (int64_t i = 0; i < m; i++) { /* row i: panel i / mr, row i % mr of it */
+        const int16_t *ap = (const int16_t *)a + (i / mr) * (p->k4 * 4) * mr;
+        if (p->bits == 6) rows6(p, ap, mr, (int)(i % mr), jp, c + 16 * i);
+        else rows4(p, ap, mr, (int)(i % mr), jp, c + 16 * i);
     }
 }
