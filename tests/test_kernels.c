@@ -1392,17 +1392,19 @@ static void wxa8_rows_case(const ql_cpu_kernels *kt, const wxa8_made *o, int it)
         for (int64_t i = 0; i < m * k; i++) a[i] = (int8_t)tu_range(-128, 127);
         if (it % 5 == 1)
             for (int64_t i = 0; i < k; i++) a[i] = -128; /* a row at the limit: + 128 is 0 */
-        void *pa = xalloc(ql_packed_a_bytes(&ks, m, k));
-        int32_t *rowsum = xalloc((size_t)m * sizeof(int32_t)), *c = xalloc((size_t)(m * 32) * sizeof(int32_t));
+        /* the kernel's own A (int16 codes where aes = 2) and NR columns a panel */
+        const int nr = ks.nr, aes = ks.aes ? ks.aes : 1;
+        void *pa = xalloc(ql_packed_a_bytes(&ks, m, k) * (size_t)aes);
+        int32_t *rowsum = xalloc((size_t)m * sizeof(int32_t)), *c = xalloc((size_t)(m * nr) * sizeof(int32_t));
         ql_pack_a_s8(&ks, a, m, k, k, pa, rowsum);
         int64_t bad = 0, fr = -1, fc = -1;
         for (int64_t jp = 0; jp < p.panels; jp++) {
             kt->wxa8_rows(&p, (const int8_t *)pa, ks.mr, m, jp, c);
             for (int64_t r = 0; r < m; r++)
-                for (int64_t j = 0; j < 32 && jp * 32 + j < n; j++) {
+                for (int64_t j = 0; j < nr && jp * nr + j < n; j++) {
                     int64_t want = ks.b_offset128 ? 128 * (int64_t)rowsum[r] : 0;
-                    for (int64_t q = 0; q < k; q++) want += (int64_t)a[r * k + q] * grid[(jp * 32 + j) * k + q];
-                    if (c[r * 32 + j] != want && !bad++) fr = r, fc = jp * 32 + j;
+                    for (int64_t q = 0; q < k; q++) want += (int64_t)a[r * k + q] * grid[(jp * nr + j) * k + q];
+                    if (c[r * nr + j] != want && !bad++) fr = r, fc = jp * nr + j;
                 }
         }
         CHECK(bad == 0, "%s wxa8_rows (%s, %d bits, weights %s) M=%lld N=%lld K=%lld: %lld outputs wrong (first row %lld col %lld)",
