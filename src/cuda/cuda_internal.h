@@ -42,6 +42,9 @@ inline cudaLaunchConfig_t launch_config(dim3 grid, dim3 block, size_t smem, cuda
 #define QLC_ACT_GELU_AHEAD QLC_INPUT_ACTS
 #define QLC_ACT_SWIGLU_AHEAD (QLC_INPUT_ACTS + 1)
 #define QLC_KERNEL_ACTS (QLC_INPUT_ACTS + 2)
+/* QLINEAR_CUDA_ACT, read once (linear_cuda.cu): the form of gelu_tanh / swiglu in the prologue */
+enum { QLC_ACT_AUTO, QLC_ACT_AHEAD, QLC_ACT_TABLE, QLC_ACT_COMPUTED };
+int act_form(void);
 struct PrologueFit {
     /* [f32 / f16 / bf16 / bf16 on the tensor cores][input activation][team size 1, 2, 4] */
     int resident[4][QLC_KERNEL_ACTS][3];

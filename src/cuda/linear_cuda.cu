@@ -203,6 +203,14 @@ int dtype_code(ql_dtype dt) { return (int)dt; } /* DT_* are the ql_dtype values 
 
 } // namespace
 
+/* QLINEAR_CUDA_ACT (README): the form of gelu_tanh / swiglu in the prologue */
+int qlc::act_form(void)
+{
+    static const char *const forms[] = {"auto", "ahead", "table", "computed"};
+    static const int form = env_choice("QLINEAR_CUDA_ACT", forms, 4);
+    return form;
+}
+
 extern "C" ql_status ql_cuda_check_device(const char *fn, int index)
 {
     int count = 0;
@@ -689,9 +697,8 @@ ql_status reserve_gelu(const char *fn, ql_cuda_workspace *ws, cudaStream_t s)
  * QLINEAR_CUDA_ACT=computed: never a table (a hook to measure the two forms). */
 const uint16_t *act_table_for(ql_cuda_workspace *ws, int code, ql_dtype xdt, cudaStream_t s)
 {
-    static const char *const forms[] = {"table", "computed"};
-    static const bool computed = env_choice("QLINEAR_CUDA_ACT", forms, 2) == 1;
-    if ((code != QL_INPUT_ACT_GELU_TANH && code != QL_INPUT_ACT_SWIGLU) || (xdt != QL_BF16 && xdt != QL_F16) || computed)
+    if ((code != QL_INPUT_ACT_GELU_TANH && code != QL_INPUT_ACT_SWIGLU) || (xdt != QL_BF16 && xdt != QL_F16) ||
+        act_form() == QLC_ACT_COMPUTED)
         return nullptr;
     const int t = (code == QL_INPUT_ACT_SWIGLU) * 2 + (xdt == QL_F16);
     if (ws->act_tab[t] || capturing(s)) return ws->act_tab[t];

@@ -661,16 +661,12 @@ cudaError_t launch_quantize_rows(const void *x, int xdt, int64_t ldx, int64_t m,
      * kernel's); the generic kernel checks it itself */
     const bool vec = ((uintptr_t)x % 16 == 0) && ((ldx * esize) % 16 == 0);
     if (vec && fast_ok(k, group, ldq)) {
-        /* QLINEAR_CUDA_ACT: unset or auto, gelu_tanh's and swiglu's lookups
-         * one item ahead on bf16 rows (measured faster; fp16's variant
-         * spills registers and was not measured); ahead: on fp16 rows too;
-         * table or computed (no table, linear_cuda.cu): never ahead */
-        static const int act_form = [] {
-            const char *v = getenv("QLINEAR_CUDA_ACT");
-            return !v || !*v || !strcmp(v, "auto") ? 0 : !strcmp(v, "ahead") ? 1 : 2;
-        }();
+        /* auto: gelu_tanh's and swiglu's lookups one item ahead on bf16 rows
+         * (measured faster; fp16's variant spills registers and was not
+         * measured); ahead: on fp16 rows too; table or computed: never */
+        const int form = act_form();
         InputAct a = act;
-        a.ahead = act_form == 1 || (act_form == 0 && xdt == DT_BF16);
+        a.ahead = form == QLC_ACT_AHEAD || (form == QLC_ACT_AUTO && xdt == DT_BF16);
         if (xdt == DT_BF16 && form == PROLOGUE_MMA)
             return launch_g256<DT_BF16, true>(x, ldx * esize, m, (int)k, a, q, sx, force_roww, fit.resident[3],
                                               fit.pdl, stream);
