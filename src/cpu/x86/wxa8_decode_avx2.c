@@ -205,8 +205,6 @@ bool ql_wxa8_rows_ok_avx2(const void *src, const ql_s8_kernel *kern)
     return true;
 }
 
-/* How far ahead (bytes) the row decode asks for the codes: they stream from DRAM at M = 1. */
-enum { ROWS_PF = 8192 };
 
 /* c[0..15] = row r of the packed A panels a (int16 codes, [kp/32][mr][32], ql_k32_element order) against panel
  * jp. acc[q][h] lane 0 sums column 4q + h, lane 1 column 4q + 2 + h, in four partial sums each. */
@@ -220,7 +218,7 @@ static inline __attribute__((always_inline)) void row1(const ql_wxa8_panels *p, 
     for (int q = 0; q < 4; q++) acc[q][0] = acc[q][1] = _mm256_setzero_si256();
     tables tb;
     _Alignas(32) uint32_t off[16];
-    const int64_t blocks = p->k / 16, bpg = p->group / 16, bb = p->block_bytes;
+    const int64_t blocks = p->k / 16, bpg = p->group / 16, bb = p->block_bytes, pf = ql_wxa8_decode_pf;
     __m256i xn = _mm256_setzero_si256(); /* the current 32-block's activations in natural k order */
     for (int64_t b = 0, in_g = 0; b < blocks; b++) {
         if (b % 2 == 0) {
@@ -239,7 +237,8 @@ static inline __attribute__((always_inline)) void row1(const ql_wxa8_panels *p, 
         }
         if (++in_g == bpg) in_g = 0;
         const uint8_t *blk = codes + b * bb;
-        for (int o = 0; o < bb; o += 64) _mm_prefetch((const char *)(blk + ROWS_PF + o), _MM_HINT_T1);
+        if (pf) /* the codes stream from DRAM at M = 1 */
+            for (int o = 0; o < bb; o += 64) _mm_prefetch((const char *)(blk + pf + o), _MM_HINT_T1);
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
             __m256i v[2];
