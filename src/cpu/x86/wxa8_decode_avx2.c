@@ -41,13 +41,20 @@ typedef struct tables {
     __m256i t[4][2][4];
 } tables;
 
-static inline void load_tables(const ql_wxa8_panels *p, const uint8_t *s, tables *tb)
+static void load_tables(const ql_wxa8_panels *p, const uint8_t *s, tables *tb)
 {
+    /* each 64-byte row as two full loads, the sub-rows of the lanes' two columns paired by permutes (half the
+     * loads of pairing 16-byte halves) */
     for (int q = 0; q < 4; q++)
-        for (int h = 0; h < 2; h++)
-            for (int r = 0; r < 4; r++)
-                tb->t[q][h][r] = _mm256_loadu2_m128i((const __m128i *)(p->lut + s[4 * q + h + 2] * 64 + 16 * r),
-                                                     (const __m128i *)(p->lut + s[4 * q + h] * 64 + 16 * r));
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *lo = p->lut + s[4 * q + h] * 64, *hi = p->lut + s[4 * q + h + 2] * 64;
+            for (int e = 0; e < 2; e++) {
+                const __m256i a = _mm256_loadu_si256((const __m256i *)(lo + 32 * e));
+                const __m256i b = _mm256_loadu_si256((const __m256i *)(hi + 32 * e));
+                tb->t[q][h][2 * e] = _mm256_permute2x128_si256(a, b, 0x20);
+                tb->t[q][h][2 * e + 1] = _mm256_permute2x128_si256(a, b, 0x31);
+            }
+        }
 }
 
 /* 4 bits: the byte offsets of a group's 16 table rows (16·scale byte), two vector operations where a byte load,
