@@ -30,7 +30,7 @@ class Context:
         ffi, lib = load()
         p = ffi.new("ql_context **")
         check(lib.ql_context_create(p), "ql_context_create")
-        self._lib = lib
+        self._ffi, self._lib = ffi, lib
         self.ptr = ffi.gc(p[0], lib.ql_context_destroy)
         self.threads = lib.ql_context_threads(self.ptr)
         self.device, self.stream, self.torch_stream = device, None, None
@@ -42,7 +42,9 @@ class Context:
     def use_stream(self, stream):
         """Queue this context's next calls on `stream` (a cudaStream_t as an int; 0: the default stream)."""
         if stream != self.stream:
-            check(self._lib.ql_context_set_cuda_stream(self.ptr, stream or None), "ql_context_set_cuda_stream")
+            # a cast, not the int or None: cffi takes no int (nor None) for a void *; the ctypes binding takes both
+            check(self._lib.ql_context_set_cuda_stream(self.ptr, self._ffi.cast("void *", stream or 0)),
+                  "ql_context_set_cuda_stream")
             self.stream = stream
 
     def set_threads(self, threads):

@@ -218,6 +218,17 @@ def test_bad_input(rng, tmp_path):
     assert not (tmp_path / "o.safetensors").exists()
 
 
+def test_context_stream_pointer():
+    """A CUDA stream handed to a context (an int, 0 the default stream)
+    reaches the library as a pointer through either binding (cffi takes
+    neither an int nor None for a void *); a CPU context only records it."""
+    from qlinear._context import Context
+    ctx = Context(1)
+    for s in (7, 0, 0x7F00DEADBEE8, 0):
+        ctx.use_stream(s)
+        assert ctx.stream == s
+
+
 def test_missing_library(tmp_path):
     """No library: a QlinearError that says how to build it or point at it."""
     code = ("import qlinear\n"

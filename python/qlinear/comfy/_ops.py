@@ -638,10 +638,12 @@ def _w4a8_asym_linear(x, qdata, s_rel, s_channel, codebook, correction, bias, gr
         if not x.is_cuda:
             return _Dense(dequantize_w4a8_int8_weight(qdata, s_rel, s_channel, codebook, correction, group_size,
                                                       convrot_groupsize, x.dtype))
-        # dequantized once on the host, kept on the GPU
-        parts = [None if t is None else t.detach().to("cpu") for t in (qdata, s_rel, s_channel, codebook, correction)]
-        w = dequantize_w4a8_int8_weight(*parts, group_size, convrot_groupsize, x.dtype)
-        return _Dense(w.to(x.device))
+        # on the GPU by eager's own dequantization, once: eager's weight on a GPU is its GPU float arithmetic's
+        # (the rotation's sums in another order than the CPU's), and so its outputs there
+        return _Dense(_eager().dequantize_w4a8_int8_weight(qdata, s_rel, s_channel, codebook=codebook,
+                                                           correction=correction, group_size=group_size,
+                                                           convrot_groupsize=convrot_groupsize,
+                                                           output_dtype=x.dtype).detach())
     e = weights.get(qdata, ("w4a8-asym", group_size, convrot_groupsize, x.dtype),
                     (s_rel, s_channel, codebook, correction), make)
     if e.failed is not None:
