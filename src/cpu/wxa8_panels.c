@@ -33,7 +33,8 @@ ql_status ql_wxa8_panels_pack(const ql_s8_kernel *kern, const ql_wxa8_weight *w,
     p->sidx = ql_aligned_alloc(sbytes);
     p->lut = ql_aligned_alloc((size_t)(256 * ncodes));
     const ql_cpu_kernels *kt = ql_cpu_kernels_for(kern->isa);
-    const bool colsums = !p->offset128 && kt->wxa8_rows; /* a register decode of signed weights */
+    /* a register decode that feeds signed weights to vpdpbusd (k in quads: AMX's layout) needs their column sums */
+    const bool colsums = !p->offset128 && kt->wxa8_rows && p->kg == 4;
     if (colsums) p->colsum = ql_aligned_alloc((size_t)(p->panels * nr) * sizeof(int32_t));
     uint8_t *row = malloc((size_t)(w->k > 0 ? w->k : 1));
     if (!p->codes || !p->sidx || !p->lut || (colsums && !p->colsum) || !row) {
