@@ -212,7 +212,6 @@ bool ql_wxa8_rows_ok_avx2(const void *src, const ql_s8_kernel *kern)
     return true;
 }
 
-
 /* c[0..15] = row r of the packed A panels a (int16 codes, [kp/32][mr][32], ql_k32_element order) against panel
  * jp. acc[q][h] lane 0 sums column 4q + h, lane 1 column 4q + 2 + h, in four partial sums each. */
 static inline __attribute__((always_inline)) void row1(const ql_wxa8_panels *p, const int bits, const int16_t *a,
