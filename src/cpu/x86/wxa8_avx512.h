@@ -33,10 +33,7 @@
 
 #define QL_INLINE static inline __attribute__((always_inline))
 
-/* How far ahead (bytes) the decode prefetches the codes into L2:
- * QLINEAR_WXA8_PF (0..65536, default 8192, the small-M kernels' distance),
- * a tuning hook read once at load time (wxa8_decode_avx512.c). */
-extern int ql_wxa8_decode_pf;
+/* The prefetch distance of the codes: ql_wxa8_decode_pf (x86.h). */
 
 /* The 16 k4 rows of a 64-block: natural k4 row u sits at packed row rho[u]. */
 QL_INLINE void ql_wxa8_k4_order(int rho[16])

@@ -45,7 +45,9 @@ void ql_input_act_row_avx512(const ql_input_act_plan *p, const void *src, int64_
 void ql_input_act_row_avx2(const ql_input_act_plan *p, const void *src, int64_t k, void *dst);
 void ql_sr_row_avx512(const float *v, int64_t k, float s, int64_t idx0, uint64_t seed, int8_t *q);
 void ql_wxa8_decode_avx2(const void *src, int64_t jp0, int64_t jp1, int64_t pc, int64_t kc, uint8_t *dst);
-/* how far ahead (bytes) the W4A8/W6A8 decoders prefetch the codes: QLINEAR_WXA8_PF (wxa8_decode_avx512.c) */
+/* How far ahead (bytes) the W4A8/W6A8 decoders prefetch the codes into L2 (AVX-512's, AVX2's one-row decode):
+ * QLINEAR_WXA8_PF (0..65536, default 8192, the small-M kernels' distance), a tuning hook read once at load time
+ * (wxa8_decode_avx512.c). */
 extern int ql_wxa8_decode_pf;
 void ql_wxa8_rows_avx2(const void *src, const int8_t *a, int mr, int64_t m, int64_t jp, int32_t *c);
 bool ql_wxa8_rows_ok_avx2(const void *src, const struct ql_s8_kernel *kern);
