@@ -630,8 +630,9 @@ class _Dense:
 def _w4a8_asym_linear(x, qdata, s_rel, s_channel, codebook, correction, bias, group_size, convrot_groupsize,
                       out_dtype, input_act, act_weight, act_eps, residual, residual_scale):
     """Eager's asymmetric W4A8 is a float linear of the dequantized weight (in
-    x's dtype): the same here, with the weight dequantized once (cached) by
-    the library instead of on every call, and PyTorch's F.linear."""
+    x's dtype): the same here, with the weight dequantized once (cached)
+    instead of on every call — by the library on the CPU, by eager's own code
+    on a GPU — and PyTorch's F.linear."""
     from comfy_kitchen.backends._activations import apply_input_act, apply_residual
 
     def make():
